@@ -1,9 +1,14 @@
 #ifndef ASYNCPS_CORE_PROCESS_OPTIONS_H_
 #define ASYNCPS_CORE_PROCESS_OPTIONS_H_
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace asyncps {
+
+inline constexpr uint64_t kDefaultPsMaxVariableBytes = uint64_t{8} << 30;   // 8 GiB
+inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 512 MiB
 
 // Settings every asyncps process takes besides the cluster spec. Each comes from a flag,
 // else the environment, else the default:
@@ -11,11 +16,26 @@ namespace asyncps {
 //                                               only when every listener is on loopback)
 //   --metrics_port=N    ASYNCPS_METRICS_PORT    /metrics port; 0 picks a free one, -1 disables
 //   --log_level=L       ASYNCPS_LOG_LEVEL       spdlog level name (info)
+// Parameter-server limits (asyncps_ps, and the ps role of any binary that calls Serve):
+//   --ps_max_variable_bytes=N      ASYNCPS_PS_MAX_VARIABLE_BYTES      bytes all variables of one
+//                                  PS may hold (values + optimizer slots) (8GiB)
+//   --ps_max_response_bytes=N      ASYNCPS_PS_MAX_RESPONSE_BYTES      bytes of tensors one
+//                                  ps.Read / ps.Gather answer may carry (512MiB)
+//   --allow_nonfinite_gradients    ASYNCPS_ALLOW_NONFINITE_GRADIENTS  apply gradients holding
+//                                  NaN or Inf instead of refusing them (false)
+// Byte sizes are a positive integer with an optional binary suffix: K, M, G, T, KiB, MiB,
+// GiB or TiB ("8GiB", "512M"). Booleans: the bare flag, or 1/0/true/false.
 // Unknown arguments are ignored (they belong to the program).
 struct ProcessOptions {
   std::string cluster_token;
   int metrics_port = 0;
   std::string log_level = "info";
+  uint64_t ps_max_variable_bytes = kDefaultPsMaxVariableBytes;
+  uint64_t ps_max_response_bytes = kDefaultPsMaxResponseBytes;
+  bool allow_nonfinite_gradients = false;
+  // One message per flag or variable above whose value could not be parsed (the default is
+  // kept for it). A server refuses to start when this is not empty.
+  std::vector<std::string> errors;
 
   static ProcessOptions FromEnvAndFlags(int argc, char** argv);
 };

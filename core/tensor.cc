@@ -54,16 +54,20 @@ absl::Status ValidateShape(const Shape& shape, DType dtype, uint64_t max_bytes) 
   if (shape.size() > 8) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", shape.size(), " exceeds 8"));
   }
-  uint64_t elements = 1;
+  // The product of the non-zero dimensions bounds every partial product (rows, row elements,
+  // any suffix), so a zero dimension cannot hide huge ones behind it: [0, 2^40, 2^40] has no
+  // elements, but its row size would overflow and loops over its 2^40-per-row structure would
+  // never end.
+  const uint64_t max_elements = max_bytes / DTypeSize(dtype);
+  uint64_t product = 1;
   for (int64_t d : shape) {
     if (d < 0) return absl::InvalidArgumentError(absl::StrCat("negative dimension in shape ", ShapeString(shape)));
-    if (d != 0 && elements > max_bytes / static_cast<uint64_t>(d)) {
-      return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeString(shape), " is too large"));
+    if (d == 0) continue;
+    if (product > max_elements / static_cast<uint64_t>(d)) {
+      return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeString(shape), " is too large (at most ",
+                                                     max_elements, " ", DTypeName(dtype), " elements)"));
     }
-    elements *= static_cast<uint64_t>(d);
-  }
-  if (elements > max_bytes / DTypeSize(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("shape ", ShapeString(shape), " is too large"));
+    product *= static_cast<uint64_t>(d);
   }
   return absl::OkStatus();
 }

@@ -22,8 +22,10 @@ int64_t NumElements(const Shape& shape);
 // "[3, 4]" — for messages.
 std::string ShapeString(const Shape& shape);
 
-// Validates a shape that came from outside: non-negative dims, element count that fits in
-// memory limits (`max_bytes` for the given dtype).
+// Validates a shape that came from outside: rank <= 8, non-negative dims, and the product of
+// the non-zero dims (checked for overflow at every step) at most `max_bytes` of `dtype`. So
+// for a valid shape the element count, the rows and the elements per row all fit, even when a
+// zero dim makes the tensor empty.
 absl::Status ValidateShape(const Shape& shape, DType dtype, uint64_t max_bytes = uint64_t{1} << 40);
 
 // A dense, row-major, contiguous n-dimensional array.

@@ -276,6 +276,20 @@ TEST(ValidateShapeTest, Errors) {
   EXPECT_THAT(ValidateShape({3, -4}, DType::kF32).message(), HasSubstr("[3, -4]"));
 }
 
+// A zero dimension makes a tensor empty but must not hide huge dimensions after it: their
+// product is still a row size (or a row count) that code multiplies and loops over.
+TEST(ValidateShapeTest, ZeroDimensionDoesNotHideHugeOnes) {
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  const int64_t huge = int64_t{1} << 40;
+  EXPECT_EQ(ValidateShape({0, huge, huge}, DType::kF32).code(), kInvalid);  // row size 2^80
+  EXPECT_EQ(ValidateShape({huge, huge, 0}, DType::kF32).code(), kInvalid);
+  EXPECT_EQ(ValidateShape({0, std::numeric_limits<int64_t>::max()}, DType::kU8).code(), kInvalid);
+  EXPECT_EQ(ValidateShape({int64_t{1} << 31, 0}, DType::kF32, /*max_bytes=*/uint64_t{1} << 32).code(), kInvalid);
+  // Empty shapes with modest dims stay valid.
+  EXPECT_TRUE(ValidateShape({0, 1024, 1024}, DType::kF32).ok());
+  EXPECT_TRUE(ValidateShape({1024, 0}, DType::kF32).ok());
+}
+
 TEST(DTypeTest, SizesAndNames) {
   EXPECT_EQ(DTypeSize(DType::kF32), 4u);
   EXPECT_EQ(DTypeSize(DType::kF64), 8u);

@@ -31,6 +31,8 @@ class ServerProcess {
   EventLoop& loop() { return *loop_; }
   RpcServer& server() { return *server_; }
   metrics::RpcMetrics& rpc_metrics() { return *rpc_metrics_; }
+  // The process's registry, for a service's own metric families.
+  metrics::ProcessMetrics& process_metrics() { return *metrics_; }
 
   // Options for a client of another task of this cluster (same token, same metrics).
   RpcClient::Options ClientOptions(const std::string& address) const;

@@ -1,19 +1,52 @@
 #include "ps/initializer.h"
 
+#include <algorithm>
 #include <cmath>
-#include <random>
+#include <limits>
+#include <numbers>
 
 #include "absl/strings/str_cat.h"
 
 namespace asyncps::ps {
 namespace {
 
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+
+// splitmix64's output function: a bijective mix of 64 bits.
+uint64_t Mix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
+
+// The random numbers of one element: a splitmix64 stream whose start is a hash of (seed,
+// global element index). Starting a stream costs one multiply-xorshift, so the cost of a fill
+// follows the number of elements (not rows), and an element's value depends only on the seed
+// and its position in the whole variable, never on how the variable is sharded.
+class ElementStream {
+ public:
+  ElementStream(uint64_t key, uint64_t index) : state_(Mix64(key ^ Mix64(index * kGolden + kGolden))) {}
+
+  uint64_t Next() {
+    state_ += kGolden;
+    return Mix64(state_);
+  }
+  // Uniform in [0, 1) with 53 random bits.
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+  // Standard normal by Box-Muller (one of the pair): u1 in (0, 1] keeps the log finite, so
+  // |z| <= sqrt(-2 ln 2^-53) < kMaxNormal.
+  double Normal() {
+    const double u1 = static_cast<double>((Next() >> 11) + 1) * 0x1.0p-53;
+    const double u2 = Uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+// Largest |z| ElementStream::Normal can return (8.57...), rounded up.
+constexpr double kMaxNormal = 9.0;
 
 // Keras fan computation: fan_in/fan_out of the whole variable.
 void Fans(const Shape& shape, double* fan_in, double* fan_out) {
@@ -32,52 +65,128 @@ void Fans(const Shape& shape, double* fan_in, double* fan_out) {
   }
 }
 
+// Fills `n` elements whose first has global index `first`: data[i] = draw(stream of first+i).
+template <typename T, typename Draw>
+void FillElements(uint64_t key, uint64_t first, T* data, int64_t n, Draw draw) {
+  for (int64_t i = 0; i < n; ++i) {
+    ElementStream stream(key, first + static_cast<uint64_t>(i));
+    data[i] = draw(stream);
+  }
+}
+
+// The largest magnitude T can hold, as a double.
 template <typename T>
-void FillRandom(const InitializerSpec& spec, const Shape& full_shape, Tensor& out) {
-  const int64_t rows = out.rank() == 0 ? 1 : out.dim(0);
-  const int64_t per_row = out.rank() == 0 ? 1 : out.row_elements();
-  T* data = out.data<T>();
-  double lo = spec.minval, hi = spec.maxval;
+double MaxOf() {
+  return static_cast<double>(std::numeric_limits<T>::max());
+}
+
+// The range of a uniform-like initializer: [minval, maxval), or glorot's +-limit from the
+// whole variable's fans.
+void UniformRange(const InitializerSpec& spec, const Shape& full_shape, double* lo, double* hi) {
+  *lo = spec.minval;
+  *hi = spec.maxval;
   if (spec.kind == "glorot_uniform") {
     double fan_in, fan_out;
     Fans(full_shape, &fan_in, &fan_out);
     const double limit = std::sqrt(6.0 / std::max(1.0, fan_in + fan_out));
-    lo = -limit;
-    hi = limit;
+    *lo = -limit;
+    *hi = limit;
   }
-  // Rounding a draw just below maxval to float can reach maxval; keep uniform ranges half-open.
-  const bool half_open = spec.kind != "normal" && spec.kind != "truncated_normal" &&
-                         static_cast<T>(lo) < static_cast<T>(hi);
-  const T below_hi = std::nextafter(static_cast<T>(hi), static_cast<T>(lo));
-  for (int64_t r = 0; r < rows; ++r) {
-    // One generator per global row: values do not depend on how rows are split into shards.
-    std::mt19937_64 rng(SplitMix64(spec.seed ^ SplitMix64(static_cast<uint64_t>(spec.row_offset + r))));
-    std::uniform_real_distribution<double> uniform(lo, hi);
-    std::normal_distribution<double> normal(spec.mean, spec.stddev);
-    for (int64_t c = 0; c < per_row; ++c) {
-      double v;
-      if (spec.kind == "normal") {
-        v = normal(rng);
-      } else if (spec.kind == "truncated_normal") {
-        do {
-          v = normal(rng);
-        } while (std::fabs(v - spec.mean) > 2 * spec.stddev);
-      } else {
-        v = uniform(rng);
-      }
-      T x = static_cast<T>(v);
-      if (half_open && x >= static_cast<T>(hi)) x = below_hi;
-      data[r * per_row + c] = x;
+}
+
+bool IsNormal(const std::string& kind) { return kind == "normal" || kind == "truncated_normal"; }
+
+// Every value a random initializer can produce must be representable in `dtype`: converting a
+// double beyond float's range to float is undefined behaviour, and an infinite width would
+// turn uniform draws into NaN.
+absl::Status CheckRandomRange(const InitializerSpec& spec, DType dtype, const Shape& full_shape) {
+  const double max = dtype == DType::kF32 ? MaxOf<float>() : MaxOf<double>();
+  if (IsNormal(spec.kind)) {
+    const double reach = spec.kind == "truncated_normal" ? 2.0 : kMaxNormal;
+    if (!(std::fabs(spec.mean) + reach * spec.stddev <= max)) {
+      return absl::InvalidArgumentError(absl::StrCat("initializer '", spec.kind, "' with mean ", spec.mean,
+                                                     " and stddev ", spec.stddev, " exceeds the range of ",
+                                                     DTypeName(dtype)));
     }
+    return absl::OkStatus();
+  }
+  double lo, hi;
+  UniformRange(spec, full_shape, &lo, &hi);
+  if (!(std::fabs(lo) <= max && std::fabs(hi) <= max && std::isfinite(hi - lo))) {
+    return absl::InvalidArgumentError(absl::StrCat("initializer '", spec.kind, "' range [", lo, ", ", hi,
+                                                   ") exceeds the range of ", DTypeName(dtype)));
+  }
+  return absl::OkStatus();
+}
+
+// Fills `out`, whose first element has global index `first`. CheckRandomRange passed.
+template <typename T>
+void FillRandom(const InitializerSpec& spec, const Shape& full_shape, uint64_t first, Tensor& out) {
+  T* data = out.data<T>();
+  const int64_t n = out.num_elements();
+  const uint64_t key = Mix64(spec.seed + kGolden);
+  const double mean = spec.mean, stddev = spec.stddev;
+  if (spec.kind == "truncated_normal") {
+    // TF's truncated normal: draws beyond two standard deviations are dropped and redrawn
+    // (about 4.6% of them), not clipped.
+    FillElements(key, first, data, n, [mean, stddev](ElementStream& s) {
+      double z;
+      do {
+        z = s.Normal();
+      } while (std::fabs(z) > 2.0);
+      return static_cast<T>(mean + stddev * z);
+    });
+    return;
+  }
+  if (spec.kind == "normal") {
+    FillElements(key, first, data, n,
+                 [mean, stddev](ElementStream& s) { return static_cast<T>(mean + stddev * s.Normal()); });
+    return;
+  }
+  double lo, hi;
+  UniformRange(spec, full_shape, &lo, &hi);
+  // Rounding a draw just below maxval to T can reach maxval; keep the range half-open.
+  const T t_lo = static_cast<T>(lo), t_hi = static_cast<T>(hi);
+  const T below_hi = t_lo < t_hi ? std::nextafter(t_hi, t_lo) : t_hi;
+  const double width = hi - lo;
+  FillElements(key, first, data, n, [lo, width, t_hi, below_hi](ElementStream& s) {
+    const T x = static_cast<T>(lo + width * s.Uniform());
+    return x >= t_hi ? below_hi : x;
+  });
+}
+
+// `value` converted to T, or InvalidArgument when T cannot hold it exactly (integers) or at
+// all (a finite value beyond float's range).
+template <typename T>
+absl::StatusOr<T> ConstantAs(double value, DType dtype) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isfinite(value) && std::fabs(value) > MaxOf<T>()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("constant ", value, " is out of the range of ", DTypeName(dtype)));
+    }
+    return static_cast<T>(value);
+  } else {
+    // Both bounds are exact doubles (-2^63 and 2^63 for i64), so the comparison is exact; the
+    // upper one is exclusive because max() + 1 is the power of two a double can hold.
+    const double lo = static_cast<double>(std::numeric_limits<T>::min());
+    const double hi = dtype == DType::kBool ? 2.0 : static_cast<double>(std::numeric_limits<T>::max()) + 1.0;
+    if (!std::isfinite(value) || value != std::trunc(value) || value < lo || value >= hi) {
+      return absl::InvalidArgumentError(absl::StrCat("constant ", value, " is not a value of ",
+                                                     DTypeName(dtype)));
+    }
+    return static_cast<T>(value);
   }
 }
 
 template <typename T>
-void FillConstant(double value, Tensor& out) {
-  for (T& v : out.flat<T>()) v = static_cast<T>(value);
+absl::Status FillConstant(double value, Tensor& out) {
+  auto v = ConstantAs<T>(value, out.dtype());
+  if (!v.ok()) return v.status();
+  std::fill_n(out.data<T>(), out.num_elements(), *v);
+  return absl::OkStatus();
 }
 
-void FillConstantAny(double value, Tensor& out) {
+absl::Status FillConstantAny(double value, Tensor& out) {
   switch (out.dtype()) {
     case DType::kF32:
       return FillConstant<float>(value, out);
@@ -91,6 +200,46 @@ void FillConstantAny(double value, Tensor& out) {
     case DType::kBool:
       return FillConstant<uint8_t>(value, out);
   }
+  return absl::InvalidArgumentError("invalid dtype");
+}
+
+absl::Status CheckConstant(double value, DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return ConstantAs<float>(value, dtype).status();
+    case DType::kF64:
+      return ConstantAs<double>(value, dtype).status();
+    case DType::kI32:
+      return ConstantAs<int32_t>(value, dtype).status();
+    case DType::kI64:
+      return ConstantAs<int64_t>(value, dtype).status();
+    case DType::kU8:
+    case DType::kBool:
+      return ConstantAs<uint8_t>(value, dtype).status();
+  }
+  return absl::InvalidArgumentError("invalid dtype");
+}
+
+// Checks where the shard lies in the whole variable and returns the global index of its first
+// element.
+absl::StatusOr<uint64_t> FirstElement(const InitializerSpec& spec, DType dtype, const Shape& shard_shape) {
+  if (spec.row_offset < 0) return absl::InvalidArgumentError("negative initializer row offset");
+  if (spec.full_shape.empty()) {
+    if (spec.row_offset != 0) {
+      return absl::InvalidArgumentError("initializer row offset given without the full shape");
+    }
+    return 0;
+  }
+  const Shape& full = spec.full_shape;
+  if (absl::Status s = ValidateShape(full, dtype); !s.ok()) return s;
+  if (full.size() != shard_shape.size() || shard_shape.empty() ||
+      !std::equal(full.begin() + 1, full.end(), shard_shape.begin() + 1) ||
+      spec.row_offset > full[0] - shard_shape[0]) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", ShapeString(shard_shape), " at row ", spec.row_offset,
+                                                   " does not fit in the full shape ", ShapeString(full)));
+  }
+  // Fits: the whole variable's element count was validated above.
+  return static_cast<uint64_t>(spec.row_offset) * static_cast<uint64_t>(NumElements({full.begin() + 1, full.end()}));
 }
 
 }  // namespace
@@ -105,29 +254,42 @@ absl::StatusOr<Tensor> Initialize(const InitializerSpec& spec, DType dtype, cons
     }
     return spec.tensor.Clone();
   }
+  const bool constant = spec.kind == "zeros" || spec.kind == "ones" || spec.kind == "constant";
+  const bool random = spec.kind == "uniform" || spec.kind == "normal" || spec.kind == "truncated_normal" ||
+                      spec.kind == "glorot_uniform";
+  if (!constant && !random) return absl::InvalidArgumentError(absl::StrCat("unknown initializer '", spec.kind, "'"));
+  if (random) {
+    if (dtype != DType::kF32 && dtype != DType::kF64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("initializer '", spec.kind, "' needs a float dtype, not ", DTypeName(dtype)));
+    }
+    // Written so that NaN (possible from the wire) fails every comparison and is rejected.
+    if (!(spec.stddev >= 0) || !(spec.minval <= spec.maxval) || !std::isfinite(spec.mean) ||
+        !std::isfinite(spec.stddev) || !std::isfinite(spec.minval) || !std::isfinite(spec.maxval)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad parameters for initializer '", spec.kind, "'"));
+    }
+  }
+  // Checked before allocating anything.
+  if (spec.kind == "constant") {
+    if (absl::Status s = CheckConstant(spec.value, dtype); !s.ok()) return s;
+  }
+  auto first = FirstElement(spec, dtype, shard_shape);
+  if (!first.ok()) return first.status();
+  const Shape& full = spec.full_shape.empty() ? shard_shape : spec.full_shape;
+  if (random) {
+    if (absl::Status s = CheckRandomRange(spec, dtype, full); !s.ok()) return s;
+  }
+
   Tensor out(dtype, shard_shape);
   if (spec.kind == "zeros") return out;
-  if (spec.kind == "ones" || spec.kind == "constant") {
-    FillConstantAny(spec.kind == "ones" ? 1.0 : spec.value, out);
+  if (constant) {
+    if (absl::Status s = FillConstantAny(spec.kind == "ones" ? 1.0 : spec.value, out); !s.ok()) return s;
     return out;
   }
-  if (spec.kind != "uniform" && spec.kind != "normal" && spec.kind != "truncated_normal" &&
-      spec.kind != "glorot_uniform") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown initializer '", spec.kind, "'"));
-  }
-  // Written so that NaN (possible from the wire) fails every comparison and is rejected.
-  if (!(spec.stddev >= 0) || !(spec.minval <= spec.maxval) || !std::isfinite(spec.mean) ||
-      !std::isfinite(spec.stddev) || !std::isfinite(spec.minval) || !std::isfinite(spec.maxval)) {
-    return absl::InvalidArgumentError(absl::StrCat("bad parameters for initializer '", spec.kind, "'"));
-  }
-  const Shape& full = spec.full_shape.empty() ? shard_shape : spec.full_shape;
   if (dtype == DType::kF32) {
-    FillRandom<float>(spec, full, out);
-  } else if (dtype == DType::kF64) {
-    FillRandom<double>(spec, full, out);
+    FillRandom<float>(spec, full, *first, out);
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("initializer '", spec.kind, "' needs a float dtype, not ", DTypeName(dtype)));
+    FillRandom<double>(spec, full, *first, out);
   }
   return out;
 }

@@ -3,20 +3,33 @@
 #include <spdlog/spdlog.h>
 
 #include "net/server_process.h"
+#include "ps/ps_metrics.h"
 #include "ps/ps_service.h"
 #include "ps/variable_store.h"
 
 namespace asyncps::ps {
 
 int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options) {
+  if (!options.errors.empty()) {
+    for (const std::string& e : options.errors) spdlog::error("{}", e);
+    return 2;
+  }
   auto process = net::ServerProcess::Create(cluster, options, /*handler_threads=*/4);
   if (!process.ok()) {
     spdlog::error("{}", process.status().ToString());
     return 1;
   }
-  VariableStore store;
-  PsService service(store);
+  PsMetrics metrics((*process)->process_metrics());
+  VariableStore store(options.ps_max_variable_bytes);
+  PsService::Options service_options;
+  service_options.max_response_bytes = options.ps_max_response_bytes;
+  service_options.allow_nonfinite_gradients = options.allow_nonfinite_gradients;
+  service_options.metrics = &metrics;
+  PsService service(store, service_options);
   service.RegisterWith((*process)->server());
+  spdlog::info("limits: {} variable bytes, {} response bytes, non-finite gradients {}",
+               options.ps_max_variable_bytes, options.ps_max_response_bytes,
+               options.allow_nonfinite_gradients ? "allowed" : "refused");
   return (*process)->ServeUntilSignal();
 }
 

@@ -1,7 +1,11 @@
 #include "ps/ps_service.h"
 
+#include <spdlog/spdlog.h>
+
+#include <limits>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
@@ -28,13 +32,49 @@ void PsService::RegisterWith(net::RpcServer& server) {
       net::RpcServer::Dispatch::kInline);
 }
 
+namespace {
+
+// `status` with the variable named in its message (clients create many variables at once and
+// need to know which one failed).
+absl::Status Named(const std::string& name, absl::Status status) {
+  if (status.ok() || absl::StrContains(status.message(), absl::StrCat("'", name, "'"))) return status;
+  return absl::Status(status.code(), absl::StrCat("variable '", name, "': ", status.message()));
+}
+
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
+}
+
+uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  uint64_t out;
+  return __builtin_mul_overflow(a, b, &out) ? std::numeric_limits<uint64_t>::max() : out;
+}
+
+}  // namespace
+
+absl::Status PsService::Reject(RejectReason reason, absl::Status status) const {
+  if (options_.metrics != nullptr) options_.metrics->RecordRejected(reason);
+  spdlog::warn("refused: {}", status.ToString());
+  return status;
+}
+
+absl::Status PsService::CheckResponseBytes(const char* method, uint64_t bytes) const {
+  if (bytes <= options_.max_response_bytes) return absl::OkStatus();
+  return Reject(RejectReason::kResponseBytes,
+                absl::ResourceExhaustedError(absl::StrCat(
+                    method, " would answer ", bytes, " bytes, over this parameter server's cap of ",
+                    options_.max_response_bytes, " response bytes (--ps_max_response_bytes); ask for less at once")));
+}
+
 absl::Status PsService::CreateVariable(const net::InMessage& request, net::OutMessage* response) {
   auto req = request.RequestBody<wire::CreateVariableRequest>();
   const std::string name = req.getName().cStr();
   if (name.empty()) return absl::InvalidArgumentError("variable name is empty");
-  ASSIGN_OR_RETURN(DType dtype, DTypeFromWire(req.getDtype()));
+  auto wire_dtype = DTypeFromWire(req.getDtype());
+  RETURN_IF_ERROR(Named(name, wire_dtype.status()));
+  const DType dtype = *wire_dtype;
   const Shape shape = net::GetShape(req.getShape());
-  RETURN_IF_ERROR(ValidateShape(shape, dtype));
+  RETURN_IF_ERROR(Named(name, ValidateShape(shape, dtype)));
   auto optimizer = OptimizerFromWire(req.getOptimizer());
 
   bool created = false;
@@ -47,10 +87,26 @@ absl::Status PsService::CreateVariable(const net::InMessage& request, net::OutMe
                                                    ShapeString((*existing)->shape())));
     }
   } else {
-    ASSIGN_OR_RETURN(InitializerSpec spec, InitializerFromWire(request, req.getInitializer()));
-    ASSIGN_OR_RETURN(Tensor initial, Initialize(spec, dtype, shape));
-    ASSIGN_OR_RETURN(auto variable, Variable::Create(name, std::move(initial), optimizer.get()));
-    ASSIGN_OR_RETURN(created, store_.Insert(std::move(variable)));
+    // Everything that can be checked is checked before the value and slots are allocated.
+    size_t num_slots = 0;
+    if (optimizer != nullptr) {
+      if (dtype != DType::kF32) {
+        return absl::InvalidArgumentError(absl::StrCat("variable '", name, "' is ", DTypeName(dtype),
+                                                       "; server-side optimizers need f32 variables"));
+      }
+      auto opt = Optimizer::Create(*optimizer);
+      RETURN_IF_ERROR(Named(name, opt.status()));
+      num_slots = (*opt)->slots().size();
+    }
+    auto reservation = store_.Reserve(name, Variable::ChargedBytes(name, dtype, shape, num_slots));
+    if (!reservation.ok()) return Reject(RejectReason::kVariableBytes, reservation.status());
+    auto spec = InitializerFromWire(request, req.getInitializer());
+    RETURN_IF_ERROR(Named(name, spec.status()));
+    auto initial = Initialize(*spec, dtype, shape);
+    RETURN_IF_ERROR(Named(name, initial.status()));
+    ASSIGN_OR_RETURN(auto variable, Variable::Create(name, std::move(*initial), optimizer.get()));
+    ASSIGN_OR_RETURN(created, store_.Insert(std::move(variable), std::move(*reservation)));
+    if (options_.metrics != nullptr) options_.metrics->SetVariableBytes(store_.bytes());
   }
   response->InitResponseBody<wire::CreateVariableResponse>().setCreated(created);
   return absl::OkStatus();
@@ -63,6 +119,12 @@ absl::Status PsService::Read(const net::InMessage& request, net::OutMessage* res
     ASSIGN_OR_RETURN(auto v, store_.Find(name.cStr()));
     variables.push_back(std::move(v));
   }
+  // The same variable may be named many times over: the total is what would be copied.
+  uint64_t bytes = 0;
+  for (const auto& v : variables) {
+    bytes = SaturatingAdd(bytes, static_cast<uint64_t>(NumElements(v->shape())) * DTypeSize(v->dtype()));
+  }
+  RETURN_IF_ERROR(CheckResponseBytes("ps.Read", bytes));
   auto out = response->InitResponseBody<wire::ReadResponse>().initTensors(names.size());
   for (unsigned i = 0; i < variables.size(); ++i) response->AddTensor(variables[i]->Read(), out[i]);
   return absl::OkStatus();
@@ -78,31 +140,6 @@ struct Prepared {
   std::optional<Tensor> ids;
 };
 
-// The value-dependent checks Variable::Update/UpdateRows make (arithmetic on bool, integer
-// division by zero), repeated here so that a batch whose later update fails them is rejected
-// before any earlier update is applied.
-absl::Status CheckKind(const Variable& variable, UpdateKind kind, const Tensor& value) {
-  const DType dtype = variable.dtype();
-  if (dtype == DType::kBool && kind != UpdateKind::kAssign) {
-    return absl::InvalidArgumentError(absl::StrCat("variable '", variable.name(),
-                                                   "' is bool; only assign is allowed, not ",
-                                                   UpdateKindName(kind)));
-  }
-  if (kind == UpdateKind::kDiv && (dtype == DType::kI32 || dtype == DType::kI64 || dtype == DType::kU8)) {
-    const size_t size = DTypeSize(dtype);
-    const char* bytes = static_cast<const char*>(value.raw_data());
-    for (int64_t i = 0; i < value.num_elements(); ++i) {
-      bool zero = true;
-      for (size_t b = 0; b < size; ++b) zero = zero && bytes[static_cast<size_t>(i) * size + b] == 0;
-      if (zero) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("integer division by zero in update of '", variable.name(), "'"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status PsService::Update(const net::InMessage& request, net::OutMessage*) {
@@ -115,12 +152,11 @@ absl::Status PsService::Update(const net::InMessage& request, net::OutMessage*) 
     ASSIGN_OR_RETURN(p.value, request.TensorAt(u.getValue()));
     if (u.getHasIds()) {
       ASSIGN_OR_RETURN(Tensor ids, request.TensorAt(u.getIds()));
-      RETURN_IF_ERROR(p.variable->CheckRows(ids, p.value));
       p.ids = std::move(ids);
-    } else {
-      RETURN_IF_ERROR(p.variable->CheckDense(p.value));
     }
-    RETURN_IF_ERROR(CheckKind(*p.variable, p.kind, p.value));
+    // Includes the value-dependent checks (integer division by zero, bool bytes), so that a
+    // batch whose later update fails them is rejected before any earlier one is applied.
+    RETURN_IF_ERROR(p.variable->CheckUpdate(p.kind, p.ids ? &*p.ids : nullptr, p.value));
     prepared.push_back(std::move(p));
   }
   // Everything is valid, so each update below succeeds (it re-checks, finding nothing wrong).
@@ -143,6 +179,16 @@ absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMes
       p.ids = std::move(ids);
     }
     RETURN_IF_ERROR(p.variable->CheckGradient(p.ids ? &*p.ids : nullptr, p.value));
+    if (!AllFinite(p.value)) {
+      if (options_.metrics != nullptr) options_.metrics->RecordNonfiniteGradient();
+      if (!options_.allow_nonfinite_gradients) {
+        return Reject(RejectReason::kNonfiniteGradient,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "gradient for variable '", p.variable->name(),
+                          "' holds NaN or Inf; nothing of this push was applied "
+                          "(--allow_nonfinite_gradients applies such gradients)")));
+      }
+    }
     prepared.push_back(std::move(p));
   }
   for (const Prepared& p : prepared) {
@@ -154,10 +200,23 @@ absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMes
 
 absl::Status PsService::Gather(const net::InMessage& request, net::OutMessage* response) {
   auto lookups = request.RequestBody<wire::GatherRequest>().getLookups();
-  std::vector<Tensor> rows;
+  std::vector<std::pair<std::shared_ptr<Variable>, Tensor>> resolved;
+  // Ids may repeat a row any number of times: the answer's size is ids x row bytes, checked
+  // before any row is copied.
+  uint64_t bytes = 0;
   for (auto l : lookups) {
     ASSIGN_OR_RETURN(auto variable, store_.Find(l.getName().cStr()));
     ASSIGN_OR_RETURN(Tensor ids, request.TensorAt(l.getIds()));
+    const Shape& shape = variable->shape();
+    const uint64_t row_bytes =
+        shape.empty() ? 0 : static_cast<uint64_t>(NumElements(Shape(shape.begin() + 1, shape.end()))) *
+                                DTypeSize(variable->dtype());
+    bytes = SaturatingAdd(bytes, SaturatingMul(static_cast<uint64_t>(ids.num_elements()), row_bytes));
+    resolved.emplace_back(std::move(variable), std::move(ids));
+  }
+  RETURN_IF_ERROR(CheckResponseBytes("ps.Gather", bytes));
+  std::vector<Tensor> rows;
+  for (const auto& [variable, ids] : resolved) {
     ASSIGN_OR_RETURN(Tensor values, variable->Gather(ids));
     rows.push_back(std::move(values));
   }
@@ -168,6 +227,10 @@ absl::Status PsService::Gather(const net::InMessage& request, net::OutMessage* r
 
 absl::Status PsService::ListVariables(const net::InMessage&, net::OutMessage* response) {
   auto variables = store_.List();
+  // Names are as long as clients made them: the answer is bounded like any other.
+  uint64_t bytes = 0;
+  for (const auto& v : variables) bytes = SaturatingAdd(bytes, v->name().size() + 8 * v->shape().size() + 32);
+  RETURN_IF_ERROR(CheckResponseBytes("ps.ListVariables", bytes));
   auto out = response->InitResponseBody<wire::ListVariablesResponse>().initVariables(
       static_cast<unsigned>(variables.size()));
   for (unsigned i = 0; i < variables.size(); ++i) {

@@ -1,7 +1,11 @@
 #ifndef ASYNCPS_PS_PS_SERVICE_H_
 #define ASYNCPS_PS_PS_SERVICE_H_
 
+#include <cstdint>
+
+#include "core/process_options.h"
 #include "net/rpc_server.h"
+#include "ps/ps_metrics.h"
 #include "ps/variable_store.h"
 
 namespace asyncps::ps {
@@ -17,10 +21,29 @@ namespace asyncps::ps {
 // A request that fails validation (unknown variable, wrong dtype or shape, out-of-range id)
 // changes nothing and returns the error.
 //
-// `store` must outlive the server the service is registered with.
+// Limits on what one client can make the PS do, each checked before anything is allocated
+// or applied, each refusal counted in PsMetrics:
+//   * variable bytes: the store's cap (VariableStore::max_bytes); a create past it is
+//     ResourceExhausted naming the variable and the cap;
+//   * response bytes: the tensors of one ps.Read / ps.Gather answer (or the entries of a
+//     ps.ListVariables answer) at most max_response_bytes, else ResourceExhausted;
+//   * non-finite gradients: a gradient holding NaN or Inf is InvalidArgument naming the
+//     variable, and nothing of the push is applied, unless allow_nonfinite_gradients;
+//   * creation: an invalid shape or initializer (see Initialize) is InvalidArgument naming
+//     the variable; an optimizer on a non-f32 variable likewise.
+// Integer arithmetic of ps.Update wraps (see Variable::Update).
+//
+// `store` (and `options.metrics`) must outlive the server the service is registered with.
 class PsService {
  public:
-  explicit PsService(VariableStore& store) : store_(store) {}
+  struct Options {
+    uint64_t max_response_bytes = kDefaultPsMaxResponseBytes;
+    bool allow_nonfinite_gradients = false;
+    PsMetrics* metrics = nullptr;  // optional; not owned
+  };
+
+  explicit PsService(VariableStore& store) : PsService(store, Options()) {}
+  PsService(VariableStore& store, Options options) : store_(store), options_(options) {}
 
   void RegisterWith(net::RpcServer& server);
 
@@ -32,7 +55,12 @@ class PsService {
   absl::Status Gather(const net::InMessage& request, net::OutMessage* response);
   absl::Status ListVariables(const net::InMessage& request, net::OutMessage* response);
 
+  // Counts `reason` and returns `status` (ResourceExhausted or InvalidArgument) logged.
+  absl::Status Reject(RejectReason reason, absl::Status status) const;
+  absl::Status CheckResponseBytes(const char* method, uint64_t bytes) const;
+
   VariableStore& store_;
+  const Options options_;
 };
 
 }  // namespace asyncps::ps

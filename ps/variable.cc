@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,18 +15,49 @@
 namespace asyncps::ps {
 namespace {
 
+// Two's-complement wrapping arithmetic for integers (TensorFlow's integer ops wrap): the
+// operation is done on the unsigned type, where overflow is defined, and converted back
+// (modular since C++20). Floats use their own IEEE arithmetic.
+template <typename T>
+struct Arith {
+  static T Add(T a, T b) { return a + b; }
+  static T Sub(T a, T b) { return a - b; }
+  static T Mul(T a, T b) { return a * b; }
+  static T Div(T a, T b) { return a / b; }
+};
+
+template <typename T>
+  requires std::is_integral_v<T>
+struct Arith<T> {
+  using U = std::make_unsigned_t<T>;
+  // unsigned int at least, so uint8_t's promotion to int cannot overflow a multiply.
+  using W = std::common_type_t<U, unsigned int>;
+  static T Add(T a, T b) { return static_cast<T>(static_cast<W>(static_cast<U>(a)) + static_cast<U>(b)); }
+  static T Sub(T a, T b) { return static_cast<T>(static_cast<W>(static_cast<U>(a)) - static_cast<U>(b)); }
+  static T Mul(T a, T b) { return static_cast<T>(static_cast<W>(static_cast<U>(a)) * static_cast<U>(b)); }
+  // b != 0 (checked before). MIN / -1 would trap (SIGFPE on x86): it wraps to MIN, which is
+  // 0 - MIN in unsigned arithmetic.
+  static T Div(T a, T b) {
+    if constexpr (std::is_signed_v<T>) {
+      if (b == -1) return Sub(0, a);
+    }
+    return static_cast<T>(a / b);
+  }
+};
+
 // dst[i] = dst[i] (op) src[i] for n elements; the loops are simple so they vectorise.
 template <typename T>
 void Combine(UpdateKind kind, T* __restrict dst, const T* __restrict src, int64_t n) {
+  using A = Arith<T>;
   switch (kind) {
     case UpdateKind::kAssign:
       std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(T));
       return;
     case UpdateKind::kAdd:
-      for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+      for (int64_t i = 0; i < n; ++i) dst[i] = A::Add(dst[i], src[i]);
       return;
     case UpdateKind::kSub:
-      for (int64_t i = 0; i < n; ++i) dst[i] -= src[i];
+      for (int64_t i = 0; i < n; ++i) dst[i] = A::Sub(dst[i], src[i]);
       return;
     case UpdateKind::kMin:
       for (int64_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
@@ -34,10 +66,10 @@ void Combine(UpdateKind kind, T* __restrict dst, const T* __restrict src, int64_
       for (int64_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
       return;
     case UpdateKind::kMul:
-      for (int64_t i = 0; i < n; ++i) dst[i] *= src[i];
+      for (int64_t i = 0; i < n; ++i) dst[i] = A::Mul(dst[i], src[i]);
       return;
     case UpdateKind::kDiv:
-      for (int64_t i = 0; i < n; ++i) dst[i] /= src[i];
+      for (int64_t i = 0; i < n; ++i) dst[i] = A::Div(dst[i], src[i]);
       return;
   }
 }
@@ -60,23 +92,44 @@ void CombineBytes(DType dtype, UpdateKind kind, void* dst, const void* src, int6
 
 bool IsInteger(DType d) { return d == DType::kI32 || d == DType::kI64 || d == DType::kU8; }
 
-// Rejects combinations that would be undefined: arithmetic on booleans, integer division by 0.
+// Rejects combinations that are undefined: arithmetic on booleans, a bool byte other than 0
+// or 1, integer division by zero.
 absl::Status CheckKind(const std::string& name, DType dtype, UpdateKind kind, const Tensor& value) {
-  if (dtype == DType::kBool && kind != UpdateKind::kAssign) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("variable '", name, "' is bool; only assign is allowed, not ", UpdateKindName(kind)));
+  if (dtype == DType::kBool) {
+    if (kind != UpdateKind::kAssign) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("variable '", name, "' is bool; only assign is allowed, not ", UpdateKindName(kind)));
+    }
+    const uint8_t* bytes = static_cast<const uint8_t*>(value.raw_data());
+    uint8_t high = 0;
+    for (int64_t i = 0; i < value.num_elements(); ++i) high |= bytes[i];
+    if ((high & 0xfe) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("bool value other than 0 or 1 in update of '", name, "'"));
+    }
   }
   if (kind == UpdateKind::kDiv && IsInteger(dtype)) {
+    const size_t size = DTypeSize(dtype);
+    const char* bytes = static_cast<const char*>(value.raw_data());
     for (int64_t i = 0; i < value.num_elements(); ++i) {
-      const char* p = static_cast<const char*>(value.raw_data()) + i * DTypeSize(dtype);
       bool zero = true;
-      for (size_t b = 0; b < DTypeSize(dtype); ++b) zero = zero && p[b] == 0;
+      for (size_t b = 0; b < size; ++b) zero = zero && bytes[static_cast<size_t>(i) * size + b] == 0;
       if (zero) {
         return absl::InvalidArgumentError(absl::StrCat("integer division by zero in update of '", name, "'"));
       }
     }
   }
   return absl::OkStatus();
+}
+
+template <typename T, typename Bits>
+bool AllFiniteAs(const Tensor& t) {
+  // Exponent bits all set is infinity or NaN. An OR over the whole array (no early exit)
+  // vectorises; a gradient is read once more anyway when it is applied.
+  constexpr Bits kExponent = static_cast<Bits>(std::is_same_v<T, float> ? 0x7f800000ULL : 0x7ff0000000000000ULL);
+  const Bits* bits = static_cast<const Bits*>(t.raw_data());
+  Bits bad = 0;
+  for (int64_t i = 0; i < t.num_elements(); ++i) bad |= ((bits[i] & kExponent) == kExponent) ? 1 : 0;
+  return bad == 0;
 }
 
 // The positions 0..rows.size()-1 of `rows` grouped by stripe (row % kStripes), so a request
@@ -103,6 +156,17 @@ StripeGroups GroupByStripe(const std::vector<int64_t>& rows) {
 
 }  // namespace
 
+bool AllFinite(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::kF32:
+      return AllFiniteAs<float, uint32_t>(t);
+    case DType::kF64:
+      return AllFiniteAs<double, uint64_t>(t);
+    default:
+      return true;
+  }
+}
+
 absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(std::string name, Tensor initial,
                                                            const OptimizerConfig* optimizer) {
   std::unique_ptr<Variable> v(new Variable());
@@ -126,6 +190,11 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(std::string name, Ten
     }
   }
   return v;
+}
+
+uint64_t Variable::ChargedBytes(const std::string& name, DType dtype, const Shape& shape, size_t num_slots) {
+  const uint64_t elements = static_cast<uint64_t>(NumElements(shape));
+  return elements * DTypeSize(dtype) + elements * sizeof(float) * num_slots + name.size() + kOverheadBytes;
 }
 
 const OptimizerConfig* Variable::optimizer_config() const {
@@ -210,9 +279,13 @@ absl::Status Variable::CheckGradient(const Tensor* ids, const Tensor& gradient) 
   return ids == nullptr ? CheckDense(gradient) : CheckRows(*ids, gradient);
 }
 
+absl::Status Variable::CheckUpdate(UpdateKind kind, const Tensor* ids, const Tensor& value) const {
+  if (absl::Status s = ids == nullptr ? CheckDense(value) : CheckRows(*ids, value); !s.ok()) return s;
+  return CheckKind(name_, dtype_, kind, value);
+}
+
 absl::Status Variable::Update(UpdateKind kind, const Tensor& value) {
-  if (absl::Status s = CheckDense(value); !s.ok()) return s;
-  if (absl::Status s = CheckKind(name_, dtype_, kind, value); !s.ok()) return s;
+  if (absl::Status s = CheckUpdate(kind, nullptr, value); !s.ok()) return s;
   MutexLock lock(&mu_);
   CombineBytes(dtype_, kind, value_.raw_data(), value.raw_data(),
                value.num_elements());
@@ -220,8 +293,7 @@ absl::Status Variable::Update(UpdateKind kind, const Tensor& value) {
 }
 
 absl::Status Variable::UpdateRows(UpdateKind kind, const Tensor& ids, const Tensor& values) {
-  if (absl::Status s = CheckRows(ids, values); !s.ok()) return s;
-  if (absl::Status s = CheckKind(name_, dtype_, kind, values); !s.ok()) return s;
+  if (absl::Status s = CheckUpdate(kind, &ids, values); !s.ok()) return s;
   auto rows = CheckIds(ids);
   const int64_t row_elements = value_.row_elements();
   const StripeGroups groups = GroupByStripe(*rows);

@@ -43,6 +43,15 @@ class Variable {
   static absl::StatusOr<std::unique_ptr<Variable>> Create(std::string name, Tensor initial,
                                                           const OptimizerConfig* optimizer);
 
+  // Fixed bytes each variable is charged beyond its arrays (its locks, map entry...), so that
+  // not even empty variables can be created without bound.
+  static constexpr uint64_t kOverheadBytes = 1024;
+
+  // What a variable charges against its PS's byte cap: its value, one f32 array of its shape
+  // per optimizer slot, its name, and kOverheadBytes. `shape` must be valid (ValidateShape).
+  static uint64_t ChargedBytes(const std::string& name, DType dtype, const Shape& shape, size_t num_slots);
+  uint64_t charged_bytes() const { return ChargedBytes(name_, dtype_, shape_, slots_.size()); }
+
   const std::string& name() const { return name_; }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
@@ -56,10 +65,14 @@ class Variable {
   Tensor Read() const;
 
   // Dense update of the whole value: `value` must have this variable's dtype and shape.
+  //
+  // Arithmetic is TensorFlow's: floats follow IEEE 754; integers (i32, i64, u8) wrap in two's
+  // complement on add, sub and mul overflow, and MIN / -1 wraps to MIN; integer division by
+  // zero is InvalidArgument (nothing applied). bool allows only assign, of bytes 0 and 1.
   absl::Status Update(UpdateKind kind, const Tensor& value);
 
   // Row update: `ids` is a 1-D i32/i64 tensor of rows in [0, rows()), `values` has shape
-  // [len(ids), row dims...]. Duplicate ids are applied in order.
+  // [len(ids), row dims...]. Duplicate ids are applied in order. Arithmetic as for Update.
   absl::Status UpdateRows(UpdateKind kind, const Tensor& ids, const Tensor& values);
 
   // Rows `ids` (duplicates allowed) as a [len(ids), row dims...] tensor.
@@ -75,6 +88,9 @@ class Variable {
   // Validation only (used to check a whole batch before applying any of it).
   absl::Status CheckDense(const Tensor& value) const;
   absl::Status CheckRows(const Tensor& ids, const Tensor& values) const;
+  // Everything Update (ids == nullptr) or UpdateRows checks, including the value-dependent
+  // checks (integer division by zero, bool bytes).
+  absl::Status CheckUpdate(UpdateKind kind, const Tensor* ids, const Tensor& value) const;
   absl::Status CheckGradient(const Tensor* ids, const Tensor& gradient) const;
 
   // Consistent copies of the value and every slot ("name/slot"), for checkpoints.
@@ -98,6 +114,9 @@ class Variable {
   std::vector<Tensor> slots_;
   std::atomic<int64_t> iterations_{0};
 };
+
+// False when a float tensor holds a NaN or an infinity; true for other dtypes.
+bool AllFinite(const Tensor& t);
 
 }  // namespace asyncps::ps
 

@@ -2,12 +2,55 @@
 #include "ps/variable_store.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace asyncps::ps {
 
+VariableStore::Reservation::Reservation(Reservation&& other) noexcept
+    : store_(std::exchange(other.store_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+VariableStore::Reservation& VariableStore::Reservation::operator=(Reservation&& other) noexcept {
+  if (this != &other) {
+    if (store_ != nullptr) store_->Release(bytes_);
+    store_ = std::exchange(other.store_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+VariableStore::Reservation::~Reservation() {
+  if (store_ != nullptr) store_->Release(bytes_);
+}
+
+absl::StatusOr<VariableStore::Reservation> VariableStore::Reserve(const std::string& name, uint64_t bytes) {
+  MutexLock lock(&mu_);
+  if (bytes > max_bytes_ - bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat("variable '", name, "' needs ", bytes,
+                                                     " bytes; this parameter server holds ", bytes_,
+                                                     " of its cap of ", max_bytes_,
+                                                     " variable bytes (--ps_max_variable_bytes)"));
+  }
+  bytes_ += bytes;
+  return Reservation(this, bytes);
+}
+
+void VariableStore::Release(uint64_t bytes) {
+  MutexLock lock(&mu_);
+  bytes_ -= bytes;
+}
+
 absl::StatusOr<bool> VariableStore::Insert(std::unique_ptr<Variable> variable) {
+  auto reservation = Reserve(variable->name(), variable->charged_bytes());
+  if (!reservation.ok()) return reservation.status();
+  return Insert(std::move(variable), std::move(*reservation));
+}
+
+absl::StatusOr<bool> VariableStore::Insert(std::unique_ptr<Variable> variable, Reservation reservation) {
+  // Declared before the lock so that, when the variable is not inserted, it is released
+  // (taking mu_) after the lock is dropped.
+  Reservation held = std::move(reservation);
   MutexLock lock(&mu_);
   auto it = variables_.find(variable->name());
   if (it != variables_.end()) {
@@ -20,6 +63,8 @@ absl::StatusOr<bool> VariableStore::Insert(std::unique_ptr<Variable> variable) {
     }
     return false;
   }
+  // The bytes now belong to the variable: variables are never removed, so they stay held.
+  held.store_ = nullptr;
   const std::string name = variable->name();
   variables_.emplace(name, std::shared_ptr<Variable>(std::move(variable)));
   return true;
@@ -40,6 +85,11 @@ std::vector<std::shared_ptr<Variable>> VariableStore::List() const {
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a->name() < b->name(); });
   return out;
+}
+
+uint64_t VariableStore::bytes() const {
+  MutexLock lock(&mu_);
+  return bytes_;
 }
 
 }  // namespace asyncps::ps

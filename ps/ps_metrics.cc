@@ -1,0 +1,45 @@
+#include "ps/ps_metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <string>
+
+namespace asyncps::ps {
+
+PsMetrics::PsMetrics(metrics::ProcessMetrics& metrics) {
+  auto& registry = metrics.registry();
+  const std::map<std::string, std::string> labels = {{"role", metrics.role()}, {"task", metrics.task()}};
+  auto& rejected = prometheus::BuildCounter()
+                       .Name("asyncps_ps_rejected_requests_total")
+                       .Help("Requests a parameter server refused at one of its limits, by reason")
+                       .Labels(labels)
+                       .Register(registry);
+  // Every reason is created up front so each series exists (at 0) from the start.
+  rejected_[static_cast<int>(RejectReason::kVariableBytes)] = &rejected.Add({{"reason", "variable_bytes"}});
+  rejected_[static_cast<int>(RejectReason::kResponseBytes)] = &rejected.Add({{"reason", "response_bytes"}});
+  rejected_[static_cast<int>(RejectReason::kNonfiniteGradient)] = &rejected.Add({{"reason", "nonfinite_gradient"}});
+  nonfinite_ = &prometheus::BuildCounter()
+                    .Name("asyncps_ps_nonfinite_gradients_total")
+                    .Help("Pushed gradients holding NaN or Inf (refused unless --allow_nonfinite_gradients)")
+                    .Labels(labels)
+                    .Register(registry)
+                    .Add({});
+  variable_bytes_ = &prometheus::BuildGauge()
+                         .Name("asyncps_ps_variable_bytes")
+                         .Help("Bytes held by this parameter server's variables and their optimizer slots")
+                         .Labels(labels)
+                         .Register(registry)
+                         .Add({});
+}
+
+void PsMetrics::RecordRejected(RejectReason reason) { rejected_[static_cast<int>(reason)]->Increment(); }
+
+void PsMetrics::RecordNonfiniteGradient() { nonfinite_->Increment(); }
+
+void PsMetrics::SetVariableBytes(uint64_t bytes) { variable_bytes_->Set(static_cast<double>(bytes)); }
+
+}  // namespace asyncps::ps
