@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace asyncps::ps {
@@ -153,6 +154,113 @@ TEST(VariableTest, IntegerDivisionByZeroIsRejectedAndChangesNothing) {
   ASSERT_TRUE(f->Update(UpdateKind::kDiv, Tensor::FromVector<float>({2}, {0, 0})).ok());
   EXPECT_EQ(Values<float>(f->Read()),
             (std::vector<float>{std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}));
+}
+
+// Integer arithmetic wraps in two's complement, as TensorFlow's integer ops do, and never
+// traps: MIN / -1 (SIGFPE on x86 if done natively) wraps to MIN. Checked at every integer
+// dtype, dense and by rows (including a row hit twice).
+template <typename T>
+class IntegerArithmeticTest : public ::testing::Test {};
+using IntegerTypes = ::testing::Types<int32_t, int64_t, uint8_t>;
+TYPED_TEST_SUITE(IntegerArithmeticTest, IntegerTypes);
+
+TYPED_TEST(IntegerArithmeticTest, OverflowWrapsDenseAndByRows) {
+  using T = TypeParam;
+  using L = std::numeric_limits<T>;
+  const T max = L::max(), min = L::min();
+  // Expected results written out from the wrapping rule, per case: {initial, operand, result}.
+  struct Case {
+    UpdateKind kind;
+    std::vector<T> initial, operand, expected;
+  };
+  std::vector<Case> cases;
+  if constexpr (std::is_signed_v<T>) {
+    cases = {
+        {UpdateKind::kAdd, {max, min, max, 5}, {1, -1, max, -7}, {min, max, T(-2), T(-2)}},
+        {UpdateKind::kSub, {min, max, min, 5}, {1, -1, max, 7}, {max, min, T(1), T(-2)}},
+        {UpdateKind::kMul, {max, min, min, max}, {2, -1, 2, max}, {T(-2), min, T(0), T(1)}},
+        {UpdateKind::kDiv, {min, max, 7, -7}, {-1, -1, -2, 2}, {min, T(-max), T(-3), T(-3)}},
+        {UpdateKind::kMin, {min, max, 0, 3}, {max, min, 0, -3}, {min, min, 0, T(-3)}},
+        {UpdateKind::kMax, {min, max, 0, 3}, {max, min, 0, -3}, {max, max, 0, 3}},
+    };
+  } else {
+    cases = {
+        {UpdateKind::kAdd, {max, 200, 0, 5}, {1, 100, max, 7}, {0, 44, max, 12}},
+        {UpdateKind::kSub, {0, 5, 0, 200}, {1, 7, max, 100}, {max, 254, 1, 100}},
+        {UpdateKind::kMul, {max, 16, 128, 15}, {2, 16, 2, 17}, {254, 0, 0, 255}},
+        {UpdateKind::kDiv, {max, 7, 0, 200}, {2, 2, 9, max}, {127, 3, 0, 0}},
+    };
+  }
+  const DType dtype = DTypeOf<T>::value;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " ", UpdateKindName(c.kind)));
+    auto dense = MakeVariable("dense", Tensor::FromVector<T>({4, 1}, absl::MakeConstSpan(c.initial)));
+    ASSERT_NE(dense, nullptr);
+    ASSERT_TRUE(dense->Update(c.kind, Tensor::FromVector<T>({4, 1}, absl::MakeConstSpan(c.operand))).ok());
+    EXPECT_EQ(Values<T>(dense->Read()), c.expected);
+
+    // The same by rows, given in reverse order.
+    auto rows = MakeVariable("rows", Tensor::FromVector<T>({4, 1}, absl::MakeConstSpan(c.initial)));
+    ASSERT_NE(rows, nullptr);
+    const std::vector<T> reversed(c.operand.rbegin(), c.operand.rend());
+    ASSERT_TRUE(rows->UpdateRows(c.kind, Ids64({3, 2, 1, 0}), Tensor::FromVector<T>({4, 1}, absl::MakeConstSpan(reversed)))
+                    .ok());
+    EXPECT_EQ(Values<T>(rows->Read()), c.expected);
+  }
+
+  // A row hit twice wraps twice: max + max + max == max - 2 (mod 2^bits).
+  auto twice = MakeVariable("twice", Tensor::FromVector<T>({2}, {max, 0}));
+  ASSERT_TRUE(twice->UpdateRows(UpdateKind::kAdd, Ids32({0, 0}), Tensor::FromVector<T>({2}, {max, max})).ok());
+  EXPECT_EQ(Values<T>(twice->Read())[0], static_cast<T>(max - 2));
+
+  // Division by zero stays an error at every integer dtype, dense and by rows, and changes
+  // nothing (the zero is last, so nothing before it may have been applied).
+  auto v = MakeVariable("v", Tensor::FromVector<T>({3}, {6, 8, 10}));
+  EXPECT_EQ(v->Update(UpdateKind::kDiv, Tensor::FromVector<T>({3}, {1, 2, 0})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(v->UpdateRows(UpdateKind::kDiv, Ids64({0, 1}), Tensor::FromVector<T>({2}, {2, 0})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Values<T>(v->Read()), (std::vector<T>{6, 8, 10}));
+}
+
+TEST(VariableTest, BoolAcceptsOnlyZeroAndOneBytes) {
+  auto v = MakeVariable("mask", Tensor::FromVector<bool>({2}, {true, false}));
+  ASSERT_NE(v, nullptr);
+  // A bool tensor from the wire may carry any byte; 2 is not a bool (reading it as one is UB).
+  Tensor two(DType::kBool, {2});
+  two.data<uint8_t>()[1] = 2;
+  EXPECT_EQ(v->Update(UpdateKind::kAssign, two).code(), absl::StatusCode::kInvalidArgument);
+  Tensor row(DType::kBool, {1});
+  row.data<uint8_t>()[0] = 0x80;
+  EXPECT_EQ(v->UpdateRows(UpdateKind::kAssign, Ids64({1}), row).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Values<uint8_t>(v->Read()), (std::vector<uint8_t>{1, 0}));
+}
+
+TEST(VariableTest, AllFiniteFindsNanAndInfinityInFloatTensors) {
+  EXPECT_TRUE(AllFinite(Tensor::FromVector<float>({3}, {1, -1e38f, 0})));
+  EXPECT_TRUE(AllFinite(Tensor(DType::kF32, {0})));
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    Tensor t(DType::kF32, {1000});
+    t.data<float>()[999] = bad;
+    EXPECT_FALSE(AllFinite(t)) << bad;
+  }
+  Tensor d(DType::kF64, {4});
+  EXPECT_TRUE(AllFinite(d));
+  d.data<double>()[2] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(AllFinite(d));
+  // Integers are always finite.
+  EXPECT_TRUE(AllFinite(Tensor::FromVector<int32_t>({2}, {-1, std::numeric_limits<int32_t>::min()})));
+}
+
+TEST(VariableTest, ChargedBytesCountValueSlotsAndName) {
+  EXPECT_EQ(Variable::ChargedBytes("w", DType::kF32, {10, 4}, 0), 160 + 1 + Variable::kOverheadBytes);
+  EXPECT_EQ(Variable::ChargedBytes("w", DType::kF32, {10, 4}, 2), 3 * 160 + 1 + Variable::kOverheadBytes);
+  EXPECT_EQ(Variable::ChargedBytes("emb", DType::kI64, {0, 1000}, 0), 3 + Variable::kOverheadBytes);
+  OptimizerConfig adam;
+  adam.type = "adam";
+  auto v = MakeVariable("w", Tensor(DType::kF32, {10, 4}), &adam);
+  EXPECT_EQ(v->charged_bytes(), Variable::ChargedBytes("w", DType::kF32, {10, 4}, 2));
 }
 
 TEST(VariableTest, WrongShapeOrDtypeIsRejectedAndChangesNothing) {
