@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace asyncps::ps {
@@ -264,6 +265,161 @@ TEST(InitializerTest, BadSpecsAreInvalidArgument) {
   }
   // A negative dimension is not a shape.
   EXPECT_EQ(Initialize(Spec("zeros"), DType::kF32, {-1, 2}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(InitializerTest, ConstantsOutOfTheDtypesRangeAreInvalidArgument) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    DType dtype;
+    std::vector<double> bad;
+    std::vector<double> good;
+  };
+  const std::vector<Case> cases = {
+      {DType::kI32, {2147483648.0, -2147483649.0, 1e300, 0.5, -7.25, nan, inf, -inf}, {2147483647.0, -2147483648.0, -3}},
+      // 2^63 is the first double past i64's range; -2^63 is in it.
+      {DType::kI64, {9223372036854775808.0, -1e19, 1.5, nan, inf}, {-9223372036854775808.0, 9007199254740992.0}},
+      {DType::kU8, {256, -1, 0.5, nan, inf}, {0, 255}},
+      {DType::kBool, {2, -1, 0.5, nan}, {0, 1}},
+      {DType::kF32, {1e39, -1e300}, {3e38, nan, inf, 0.1}},
+  };
+  for (const Case& c : cases) {
+    for (double value : c.bad) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(c.dtype), " ", value));
+      InitializerSpec spec = Spec("constant");
+      spec.value = value;
+      auto t = Initialize(spec, c.dtype, {3});
+      EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    }
+    for (double value : c.good) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(c.dtype), " ", value));
+      InitializerSpec spec = Spec("constant");
+      spec.value = value;
+      const Tensor t = InitOrDie(spec, c.dtype, {3});
+      const double want = c.dtype == DType::kF32 ? static_cast<double>(static_cast<float>(value)) : value;
+      if (std::isnan(value)) {
+        EXPECT_TRUE(std::isnan(At(t, 2)));
+      } else {
+        EXPECT_EQ(At(t, 2), want);
+      }
+    }
+  }
+  // i64 holds its exact extremes.
+  InitializerSpec low = Spec("constant");
+  low.value = -9223372036854775808.0;
+  EXPECT_EQ(InitOrDie(low, DType::kI64, {1}).data<int64_t>()[0], std::numeric_limits<int64_t>::min());
+}
+
+TEST(InitializerTest, RandomRangesBeyondTheDtypeAreInvalidArgument) {
+  InitializerSpec wide = Spec("uniform");
+  wide.minval = -1e39;  // beyond f32
+  wide.maxval = 0;
+  EXPECT_EQ(Initialize(wide, DType::kF32, {4}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Initialize(wide, DType::kF64, {4}).ok());
+  wide.minval = -1.7e308;  // the width overflows a double
+  wide.maxval = 1.7e308;
+  EXPECT_EQ(Initialize(wide, DType::kF64, {4}).status().code(), absl::StatusCode::kInvalidArgument);
+  InitializerSpec normal = Spec("normal");
+  normal.stddev = 1e38;  // 9 sigma leaves f32
+  EXPECT_EQ(Initialize(normal, DType::kF32, {4}).status().code(), absl::StatusCode::kInvalidArgument);
+  normal.kind = "truncated_normal";  // 2 sigma does not
+  EXPECT_TRUE(Initialize(normal, DType::kF32, {4}).ok());
+  normal.stddev = 1e308;
+  EXPECT_EQ(Initialize(normal, DType::kF64, {4}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(InitializerTest, ShardMustFitItsFullShape) {
+  InitializerSpec spec = Spec("uniform");
+  spec.full_shape = {10, 4};
+  spec.row_offset = 8;
+  EXPECT_TRUE(Initialize(spec, DType::kF32, {2, 4}).ok());
+  EXPECT_EQ(Initialize(spec, DType::kF32, {3, 4}).status().code(), absl::StatusCode::kInvalidArgument);  // past the end
+  spec.row_offset = 0;
+  EXPECT_EQ(Initialize(spec, DType::kF32, {2, 5}).status().code(), absl::StatusCode::kInvalidArgument);  // other row
+  EXPECT_EQ(Initialize(spec, DType::kF32, {2}).status().code(), absl::StatusCode::kInvalidArgument);     // other rank
+  spec.row_offset = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(Initialize(spec, DType::kF32, {2, 4}).status().code(), absl::StatusCode::kInvalidArgument);
+  spec.full_shape = {int64_t{1} << 62, 4};  // not a valid shape
+  spec.row_offset = 0;
+  EXPECT_EQ(Initialize(spec, DType::kF32, {2, 4}).status().code(), absl::StatusCode::kInvalidArgument);
+  // An offset means nothing without the full shape.
+  spec.full_shape.clear();
+  spec.row_offset = 3;
+  EXPECT_EQ(Initialize(spec, DType::kF32, {2, 4}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Cost follows elements, not rows or dimensions: an empty variable with 2^36 rows, or one whose
+// zero dimension comes first, is built at once (a per-row loop would run for hours, and the
+// test's timeout would catch it). Shapes that only a zero keeps small are refused.
+TEST(InitializerTest, EmptyShapesWithHugeDimensionsCostNothing) {
+  for (const char* kind : {"truncated_normal", "uniform", "constant", "zeros"}) {
+    SCOPED_TRACE(kind);
+    auto t = Initialize(Spec(kind), DType::kF32, {int64_t{1} << 36, 0});
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->num_elements(), 0);
+    t = Initialize(Spec(kind), DType::kF32, {0, int64_t{1} << 36});
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(Initialize(Spec(kind), DType::kF32, {0, int64_t{1} << 40, int64_t{1} << 40}).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// Sharding a 1-D vector at arbitrary points gives the same values as the whole: values depend
+// on the global element index only.
+TEST(InitializerTest, VectorShardsAtAnyOffsetMatchTheWhole) {
+  InitializerSpec spec = Spec("truncated_normal", 99);
+  const Tensor whole = InitOrDie(spec, DType::kF32, {1000});
+  for (auto [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 333}, {333, 999}, {999, 1000}}) {
+    InitializerSpec shard = spec;
+    shard.full_shape = {1000};
+    shard.row_offset = begin;
+    const Tensor t = InitOrDie(shard, DType::kF32, {end - begin});
+    EXPECT_EQ(std::memcmp(t.data<float>(), whole.data<float>() + begin, static_cast<size_t>(end - begin) * 4), 0)
+        << begin;
+  }
+}
+
+// The counter-based streams must look independent: uniform draws fill ten equal bins evenly
+// (chi-square), and neighbouring elements (adjacent stream starts) are uncorrelated, within
+// rows and across a row boundary.
+TEST(InitializerTest, UniformBinsAreEvenAndNeighboursUncorrelated) {
+  InitializerSpec spec = Spec("uniform", 12345);
+  spec.minval = 0;
+  spec.maxval = 1;
+  const Tensor t = InitOrDie(spec, DType::kF64, {1000, 100});
+  const int64_t n = t.num_elements();
+  std::vector<int64_t> bins(10, 0);
+  for (double x : t.flat<double>()) ++bins[static_cast<size_t>(x * 10)];
+  double chi2 = 0;
+  const double expected = static_cast<double>(n) / 10;
+  for (int64_t b : bins) chi2 += (static_cast<double>(b) - expected) * (static_cast<double>(b) - expected) / expected;
+  // 9 degrees of freedom: P(chi2 > 27.9) = 0.001.
+  EXPECT_LT(chi2, 27.9);
+  // Lag-1 and lag-100 (same column, next row) correlation; standard error 1/sqrt(n) ~ 0.003.
+  for (int64_t lag : {1, 100}) {
+    double sum = 0;
+    const double* x = t.data<double>();
+    for (int64_t i = 0; i + lag < n; ++i) sum += (x[i] - 0.5) * (x[i + lag] - 0.5);
+    const double correlation = sum / static_cast<double>(n - lag) / (1.0 / 12);
+    EXPECT_LT(std::fabs(correlation), 0.02) << "lag " << lag;
+  }
+}
+
+// Normal draws have the standard normal's tails: the share beyond 1, 2 and 3 sigma.
+TEST(InitializerTest, NormalTailsMatchTheStandardNormal) {
+  InitializerSpec spec = Spec("normal", 77);
+  spec.mean = 0;
+  spec.stddev = 1;
+  const Tensor t = InitOrDie(spec, DType::kF64, {200000});
+  int64_t beyond[3] = {0, 0, 0};
+  for (double x : t.flat<double>()) {
+    for (int k = 0; k < 3; ++k) beyond[k] += std::fabs(x) > k + 1;
+  }
+  const double n = static_cast<double>(t.num_elements());
+  // Two-sided tails 0.3173, 0.0455, 0.0027; tolerances ~5 standard errors.
+  EXPECT_NEAR(static_cast<double>(beyond[0]) / n, 0.3173, 0.005);
+  EXPECT_NEAR(static_cast<double>(beyond[1]) / n, 0.0455, 0.0025);
+  EXPECT_NEAR(static_cast<double>(beyond[2]) / n, 0.0027, 0.0006);
 }
 
 }  // namespace
