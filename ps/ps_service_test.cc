@@ -1,11 +1,14 @@
 #include "ps/ps_service.h"
 
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "metrics/process_metrics.h"
 #include "net/envelope.capnp.h"
 #include "net/event_loop.h"
 #include "net/ps.capnp.h"
@@ -46,12 +49,21 @@ struct VariableInfo {
 // A PsService on a real RpcServer on 127.0.0.1, called through a real RpcClient.
 class PsServiceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    net::RpcServer::Options options;
-    options.role = "ps";
-    options.token = kToken;
-    server_ = std::make_unique<net::RpcServer>(loop_, options);
-    service_.RegisterWith(*server_);
+  void SetUp() override { StartServer(std::numeric_limits<uint64_t>::max(), PsService::Options()); }
+
+  // (Re)starts the server with a store capped at `max_bytes` and a service with `options`
+  // (whose metrics, when not given, are recorded in metrics_).
+  void StartServer(uint64_t max_bytes, PsService::Options options) {
+    client_.reset();
+    server_.reset();
+    if (options.metrics == nullptr) options.metrics = ps_metrics_.get();
+    store_ = std::make_unique<VariableStore>(max_bytes);
+    service_ = std::make_unique<PsService>(*store_, options);
+    net::RpcServer::Options server_options;
+    server_options.role = "ps";
+    server_options.token = kToken;
+    server_ = std::make_unique<net::RpcServer>(loop_, server_options);
+    service_->RegisterWith(*server_);
     ASSERT_TRUE(server_->Start().ok());
     net::RpcClient::Options client_options;
     client_options.address = "127.0.0.1:" + std::to_string(server_->port());
@@ -184,8 +196,11 @@ class PsServiceTest : public ::testing::Test {
   }
 
   net::EventLoop loop_;
-  VariableStore store_;
-  PsService service_{store_};
+  std::unique_ptr<metrics::ProcessMetrics> metrics_ =
+      std::move(metrics::ProcessMetrics::Create("ps", 0, /*listen_address=*/"")).value();
+  std::unique_ptr<PsMetrics> ps_metrics_ = std::make_unique<PsMetrics>(*metrics_);
+  std::unique_ptr<VariableStore> store_;
+  std::unique_ptr<PsService> service_;
   std::unique_ptr<net::RpcServer> server_;
   std::unique_ptr<net::RpcClient> client_;
 };
@@ -214,7 +229,7 @@ TEST_F(PsServiceTest, CreateIsIdempotentAndRejectsAConflictingShapeOrDtype) {
   EXPECT_EQ(Create("w", DType::kF32, {3, 2}).status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(Create("w", DType::kF64, {2, 3}).status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(Values<float>(ReadOne("w")), std::vector<float>(6, 3.0f));
-  EXPECT_EQ(store_.List().size(), 1u);
+  EXPECT_EQ(store_->List().size(), 1u);
 }
 
 TEST_F(PsServiceTest, CreateBuildsTheShardOnTheServer) {
@@ -254,7 +269,7 @@ TEST_F(PsServiceTest, CreateBuildsTheShardOnTheServer) {
   EXPECT_EQ(Read({"w"}).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Read({"steps"}).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Read({"t"}).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(store_.List().size(), 1u);
+  EXPECT_EQ(store_->List().size(), 1u);
 }
 
 TEST_F(PsServiceTest, ReadReturnsSeveralVariablesInRequestOrder) {
@@ -500,10 +515,198 @@ TEST_F(PsServiceTest, MalformedRequestsAreInvalidArgumentAndServingContinues) {
   // Nothing changed, nothing was created, and the same connection still serves.
   EXPECT_TRUE(Health().ok());
   EXPECT_EQ(Values<float>(ReadOne("w")), original);
-  EXPECT_EQ(store_.List().size(), 1u);
+  EXPECT_EQ(store_->List().size(), 1u);
   ASSERT_TRUE(Update({{"w", UpdateKind::kAdd, Tensor::FromVector<float>({2, 3}, {1, 1, 1, 1, 1, 1}), std::nullopt}})
                   .ok());
   EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{2, 3, 4, 5, 6, 7}));
+}
+
+// The value of the series of `name` whose labels contain `labels` in metrics_, or -1.
+double MetricValue(const std::string& exposition, const std::string& name, const std::string& labels) {
+  size_t pos = 0;
+  while ((pos = exposition.find(name + "{", pos)) != std::string::npos) {
+    const size_t end = exposition.find('\n', pos);
+    const std::string line = exposition.substr(pos, end - pos);
+    pos = end;
+    if (line.find(labels) == std::string::npos) continue;
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+class PsLimitsTest : public PsServiceTest {
+ protected:
+  double Rejected(const std::string& reason) {
+    return MetricValue(metrics_->Serialize(), "asyncps_ps_rejected_requests_total",
+                       "reason=\"" + reason + "\"");
+  }
+  double Nonfinite() {
+    return MetricValue(metrics_->Serialize(), "asyncps_ps_nonfinite_gradients_total", "role=\"ps\"");
+  }
+};
+
+TEST_F(PsLimitsTest, CreatePastTheVariableByteCapIsRefusedBeforeAllocating) {
+  // Room for two [256, 256] f32 variables (256 KiB each) and a little more.
+  const uint64_t one = Variable::ChargedBytes("a", DType::kF32, {256, 256}, 0);
+  StartServer(2 * one + 1000, PsService::Options());
+  InitializerSpec twos;
+  twos.kind = "constant";
+  twos.value = 2;
+  ASSERT_TRUE(Create("a", DType::kF32, {256, 256}, twos).ok());
+  ASSERT_TRUE(Create("b", DType::kF32, {256, 256}, twos).ok());
+  const uint64_t held = store_->bytes();
+
+  auto refused = Create("c", DType::kF32, {256, 256}, twos);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("'c'"));
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr(std::to_string(2 * one + 1000)));
+  // A 1 TiB variable is refused the same way (it would never be allocated).
+  EXPECT_EQ(Create("huge", DType::kF32, {int64_t{1} << 38}).status().code(), absl::StatusCode::kResourceExhausted);
+  // Optimizer slots count: a variable a third the size with Adam's two slots does not fit either.
+  OptimizerConfig adam;
+  adam.type = "adam";
+  EXPECT_EQ(Create("d", DType::kF32, {256, 100}, InitializerSpec(), &adam).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Rejected("variable_bytes"), 3);
+  EXPECT_EQ(store_->bytes(), held);
+  EXPECT_EQ(store_->List().size(), 2u);
+  // Idempotent re-creation of an existing variable costs nothing and still succeeds.
+  auto again = Create("a", DType::kF32, {256, 256}, twos);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(*again);
+  EXPECT_EQ(Values<float>(ReadOne("b")), std::vector<float>(256 * 256, 2.0f));
+  EXPECT_EQ(MetricValue(metrics_->Serialize(), "asyncps_ps_variable_bytes", "role=\"ps\""), static_cast<double>(held));
+}
+
+TEST_F(PsLimitsTest, ReadAndGatherPastTheResponseCapAreRefused) {
+  PsService::Options options;
+  options.max_response_bytes = 1 << 20;
+  StartServer(std::numeric_limits<uint64_t>::max(), options);
+  InitializerSpec ones;
+  ones.kind = "ones";
+  ASSERT_TRUE(Create("w", DType::kF32, {1024, 256}, ones).ok());  // exactly 1 MiB
+
+  ASSERT_TRUE(Read({"w"}).ok());
+  // The same variable named twice is 2 MiB of answer.
+  auto twice = Read({"w", "w"});
+  ASSERT_EQ(twice.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(twice.status().message(), ::testing::HasSubstr("--ps_max_response_bytes"));
+
+  // Rows of 1 KiB: 1024 of them fit, 1025 do not; neither do a million copies of row 0 (a
+  // 4 MB request asking for a 1 GiB answer).
+  std::vector<int32_t> ids(1024, 7);
+  ASSERT_TRUE(Gather({{"w", Tensor::FromVector(ids)}}).ok());
+  ids.push_back(7);
+  EXPECT_EQ(Gather({{"w", Tensor::FromVector(ids)}}).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Gather({{"w", Tensor::FromVector(std::vector<int32_t>(1 << 20, 0))}}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // Split over two lookups, the total still counts.
+  EXPECT_EQ(Gather({{"w", Tensor::FromVector(std::vector<int32_t>(600, 1))},
+                    {"w", Tensor::FromVector(std::vector<int32_t>(600, 2))}})
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Rejected("response_bytes"), 4);
+  EXPECT_EQ(Values<float>(ReadOne("w")), std::vector<float>(1024 * 256, 1.0f));
+}
+
+TEST_F(PsLimitsTest, ListVariablesPastTheResponseCapIsRefused) {
+  PsService::Options options;
+  options.max_response_bytes = 4096;
+  StartServer(std::numeric_limits<uint64_t>::max(), options);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Create(std::string(1000, 'a' + i), DType::kF32, {1}).ok());
+  ASSERT_TRUE(List().ok());
+  ASSERT_TRUE(Create(std::string(1000, 'z'), DType::kF32, {1}).ok());
+  EXPECT_EQ(List().status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(PsLimitsTest, NonfiniteGradientsAreRefusedNamingTheVariableAndApplyNothing) {
+  OptimizerConfig sgd;
+  sgd.learning_rate = 1;
+  CreateWith("a", {2}, {1, 2}, &sgd);
+  CreateWith("b", {2, 2}, {1, 2, 3, 4}, &sgd);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+
+  // A good gradient for 'a' and a NaN for 'b' in one push: nothing is applied.
+  absl::Status s = Push({{"a", Tensor::FromVector<float>({2}, {1, 1}), std::nullopt},
+                         {"b", Tensor::FromVector<float>({2, 2}, {0, nan, 0, 0}), std::nullopt}});
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("'b'"));
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("NaN or Inf"));
+  // Row gradients likewise, with -Inf.
+  s = Push({{"b", Tensor::FromVector<float>({1, 2}, {-inf, 0}), Ids64({1})}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  s = Push({{"a", Tensor::FromVector<float>({2}, {inf, 0}), std::nullopt}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(Values<float>(ReadOne("a")), (std::vector<float>{1, 2}));
+  EXPECT_EQ(Values<float>(ReadOne("b")), (std::vector<float>{1, 2, 3, 4}));
+  auto list = List();
+  ASSERT_TRUE(list.ok());
+  for (const VariableInfo& v : *list) EXPECT_EQ(v.iterations, 0) << v.name;
+  EXPECT_EQ(Nonfinite(), 3);
+  EXPECT_EQ(Rejected("nonfinite_gradient"), 3);
+  // Finite gradients still go through.
+  ASSERT_TRUE(Push({{"a", Tensor::FromVector<float>({2}, {1, 1}), std::nullopt}}).ok());
+  EXPECT_EQ(Values<float>(ReadOne("a")), (std::vector<float>{0, 1}));
+}
+
+TEST_F(PsLimitsTest, AllowNonfiniteGradientsAppliesThem) {
+  PsService::Options options;
+  options.allow_nonfinite_gradients = true;
+  StartServer(std::numeric_limits<uint64_t>::max(), options);
+  OptimizerConfig sgd;
+  CreateWith("a", {2}, {1, 2}, &sgd);
+  ASSERT_TRUE(Push({{"a", Tensor::FromVector<float>({2}, {std::numeric_limits<float>::quiet_NaN(), 0}),
+                     std::nullopt}})
+                  .ok());
+  const Tensor a = ReadOne("a");
+  EXPECT_TRUE(std::isnan(a.data<float>()[0]));
+  EXPECT_EQ(a.data<float>()[1], 2);
+  EXPECT_EQ(Nonfinite(), 1);  // counted even when allowed
+  EXPECT_EQ(Rejected("nonfinite_gradient"), 0);
+}
+
+TEST_F(PsLimitsTest, CreateErrorsNameTheVariable) {
+  InitializerSpec big;
+  big.kind = "constant";
+  big.value = 2147483648.0;  // 2^31: not an i32
+  auto s = Create("counter", DType::kI32, {4}, big);
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), ::testing::HasSubstr("'counter'"));
+  big.value = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(Create("counter", DType::kI64, {4}, big).status().code(), absl::StatusCode::kInvalidArgument);
+
+  // A zero dimension does not make huge ones behind it valid.
+  s = Create("hollow", DType::kF32, {0, int64_t{1} << 40, int64_t{1} << 40});
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), ::testing::HasSubstr("'hollow'"));
+
+  OptimizerConfig sgd;
+  s = Create("steps", DType::kI32, {2}, InitializerSpec(), &sgd);
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), ::testing::HasSubstr("'steps'"));
+  EXPECT_THAT(s.status().message(), ::testing::HasSubstr("f32"));
+  EXPECT_TRUE(store_->List().empty());
+  EXPECT_EQ(store_->bytes(), 0u);
+}
+
+TEST_F(PsLimitsTest, IntegerUpdatesWrapThroughTheService) {
+  InitializerSpec init;
+  init.kind = "tensor";
+  init.tensor = Tensor::FromVector<int32_t>({2}, {std::numeric_limits<int32_t>::min(), 7});
+  ASSERT_TRUE(Create("i", DType::kI32, {2}, init).ok());
+  ASSERT_TRUE(Update({{"i", UpdateKind::kDiv, Tensor::FromVector<int32_t>({2}, {-1, -1}), std::nullopt}}).ok());
+  EXPECT_EQ(Values<int32_t>(ReadOne("i")), (std::vector<int32_t>{std::numeric_limits<int32_t>::min(), -7}));
+  ASSERT_TRUE(Update({{"i", UpdateKind::kSub, Tensor::FromVector<int32_t>({1}, {1}), Ids64({0})}}).ok());
+  EXPECT_EQ(Values<int32_t>(ReadOne("i"))[0], std::numeric_limits<int32_t>::max());
+  // Division by zero later in a batch leaves the earlier update unapplied.
+  EXPECT_EQ(Update({{"i", UpdateKind::kAdd, Tensor::FromVector<int32_t>({2}, {1, 1}), std::nullopt},
+                    {"i", UpdateKind::kDiv, Tensor::FromVector<int32_t>({2}, {1, 0}), std::nullopt}})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Values<int32_t>(ReadOne("i")), (std::vector<int32_t>{std::numeric_limits<int32_t>::max(), -7}));
 }
 
 }  // namespace
