@@ -45,6 +45,8 @@ class LocalCluster {
   absl::Status KillPs(int i);
   absl::Status RestartPs(int i);
   bool worker_running(int i);
+  // The process of PS i (its pid, signals, exit), for tests that watch the server itself.
+  Subprocess& ps_process(int i) { return *ps_[i]; }
   // Sends `signal` to worker i (SIGSTOP/SIGCONT make a hung worker that is still connected).
   void SignalWorker(int i, int signal);
 
