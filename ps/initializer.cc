@@ -33,20 +33,27 @@ class ElementStream {
   }
   // Uniform in [0, 1) with 53 random bits.
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-  // Standard normal by Box-Muller (one of the pair): u1 in (0, 1] keeps the log finite, so
-  // |z| <= sqrt(-2 ln 2^-53) < kMaxNormal.
-  double Normal() {
-    const double u1 = static_cast<double>((Next() >> 11) + 1) * 0x1.0p-53;
-    const double u2 = Uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  // Two independent standard normals by Marsaglia's polar method (no trigonometry, and
+  // both values are used). v1, v2 step by 2^-52, so r2 >= 2^-104 and
+  // |z| <= sqrt(-2 ln r2) <= sqrt(208 ln 2) < kMaxNormal.
+  void NormalPair(double* z0, double* z1) {
+    double v1, v2, r2;
+    do {
+      v1 = 2.0 * Uniform() - 1.0;
+      v2 = 2.0 * Uniform() - 1.0;
+      r2 = v1 * v1 + v2 * v2;
+    } while (r2 >= 1.0 || r2 == 0.0);
+    const double f = std::sqrt(-2.0 * std::log(r2) / r2);
+    *z0 = v1 * f;
+    *z1 = v2 * f;
   }
 
  private:
   uint64_t state_;
 };
 
-// Largest |z| ElementStream::Normal can return (8.57...), rounded up.
-constexpr double kMaxNormal = 9.0;
+// Largest |z| ElementStream::NormalPair can return (12.01...), rounded up.
+constexpr double kMaxNormal = 12.5;
 
 // Keras fan computation: fan_in/fan_out of the whole variable.
 void Fans(const Shape& shape, double* fan_in, double* fan_out) {
@@ -71,6 +78,32 @@ void FillElements(uint64_t key, uint64_t first, T* data, int64_t n, Draw draw) {
   for (int64_t i = 0; i < n; ++i) {
     ElementStream stream(key, first + static_cast<uint64_t>(i));
     data[i] = draw(stream);
+  }
+}
+
+// Normal values for elements [first, first + n): global elements 2k and 2k + 1 share the
+// stream of pair k, element 2k taking the first of each polar pair and 2k + 1 the second. With
+// `truncated` (TF's truncated normal), an element's draws beyond two standard deviations are
+// dropped and it takes its next one (about 4.6% are redrawn), not clipped. An element's value
+// depends only on its own half of its pair's stream, so it is the same whether or not its
+// partner is in the shard, and the two are independent.
+template <typename T>
+void FillNormal(uint64_t key, uint64_t first, T* data, int64_t n, double mean, double stddev, bool truncated) {
+  const uint64_t end = first + static_cast<uint64_t>(n);
+  for (uint64_t pair = first / 2; pair * 2 < end; ++pair) {
+    ElementStream stream(key, pair);
+    const uint64_t element[2] = {2 * pair, 2 * pair + 1};
+    bool need[2] = {element[0] >= first, element[1] < end};
+    double z[2];
+    while (need[0] || need[1]) {
+      stream.NormalPair(&z[0], &z[1]);
+      for (int i = 0; i < 2; ++i) {
+        if (need[i] && (!truncated || std::fabs(z[i]) <= 2.0)) {
+          data[element[i] - first] = static_cast<T>(mean + stddev * z[i]);
+          need[i] = false;
+        }
+      }
+    }
   }
 }
 
@@ -125,22 +158,8 @@ void FillRandom(const InitializerSpec& spec, const Shape& full_shape, uint64_t f
   T* data = out.data<T>();
   const int64_t n = out.num_elements();
   const uint64_t key = Mix64(spec.seed + kGolden);
-  const double mean = spec.mean, stddev = spec.stddev;
-  if (spec.kind == "truncated_normal") {
-    // TF's truncated normal: draws beyond two standard deviations are dropped and redrawn
-    // (about 4.6% of them), not clipped.
-    FillElements(key, first, data, n, [mean, stddev](ElementStream& s) {
-      double z;
-      do {
-        z = s.Normal();
-      } while (std::fabs(z) > 2.0);
-      return static_cast<T>(mean + stddev * z);
-    });
-    return;
-  }
-  if (spec.kind == "normal") {
-    FillElements(key, first, data, n,
-                 [mean, stddev](ElementStream& s) { return static_cast<T>(mean + stddev * s.Normal()); });
+  if (IsNormal(spec.kind)) {
+    FillNormal(key, first, data, n, spec.mean, spec.stddev, spec.kind == "truncated_normal");
     return;
   }
   double lo, hi;

@@ -29,7 +29,7 @@ struct InitializerSpec {
 // Builds the values of a shard of shape `shard_shape`. InvalidArgument (before anything is
 // allocated) for: an invalid shape; an unknown kind; a random kind on a non-float dtype; a
 // tensor of the wrong dtype/shape; NaN/infinite parameters, stddev < 0 or minval > maxval; a
-// random distribution whose values could leave the dtype's range (normal: |mean| + 9 stddev,
+// random distribution whose values could leave the dtype's range (normal: |mean| + 12.5 stddev,
 // truncated_normal: |mean| + 2 stddev, uniform: minval and maxval); a constant the dtype cannot
 // hold exactly (integers: NaN, infinities, fractions, out of range; bool: other than 0 and 1;
 // f32: a finite value beyond its range); a full_shape the shard does not fit in (same rank
