@@ -54,7 +54,8 @@ uint64_t SaturatingMul(uint64_t a, uint64_t b) {
 
 absl::Status PsService::Reject(RejectReason reason, absl::Status status) const {
   if (options_.metrics != nullptr) options_.metrics->RecordRejected(reason);
-  spdlog::warn("refused: {}", status.ToString());
+  // The RPC server logs InvalidArgument itself; the rest would go unlogged.
+  if (status.code() != absl::StatusCode::kInvalidArgument) spdlog::warn("refused: {}", status.ToString());
   return status;
 }
 

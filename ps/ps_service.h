@@ -55,7 +55,7 @@ class PsService {
   absl::Status Gather(const net::InMessage& request, net::OutMessage* response);
   absl::Status ListVariables(const net::InMessage& request, net::OutMessage* response);
 
-  // Counts `reason` and returns `status` (ResourceExhausted or InvalidArgument) logged.
+  // Counts `reason`, makes sure `status` is logged, and returns it.
   absl::Status Reject(RejectReason reason, absl::Status status) const;
   absl::Status CheckResponseBytes(const char* method, uint64_t bytes) const;
 
