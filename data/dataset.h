@@ -87,6 +87,7 @@ class Dataset {
 
   // ---- Transforms ----
   // fn's error status is returned by Next() for that element; iteration can go on after it.
+  // An exception thrown by fn becomes an Internal error (likewise for Filter).
   Dataset Map(std::function<absl::StatusOr<Element>(Element)> fn) const;
   // Keeps the elements for which pred returns true.
   Dataset Filter(std::function<absl::StatusOr<bool>(const Element&)> pred) const;

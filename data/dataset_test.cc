@@ -7,6 +7,7 @@
 #include <atomic>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "data/test_files.h"
@@ -157,6 +158,25 @@ TEST(DatasetTest, MapReturningOutOfRangeIsAnErrorNotASilentEnd) {
   absl::Status s = (*it)->Next().status();
   EXPECT_FALSE(IsEndOfData(s));
   EXPECT_THAT(s.message(), HasSubstr("index 9"));
+}
+
+TEST(DatasetTest, ExceptionsFromUserFunctionsBecomeErrors) {
+  Dataset mapped = Dataset::Range(0, 2).Map([](Element e) -> absl::StatusOr<Element> {
+    if (*e[0].data<int64_t>() == 0) throw std::runtime_error("shape mismatch in torch");
+    return e;
+  });
+  auto it = mapped.MakeIterator();
+  ASSERT_TRUE(it.ok());
+  absl::Status s = (*it)->Next().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(s.message(), HasSubstr("shape mismatch in torch"));
+  EXPECT_TRUE((*it)->Next().ok());  // the next element is unaffected
+  auto filtered = DrainDataset(Dataset::Range(0, 2).Filter(
+      [](const Element&) -> absl::StatusOr<bool> { throw std::logic_error("pred threw"); }));
+  EXPECT_EQ(filtered.status().code(), absl::StatusCode::kInternal);
+  // Through a Prefetch thread too: the process must not terminate.
+  auto prefetched = DrainDataset(mapped.Prefetch(2));
+  EXPECT_EQ(prefetched.status().code(), absl::StatusCode::kInternal);
 }
 
 TEST(DatasetTest, Filter) {

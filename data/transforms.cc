@@ -3,6 +3,7 @@
 // Every iterator holds a reference to its node (or input Dataset), so iterators outlive the
 // Dataset handles they were made from.
 
+#include <exception>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -61,7 +62,14 @@ class MapIterator : public Iterator {
       : input_(std::move(input)), fn_(std::move(fn)) {}
   absl::StatusOr<Element> Next() override {
     ASSIGN_OR_RETURN(Element e, input_->Next());
-    absl::StatusOr<Element> out = (*fn_)(std::move(e));
+    absl::StatusOr<Element> out;
+    // User code (LibTorch, say) may throw; on a Prefetch thread that would terminate the
+    // process, so an exception becomes this element's error.
+    try {
+      out = (*fn_)(std::move(e));
+    } catch (const std::exception& ex) {
+      return absl::InternalError(absl::StrCat("Map function threw: ", ex.what()));
+    }
     // A function's own OutOfRange would read as a silent end of data; it is its error.
     if (!out.ok() && IsEndOfData(out.status())) {
       return absl::InternalError(absl::StrCat("Map function returned OutOfRange: ",
@@ -98,7 +106,12 @@ class FilterIterator : public Iterator {
   absl::StatusOr<Element> Next() override {
     while (true) {
       ASSIGN_OR_RETURN(Element e, input_->Next());
-      absl::StatusOr<bool> keep = (*pred_)(e);
+      absl::StatusOr<bool> keep;
+      try {
+        keep = (*pred_)(e);
+      } catch (const std::exception& ex) {
+        return absl::InternalError(absl::StrCat("Filter predicate threw: ", ex.what()));
+      }
       if (!keep.ok()) {
         if (IsEndOfData(keep.status())) {
           return absl::InternalError(absl::StrCat("Filter predicate returned OutOfRange: ",
