@@ -59,6 +59,7 @@ std::shared_ptr<const DatasetNode> MakeShardNode(Dataset input, int64_t num_shar
                                                  int64_t index);
 std::shared_ptr<const DatasetNode> MakeTakeNode(Dataset input, int64_t n);
 std::shared_ptr<const DatasetNode> MakeSkipNode(Dataset input, int64_t n);
+std::shared_ptr<const DatasetNode> MakeCacheNode(Dataset input);
 std::shared_ptr<const DatasetNode> MakePrefetchNode(Dataset input, int64_t buffer_size);
 
 }  // namespace asyncps::data::internal

@@ -230,6 +230,57 @@ TEST(DatasetTest, Repeat) {
               ElementsAre());
 }
 
+// Counts how often the input is read; a Map in front of Cache.
+Dataset Counted(int64_t n, std::shared_ptr<std::atomic<int>> reads, int64_t fail_at = -1) {
+  return Dataset::Range(0, n).Map([reads, fail_at](Element e) -> absl::StatusOr<Element> {
+    reads->fetch_add(1);
+    if (*e[0].data<int64_t>() == fail_at) return absl::DataLossError("bad");
+    return e;
+  });
+}
+
+TEST(DatasetTest, CacheReadsTheInputOnceAcrossPassesAndIterators) {
+  auto reads = std::make_shared<std::atomic<int>>(0);
+  Dataset cached = Counted(5, reads).Cache();
+  EXPECT_THAT(Values(cached.Repeat(3)), ElementsAre(0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4));
+  EXPECT_THAT(Values(cached), ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_EQ(reads->load(), 5);
+}
+
+TEST(DatasetTest, CacheKeepsNothingFromPartialOrFailedPasses) {
+  auto reads = std::make_shared<std::atomic<int>>(0);
+  Dataset cached = Counted(5, reads).Cache();
+  EXPECT_THAT(Values(cached.Take(2)), ElementsAre(0, 1));  // stops early: nothing cached
+  EXPECT_THAT(Values(cached), ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_EQ(reads->load(), 2 + 5);
+  EXPECT_THAT(Values(cached), ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_EQ(reads->load(), 7);
+
+  auto failing_reads = std::make_shared<std::atomic<int>>(0);
+  Dataset failing = Counted(4, failing_reads, /*fail_at=*/2).Cache();
+  auto it = failing.MakeIterator();
+  ASSERT_TRUE(it.ok());
+  EXPECT_FALSE(Drain(**it).ok());
+  EXPECT_FALSE(DrainDataset(failing).ok());  // the error is not cached away
+  EXPECT_EQ(failing_reads->load(), 6);
+}
+
+TEST(DatasetTest, CacheFilledAndReadFromSeveralThreads) {
+  auto reads = std::make_shared<std::atomic<int>>(0);
+  Dataset cached = Counted(100, reads).Cache().Repeat(3);
+  std::vector<std::vector<int64_t>> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back([&, t] { got[t] = Values(cached); });
+  for (auto& t : threads) t.join();
+  std::vector<int64_t> expected;
+  for (int pass = 0; pass < 3; ++pass) {
+    for (int64_t v : Iota(100)) expected.push_back(v);
+  }
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(got[t], expected);
+  EXPECT_GE(reads->load(), 100);
+  EXPECT_LE(reads->load(), 400);  // at most one filling pass per thread
+}
+
 TEST(DatasetTest, BatchStacksComponents) {
   Tensor x = Tensor::FromVector<float>({5, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
   Tensor y = Tensor::FromVector<int64_t>({0, 1, 2, 3, 4});
