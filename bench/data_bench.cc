@@ -44,7 +44,8 @@ double RawGzread(int64_t examples) {
   const int64_t want = kHeaderBytes + examples * kExampleBytes;
   int64_t total = 0;
   while (total < want) {
-    int n = gzread(f, buf.data(), static_cast<unsigned>(std::min<int64_t>(buf.size(), want - total)));
+    int n =
+        gzread(f, buf.data(), static_cast<unsigned>(std::min<int64_t>(buf.size(), want - total)));
     if (n <= 0) break;
     total += n;
   }
@@ -115,8 +116,7 @@ int Main(bool quick) {
   }
   std::printf("data_bench: %lld Fashion-MNIST train images (gzipped IDX), best of %d round(s)\n",
               static_cast<long long>(examples), rounds);
-  std::printf("  %-46s %12.0f examples/s  (reference)\n", "raw gzread of the same bytes",
-              raw_best);
+  std::printf("  %-46s %12.0f examples/s  (reference)\n", "raw gzread of the same bytes", raw_best);
   for (const Case& c : cases) {
     std::printf("  %-46s %12.0f examples/s  ratio %.2f of raw\n", c.name, c.best,
                 c.best / raw_best);

@@ -17,11 +17,11 @@
 namespace asyncps::data {
 namespace {
 
+using testing::Drain;
+using testing::DrainDataset;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-using testing::Drain;
-using testing::DrainDataset;
 using testing::Int64s;
 
 std::vector<int64_t> Values(const Dataset& d) {
@@ -77,8 +77,8 @@ TEST(DatasetTest, FromTensorSlicesSlicesAxisZero) {
 }
 
 TEST(DatasetTest, FromTensorSlicesRejectsMismatchedRowsAndScalars) {
-  absl::Status s = IteratorError(Dataset::FromTensorSlices(
-      {Tensor(DType::kF32, {3, 2}), Tensor(DType::kF32, {4})}));
+  absl::Status s = IteratorError(
+      Dataset::FromTensorSlices({Tensor(DType::kF32, {3, 2}), Tensor(DType::kF32, {4})}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("4 rows"));
   EXPECT_EQ(IteratorError(Dataset::FromTensorSlices({Tensor::Scalar<float>(1)})).code(),
@@ -184,9 +184,7 @@ TEST(DatasetTest, Filter) {
     return *e[0].data<int64_t>() % 2 == 0;
   };
   EXPECT_THAT(Values(Dataset::Range(0, 9).Filter(even)), ElementsAre(0, 2, 4, 6, 8));
-  auto failing = [](const Element&) -> absl::StatusOr<bool> {
-    return absl::DataLossError("pred");
-  };
+  auto failing = [](const Element&) -> absl::StatusOr<bool> { return absl::DataLossError("pred"); };
   EXPECT_EQ(DrainDataset(Dataset::Range(0, 9).Filter(failing)).status().code(),
             absl::StatusCode::kDataLoss);
 }
@@ -224,9 +222,9 @@ TEST(DatasetTest, Repeat) {
   EXPECT_THAT(Values(Dataset::Range(0, 2).Repeat().Take(7)), ElementsAre(0, 1, 0, 1, 0, 1, 0));
   // Forever over nothing ends instead of spinning.
   EXPECT_THAT(Values(Dataset::Range(0, 0).Repeat()), ElementsAre());
-  EXPECT_THAT(Values(Dataset::Range(0, 5).Filter([](const Element&) -> absl::StatusOr<bool> {
-                       return false;
-                     }).Repeat()),
+  EXPECT_THAT(Values(Dataset::Range(0, 5)
+                         .Filter([](const Element&) -> absl::StatusOr<bool> { return false; })
+                         .Repeat()),
               ElementsAre());
 }
 
@@ -301,16 +299,17 @@ TEST(DatasetTest, BatchStacksComponents) {
 }
 
 TEST(DatasetTest, BatchOfMismatchedShapesOrDtypesIsInvalidArgument) {
-  auto shapes = DrainDataset(Dataset::FromElements(
-      {{Tensor(DType::kF32, {2})}, {Tensor(DType::kF32, {3})}}).Batch(2));
+  auto shapes = DrainDataset(
+      Dataset::FromElements({{Tensor(DType::kF32, {2})}, {Tensor(DType::kF32, {3})}}).Batch(2));
   EXPECT_EQ(shapes.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(shapes.status().message(), HasSubstr("[3]"));
-  auto dtypes = DrainDataset(Dataset::FromElements(
-      {{Tensor(DType::kF32, {2})}, {Tensor(DType::kI32, {2})}}).Batch(2));
+  auto dtypes = DrainDataset(
+      Dataset::FromElements({{Tensor(DType::kF32, {2})}, {Tensor(DType::kI32, {2})}}).Batch(2));
   EXPECT_EQ(dtypes.status().code(), absl::StatusCode::kInvalidArgument);
-  auto arity = DrainDataset(Dataset::FromElements(
-      {{Tensor(DType::kF32, {2})}, {Tensor(DType::kF32, {2}), Tensor(DType::kF32, {2})}})
-                                .Batch(2));
+  auto arity =
+      DrainDataset(Dataset::FromElements({{Tensor(DType::kF32, {2})},
+                                          {Tensor(DType::kF32, {2}), Tensor(DType::kF32, {2})}})
+                       .Batch(2));
   EXPECT_EQ(arity.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

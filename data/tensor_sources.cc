@@ -40,8 +40,7 @@ class RangeNode : public DatasetNode {
   const int64_t start_, stop_, step_;
 };
 
-class TensorSlicesNode : public DatasetNode,
-                         public std::enable_shared_from_this<TensorSlicesNode> {
+class TensorSlicesNode : public DatasetNode, public std::enable_shared_from_this<TensorSlicesNode> {
  public:
   explicit TensorSlicesNode(std::vector<Tensor> components) : components_(std::move(components)) {}
 
@@ -52,14 +51,14 @@ class TensorSlicesNode : public DatasetNode,
     for (size_t i = 0; i < components_.size(); ++i) {
       const Tensor& c = components_[i];
       if (c.rank() < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("FromTensorSlices: component ", i, " is a scalar (", c.DebugString(0),
-                         "); slicing needs rank >= 1"));
+        return absl::InvalidArgumentError(absl::StrCat("FromTensorSlices: component ", i,
+                                                       " is a scalar (", c.DebugString(0),
+                                                       "); slicing needs rank >= 1"));
       }
       if (c.dim(0) != components_[0].dim(0)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "FromTensorSlices: component ", i, " has ", c.dim(0), " rows (",
-            ShapeString(c.shape()), ") but component 0 has ", components_[0].dim(0)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("FromTensorSlices: component ", i, " has ", c.dim(0), " rows (",
+                         ShapeString(c.shape()), ") but component 0 has ", components_[0].dim(0)));
       }
     }
     return std::unique_ptr<Iterator>(new SliceIterator(shared_from_this()));

@@ -8,9 +8,9 @@
 namespace asyncps::data {
 namespace {
 
+using testing::DrainDataset;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing::DrainDataset;
 using testing::TempDir;
 using testing::WriteFile;
 using testing::WriteGzipFile;
@@ -33,9 +33,9 @@ TEST(TextLinesTest, LinesOfSeveralFilesInOrder) {
   WriteFile(dir.Path("a.txt"), "one\r\ntwo\n\nthree");
   WriteFile(dir.Path("empty.txt"), "");
   WriteGzipFile(dir.Path("b.txt.gz"), "four\nfive\n");
-  EXPECT_THAT(Lines(Dataset::TextLines(
-                  {dir.Path("a.txt"), dir.Path("empty.txt"), dir.Path("b.txt.gz")})),
-              ElementsAre("one", "two", "", "three", "four", "five"));
+  EXPECT_THAT(
+      Lines(Dataset::TextLines({dir.Path("a.txt"), dir.Path("empty.txt"), dir.Path("b.txt.gz")})),
+      ElementsAre("one", "two", "", "three", "four", "five"));
   EXPECT_THAT(Lines(Dataset::TextLines({})), ElementsAre());
 }
 
@@ -62,8 +62,8 @@ TEST(LibSvmTest, ParsesIntoDenseFeaturesAndLabel) {
     ASSERT_TRUE(elements.ok()) << elements.status();
     ASSERT_EQ(elements->size(), 1u);
     const Element& b = (*elements)[0];
-    EXPECT_TRUE(b[0].Equals(Tensor::FromVector<float>(
-        {3, 4}, {0.5f, 0, -2, 0, 0, 1e-3f, 0, 4, 0, 0, 0, 0})))
+    EXPECT_TRUE(b[0].Equals(
+        Tensor::FromVector<float>({3, 4}, {0.5f, 0, -2, 0, 0, 1e-3f, 0, 4, 0, 0, 0, 0})))
         << b[0].DebugString(12);
     EXPECT_TRUE(b[1].Equals(Tensor::FromVector<float>({1, -1, 0})));
   }

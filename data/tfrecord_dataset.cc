@@ -30,8 +30,8 @@ class TFRecordIterator : public FileListIterator {
   absl::StatusOr<std::optional<Element>> ReadRecord(InputStream& in) override {
     const int64_t start = in.offset();
     auto corrupt = [&](absl::string_view what) {
-      return absl::DataLossError(absl::StrCat(in.path(), ": corrupt TFRecord at byte offset ",
-                                              start, ": ", what));
+      return absl::DataLossError(
+          absl::StrCat(in.path(), ": corrupt TFRecord at byte offset ", start, ": ", what));
     };
     unsigned char header[12];
     ASSIGN_OR_RETURN(size_t got, in.Read(header, sizeof(header)));

@@ -11,8 +11,8 @@
 namespace asyncps::data {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::DrainDataset;
+using ::testing::HasSubstr;
 using testing::TempDir;
 using testing::WriteFile;
 

@@ -19,7 +19,8 @@ absl::Status EndOfData() { return absl::OutOfRangeError("end of data"); }
 
 class ZipIterator : public Iterator {
  public:
-  explicit ZipIterator(std::vector<std::unique_ptr<Iterator>> inputs) : inputs_(std::move(inputs)) {}
+  explicit ZipIterator(std::vector<std::unique_ptr<Iterator>> inputs)
+      : inputs_(std::move(inputs)) {}
   absl::StatusOr<Element> Next() override {
     Element out;
     for (auto& in : inputs_) {
@@ -72,8 +73,8 @@ class MapIterator : public Iterator {
     }
     // A function's own OutOfRange would read as a silent end of data; it is its error.
     if (!out.ok() && IsEndOfData(out.status())) {
-      return absl::InternalError(absl::StrCat("Map function returned OutOfRange: ",
-                                              out.status().message()));
+      return absl::InternalError(
+          absl::StrCat("Map function returned OutOfRange: ", out.status().message()));
     }
     return out;
   }
@@ -114,8 +115,8 @@ class FilterIterator : public Iterator {
       }
       if (!keep.ok()) {
         if (IsEndOfData(keep.status())) {
-          return absl::InternalError(absl::StrCat("Filter predicate returned OutOfRange: ",
-                                                  keep.status().message()));
+          return absl::InternalError(
+              absl::StrCat("Filter predicate returned OutOfRange: ", keep.status().message()));
         }
         return keep.status();
       }
@@ -299,8 +300,7 @@ std::shared_ptr<const DatasetNode> MakeSkipNode(Dataset input, int64_t n) {
   // Skip(n < 0) drops everything: a first gap of "all".
   return std::make_shared<StrideNode>(std::move(input), n < 0 ? -1 : n, 0, absl::OkStatus());
 }
-std::shared_ptr<const DatasetNode> MakeShardNode(Dataset input, int64_t num_shards,
-                                                 int64_t index) {
+std::shared_ptr<const DatasetNode> MakeShardNode(Dataset input, int64_t num_shards, int64_t index) {
   absl::Status invalid;
   if (num_shards < 1 || index < 0 || index >= num_shards) {
     invalid = absl::InvalidArgumentError(absl::StrCat(
