@@ -2,10 +2,15 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <string>
 #include <string_view>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 
 namespace asyncps {
 namespace {
@@ -23,22 +28,56 @@ const char* FlagValue(int argc, char** argv, std::string_view name) {
   return nullptr;
 }
 
-const char* FlagOrEnv(int argc, char** argv, std::string_view flag, const char* env) {
-  const char* v = FlagValue(argc, argv, flag);
-  return v != nullptr ? v : std::getenv(env);
+// A setting's value and where it came from ("--flag" or "ENV_VAR"), for error messages.
+struct Setting {
+  const char* value = nullptr;
+  std::string source;
+};
+
+Setting FlagOrEnv(int argc, char** argv, std::string_view flag, const char* env) {
+  if (const char* v = FlagValue(argc, argv, flag)) return {v, absl::StrCat("--", absl::string_view(flag.data(), flag.size()))};
+  if (const char* v = std::getenv(env)) return {v, env};
+  return {};
 }
 
 }  // namespace
 
-ProcessOptions ProcessOptions::FromEnvAndFlags(int argc, char** argv) {
+bool IsLogLevelName(const std::string& name) {
+  static constexpr std::string_view kNames[] = {"trace", "debug", "info",     "warn", "warning",
+                                                "error", "err",   "critical", "off"};
+  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
+}
+
+absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
   ProcessOptions o;
-  if (const char* v = FlagOrEnv(argc, argv, "cluster_token", "ASYNCPS_CLUSTER_TOKEN")) o.cluster_token = v;
-  if (const char* v = FlagOrEnv(argc, argv, "metrics_port", "ASYNCPS_METRICS_PORT")) {
-    int port;
-    if (absl::SimpleAtoi(v, &port)) o.metrics_port = port;
+  if (Setting s = FlagOrEnv(argc, argv, "cluster_token", "ASYNCPS_CLUSTER_TOKEN"); s.value != nullptr) {
+    o.cluster_token = s.value;
   }
-  if (const char* v = FlagOrEnv(argc, argv, "log_level", "ASYNCPS_LOG_LEVEL")) o.log_level = v;
+  if (Setting s = FlagOrEnv(argc, argv, "metrics_port", "ASYNCPS_METRICS_PORT"); s.value != nullptr) {
+    int port = 0;
+    if (!absl::SimpleAtoi(s.value, &port) || port < -1 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(s.source, "='", s.value,
+                                                     "' is not a port (an integer from -1 to 65535)"));
+    }
+    o.metrics_port = port;
+  }
+  if (Setting s = FlagOrEnv(argc, argv, "log_level", "ASYNCPS_LOG_LEVEL"); s.value != nullptr) {
+    if (!IsLogLevelName(s.value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          s.source, "='", s.value, "' is not a log level (trace, debug, info, warn, error, critical, off)"));
+    }
+    o.log_level = s.value;
+  }
   return o;
+}
+
+ProcessOptions ProcessOptions::FromEnvAndFlags(int argc, char** argv) {
+  absl::StatusOr<ProcessOptions> o = Parse(argc, argv);
+  if (!o.ok()) {
+    std::fprintf(stderr, "asyncps: %s\n", std::string(o.status().message()).c_str());
+    std::exit(2);
+  }
+  return *std::move(o);
 }
 
 void BlockTerminationSignals() {

@@ -64,27 +64,15 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
     body.setMessage(absl::StrCat("unknown function '", function_name, "'"));
     return absl::OkStatus();
   }
-  auto cancelled = std::make_shared<std::atomic<bool>>(false);
-  {
-    MutexLock lock(&mu_);
-    running_[closure_id] = cancelled;
-    auto early = std::find(cancelled_early_.begin(), cancelled_early_.end(), closure_id);
-    if (early != cancelled_early_.end()) {
-      cancelled->store(true);
-      cancelled_early_.erase(early);
-    }
-  }
-  StepContext ctx(worker_index_, std::move(args), ps_, cancelled);
+  const ClosureCancellation::Attempt attempt = cancellation_.Start(closure_id);
+  StepContext ctx(worker_index_, std::move(args), ps_, attempt.cancelled);
   absl::StatusOr<Values> result;
   try {
     result = (*fn)(ctx);
   } catch (const std::exception& e) {
     result = absl::InternalError(absl::StrCat("function '", function_name, "' threw: ", e.what()));
   }
-  {
-    MutexLock lock(&mu_);
-    running_.erase(closure_id);
-  }
+  cancellation_.Finish(attempt);
   if (!result.ok()) {
     body.setCode(static_cast<int>(result.status().code()));
     body.setMessage(std::string(result.status().message()));
@@ -155,17 +143,9 @@ absl::Status WorkerService::SetDirectory(const net::InMessage& request, net::Out
 }
 
 absl::Status WorkerService::Cancel(const net::InMessage& request, net::OutMessage*) {
-  MutexLock lock(&mu_);
-  constexpr size_t kMaxEarlyCancels = 4096;
-  for (uint64_t id : request.RequestBody<wire::CancelRequest>().getClosureIds()) {
-    auto it = running_.find(id);
-    if (it != running_.end()) {
-      it->second->store(true);
-      continue;
-    }
-    cancelled_early_.push_back(id);
-    if (cancelled_early_.size() > kMaxEarlyCancels) cancelled_early_.pop_front();
-  }
+  std::vector<uint64_t> ids;
+  for (uint64_t id : request.RequestBody<wire::CancelRequest>().getClosureIds()) ids.push_back(id);
+  cancellation_.Cancel(ids);
   return absl::OkStatus();
 }
 

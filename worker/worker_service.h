@@ -1,13 +1,12 @@
 #ifndef ASYNCPS_WORKER_WORKER_SERVICE_H_
 #define ASYNCPS_WORKER_WORKER_SERVICE_H_
 
-#include <atomic>
-#include <deque>
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
 #include "core/sync.h"
 #include "net/rpc_server.h"
+#include "worker/closure_cancellation.h"
 #include "worker/program.h"
 #include "worker/ps_client.h"
 #include "worker/variable_directory.h"
@@ -49,11 +48,7 @@ class WorkerService {
 
   Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Resource>> resources_ ABSL_GUARDED_BY(mu_);
-  // Cancellation flags of the closures running now, by closure id.
-  absl::flat_hash_map<uint64_t, std::shared_ptr<std::atomic<bool>>> running_ ABSL_GUARDED_BY(mu_);
-  // Cancels that arrived before their Run started (Cancel runs on the I/O thread, Run on the
-  // pool, so a Cancel sent right after a Run can overtake it). Bounded: oldest dropped first.
-  std::deque<uint64_t> cancelled_early_ ABSL_GUARDED_BY(mu_);
+  ClosureCancellation cancellation_;  // one flag per attempt of each running closure
 };
 
 }  // namespace asyncps
