@@ -52,7 +52,15 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
 }
 
 ClusterCoordinator::~ClusterCoordinator() {
-  queue_.Stop();
+  queue_.Stop();  // nothing new is handed out; queued closures are cancelled
+  // Cooperative functions stop within the grace and report normally.
+  for (auto& w : workers_) w->CancelRunning();
+  if (!queue_.WaitUntilNoneInFlight(options_.shutdown_grace)) {
+    spdlog::warn("{} closure(s) still running {} after cancelling them; abandoning them", queue_.in_flight(),
+                 absl::FormatDuration(options_.shutdown_grace));
+  }
+  // Abandons every wait on a worker (closures, heartbeats, recovery probes): no thread below
+  // is left blocked on the network, so the joins return at once.
   for (auto& w : workers_) w->Stop();
   for (auto& t : threads_) t.join();
 }
@@ -185,6 +193,10 @@ void ClusterCoordinator::DispatchLoop(WorkerHandle& worker) {
 void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<coordinator::Closure>& closure) {
   const uint64_t incarnation = worker.incarnation();
   auto put_back = [&](const absl::Status& reason) {
+    if (worker.stopping()) {  // abandoned by the destructor: the stopped queue cancels it
+      queue_.PutBack(closure);
+      return;
+    }
     WorkerFailed(worker, incarnation, reason);
     metrics_->retried.Increment();
     queue_.PutBack(closure);
@@ -220,7 +232,7 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     queue_.MarkFinished();
     return;
   }
-  auto response = worker.client().Call("worker.Run", std::move(request), options_.closure_timeout);
+  auto response = worker.Call("worker.Run", std::move(request), options_.closure_timeout);
   worker.RemoveRunning(closure->id);
 
   absl::Status rpc = response.status();
