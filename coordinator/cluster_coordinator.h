@@ -76,6 +76,15 @@ class ClusterCoordinator {
 
   // Creates a resource on every worker from `factory` in the Program, and keeps it there:
   // a worker that restarts gets it rebuilt before its next closure.
+  //   * NotFound for a factory the Program does not have.
+  //   * When the factory fails on a worker that is up, that error (its code; the message
+  //     names the factory and worker) is returned and nothing is left behind: the resource
+  //     is deleted where it was built and is not rebuilt on workers that recover later.
+  //   * When the factory fails only later, on a worker that was down at creation and is
+  //     being recovered, the worker is still admitted: closures that do not use the
+  //     resource run there, and a closure that does fails with the factory's error, raised
+  //     by Schedule/Join/Done like a function error (TensorFlow's input errors). The factory
+  //     is tried again if that worker restarts.
   absl::StatusOr<PerWorkerValues> CreatePerWorkerResource(const std::string& factory,
                                                           std::map<std::string, std::string> args = {});
 

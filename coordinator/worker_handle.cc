@@ -8,6 +8,7 @@
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
 #include "net/worker.capnp.h"
+#include "worker/worker_service.h"
 
 namespace asyncps {
 
@@ -180,6 +181,7 @@ absl::Status WorkerHandle::Recover(const VariableDirectory& directory, const std
     incarnation_ = incarnation;
     directory_version_ = version;
     resources_ = present;
+    failed_resources_.clear();
   }
   if (version != directory.version() || directory.version() == 0) {
     RETURN_IF_ERROR(SendDirectory(directory, timeout));
@@ -188,7 +190,16 @@ absl::Status WorkerHandle::Recover(const VariableDirectory& directory, const std
   int rebuilt = 0;
   for (const ResourceSpec& spec : resources) {
     if (present.contains(spec.id)) continue;
-    RETURN_IF_ERROR(SendResource(spec, timeout));
+    absl::Status s = SendResource(spec, timeout);
+    if (IsResourceFactoryError(s)) {
+      // The user's error, not the worker's: admit the worker anyway; the closures that use
+      // this resource here fail with this error (as TensorFlow raises an input error).
+      spdlog::warn("worker {}: {}; closures using it there will fail with this error", index_, s.ToString());
+      MutexLock lock(&mu_);
+      failed_resources_[spec.id] = s;
+      continue;
+    }
+    RETURN_IF_ERROR(s);
     ++rebuilt;
   }
   {
@@ -212,6 +223,29 @@ absl::Status WorkerHandle::CreateResourceIfUp(const ResourceSpec& spec, absl::Du
     if (!up_ || resources_.contains(spec.id)) return absl::OkStatus();
   }
   return SendResource(spec, timeout);
+}
+
+void WorkerHandle::DeleteResource(uint64_t id, absl::Duration timeout) {
+  MutexLock setup(&setup_mu_);
+  bool send;
+  {
+    MutexLock lock(&mu_);
+    send = up_ && resources_.contains(id);
+    resources_.erase(id);
+    failed_resources_.erase(id);
+  }
+  if (!send) return;
+  net::OutMessage request;
+  request.InitRequestBody<wire::DeleteResourceRequest>().setId(id);
+  if (absl::Status s = Call("worker.DeleteResource", std::move(request), timeout).status(); !s.ok()) {
+    spdlog::warn("could not delete per-worker resource {} on worker {}: {}", id, index_, s.ToString());
+  }
+}
+
+absl::Status WorkerHandle::ResourceFailure(uint64_t id) const {
+  MutexLock lock(&mu_);
+  auto it = failed_resources_.find(id);
+  return it == failed_resources_.end() ? absl::OkStatus() : it->second;
 }
 
 absl::Status WorkerHandle::SyncDirectory(const VariableDirectory& directory, absl::Duration timeout) {

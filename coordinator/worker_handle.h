@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "core/sync.h"
@@ -52,7 +53,10 @@ class WorkerHandle {
   bool MarkDown(uint64_t incarnation, const absl::Status& reason);
 
   // Probes a down worker and, when it answers, prepares it: sends the variable directory,
-  // creates every resource in `resources` it lacks, then marks it up.
+  // creates every resource in `resources` it lacks, then marks it up. A resource whose
+  // factory fails there does not keep the worker out: the failure is recorded (see
+  // ResourceFailure) and the worker is admitted for closures that do not use it. Any other
+  // error (the worker does not answer) leaves it down.
   absl::Status Recover(const VariableDirectory& directory, const std::vector<ResourceSpec>& resources,
                        absl::Duration timeout);
 
@@ -61,8 +65,16 @@ class WorkerHandle {
   absl::Status Heartbeat(absl::Duration timeout);
 
   // Creates `spec` on the worker if it is up (serialised with Recover, so a worker being
-  // recovered gets it one way or the other).
+  // recovered gets it one way or the other). The factory's error (IsResourceFactoryError) or
+  // a failed call; nothing is recorded on failure.
   absl::Status CreateResourceIfUp(const ResourceSpec& spec, absl::Duration timeout);
+
+  // Deletes resource `id` on the worker if it is up (best effort: a worker that is down has
+  // lost it anyway) and forgets it, including a recorded failure.
+  void DeleteResource(uint64_t id, absl::Duration timeout);
+
+  // The factory error that resource `id` hit on this worker's current incarnation, or OK.
+  absl::Status ResourceFailure(uint64_t id) const;
 
   // Sends the directory when the worker has an older version.
   absl::Status SyncDirectory(const VariableDirectory& directory, absl::Duration timeout);
@@ -109,6 +121,8 @@ class WorkerHandle {
   uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t directory_version_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_set<uint64_t> resources_ ABSL_GUARDED_BY(mu_);
+  // Resources whose factory failed on this incarnation (retried when it restarts).
+  absl::flat_hash_map<uint64_t, absl::Status> failed_resources_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> running_ ABSL_GUARDED_BY(mu_);
   // Calls waiting in Call, so Stop can abort them (lock order: mu_, then a call's own lock).
   absl::flat_hash_set<std::shared_ptr<PendingCall>> pending_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/incarnation.h"
 #include "core/status_macros.h"
@@ -77,6 +78,7 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
     body.setCode(static_cast<int>(result.status().code()));
     body.setMessage(std::string(result.status().message()));
     body.setErrorSource(ctx.cancelled()        ? wire::ErrorSource::CANCELLED
+                        : ctx.ps_state_lost()  ? wire::ErrorSource::PS_STATE_LOST
                         : ctx.ps_unreachable() ? wire::ErrorSource::PS
                                                : wire::ErrorSource::FUNCTION);
     return absl::OkStatus();
@@ -95,16 +97,36 @@ absl::Status WorkerService::CreateResource(const net::InMessage& request, net::O
   }
   const std::string factory_name = req.getFactory().cStr();
   const ResourceFactory* factory = program_.FindResource(factory_name);
-  if (factory == nullptr) return absl::NotFoundError(absl::StrCat("unknown resource factory '", factory_name, "'"));
+  if (factory == nullptr) {
+    return ResourceFactoryError(factory_name, worker_index_, absl::NotFoundError("unknown to this worker's program"));
+  }
   std::map<std::string, std::string> args;
   for (auto a : req.getArgs()) args[a.getName().cStr()] = a.getValue().cStr();
   ResourceContext ctx(worker_index_, num_workers_, args);
-  ASSIGN_OR_RETURN(std::unique_ptr<Resource> resource, (*factory)(ctx));
-  if (resource == nullptr) return absl::InternalError(absl::StrCat("factory '", factory_name, "' returned null"));
+  absl::StatusOr<std::unique_ptr<Resource>> resource;
+  try {
+    resource = (*factory)(ctx);
+  } catch (const std::exception& e) {
+    resource = absl::InternalError(absl::StrCat("threw: ", e.what()));
+  }
+  if (resource.ok() && *resource == nullptr) resource = absl::InternalError("returned null");
+  if (!resource.ok()) {
+    spdlog::warn("per-worker resource {} ({}) failed: {}", id, factory_name, resource.status().ToString());
+    return ResourceFactoryError(factory_name, worker_index_, resource.status());
+  }
   MutexLock lock(&mu_);
-  resources_.try_emplace(id, std::move(resource));
+  resources_.try_emplace(id, *std::move(resource));
   spdlog::info("created per-worker resource {} ({})", id, factory_name);
   return absl::OkStatus();
+}
+
+absl::Status ResourceFactoryError(const std::string& factory, int worker_index, const absl::Status& error) {
+  return absl::Status(error.code(), absl::StrCat(kResourceFactoryFailed, " '", factory, "' on worker ", worker_index,
+                                                 ": ", error.message()));
+}
+
+bool IsResourceFactoryError(const absl::Status& status) {
+  return !status.ok() && absl::StartsWith(status.message(), kResourceFactoryFailed);
 }
 
 absl::Status WorkerService::DeleteResource(const net::InMessage& request, net::OutMessage*) {
