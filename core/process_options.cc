@@ -48,7 +48,20 @@ bool IsLogLevelName(const std::string& name) {
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
+// True when `--name` is the last argument, with no value after it.
+static bool DanglingFlag(int argc, char** argv, std::string_view name) {
+  if (argc < 2) return false;
+  std::string_view last = argv[argc - 1];
+  return last.size() == name.size() + 2 && last.substr(0, 2) == "--" && last.substr(2) == name;
+}
+
 absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
+  for (std::string_view flag : {"cluster_token", "metrics_port", "log_level"}) {
+    if (DanglingFlag(argc, argv, flag)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", absl::string_view(flag.data(), flag.size()), " needs a value"));
+    }
+  }
   ProcessOptions o;
   if (Setting s = FlagOrEnv(argc, argv, "cluster_token", "ASYNCPS_CLUSTER_TOKEN"); s.value != nullptr) {
     o.cluster_token = s.value;

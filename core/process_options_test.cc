@@ -79,6 +79,11 @@ TEST_F(ProcessOptionsTest, BadMetricsPortIsAnErrorNamingTheFlag) {
   auto o = ProcessOptions::Parse(none.argc(), none.argv());
   EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(o.status().message()), HasSubstr("ASYNCPS_METRICS_PORT"));
+  // A flag without its value is not silently skipped either.
+  Argv dangling({"--metrics_port"});
+  auto d = ProcessOptions::Parse(dangling.argc(), dangling.argv());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("--metrics_port needs a value"));
   // A good flag wins over the bad variable: the variable is never consulted.
   Argv flag({"--metrics_port=0"});
   EXPECT_TRUE(ProcessOptions::Parse(flag.argc(), flag.argv()).ok());
