@@ -94,8 +94,8 @@ absl::Status Tensor::CheckElementCount(const Shape& shape, size_t count) {
   return absl::OkStatus();
 }
 
-void Tensor::DieOnBadLiteral(const absl::Status& status) {
-  std::fprintf(stderr, "asyncps: Tensor::FromVector with a literal that does not fit its shape: %s\n",
+void Tensor::DieOnCountMismatch(const absl::Status& status) {
+  std::fprintf(stderr, "asyncps: Tensor::FromVector with values that do not fit the shape: %s\n",
                status.ToString().c_str());
   std::abort();
 }

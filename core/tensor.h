@@ -64,12 +64,17 @@ class Tensor {
   }
   // A tensor of `shape` holding the literal `values`. A count that differs from the shape is a
   // bug in the calling code, not a run-time condition, so it aborts the process with a message
-  // naming both counts: never a silently zero-filled tensor. Use FromSpan for values computed
-  // at run time.
+  // naming both counts: never a silently zero-filled tensor. Use FromSpan for values whose
+  // count comes from input (a file, the network, the user).
   template <typename T>
   static Tensor FromVector(Shape shape, std::initializer_list<T> values) {
-    absl::StatusOr<Tensor> t = FromSpan<T>(std::move(shape), absl::Span<const T>(values.begin(), values.size()));
-    if (!t.ok()) DieOnBadLiteral(t.status());
+    return FromVector<T>(std::move(shape), absl::Span<const T>(values.begin(), values.size()));
+  }
+  // The same for values the calling code sized itself (a mismatch is its bug, and aborts).
+  template <typename T>
+  static Tensor FromVector(Shape shape, absl::Span<const T> values) {
+    absl::StatusOr<Tensor> t = FromSpan<T>(std::move(shape), values);
+    if (!t.ok()) DieOnCountMismatch(t.status());
     return *std::move(t);
   }
   // 1-D tensor holding `values` (its shape comes from them, so it cannot mismatch).
@@ -132,7 +137,7 @@ class Tensor {
  private:
   // OK when `shape` is valid and holds exactly `count` elements.
   static absl::Status CheckElementCount(const Shape& shape, size_t count);
-  [[noreturn]] static void DieOnBadLiteral(const absl::Status& status);
+  [[noreturn]] static void DieOnCountMismatch(const absl::Status& status);
 
   DType dtype_ = DType::kF32;
   Shape shape_;

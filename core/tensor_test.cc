@@ -114,8 +114,10 @@ TEST(TensorTest, FromSpanRejectsACountThatDoesNotFitTheShape) {
   EXPECT_EQ(Tensor::FromSpan<float>({0}, three).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(TensorDeathTest, FromVectorLiteralThatDoesNotFitItsShapeAborts) {
+TEST(TensorDeathTest, FromVectorThatDoesNotFitItsShapeAborts) {
   EXPECT_DEATH(Tensor::FromVector<float>({2, 2}, {1, 2, 3}), "3 value\\(s\\) given for shape \\[2, 2\\]");
+  const std::vector<int32_t> five{1, 2, 3, 4, 5};
+  EXPECT_DEATH(Tensor::FromVector<int32_t>({2, 3}, five), "5 value\\(s\\) given for shape \\[2, 3\\]");
 }
 
 TEST(TensorTest, ViewDoesNotCopy) {
