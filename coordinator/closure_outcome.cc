@@ -12,6 +12,8 @@ absl::string_view ClosureOutcomeName(ClosureOutcome outcome) {
       return "worker_failure";
     case ClosureOutcome::kPsUnavailable:
       return "ps_unavailable";
+    case ClosureOutcome::kPsStateLost:
+      return "ps_state_lost";
     case ClosureOutcome::kCancelled:
       return "cancelled";
   }
@@ -24,6 +26,8 @@ ClosureOutcome ClassifyClosure(const absl::Status& rpc, const absl::Status& func
   switch (source) {
     case ErrorSource::kPs:
       return ClosureOutcome::kPsUnavailable;
+    case ErrorSource::kPsStateLost:
+      return ClosureOutcome::kPsStateLost;
     case ErrorSource::kCancelled:
       return ClosureOutcome::kCancelled;
     case ErrorSource::kFunction:

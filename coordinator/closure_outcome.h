@@ -13,13 +13,16 @@ enum class ClosureOutcome {
   kWorkerFailure,   // the worker died, hung, restarted or lost its resources: put the closure
                     // back and mark the worker down; the user never sees this
   kPsUnavailable,   // a parameter server could not be reached: Unavailable to the user
+  kPsStateLost,     // a parameter server answered but no longer holds a variable the strategy
+                    // created (it restarted empty): Unavailable to the user, marked so that
+                    // IsPsStateLost(status) is true (what automatic PS recovery keys on)
   kCancelled,       // stopped because another closure failed
 };
 
 absl::string_view ClosureOutcomeName(ClosureOutcome outcome);
 
 // Where a closure error came from, as the worker reports it (mirrors wire::ErrorSource).
-enum class ErrorSource { kFunction, kPs, kCancelled };
+enum class ErrorSource { kFunction, kPs, kCancelled, kPsStateLost };
 
 // Classifies one attempt. `rpc` is the status of the worker.Run call itself: any failure of
 // the call (Unavailable, DeadlineExceeded — the closure timed out or the worker hung —

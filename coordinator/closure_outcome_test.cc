@@ -1,5 +1,8 @@
 #include "coordinator/closure_outcome.h"
 
+#include "absl/strings/str_cat.h"
+#include "worker/ps_client.h"
+
 #include "gtest/gtest.h"
 
 namespace asyncps {
@@ -33,6 +36,32 @@ TEST(ClassifyClosureTest, UnreachablePsIsUnavailableForTheUser) {
             ClosureOutcome::kPsUnavailable);
   EXPECT_EQ(ClassifyClosure(absl::OkStatus(), absl::DeadlineExceededError("ps 1"), ErrorSource::kPs),
             ClosureOutcome::kPsUnavailable);
+}
+
+TEST(ClassifyClosureTest, PsThatLostItsStateIsDistinctFromUnreachableAndFromTheFunction) {
+  EXPECT_EQ(ClassifyClosure(absl::OkStatus(), absl::UnavailableError("ps 0 lost"), ErrorSource::kPsStateLost),
+            ClosureOutcome::kPsStateLost);
+  // A NotFound the function produced itself (an unknown name) stays the user's error.
+  EXPECT_EQ(ClassifyClosure(absl::OkStatus(), absl::NotFoundError("unknown variable 'x'"), ErrorSource::kFunction),
+            ClosureOutcome::kFunctionError);
+  EXPECT_EQ(ClosureOutcomeName(ClosureOutcome::kPsStateLost), "ps_state_lost");
+}
+
+TEST(PsStateLostTest, MarkSurvivesTheWireAsText) {
+  absl::Status original = PsStateLostError(3, "127.0.0.1:9", "NOT_FOUND: unknown variable 'w'");
+  EXPECT_EQ(original.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(IsPsStateLost(original));
+  EXPECT_TRUE(IsPsUnreachable(original));
+  EXPECT_EQ(LostPs(original), 3);
+  // The worker sends code and message only; the coordinator rebuilds the mark from the text,
+  // even when the function wrapped it.
+  absl::Status rebuilt = PsStateLostFromMessage(absl::StrCat("step failed: ", original.message()));
+  EXPECT_EQ(rebuilt.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(IsPsStateLost(rebuilt));
+  EXPECT_EQ(LostPs(rebuilt), 3);
+  EXPECT_EQ(LostPs(PsStateLostFromMessage("no index here")), -1);
+  EXPECT_FALSE(IsPsStateLost(absl::UnavailableError("ps 0 (x): connection refused")));
+  EXPECT_EQ(LostPs(absl::OkStatus()), -1);
 }
 
 TEST(ClassifyClosureTest, CancelledByCoordinator) {

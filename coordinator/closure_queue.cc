@@ -116,6 +116,11 @@ void ClosureQueue::Stop() {
   CancelQueued(CancelReason());
 }
 
+bool ClosureQueue::WaitUntilNoneInFlight(absl::Duration timeout) const {
+  MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(this, &ClosureQueue::NoneInFlight), timeout);
+}
+
 size_t ClosureQueue::queued() const {
   MutexLock lock(&mu_);
   return queue_.size();
@@ -140,6 +145,8 @@ bool ClosureQueue::CanGet() const { return stopped_ || (!paused_ && !queue_.empt
 bool ClosureQueue::Idle() const { return queue_.empty() && in_flight_ == 0; }
 
 bool ClosureQueue::IdleOrError() const { return !error_.ok() || Idle(); }
+
+bool ClosureQueue::NoneInFlight() const { return in_flight_ == 0; }
 
 bool ClosureQueue::ErrorRaisable() const { return error_.ok() || in_flight_ == 0; }
 

@@ -104,6 +104,9 @@ class ClosureQueue {
   // flight are still reported normally, so Wait returns once they are.
   void Stop();
 
+  // Blocks until no closure is in flight or `timeout` passes; true when none is.
+  bool WaitUntilNoneInFlight(absl::Duration timeout) const;
+
   // For metrics.
   size_t queued() const;
   size_t in_flight() const;
@@ -120,6 +123,7 @@ class ClosureQueue {
   bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IdleOrError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ErrorRaisable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool NoneInFlight() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void DecrementInFlight() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CancelQueued(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

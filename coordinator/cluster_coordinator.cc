@@ -5,6 +5,8 @@
 #include <prometheus/histogram.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "coordinator/closure_outcome.h"
 #include "coordinator/coordinator_metrics.h"
@@ -12,6 +14,7 @@
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
 #include "net/worker.capnp.h"
+#include "worker/worker_service.h"
 
 namespace asyncps {
 
@@ -52,7 +55,15 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
 }
 
 ClusterCoordinator::~ClusterCoordinator() {
-  queue_.Stop();
+  queue_.Stop();  // nothing new is handed out; queued closures are cancelled
+  // Cooperative functions stop within the grace and report normally.
+  for (auto& w : workers_) w->CancelRunning();
+  if (!queue_.WaitUntilNoneInFlight(options_.shutdown_grace)) {
+    spdlog::warn("{} closure(s) still running {} after cancelling them; abandoning them", queue_.in_flight(),
+                 absl::FormatDuration(options_.shutdown_grace));
+  }
+  // Abandons every wait on a worker (closures, heartbeats, recovery probes): no thread below
+  // is left blocked on the network, so the joins return at once.
   for (auto& w : workers_) w->Stop();
   for (auto& t : threads_) t.join();
 }
@@ -116,21 +127,35 @@ absl::StatusOr<PerWorkerValues> ClusterCoordinator::CreatePerWorkerResource(
   }
   ResourceSpec spec{RandomId(), factory, std::move(args)};
   {
+    // Recorded first, so that a worker recovering meanwhile builds it too.
     MutexLock lock(&resources_mu_);
     resources_.push_back(spec);
   }
-  // Workers that are down get it when they recover; a failure here only marks one down.
+  // Workers that are down get it when they recover; a failed call only marks one down.
+  absl::Status failure;
   for (auto& w : workers_) {
     const uint64_t incarnation = w->incarnation();
     absl::Status s = w->CreateResourceIfUp(spec, options_.rpc_timeout);
     if (s.ok()) continue;
-    if (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded) {
+    if (!IsResourceFactoryError(s)) {
       WorkerFailed(*w, incarnation, s);
       continue;
     }
-    return s;  // the factory itself failed: the user's error
+    failure = s;
+    break;
   }
-  return PerWorkerValues(spec.id, factory);
+  if (failure.ok()) return PerWorkerValues(spec.id, factory);
+  // The factory failed: the user's error. Leave nothing behind — a recorded spec would be
+  // rebuilt at every later recovery and fail there again.
+  {
+    MutexLock lock(&resources_mu_);
+    resources_.erase(std::remove_if(resources_.begin(), resources_.end(),
+                                    [&](const ResourceSpec& r) { return r.id == spec.id; }),
+                     resources_.end());
+  }
+  for (auto& w : workers_) w->DeleteResource(spec.id, options_.rpc_timeout);
+  spdlog::warn("CreatePerWorkerResource('{}') failed: {}", factory, failure.ToString());
+  return failure;
 }
 
 void ClusterCoordinator::WorkerFailed(WorkerHandle& worker, uint64_t incarnation, const absl::Status& reason) {
@@ -185,6 +210,10 @@ void ClusterCoordinator::DispatchLoop(WorkerHandle& worker) {
 void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<coordinator::Closure>& closure) {
   const uint64_t incarnation = worker.incarnation();
   auto put_back = [&](const absl::Status& reason) {
+    if (worker.stopping()) {  // abandoned by the destructor: the stopped queue cancels it
+      queue_.PutBack(closure);
+      return;
+    }
     WorkerFailed(worker, incarnation, reason);
     metrics_->retried.Increment();
     queue_.PutBack(closure);
@@ -197,6 +226,19 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     return put_back(s);
   }
   const auto& payload = *std::static_pointer_cast<const ClosureArgs>(closure->payload);
+  for (const Arg& arg : payload.args) {
+    const auto* resource = std::get_if<PerWorkerValues>(&arg.value());
+    if (resource == nullptr) continue;
+    // Its factory failed on this worker (found when the worker was recovered): the closure's
+    // input error, raised to the user like a function error.
+    if (absl::Status s = worker.ResourceFailure(resource->id()); !s.ok()) {
+      spdlog::warn("closure '{}' cannot run on worker {}: {}", closure->function, worker.index(), s.ToString());
+      closure->output.SetFailed(s);
+      metrics_->failed.Increment();
+      queue_.MarkFailed(s);
+      return;
+    }
+  }
   net::OutMessage request;
   auto body = request.InitRequestBody<wire::RunRequest>();
   body.setFunction(closure->function);
@@ -220,7 +262,7 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     queue_.MarkFinished();
     return;
   }
-  auto response = worker.client().Call("worker.Run", std::move(request), options_.closure_timeout);
+  auto response = worker.Call("worker.Run", std::move(request), options_.closure_timeout);
   worker.RemoveRunning(closure->id);
 
   absl::Status rpc = response.status();
@@ -232,9 +274,19 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
       auto r = response->ResponseBody<wire::RunResponse>();
       if (r.getCode() != 0) {
         status = absl::Status(static_cast<absl::StatusCode>(r.getCode()), r.getMessage().cStr());
-        source = r.getErrorSource() == wire::ErrorSource::PS          ? ErrorSource::kPs
-                 : r.getErrorSource() == wire::ErrorSource::CANCELLED ? ErrorSource::kCancelled
-                                                                      : ErrorSource::kFunction;
+        switch (r.getErrorSource()) {
+          case wire::ErrorSource::PS:
+            source = ErrorSource::kPs;
+            break;
+          case wire::ErrorSource::PS_STATE_LOST:
+            source = ErrorSource::kPsStateLost;
+            break;
+          case wire::ErrorSource::CANCELLED:
+            source = ErrorSource::kCancelled;
+            break;
+          default:
+            source = ErrorSource::kFunction;
+        }
         return absl::OkStatus();
       }
       for (auto ref : r.getValues()) {
@@ -263,6 +315,13 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
       status = absl::UnavailableError(
           absl::StrCat("parameter server unreachable from worker ", worker.index(), ": ", status.message()));
       break;
+    case ClosureOutcome::kPsStateLost: {
+      // The message names the PS ("ps N (address) lost variables..."); the mark is rebuilt
+      // here because a status crosses the wire as code and message only.
+      status = PsStateLostFromMessage(absl::StrCat("closure on worker ", worker.index(), ": ", status.message()));
+      metrics_->ps_state_lost.Increment();
+      break;
+    }
     case ClosureOutcome::kFunctionError:
       break;
   }

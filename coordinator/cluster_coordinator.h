@@ -49,12 +49,22 @@ class ClusterCoordinator {
     absl::Duration rpc_timeout = absl::Seconds(30);       // setup calls to workers
     absl::Duration closure_timeout = absl::InfiniteDuration();
     absl::Duration max_recovery_backoff = absl::Seconds(2);
+    // How long the destructor lets running closures stop cooperatively after cancelling them.
+    absl::Duration shutdown_grace = absl::Milliseconds(500);
   };
 
   // `strategy` and `program` must outlive the coordinator. `program` is used to reject
   // unknown function and resource names at Schedule time.
   ClusterCoordinator(ParameterServerStrategy& strategy, const Program& program);
   ClusterCoordinator(ParameterServerStrategy& strategy, const Program& program, Options options);
+
+  // Returns promptly — within `shutdown_grace` plus a few loop round trips — whatever the
+  // workers do: queued closures are cancelled; running ones are asked to stop
+  // (StepContext::cancelled) and given `shutdown_grace` to do so; then every call still
+  // waiting on a worker is abandoned (a hung worker, a recovery probe, a closure that ignores
+  // cancellation) and its RemoteValue says Cancelled. A function that ignores cancellation
+  // keeps running in its worker process until it returns on its own; its answer is dropped
+  // and nothing it did is rolled back. The worker stays usable by a later coordinator.
   ~ClusterCoordinator();
 
   absl::StatusOr<RemoteValue> Schedule(const std::string& function, std::vector<Arg> args = {});
@@ -66,6 +76,15 @@ class ClusterCoordinator {
 
   // Creates a resource on every worker from `factory` in the Program, and keeps it there:
   // a worker that restarts gets it rebuilt before its next closure.
+  //   * NotFound for a factory the Program does not have.
+  //   * When the factory fails on a worker that is up, that error (its code; the message
+  //     names the factory and worker) is returned and nothing is left behind: the resource
+  //     is deleted where it was built and is not rebuilt on workers that recover later.
+  //   * When the factory fails only later, on a worker that was down at creation and is
+  //     being recovered, the worker is still admitted: closures that do not use the
+  //     resource run there, and a closure that does fails with the factory's error, raised
+  //     by Schedule/Join/Done like a function error (TensorFlow's input errors). The factory
+  //     is tried again if that worker restarts.
   absl::StatusOr<PerWorkerValues> CreatePerWorkerResource(const std::string& factory,
                                                           std::map<std::string, std::string> args = {});
 

@@ -13,7 +13,7 @@ namespace asyncps {
 
 // The coordinator's own metric families (all asyncps_coordinator_*): closures scheduled,
 // completed, failed, retried and cancelled; queue depth and closures in flight; workers up
-// and worker failures; closure latency from Schedule to result.
+// and worker failures; closures that found a PS restarted empty; closure latency from Schedule to result.
 //
 // Thread-safe. `metrics` must outlive this object.
 class CoordinatorMetrics {
@@ -26,6 +26,7 @@ class CoordinatorMetrics {
   prometheus::Counter& retried;
   prometheus::Counter& cancelled;
   prometheus::Counter& worker_failures;
+  prometheus::Counter& ps_state_lost;
   prometheus::Gauge& queue_depth;
   prometheus::Gauge& in_flight;
   prometheus::Gauge& workers_up;

@@ -82,15 +82,29 @@ absl::StatusOr<ShardedVariable> ParameterServerStrategy::CreateVariable(
   if (init.spec.kind == "tensor" && (init.spec.tensor.shape() != init.shape || init.spec.tensor.dtype() != init.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("initial value of '", name, "' does not match its shape"));
   }
-  if (directory_.Find(name).ok()) return absl::AlreadyExistsError(absl::StrCat("variable '", name, "' exists"));
   VariablePlacement placement;
   {
+    // Check and claim the name atomically: without the claim, two concurrent creates of one
+    // name could both pass the check and both place and create it (on different PS). A
+    // create of a name being created by another thread waits for that one's outcome.
     MutexLock lock(&mu_);
+    struct Claim {
+      const absl::flat_hash_set<std::string>* creating;
+      const std::string* name;
+    } claim{&creating_, &name};
+    mu_.Await(absl::Condition(+[](Claim* c) { return !c->creating->contains(*c->name); }, &claim));
+    if (directory_.Find(name).ok()) return absl::AlreadyExistsError(absl::StrCat("variable '", name, "' exists"));
     ASSIGN_OR_RETURN(placement, Place(name, init));
+    creating_.insert(name);
   }
-  RETURN_IF_ERROR(ps_client_->CreateVariable(placement, init.spec, optimizer ? &*optimizer : nullptr,
-                                             /*wait_for_ready=*/true));
-  directory_.Add(placement);
+  absl::Status created = ps_client_->CreateVariable(placement, init.spec, optimizer ? &*optimizer : nullptr,
+                                                    /*wait_for_ready=*/true);
+  {
+    MutexLock lock(&mu_);
+    if (created.ok()) directory_.Add(placement);
+    creating_.erase(name);
+  }
+  RETURN_IF_ERROR(created);
   ASSIGN_OR_RETURN(auto stored, directory_.Find(name));
   return ShardedVariable(std::move(stored), ps_client_.get());
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "coordinator/initializers.h"
@@ -56,7 +57,8 @@ class ParameterServerStrategy {
   ~ParameterServerStrategy();
 
   // Creates `name` (idempotent on the PS: an existing variable of the same dtype and shape
-  // keeps its value). `optimizer` is the server-side optimizer gradients go through.
+  // keeps its value). AlreadyExists when the strategy created `name` before; concurrent
+  // creates of one name place and create it once (the others wait, then get AlreadyExists). `optimizer` is the server-side optimizer gradients go through.
   absl::StatusOr<ShardedVariable> CreateVariable(const std::string& name, const VariableInit& init,
                                                  std::optional<ps::OptimizerConfig> optimizer = std::nullopt);
 
@@ -84,8 +86,10 @@ class ParameterServerStrategy {
   std::vector<std::unique_ptr<net::RpcClient>> ps_clients_;
   VariableDirectory directory_;
   std::unique_ptr<PsClient> ps_client_;
-  Mutex mu_;  // serialises placement decisions
+  Mutex mu_;  // serialises placement decisions and claims names
   int next_ps_ ABSL_GUARDED_BY(mu_) = 0;
+  // Names whose creation is in progress (claimed under mu_, created on the PS without it).
+  absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

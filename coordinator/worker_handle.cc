@@ -2,15 +2,52 @@
 
 #include <spdlog/spdlog.h>
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
 #include "net/worker.capnp.h"
+#include "worker/worker_service.h"
 
 namespace asyncps {
 
+// One Call's rendezvous between the waiting thread, the loop thread that completes the RPC,
+// and Stop. Shared, because the RPC may complete after the waiter gave up (it was aborted).
+struct WorkerHandle::PendingCall {
+  Mutex mu;
+  std::optional<absl::StatusOr<net::InMessage>> result ABSL_GUARDED_BY(mu);
+  bool aborted ABSL_GUARDED_BY(mu) = false;
+
+  bool Finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return result.has_value() || aborted; }
+};
+
 WorkerHandle::WorkerHandle(int index, std::unique_ptr<net::RpcClient> client)
     : index_(index), client_(std::move(client)) {}
+
+absl::StatusOr<net::InMessage> WorkerHandle::Call(const std::string& method, net::OutMessage request,
+                                                  absl::Duration timeout) {
+  auto call = std::make_shared<PendingCall>();
+  {
+    MutexLock lock(&mu_);
+    if (stopping_) return absl::CancelledError("coordinator is shutting down");
+    pending_.insert(call);
+  }
+  client_->CallAsync(method, std::move(request), timeout, [call](absl::StatusOr<net::InMessage> result) {
+    MutexLock lock(&call->mu);
+    call->result.emplace(std::move(result));
+  });
+  absl::StatusOr<net::InMessage> out = absl::CancelledError(
+      absl::StrCat(method, " to worker ", index_, " abandoned: coordinator is shutting down"));
+  {
+    MutexLock lock(&call->mu);
+    call->mu.Await(absl::Condition(call.get(), &PendingCall::Finished));
+    if (call->result.has_value()) out = std::move(*call->result);
+  }
+  MutexLock lock(&mu_);
+  pending_.erase(call);
+  return out;
+}
 
 bool WorkerHandle::up() const {
   MutexLock lock(&mu_);
@@ -55,19 +92,19 @@ bool WorkerHandle::stopping() const {
 
 bool WorkerHandle::MarkDown(uint64_t incarnation, const absl::Status& reason) {
   MutexLock lock(&mu_);
-  if (!up_ || (incarnation != 0 && incarnation != incarnation_)) return false;
+  if (!up_ || stopping_ || (incarnation != 0 && incarnation != incarnation_)) return false;
   up_ = false;
   spdlog::warn("worker {} ({}) is down: {}", index_, client_->address(), reason.ToString());
   // Still under mu_: Recover cannot mark the worker up (and so no closure can be sent) until
   // the old connection is closed. A closure sent over it could run and lose its answer, and
-  // then run again.
+  // then run again. Safe and bounded: see the comment on mu_.
   client_->Disconnect();
   return true;
 }
 
 absl::Status WorkerHandle::Heartbeat(absl::Duration timeout) {
   const uint64_t expected = incarnation();
-  ASSIGN_OR_RETURN(net::InMessage response, client_->Call("worker.Heartbeat", net::OutMessage(), timeout));
+  ASSIGN_OR_RETURN(net::InMessage response, Call("worker.Heartbeat", net::OutMessage(), timeout));
   uint64_t incarnation = 0;
   RETURN_IF_ERROR(net::CatchDecodeErrors([&] {
     incarnation = response.ResponseBody<wire::HeartbeatResponse>().getIncarnation();
@@ -99,7 +136,7 @@ absl::Status WorkerHandle::SendDirectory(const VariableDirectory& directory, abs
       shards[s].setRowEnd(p.shards[s].row_end);
     }
   }
-  RETURN_IF_ERROR(client_->Call("worker.SetDirectory", std::move(request), timeout).status());
+  RETURN_IF_ERROR(Call("worker.SetDirectory", std::move(request), timeout).status());
   MutexLock lock(&mu_);
   directory_version_ = version;
   return absl::OkStatus();
@@ -117,7 +154,7 @@ absl::Status WorkerHandle::SendResource(const ResourceSpec& spec, absl::Duration
     args[i].setValue(value);
     ++i;
   }
-  RETURN_IF_ERROR(client_->Call("worker.CreateResource", std::move(request), timeout).status());
+  RETURN_IF_ERROR(Call("worker.CreateResource", std::move(request), timeout).status());
   MutexLock lock(&mu_);
   resources_.insert(spec.id);
   return absl::OkStatus();
@@ -126,7 +163,7 @@ absl::Status WorkerHandle::SendResource(const ResourceSpec& spec, absl::Duration
 absl::Status WorkerHandle::Recover(const VariableDirectory& directory, const std::vector<ResourceSpec>& resources,
                                    absl::Duration timeout) {
   MutexLock setup(&setup_mu_);
-  ASSIGN_OR_RETURN(net::InMessage response, client_->Call("worker.Heartbeat", net::OutMessage(), timeout));
+  ASSIGN_OR_RETURN(net::InMessage response, Call("worker.Heartbeat", net::OutMessage(), timeout));
   uint64_t incarnation = 0;
   uint64_t version = 0;
   absl::flat_hash_set<uint64_t> present;
@@ -144,6 +181,7 @@ absl::Status WorkerHandle::Recover(const VariableDirectory& directory, const std
     incarnation_ = incarnation;
     directory_version_ = version;
     resources_ = present;
+    failed_resources_.clear();
   }
   if (version != directory.version() || directory.version() == 0) {
     RETURN_IF_ERROR(SendDirectory(directory, timeout));
@@ -152,7 +190,16 @@ absl::Status WorkerHandle::Recover(const VariableDirectory& directory, const std
   int rebuilt = 0;
   for (const ResourceSpec& spec : resources) {
     if (present.contains(spec.id)) continue;
-    RETURN_IF_ERROR(SendResource(spec, timeout));
+    absl::Status s = SendResource(spec, timeout);
+    if (IsResourceFactoryError(s)) {
+      // The user's error, not the worker's: admit the worker anyway; the closures that use
+      // this resource here fail with this error (as TensorFlow raises an input error).
+      spdlog::warn("worker {}: {}; closures using it there will fail with this error", index_, s.ToString());
+      MutexLock lock(&mu_);
+      failed_resources_[spec.id] = s;
+      continue;
+    }
+    RETURN_IF_ERROR(s);
     ++rebuilt;
   }
   {
@@ -176,6 +223,29 @@ absl::Status WorkerHandle::CreateResourceIfUp(const ResourceSpec& spec, absl::Du
     if (!up_ || resources_.contains(spec.id)) return absl::OkStatus();
   }
   return SendResource(spec, timeout);
+}
+
+void WorkerHandle::DeleteResource(uint64_t id, absl::Duration timeout) {
+  MutexLock setup(&setup_mu_);
+  bool send;
+  {
+    MutexLock lock(&mu_);
+    send = up_ && resources_.contains(id);
+    resources_.erase(id);
+    failed_resources_.erase(id);
+  }
+  if (!send) return;
+  net::OutMessage request;
+  request.InitRequestBody<wire::DeleteResourceRequest>().setId(id);
+  if (absl::Status s = Call("worker.DeleteResource", std::move(request), timeout).status(); !s.ok()) {
+    spdlog::warn("could not delete per-worker resource {} on worker {}: {}", id, index_, s.ToString());
+  }
+}
+
+absl::Status WorkerHandle::ResourceFailure(uint64_t id) const {
+  MutexLock lock(&mu_);
+  auto it = failed_resources_.find(id);
+  return it == failed_resources_.end() ? absl::OkStatus() : it->second;
 }
 
 absl::Status WorkerHandle::SyncDirectory(const VariableDirectory& directory, absl::Duration timeout) {
@@ -216,6 +286,10 @@ void WorkerHandle::CancelRunning() {
 void WorkerHandle::Stop() {
   MutexLock lock(&mu_);
   stopping_ = true;
+  for (const std::shared_ptr<PendingCall>& call : pending_) {
+    MutexLock call_lock(&call->mu);
+    call->aborted = true;
+  }
 }
 
 }  // namespace asyncps

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "core/sync.h"
@@ -46,13 +47,16 @@ class WorkerHandle {
   bool WaitUntilUpFor(absl::Duration timeout) const;
   bool stopping() const;
 
-  // Marks the worker down unless it already is, or `incarnation` is that of an earlier
-  // incarnation (a stale report). Drops the connection so calls in flight fail now.
-  // Returns true when this call changed the state.
+  // Marks the worker down unless it already is, the handle is stopping, or `incarnation` is
+  // that of an earlier incarnation (a stale report). Drops the connection so calls in flight
+  // fail now. Returns true when this call changed the state.
   bool MarkDown(uint64_t incarnation, const absl::Status& reason);
 
   // Probes a down worker and, when it answers, prepares it: sends the variable directory,
-  // creates every resource in `resources` it lacks, then marks it up.
+  // creates every resource in `resources` it lacks, then marks it up. A resource whose
+  // factory fails there does not keep the worker out: the failure is recorded (see
+  // ResourceFailure) and the worker is admitted for closures that do not use it. Any other
+  // error (the worker does not answer) leaves it down.
   absl::Status Recover(const VariableDirectory& directory, const std::vector<ResourceSpec>& resources,
                        absl::Duration timeout);
 
@@ -61,13 +65,28 @@ class WorkerHandle {
   absl::Status Heartbeat(absl::Duration timeout);
 
   // Creates `spec` on the worker if it is up (serialised with Recover, so a worker being
-  // recovered gets it one way or the other).
+  // recovered gets it one way or the other). The factory's error (IsResourceFactoryError) or
+  // a failed call; nothing is recorded on failure.
   absl::Status CreateResourceIfUp(const ResourceSpec& spec, absl::Duration timeout);
+
+  // Deletes resource `id` on the worker if it is up (best effort: a worker that is down has
+  // lost it anyway) and forgets it, including a recorded failure.
+  void DeleteResource(uint64_t id, absl::Duration timeout);
+
+  // The factory error that resource `id` hit on this worker's current incarnation, or OK.
+  absl::Status ResourceFailure(uint64_t id) const;
 
   // Sends the directory when the worker has an older version.
   absl::Status SyncDirectory(const VariableDirectory& directory, absl::Duration timeout);
 
-  net::RpcClient& client() { return *client_; }
+  // Calls `method` on the worker like RpcClient::Call, but the wait is abortable: once Stop
+  // is called, every Call waiting here returns Cancelled at once, whatever its timeout and
+  // whether or not the worker ever answers (a hung worker, a probe of a stopped process).
+  // The request itself may still reach the worker; its answer is then dropped. Every
+  // blocking call the coordinator makes to a worker goes through here, so that destroying
+  // the coordinator never waits on a worker.
+  absl::StatusOr<net::InMessage> Call(const std::string& method, net::OutMessage request,
+                                      absl::Duration timeout);
 
   // Closures in flight here, for cancellation.
   void AddRunning(uint64_t closure_id);
@@ -75,9 +94,13 @@ class WorkerHandle {
   // Asks the worker to cancel every closure it is running (fire and forget).
   void CancelRunning();
 
+  // Stops the handle for good: wakes every waiter (WaitUntilUp & co.) and aborts every Call
+  // in progress with Cancelled; later Calls fail at once. Does not block.
   void Stop();
 
  private:
+  struct PendingCall;
+
   absl::Status SendDirectory(const VariableDirectory& directory, absl::Duration timeout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(setup_mu_);
   absl::Status SendResource(const ResourceSpec& spec, absl::Duration timeout)
@@ -87,13 +110,22 @@ class WorkerHandle {
   std::unique_ptr<net::RpcClient> client_;
 
   Mutex setup_mu_;  // serialises Recover, CreateResourceIfUp and SyncDirectory (held across RPCs)
-  mutable Mutex mu_;  // guards the state below; never held across an RPC
+  // Guards the state below. Never held across an RPC. The one blocking call made under it is
+  // MarkDown's RpcClient::Disconnect, on purpose (see MarkDown): it waits only for this
+  // process's I/O loop to close a local socket — no network round trip, so a hung or dead
+  // worker cannot stretch it — and the loop thread never takes mu_ (no callback of this
+  // class locks it), so the wait is bounded by the loop's queue and cannot deadlock.
+  mutable Mutex mu_;
   bool up_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t directory_version_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_set<uint64_t> resources_ ABSL_GUARDED_BY(mu_);
+  // Resources whose factory failed on this incarnation (retried when it restarts).
+  absl::flat_hash_map<uint64_t, absl::Status> failed_resources_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> running_ ABSL_GUARDED_BY(mu_);
+  // Calls waiting in Call, so Stop can abort them (lock order: mu_, then a call's own lock).
+  absl::flat_hash_set<std::shared_ptr<PendingCall>> pending_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

@@ -2,12 +2,17 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <string>
 #include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace asyncps {
 namespace {
@@ -25,9 +30,16 @@ const char* FlagValue(int argc, char** argv, std::string_view name) {
   return nullptr;
 }
 
-const char* FlagOrEnv(int argc, char** argv, std::string_view flag, const char* env) {
-  const char* v = FlagValue(argc, argv, flag);
-  return v != nullptr ? v : std::getenv(env);
+// A setting's value and where it came from ("--flag" or "ENV_VAR"), for error messages.
+struct Setting {
+  const char* value = nullptr;
+  std::string source;
+};
+
+Setting FlagOrEnv(int argc, char** argv, std::string_view flag, const char* env) {
+  if (const char* v = FlagValue(argc, argv, flag)) return {v, absl::StrCat("--", absl::string_view(flag.data(), flag.size()))};
+  if (const char* v = std::getenv(env)) return {v, env};
+  return {};
 }
 
 // True when argv holds the bare boolean flag --name (no value).
@@ -62,51 +74,89 @@ bool ParseByteSize(std::string_view text, uint64_t* bytes) {
   return true;
 }
 
-void ByteSizeOption(int argc, char** argv, std::string_view flag, const char* env, uint64_t* out,
-                    std::vector<std::string>* errors) {
-  const char* v = FlagOrEnv(argc, argv, flag, env);
-  if (v == nullptr) return;
-  if (!ParseByteSize(v, out)) {
-    errors->push_back(absl::StrCat("--", std::string(flag), " / ", env, ": '", v,
-                                   "' is not a positive byte size (like 8GiB, 512M or 1048576)"));
-  }
+absl::Status ByteSizeOption(int argc, char** argv, std::string_view flag, const char* env, uint64_t* out) {
+  Setting s = FlagOrEnv(argc, argv, flag, env);
+  if (s.value == nullptr || ParseByteSize(s.value, out)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(s.source, "='", s.value, "' is not a positive byte size (like 8GiB, 512M or 1048576)"));
 }
 
-void BoolOption(int argc, char** argv, std::string_view flag, const char* env, bool* out,
-                std::vector<std::string>* errors) {
+absl::Status BoolOption(int argc, char** argv, std::string_view flag, const char* env, bool* out) {
   if (BareFlag(argc, argv, flag)) {
     *out = true;
-    return;
+    return absl::OkStatus();
   }
-  const char* v = FlagOrEnv(argc, argv, flag, env);
-  if (v == nullptr) return;
-  const std::string lower = absl::AsciiStrToLower(v);
+  Setting s = FlagOrEnv(argc, argv, flag, env);
+  if (s.value == nullptr) return absl::OkStatus();
+  const std::string lower = absl::AsciiStrToLower(s.value);
   if (lower == "1" || lower == "true") {
     *out = true;
   } else if (lower == "0" || lower == "false") {
     *out = false;
   } else {
-    errors->push_back(absl::StrCat("--", std::string(flag), " / ", env, ": '", v, "' is not a boolean (true, false, 1, 0)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(s.source, "='", s.value, "' is not a boolean (true, false, 1, 0)"));
   }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-ProcessOptions ProcessOptions::FromEnvAndFlags(int argc, char** argv) {
-  ProcessOptions o;
-  if (const char* v = FlagOrEnv(argc, argv, "cluster_token", "ASYNCPS_CLUSTER_TOKEN")) o.cluster_token = v;
-  if (const char* v = FlagOrEnv(argc, argv, "metrics_port", "ASYNCPS_METRICS_PORT")) {
-    int port;
-    if (absl::SimpleAtoi(v, &port)) o.metrics_port = port;
+bool IsLogLevelName(const std::string& name) {
+  static constexpr std::string_view kNames[] = {"trace", "debug", "info",     "warn", "warning",
+                                                "error", "err",   "critical", "off"};
+  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
+}
+
+// True when `--name` is the last argument, with no value after it.
+static bool DanglingFlag(int argc, char** argv, std::string_view name) {
+  if (argc < 2) return false;
+  std::string_view last = argv[argc - 1];
+  return last.size() == name.size() + 2 && last.substr(0, 2) == "--" && last.substr(2) == name;
+}
+
+absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
+  for (std::string_view flag : {"cluster_token", "metrics_port", "log_level", "ps_max_variable_bytes", "ps_max_response_bytes"}) {
+    if (DanglingFlag(argc, argv, flag)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", absl::string_view(flag.data(), flag.size()), " needs a value"));
+    }
   }
-  if (const char* v = FlagOrEnv(argc, argv, "log_level", "ASYNCPS_LOG_LEVEL")) o.log_level = v;
-  ByteSizeOption(argc, argv, "ps_max_variable_bytes", "ASYNCPS_PS_MAX_VARIABLE_BYTES", &o.ps_max_variable_bytes,
-                 &o.errors);
-  ByteSizeOption(argc, argv, "ps_max_response_bytes", "ASYNCPS_PS_MAX_RESPONSE_BYTES", &o.ps_max_response_bytes,
-                 &o.errors);
-  BoolOption(argc, argv, "allow_nonfinite_gradients", "ASYNCPS_ALLOW_NONFINITE_GRADIENTS",
-             &o.allow_nonfinite_gradients, &o.errors);
+  ProcessOptions o;
+  if (Setting s = FlagOrEnv(argc, argv, "cluster_token", "ASYNCPS_CLUSTER_TOKEN"); s.value != nullptr) {
+    o.cluster_token = s.value;
+  }
+  if (Setting s = FlagOrEnv(argc, argv, "metrics_port", "ASYNCPS_METRICS_PORT"); s.value != nullptr) {
+    int port = 0;
+    if (!absl::SimpleAtoi(s.value, &port) || port < -1 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(s.source, "='", s.value,
+                                                     "' is not a port (an integer from -1 to 65535)"));
+    }
+    o.metrics_port = port;
+  }
+  if (Setting s = FlagOrEnv(argc, argv, "log_level", "ASYNCPS_LOG_LEVEL"); s.value != nullptr) {
+    if (!IsLogLevelName(s.value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          s.source, "='", s.value, "' is not a log level (trace, debug, info, warn, error, critical, off)"));
+    }
+    o.log_level = s.value;
+  }
+  RETURN_IF_ERROR(ByteSizeOption(argc, argv, "ps_max_variable_bytes", "ASYNCPS_PS_MAX_VARIABLE_BYTES",
+                                 &o.ps_max_variable_bytes));
+  RETURN_IF_ERROR(ByteSizeOption(argc, argv, "ps_max_response_bytes", "ASYNCPS_PS_MAX_RESPONSE_BYTES",
+                                 &o.ps_max_response_bytes));
+  RETURN_IF_ERROR(BoolOption(argc, argv, "allow_nonfinite_gradients", "ASYNCPS_ALLOW_NONFINITE_GRADIENTS",
+                             &o.allow_nonfinite_gradients));
   return o;
+}
+
+ProcessOptions ProcessOptions::FromEnvAndFlags(int argc, char** argv) {
+  absl::StatusOr<ProcessOptions> o = Parse(argc, argv);
+  if (!o.ok()) {
+    std::fprintf(stderr, "asyncps: %s\n", std::string(o.status().message()).c_str());
+    std::exit(2);
+  }
+  return *std::move(o);
 }
 
 void BlockTerminationSignals() {

@@ -3,7 +3,8 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
+
+#include "absl/status/statusor.h"
 
 namespace asyncps {
 
@@ -11,11 +12,13 @@ inline constexpr uint64_t kDefaultPsMaxVariableBytes = uint64_t{8} << 30;   // 8
 inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 512 MiB
 
 // Settings every asyncps process takes besides the cluster spec. Each comes from a flag,
-// else the environment, else the default:
+// else the environment, else the default — a flag always overrides the environment:
 //   --cluster_token=T   ASYNCPS_CLUSTER_TOKEN   shared secret peers must present ("" allowed
 //                                               only when every listener is on loopback)
-//   --metrics_port=N    ASYNCPS_METRICS_PORT    /metrics port; 0 picks a free one, -1 disables
-//   --log_level=L       ASYNCPS_LOG_LEVEL       spdlog level name (info)
+//   --metrics_port=N    ASYNCPS_METRICS_PORT    /metrics port, an integer in [-1, 65535];
+//                                               0 picks a free one, -1 disables
+//   --log_level=L       ASYNCPS_LOG_LEVEL       trace, debug, info, warn, error, critical or
+//                                               off (info)
 // Parameter-server limits (asyncps_ps, and the ps role of any binary that calls Serve):
 //   --ps_max_variable_bytes=N      ASYNCPS_PS_MAX_VARIABLE_BYTES      bytes all variables of one
 //                                  PS may hold (values + optimizer slots) (8GiB)
@@ -33,12 +36,19 @@ struct ProcessOptions {
   uint64_t ps_max_variable_bytes = kDefaultPsMaxVariableBytes;
   uint64_t ps_max_response_bytes = kDefaultPsMaxResponseBytes;
   bool allow_nonfinite_gradients = false;
-  // One message per flag or variable above whose value could not be parsed (the default is
-  // kept for it). A server refuses to start when this is not empty.
-  std::vector<std::string> errors;
 
+  // The settings from `argv` and the environment. InvalidArgument naming the flag (or the
+  // variable) when a value is malformed, e.g. "--metrics_port=http" or a port out of range.
+  static absl::StatusOr<ProcessOptions> Parse(int argc, char** argv);
+
+  // Parse for main(): on a malformed value prints the error (naming the flag) to stderr and
+  // exits with status 2, as flag parsers do, so a bad setting is never silently replaced by
+  // the default.
   static ProcessOptions FromEnvAndFlags(int argc, char** argv);
 };
+
+// True for the log level names ProcessOptions accepts.
+bool IsLogLevelName(const std::string& name);
 
 // Blocks SIGINT and SIGTERM in the calling thread and every thread it starts afterwards, so
 // they can be received synchronously by WaitForTerminationSignal. Call first thing in main

@@ -12,65 +12,151 @@ namespace asyncps {
 namespace {
 
 using ::testing::HasSubstr;
-using ::testing::SizeIs;
 
-ProcessOptions Parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "prog");
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  return ProcessOptions::FromEnvAndFlags(static_cast<int>(argv.size()), argv.data());
+// Owns argv strings for Parse.
+class Argv {
+ public:
+  explicit Argv(std::vector<std::string> args) : args_(std::move(args)) {
+    args_.insert(args_.begin(), "prog");
+    for (std::string& a : args_) ptrs_.push_back(a.data());
+  }
+  int argc() { return static_cast<int>(ptrs_.size()); }
+  char** argv() { return ptrs_.data(); }
+
+ private:
+  std::vector<std::string> args_;
+  std::vector<char*> ptrs_;
+};
+
+class ProcessOptionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Clear(); }
+  void TearDown() override { Clear(); }
+  static void Clear() {
+    unsetenv("ASYNCPS_METRICS_PORT");
+    unsetenv("ASYNCPS_LOG_LEVEL");
+    unsetenv("ASYNCPS_CLUSTER_TOKEN");
+    unsetenv("ASYNCPS_PS_MAX_VARIABLE_BYTES");
+    unsetenv("ASYNCPS_ALLOW_NONFINITE_GRADIENTS");
+  }
+};
+
+TEST_F(ProcessOptionsTest, DefaultsWithoutFlagsOrEnvironment) {
+  Argv a({});
+  auto o = ProcessOptions::Parse(a.argc(), a.argv());
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->metrics_port, 0);
+  EXPECT_EQ(o->log_level, "info");
+  EXPECT_EQ(o->cluster_token, "");
 }
 
-TEST(ProcessOptionsTest, PsLimitDefaults) {
-  const ProcessOptions o = Parse({});
-  EXPECT_EQ(o.ps_max_variable_bytes, uint64_t{8} << 30);
-  EXPECT_EQ(o.ps_max_response_bytes, uint64_t{512} << 20);
-  EXPECT_FALSE(o.allow_nonfinite_gradients);
-  EXPECT_TRUE(o.errors.empty());
+TEST_F(ProcessOptionsTest, FlagsOverrideTheEnvironment) {
+  setenv("ASYNCPS_METRICS_PORT", "9100", 1);
+  setenv("ASYNCPS_LOG_LEVEL", "debug", 1);
+  setenv("ASYNCPS_CLUSTER_TOKEN", "from-env", 1);
+  Argv env_only({});
+  auto e = ProcessOptions::Parse(env_only.argc(), env_only.argv());
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->metrics_port, 9100);
+  EXPECT_EQ(e->log_level, "debug");
+  EXPECT_EQ(e->cluster_token, "from-env");
+
+  Argv flags({"--metrics_port=-1", "--log_level", "error", "--cluster_token=from-flag"});
+  auto f = ProcessOptions::Parse(flags.argc(), flags.argv());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->metrics_port, -1);
+  EXPECT_EQ(f->log_level, "error");
+  EXPECT_EQ(f->cluster_token, "from-flag");
 }
 
-TEST(ProcessOptionsTest, ByteSizesTakeBinarySuffixes) {
-  ProcessOptions o = Parse({"--ps_max_variable_bytes=2GiB", "--ps_max_response_bytes", "64M"});
-  EXPECT_EQ(o.ps_max_variable_bytes, uint64_t{2} << 30);
-  EXPECT_EQ(o.ps_max_response_bytes, uint64_t{64} << 20);
-  EXPECT_TRUE(o.errors.empty());
-  o = Parse({"--ps_max_variable_bytes=1048576", "--ps_max_response_bytes=3KiB"});
-  EXPECT_EQ(o.ps_max_variable_bytes, 1048576u);
-  EXPECT_EQ(o.ps_max_response_bytes, 3072u);
+TEST_F(ProcessOptionsTest, BadMetricsPortIsAnErrorNamingTheFlag) {
+  for (const char* bad : {"http", "", "80x", "65536", "-2", "99999999999"}) {
+    Argv a({std::string("--metrics_port=") + bad});
+    auto o = ProcessOptions::Parse(a.argc(), a.argv());
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(o.status().message()), HasSubstr("--metrics_port")) << bad;
+  }
+  setenv("ASYNCPS_METRICS_PORT", "nine", 1);
+  Argv none({});
+  auto o = ProcessOptions::Parse(none.argc(), none.argv());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(o.status().message()), HasSubstr("ASYNCPS_METRICS_PORT"));
+  // A flag without its value is not silently skipped either.
+  Argv dangling({"--metrics_port"});
+  auto d = ProcessOptions::Parse(dangling.argc(), dangling.argv());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("--metrics_port needs a value"));
+  // A good flag wins over the bad variable: the variable is never consulted.
+  Argv flag({"--metrics_port=0"});
+  EXPECT_TRUE(ProcessOptions::Parse(flag.argc(), flag.argv()).ok());
 }
 
-TEST(ProcessOptionsTest, BadByteSizesAreReportedAndKeepTheDefault) {
+TEST_F(ProcessOptionsTest, BadLogLevelIsAnErrorNamingTheFlag) {
+  Argv a({"--log_level=verbose"});
+  auto o = ProcessOptions::Parse(a.argc(), a.argv());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(o.status().message()), HasSubstr("--log_level"));
+}
+
+TEST_F(ProcessOptionsTest, FromEnvAndFlagsExitsOnABadValue) {
+  Argv a({"--metrics_port=abc"});
+  EXPECT_EXIT(ProcessOptions::FromEnvAndFlags(a.argc(), a.argv()), ::testing::ExitedWithCode(2),
+              "--metrics_port='abc' is not a port");
+}
+
+absl::StatusOr<ProcessOptions> ParseArgs(std::vector<std::string> args) {
+  Argv argv(std::move(args));
+  return ProcessOptions::Parse(argv.argc(), argv.argv());
+}
+
+TEST_F(ProcessOptionsTest, PsLimitDefaults) {
+  absl::StatusOr<ProcessOptions> o = ParseArgs({});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->ps_max_variable_bytes, uint64_t{8} << 30);
+  EXPECT_EQ(o->ps_max_response_bytes, uint64_t{512} << 20);
+  EXPECT_FALSE(o->allow_nonfinite_gradients);
+}
+
+TEST_F(ProcessOptionsTest, ByteSizesTakeBinarySuffixes) {
+  absl::StatusOr<ProcessOptions> o = ParseArgs({"--ps_max_variable_bytes=2GiB", "--ps_max_response_bytes", "64M"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->ps_max_variable_bytes, uint64_t{2} << 30);
+  EXPECT_EQ(o->ps_max_response_bytes, uint64_t{64} << 20);
+  o = ParseArgs({"--ps_max_variable_bytes=1048576", "--ps_max_response_bytes=3KiB"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->ps_max_variable_bytes, 1048576u);
+  EXPECT_EQ(o->ps_max_response_bytes, 3072u);
+}
+
+TEST_F(ProcessOptionsTest, BadByteSizesAreErrorsNamingTheFlag) {
   for (const char* bad : {"0", "-5", "lots", "8XB", "99999999999999999999", "20000000T", ""}) {
     SCOPED_TRACE(bad);
-    const ProcessOptions o = Parse({std::string("--ps_max_variable_bytes=") + bad});
-    EXPECT_EQ(o.ps_max_variable_bytes, kDefaultPsMaxVariableBytes);
-    ASSERT_THAT(o.errors, SizeIs(1));
-    EXPECT_THAT(o.errors[0], HasSubstr("ps_max_variable_bytes"));
+    absl::StatusOr<ProcessOptions> o = ParseArgs({std::string("--ps_max_variable_bytes=") + bad});
+    ASSERT_FALSE(o.ok());
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(o.status().message()), HasSubstr("ps_max_variable_bytes"));
   }
 }
 
-TEST(ProcessOptionsTest, AllowNonfiniteGradients) {
-  EXPECT_TRUE(Parse({"--allow_nonfinite_gradients"}).allow_nonfinite_gradients);
+TEST_F(ProcessOptionsTest, AllowNonfiniteGradients) {
+  EXPECT_TRUE(ParseArgs({"--allow_nonfinite_gradients"})->allow_nonfinite_gradients);
   // The bare flag does not swallow the next argument.
-  const ProcessOptions o = Parse({"--allow_nonfinite_gradients", "--ps_max_response_bytes=1K"});
-  EXPECT_TRUE(o.allow_nonfinite_gradients);
-  EXPECT_EQ(o.ps_max_response_bytes, 1024u);
-  EXPECT_TRUE(Parse({"--allow_nonfinite_gradients=true"}).allow_nonfinite_gradients);
-  EXPECT_FALSE(Parse({"--allow_nonfinite_gradients=0"}).allow_nonfinite_gradients);
-  const ProcessOptions bad = Parse({"--allow_nonfinite_gradients=maybe"});
-  EXPECT_FALSE(bad.allow_nonfinite_gradients);
-  EXPECT_THAT(bad.errors, SizeIs(1));
+  absl::StatusOr<ProcessOptions> o = ParseArgs({"--allow_nonfinite_gradients", "--ps_max_response_bytes=1K"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->allow_nonfinite_gradients);
+  EXPECT_EQ(o->ps_max_response_bytes, 1024u);
+  EXPECT_TRUE(ParseArgs({"--allow_nonfinite_gradients=true"})->allow_nonfinite_gradients);
+  EXPECT_FALSE(ParseArgs({"--allow_nonfinite_gradients=0"})->allow_nonfinite_gradients);
+  EXPECT_FALSE(ParseArgs({"--allow_nonfinite_gradients=maybe"}).ok());
 }
 
-TEST(ProcessOptionsTest, EnvironmentWhenNoFlag) {
+TEST_F(ProcessOptionsTest, PsLimitsFromTheEnvironmentWhenNoFlag) {
   setenv("ASYNCPS_PS_MAX_VARIABLE_BYTES", "1G", 1);
   setenv("ASYNCPS_ALLOW_NONFINITE_GRADIENTS", "1", 1);
-  EXPECT_EQ(Parse({}).ps_max_variable_bytes, uint64_t{1} << 30);
-  EXPECT_TRUE(Parse({}).allow_nonfinite_gradients);
+  EXPECT_EQ(ParseArgs({})->ps_max_variable_bytes, uint64_t{1} << 30);
+  EXPECT_TRUE(ParseArgs({})->allow_nonfinite_gradients);
   // The flag wins over the environment.
-  EXPECT_EQ(Parse({"--ps_max_variable_bytes=2G"}).ps_max_variable_bytes, uint64_t{2} << 30);
-  unsetenv("ASYNCPS_PS_MAX_VARIABLE_BYTES");
-  unsetenv("ASYNCPS_ALLOW_NONFINITE_GRADIENTS");
+  EXPECT_EQ(ParseArgs({"--ps_max_variable_bytes=2G"})->ps_max_variable_bytes, uint64_t{2} << 30);
 }
 
 }  // namespace

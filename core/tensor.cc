@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 
@@ -70,6 +71,37 @@ absl::Status ValidateShape(const Shape& shape, DType dtype, uint64_t max_bytes) 
     product *= static_cast<uint64_t>(d);
   }
   return absl::OkStatus();
+}
+
+absl::Status Tensor::CheckElementCount(const Shape& shape, size_t count) {
+  // Overflow-safe product: a dimension that would push it past `count` already mismatches.
+  uint64_t elements = 1;
+  bool zero = false;
+  for (int64_t d : shape) {
+    if (d < 0) return absl::InvalidArgumentError(absl::StrCat("negative dimension in shape ", ShapeString(shape)));
+    if (d == 0) zero = true;
+  }
+  bool too_many = false;
+  if (!zero) {
+    for (int64_t d : shape) {
+      if (elements > count / static_cast<uint64_t>(d)) too_many = true;
+      if (too_many) break;
+      elements *= static_cast<uint64_t>(d);
+    }
+  } else {
+    elements = 0;
+  }
+  if (too_many || elements != count) {
+    return absl::InvalidArgumentError(absl::StrCat(count, " value(s) given for shape ", ShapeString(shape),
+                                                   too_many ? "" : absl::StrCat(" of ", elements, " element(s)")));
+  }
+  return absl::OkStatus();
+}
+
+void Tensor::DieOnCountMismatch(const absl::Status& status) {
+  std::fprintf(stderr, "asyncps: Tensor::FromVector with values that do not fit the shape: %s\n",
+               status.ToString().c_str());
+  std::abort();
 }
 
 std::shared_ptr<void> AllocateAlignedUninitialized(size_t bytes) {

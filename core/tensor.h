@@ -54,24 +54,37 @@ class Tensor {
     return t;
   }
 
-  // Copies `values` into a new tensor of `shape`. The element count must match `shape`;
-  // a mismatch is a programming error and leaves the tensor zero-filled.
+  // Copies `values` into a new tensor of `shape`. InvalidArgument, naming both counts, when
+  // the number of values is not the shape's element count (or the shape is invalid). For
+  // values known only at run time.
   template <typename T>
-  static Tensor FromVector(Shape shape, absl::Span<const T> values) {
+  static absl::StatusOr<Tensor> FromSpan(Shape shape, absl::Span<const T> values) {
+    if (absl::Status s = CheckElementCount(shape, values.size()); !s.ok()) return s;
     Tensor t(DTypeOf<T>::value, std::move(shape));
-    if (static_cast<int64_t>(values.size()) == t.num_elements() && !values.empty()) {
-      std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
-    }
+    if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
     return t;
   }
+  // A tensor of `shape` holding the literal `values`. A count that differs from the shape is a
+  // bug in the calling code, not a run-time condition, so it aborts the process with a message
+  // naming both counts: never a silently zero-filled tensor. Use FromSpan for values whose
+  // count comes from input (a file, the network, the user).
   template <typename T>
   static Tensor FromVector(Shape shape, std::initializer_list<T> values) {
     return FromVector<T>(std::move(shape), absl::Span<const T>(values.begin(), values.size()));
   }
-  // 1-D tensor holding `values`.
+  // The same for values the calling code sized itself (a mismatch is its bug, and aborts).
+  template <typename T>
+  static Tensor FromVector(Shape shape, absl::Span<const T> values) {
+    absl::StatusOr<Tensor> t = FromSpan<T>(std::move(shape), values);
+    if (!t.ok()) DieOnCountMismatch(t.status());
+    return *std::move(t);
+  }
+  // 1-D tensor holding `values` (its shape comes from them, so it cannot mismatch).
   template <typename T>
   static Tensor FromVector(const std::vector<T>& values) {
-    return FromVector<T>({static_cast<int64_t>(values.size())}, absl::MakeConstSpan(values));
+    Tensor t(DTypeOf<T>::value, {static_cast<int64_t>(values.size())});
+    if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+    return t;
   }
 
   DType dtype() const { return dtype_; }
@@ -124,6 +137,10 @@ class Tensor {
   std::string DebugString(int max_elements = 8) const;
 
  private:
+  // OK when `shape` is valid and holds exactly `count` elements.
+  static absl::Status CheckElementCount(const Shape& shape, size_t count);
+  [[noreturn]] static void DieOnCountMismatch(const absl::Status& status);
+
   DType dtype_ = DType::kF32;
   Shape shape_;
   int64_t num_elements_ = 0;

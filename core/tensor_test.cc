@@ -89,14 +89,35 @@ TEST(TensorTest, FromVector) {
   EXPECT_EQ(v.shape(), (Shape{3}));
   EXPECT_THAT(v.flat<int32_t>(), ElementsAre(4, 5, 6));
 
-  Tensor d = Tensor::FromVector<double>({2}, absl::Span<const double>(std::vector<double>{0.5, 1.5}));
-  EXPECT_THAT(d.flat<double>(), ElementsAre(0.5, 1.5));
+  const std::vector<double> values{0.5, 1.5, 2.5, 3.5};
+  absl::StatusOr<Tensor> d = Tensor::FromSpan<double>({2, 2}, values);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->shape(), (Shape{2, 2}));
+  EXPECT_THAT(d->flat<double>(), ElementsAre(0.5, 1.5, 2.5, 3.5));
+
+  absl::StatusOr<Tensor> empty = Tensor::FromSpan<float>({0, 1000}, {});
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->num_elements(), 0);
 }
 
-TEST(TensorTest, FromVectorCountMismatchLeavesZeros) {
-  Tensor t = Tensor::FromVector<float>({2, 2}, {1, 2, 3});
-  EXPECT_EQ(t.shape(), (Shape{2, 2}));
-  EXPECT_THAT(t.flat<float>(), ElementsAre(0, 0, 0, 0));
+TEST(TensorTest, FromSpanRejectsACountThatDoesNotFitTheShape) {
+  const std::vector<float> three{1, 2, 3};
+  absl::StatusOr<Tensor> short_by_one = Tensor::FromSpan<float>({2, 2}, three);
+  EXPECT_EQ(short_by_one.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(short_by_one.status().message()), ::testing::HasSubstr("3 value(s) given for shape [2, 2]"));
+  EXPECT_EQ(Tensor::FromSpan<float>({2}, three).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Tensor::FromSpan<float>({}, three).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Tensor::FromSpan<float>({-1, -3}, three).status().code(), absl::StatusCode::kInvalidArgument);
+  // A product that would overflow int64 is a mismatch, not a wrap-around to a small number.
+  EXPECT_EQ(Tensor::FromSpan<float>({int64_t{1} << 62, 4, 3}, three).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Tensor::FromSpan<float>({0}, three).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TensorDeathTest, FromVectorThatDoesNotFitItsShapeAborts) {
+  EXPECT_DEATH(Tensor::FromVector<float>({2, 2}, {1, 2, 3}), "3 value\\(s\\) given for shape \\[2, 2\\]");
+  const std::vector<int32_t> five{1, 2, 3, 4, 5};
+  EXPECT_DEATH(Tensor::FromVector<int32_t>({2, 3}, five), "5 value\\(s\\) given for shape \\[2, 3\\]");
 }
 
 TEST(TensorTest, ViewDoesNotCopy) {

@@ -53,6 +53,7 @@ enum ErrorSource {
   function @0;                 # the user's function returned an error
   ps @1;                       # a parameter server was unreachable
   cancelled @2;                # the coordinator cancelled the closure
+  psStateLost @3;              # a parameter server no longer holds a variable (restarted empty)
 }
 
 struct CancelRequest {

@@ -10,10 +10,6 @@
 namespace asyncps::ps {
 
 int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options) {
-  if (!options.errors.empty()) {
-    for (const std::string& e : options.errors) spdlog::error("{}", e);
-    return 2;
-  }
   auto process = net::ServerProcess::Create(cluster, options, /*handler_threads=*/4);
   if (!process.ok()) {
     spdlog::error("{}", process.status().ToString());

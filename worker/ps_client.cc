@@ -3,6 +3,8 @@
 #include <cstring>
 #include <map>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/sync.h"
 #include "core/status_macros.h"
@@ -37,7 +39,10 @@ std::vector<absl::StatusOr<net::InMessage>> CallAll(const std::vector<net::RpcCl
     const int p = calls[i].ps;
     ps[p]->CallAsync(method, std::move(calls[i].message), options,
                      [state, i, p, address = ps[p]->address()](absl::StatusOr<net::InMessage> r) {
-                       if (!r.ok() && IsPsUnreachable(r.status())) {
+                       if (!r.ok() && r.status().code() == absl::StatusCode::kNotFound) {
+                         // Every name sent came from the directory: the PS lost it.
+                         r = PsStateLostError(p, address, r.status().message());
+                       } else if (!r.ok() && IsPsUnreachable(r.status())) {
                          r = absl::Status(r.status().code(), absl::StrCat("ps ", p, " (", address,
                                                                           "): ", r.status().message()));
                        }
@@ -158,6 +163,46 @@ absl::Status SplitUpdate(const VariablePlacement& p, ps::UpdateKind kind, const 
 }
 
 }  // namespace
+
+namespace {
+constexpr char kPsStateLostUrl[] = "type.asyncps/ps_state_lost";
+constexpr absl::string_view kLostText = ") lost variables it held";
+
+absl::Status MarkPsStateLost(absl::Status status, int ps) {
+  status.SetPayload(kPsStateLostUrl, absl::Cord(std::to_string(ps)));
+  return status;
+}
+}  // namespace
+
+absl::Status PsStateLostError(int ps, const std::string& address, absl::string_view detail) {
+  return MarkPsStateLost(absl::UnavailableError(absl::StrCat("ps ", ps, " (", address, kLostText,
+                                                             " (it restarted empty): ", detail)),
+                         ps);
+}
+
+absl::Status PsStateLostFromMessage(absl::string_view message) {
+  // "... ps <N> (<address>) lost variables it held ...", possibly inside a longer message.
+  int ps = -1;
+  const size_t lost = message.find(kLostText);
+  if (lost != absl::string_view::npos) {
+    const size_t open = message.rfind(" (", lost);
+    const size_t word = open == absl::string_view::npos ? open : message.rfind("ps ", open);
+    if (word != absl::string_view::npos &&
+        !absl::SimpleAtoi(message.substr(word + 3, open - word - 3), &ps)) {
+      ps = -1;
+    }
+  }
+  return MarkPsStateLost(absl::UnavailableError(message), ps);
+}
+
+bool IsPsStateLost(const absl::Status& status) { return status.GetPayload(kPsStateLostUrl).has_value(); }
+
+int LostPs(const absl::Status& status) {
+  auto payload = status.GetPayload(kPsStateLostUrl);
+  int ps = -1;
+  if (!payload.has_value() || !absl::SimpleAtoi(std::string(*payload), &ps)) return -1;
+  return ps;
+}
 
 bool IsPsUnreachable(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable ||

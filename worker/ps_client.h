@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/tensor.h"
 #include "net/rpc_client.h"
@@ -42,6 +43,13 @@ struct GradientUpdate {
 //
 // Errors from a PS keep their code; a PS that cannot be reached gives Unavailable (or
 // DeadlineExceeded) naming the PS. Use IsPsUnreachable to tell those apart.
+//
+// A PS that answers NotFound for a variable this client found in the directory has lost it:
+// every name sent comes from the directory, and a variable enters the directory only after
+// every PS holding a shard of it created it (variables are never deleted). So that answer
+// means the PS restarted empty — a PS failure, not the caller's mistake — and is returned as
+// Unavailable marked "PS state lost" (IsPsStateLost, LostPs), which is TensorFlow's contract
+// for a PS failure and what automatic PS recovery keys on.
 //
 // Thread-safe. The RPC clients and the directory are not owned and must outlive this object.
 class PsClient {
@@ -81,7 +89,21 @@ class PsClient {
 };
 
 // True when `status` says a PS could not be reached (as opposed to the PS rejecting a request).
+// Also true for a PS that lost its state (see IsPsStateLost).
 bool IsPsUnreachable(const absl::Status& status);
+
+// Unavailable naming PS `ps` (at `address`), marked as "this PS no longer holds variables it
+// held" (it restarted empty); `detail` is what the PS said.
+absl::Status PsStateLostError(int ps, const std::string& address, absl::string_view detail);
+// True for a status made by PsStateLostError — also after it crossed from a worker to the
+// coordinator and to the user (Join, Schedule, RemoteValue::Fetch).
+bool IsPsStateLost(const absl::Status& status);
+// The index of the PS that lost its state, or -1 when `status` is not such an error.
+int LostPs(const absl::Status& status);
+// Rebuilds the mark on an error that crossed the wire as code and message only (a worker
+// reports a closure's error so): Unavailable with `message`, the PS index read back from the
+// text PsStateLostError wrote (-1 when it is not there).
+absl::Status PsStateLostFromMessage(absl::string_view message);
 
 }  // namespace asyncps
 

@@ -14,6 +14,7 @@ absl::StatusOr<Tensor> StepContext::arg(size_t i) const {
 
 absl::Status StepContext::Track(absl::Status status) {
   if (IsPsUnreachable(status)) ps_unreachable_ = true;
+  if (IsPsStateLost(status)) ps_state_lost_ = true;
   return status;
 }
 

@@ -70,6 +70,9 @@ class StepContext {
 
   // True when some variable operation failed because a PS was unreachable.
   bool ps_unreachable() const { return ps_unreachable_; }
+  // True when some variable operation failed because a PS lost variables it held (it
+  // restarted empty; see IsPsStateLost).
+  bool ps_state_lost() const { return ps_state_lost_; }
 
  private:
   absl::Status Track(absl::Status status);
@@ -85,6 +88,7 @@ class StepContext {
   PsClient& ps_;
   std::shared_ptr<const std::atomic<bool>> cancelled_;
   bool ps_unreachable_ = false;
+  bool ps_state_lost_ = false;
 };
 
 }  // namespace asyncps

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/incarnation.h"
 #include "core/status_macros.h"
@@ -64,31 +65,20 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
     body.setMessage(absl::StrCat("unknown function '", function_name, "'"));
     return absl::OkStatus();
   }
-  auto cancelled = std::make_shared<std::atomic<bool>>(false);
-  {
-    MutexLock lock(&mu_);
-    running_[closure_id] = cancelled;
-    auto early = std::find(cancelled_early_.begin(), cancelled_early_.end(), closure_id);
-    if (early != cancelled_early_.end()) {
-      cancelled->store(true);
-      cancelled_early_.erase(early);
-    }
-  }
-  StepContext ctx(worker_index_, std::move(args), ps_, cancelled);
+  const ClosureCancellation::Attempt attempt = cancellation_.Start(closure_id);
+  StepContext ctx(worker_index_, std::move(args), ps_, attempt.cancelled);
   absl::StatusOr<Values> result;
   try {
     result = (*fn)(ctx);
   } catch (const std::exception& e) {
     result = absl::InternalError(absl::StrCat("function '", function_name, "' threw: ", e.what()));
   }
-  {
-    MutexLock lock(&mu_);
-    running_.erase(closure_id);
-  }
+  cancellation_.Finish(attempt);
   if (!result.ok()) {
     body.setCode(static_cast<int>(result.status().code()));
     body.setMessage(std::string(result.status().message()));
     body.setErrorSource(ctx.cancelled()        ? wire::ErrorSource::CANCELLED
+                        : ctx.ps_state_lost()  ? wire::ErrorSource::PS_STATE_LOST
                         : ctx.ps_unreachable() ? wire::ErrorSource::PS
                                                : wire::ErrorSource::FUNCTION);
     return absl::OkStatus();
@@ -107,16 +97,36 @@ absl::Status WorkerService::CreateResource(const net::InMessage& request, net::O
   }
   const std::string factory_name = req.getFactory().cStr();
   const ResourceFactory* factory = program_.FindResource(factory_name);
-  if (factory == nullptr) return absl::NotFoundError(absl::StrCat("unknown resource factory '", factory_name, "'"));
+  if (factory == nullptr) {
+    return ResourceFactoryError(factory_name, worker_index_, absl::NotFoundError("unknown to this worker's program"));
+  }
   std::map<std::string, std::string> args;
   for (auto a : req.getArgs()) args[a.getName().cStr()] = a.getValue().cStr();
   ResourceContext ctx(worker_index_, num_workers_, args);
-  ASSIGN_OR_RETURN(std::unique_ptr<Resource> resource, (*factory)(ctx));
-  if (resource == nullptr) return absl::InternalError(absl::StrCat("factory '", factory_name, "' returned null"));
+  absl::StatusOr<std::unique_ptr<Resource>> resource;
+  try {
+    resource = (*factory)(ctx);
+  } catch (const std::exception& e) {
+    resource = absl::InternalError(absl::StrCat("threw: ", e.what()));
+  }
+  if (resource.ok() && *resource == nullptr) resource = absl::InternalError("returned null");
+  if (!resource.ok()) {
+    spdlog::warn("per-worker resource {} ({}) failed: {}", id, factory_name, resource.status().ToString());
+    return ResourceFactoryError(factory_name, worker_index_, resource.status());
+  }
   MutexLock lock(&mu_);
-  resources_.try_emplace(id, std::move(resource));
+  resources_.try_emplace(id, *std::move(resource));
   spdlog::info("created per-worker resource {} ({})", id, factory_name);
   return absl::OkStatus();
+}
+
+absl::Status ResourceFactoryError(const std::string& factory, int worker_index, const absl::Status& error) {
+  return absl::Status(error.code(), absl::StrCat(kResourceFactoryFailed, " '", factory, "' on worker ", worker_index,
+                                                 ": ", error.message()));
+}
+
+bool IsResourceFactoryError(const absl::Status& status) {
+  return !status.ok() && absl::StartsWith(status.message(), kResourceFactoryFailed);
 }
 
 absl::Status WorkerService::DeleteResource(const net::InMessage& request, net::OutMessage*) {
@@ -155,17 +165,9 @@ absl::Status WorkerService::SetDirectory(const net::InMessage& request, net::Out
 }
 
 absl::Status WorkerService::Cancel(const net::InMessage& request, net::OutMessage*) {
-  MutexLock lock(&mu_);
-  constexpr size_t kMaxEarlyCancels = 4096;
-  for (uint64_t id : request.RequestBody<wire::CancelRequest>().getClosureIds()) {
-    auto it = running_.find(id);
-    if (it != running_.end()) {
-      it->second->store(true);
-      continue;
-    }
-    cancelled_early_.push_back(id);
-    if (cancelled_early_.size() > kMaxEarlyCancels) cancelled_early_.pop_front();
-  }
+  std::vector<uint64_t> ids;
+  for (uint64_t id : request.RequestBody<wire::CancelRequest>().getClosureIds()) ids.push_back(id);
+  cancellation_.Cancel(ids);
   return absl::OkStatus();
 }
 

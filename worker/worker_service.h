@@ -1,13 +1,12 @@
 #ifndef ASYNCPS_WORKER_WORKER_SERVICE_H_
 #define ASYNCPS_WORKER_WORKER_SERVICE_H_
 
-#include <atomic>
-#include <deque>
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
 #include "core/sync.h"
 #include "net/rpc_server.h"
+#include "worker/closure_cancellation.h"
 #include "worker/program.h"
 #include "worker/ps_client.h"
 #include "worker/variable_directory.h"
@@ -19,7 +18,10 @@ namespace asyncps {
 //                          own error travels inside RunResponse (RPC status OK); an RPC error
 //                          means the worker cannot run closures (e.g. FailedPrecondition when
 //                          a per-worker resource it names is missing after a restart).
-//   worker.CreateResource  CreateResourceRequest -> Empty (idempotent by id)
+//   worker.CreateResource  CreateResourceRequest -> Empty (idempotent by id). A factory that
+//                          fails (or throws, or returns null) gives its own code, with a
+//                          message made by ResourceFactoryError, so the caller can tell it
+//                          from a failed call.
 //   worker.DeleteResource  DeleteResourceRequest -> Empty
 //   worker.SetDirectory    SetDirectoryRequest -> Empty (where variables live)
 //   worker.Cancel          CancelRequest -> Empty (cooperative: sets StepContext::cancelled)
@@ -49,12 +51,16 @@ class WorkerService {
 
   Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Resource>> resources_ ABSL_GUARDED_BY(mu_);
-  // Cancellation flags of the closures running now, by closure id.
-  absl::flat_hash_map<uint64_t, std::shared_ptr<std::atomic<bool>>> running_ ABSL_GUARDED_BY(mu_);
-  // Cancels that arrived before their Run started (Cancel runs on the I/O thread, Run on the
-  // pool, so a Cancel sent right after a Run can overtake it). Bounded: oldest dropped first.
-  std::deque<uint64_t> cancelled_early_ ABSL_GUARDED_BY(mu_);
+  ClosureCancellation cancellation_;  // one flag per attempt of each running closure
 };
+
+// The error worker.CreateResource answers when the factory itself failed: `error`'s code, a
+// message naming the factory and worker that starts with kResourceFactoryFailed.
+inline constexpr char kResourceFactoryFailed[] = "per-worker resource factory";
+absl::Status ResourceFactoryError(const std::string& factory, int worker_index, const absl::Status& error);
+// True for a status made by ResourceFactoryError, also after it crossed the wire: the
+// factory's error (the user's), not the worker or connection failing.
+bool IsResourceFactoryError(const absl::Status& status);
 
 }  // namespace asyncps
 

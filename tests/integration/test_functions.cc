@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "core/incarnation.h"
 #include "core/status_macros.h"
 #include "core/sync.h"
@@ -108,7 +109,32 @@ Program MakeTestProgram() {
         {3}, {ctx.worker_index(), count, static_cast<int64_t>(counter->instance & 0x7fffffffffffffff)})};
   });
   program.AddFunction("sparse_regression_step", SparseRegressionStep);
+  program.AddFunction("mark_then_work", [](StepContext& ctx) -> absl::StatusOr<Values> {
+    ASSIGN_OR_RETURN(Tensor ms, ctx.arg(0));
+    ASSIGN_OR_RETURN(Tensor honour, ctx.arg(1));
+    RETURN_IF_ERROR(ctx.AssignAdd("started", Tensor::Scalar<int64_t>(1)));
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
+    while (std::chrono::steady_clock::now() < end) {
+      if (honour.data<int64_t>()[0] != 0 && ctx.cancelled()) return absl::CancelledError("cancelled");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return Values{};
+  });
+  program.AddFunction("whoami", [](StepContext& ctx) -> absl::StatusOr<Values> {
+    return Values{Tensor::Scalar<int64_t>(ctx.worker_index())};
+  });
+  program.AddFunction("read_iterations", [](StepContext& ctx) -> absl::StatusOr<Values> {
+    ASSIGN_OR_RETURN(Tensor t, ctx.Read("iterations"));
+    return Values{t};
+  });
   program.AddResource("counter", [](const ResourceContext&) -> absl::StatusOr<std::unique_ptr<Resource>> {
+    return std::make_unique<Counter>();
+  });
+  program.AddResource("picky_counter", [](const ResourceContext& ctx) -> absl::StatusOr<std::unique_ptr<Resource>> {
+    ASSIGN_OR_RETURN(int64_t refuse, ctx.IntArg("fail_on_worker"));
+    if (refuse == ctx.worker_index()) {
+      return absl::FailedPreconditionError(absl::StrCat("picky_counter refuses worker ", ctx.worker_index()));
+    }
     return std::make_unique<Counter>();
   });
   program.AddResource("regression_data", [](const ResourceContext& ctx) -> absl::StatusOr<std::unique_ptr<Resource>> {

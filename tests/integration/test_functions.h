@@ -15,9 +15,15 @@ namespace asyncps::testing {
 //   "noop"             returns nothing
 //   "use_counter"      arg0 is a "counter" resource: bumps it and returns
 //                      [worker index, count, instance id] (i64)
+//   "mark_then_work"   started += 1, then works for arg0 (i64 ms) in 2 ms slices; stops early
+//                      (Cancelled) on cancellation only when arg1 (i64) is non-zero
+//   "whoami"           returns [worker index] (i64 scalar)
+//   "read_iterations"  returns the value of "iterations"
 //   "sparse_regression_step"  arg0 is a "regression_data" resource: one SGD step of a sparse
 //                      linear model "w" [kVocab, 1] towards TrueWeight, pushed as row gradients
-// Resources: "counter" (a per-worker counter with a random instance id), "regression_data"
+// Resources: "counter" (a per-worker counter with a random instance id), "picky_counter" (a
+// counter whose factory fails with FailedPrecondition on the worker whose index is the
+// "fail_on_worker" argument), "regression_data"
 // (a per-worker example generator seeded by the worker index).
 Program MakeTestProgram();
 
