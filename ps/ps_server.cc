@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "net/server_process.h"
+#include "ps/checkpoint_service.h"
 #include "ps/ps_service.h"
 #include "ps/variable_store.h"
 
@@ -17,6 +18,8 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   VariableStore store;
   PsService service(store);
   service.RegisterWith((*process)->server());
+  CheckpointService checkpoints(store, CheckpointService::OptionsFromEnv());
+  checkpoints.RegisterWith((*process)->server());
   return (*process)->ServeUntilSignal();
 }
 

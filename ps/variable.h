@@ -80,6 +80,26 @@ class Variable {
   // Consistent copies of the value and every slot ("name/slot"), for checkpoints.
   std::vector<std::pair<std::string, Tensor>> Snapshot() const;
 
+  // Everything a checkpoint keeps of this variable: the value, each optimizer slot (in
+  // slot_names() order) and the step counter.
+  struct State {
+    Tensor value;
+    std::vector<Tensor> slots;
+    int64_t iterations = 0;
+  };
+
+  // The slot names of this variable's optimizer, in its order (empty without an optimizer).
+  std::vector<std::string> slot_names() const;
+
+  // A copy of value, slots and step counter taken under the exclusive lock, so the copy holds
+  // every update either entirely or not at all: a value and its slots (and the counter Adam's
+  // bias correction reads) always come from the same set of applied updates.
+  State CheckpointState() const;
+
+  // Replaces value, slots (parallel to slot_names()) and step counter under the exclusive
+  // lock. Everything is validated first (dtype, shape, slot count): on error nothing changes.
+  absl::Status RestoreState(const State& state);
+
  private:
   Variable() = default;
   absl::StatusOr<std::vector<int64_t>> CheckIds(const Tensor& ids) const;
