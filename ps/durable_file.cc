@@ -155,6 +155,27 @@ absl::Status ReadAt(const std::string& path, uint64_t offset, void* out, size_t 
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::pair<uint64_t, uint32_t>> DigestFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("cannot open", path, errno);
+  FdCloser closer(fd);
+  constexpr size_t kChunk = size_t{4} << 20;
+  std::unique_ptr<char[]> buffer(new char[kChunk]);
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+  for (;;) {
+    const ssize_t r = read(fd, buffer.get(), kChunk);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("cannot read", path, errno);
+    }
+    if (r == 0) break;
+    crc = Crc32(crc, buffer.get(), static_cast<size_t>(r));
+    bytes += static_cast<uint64_t>(r);
+  }
+  return std::make_pair(bytes, crc);
+}
+
 absl::StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes) {
   auto size = FileSize(path);
   if (!size.ok()) return size.status();

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -62,6 +63,9 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t m
 
 // The size of a file; NotFound when absent.
 absl::StatusOr<uint64_t> FileSize(const std::string& path);
+
+// Size and CRC-32 of a whole file, read in chunks (memory stays small whatever the size).
+absl::StatusOr<std::pair<uint64_t, uint32_t>> DigestFile(const std::string& path);
 
 // Reads `n` bytes at `offset` into `out`; OutOfRange when the file is shorter.
 absl::Status ReadAt(const std::string& path, uint64_t offset, void* out, size_t n);
