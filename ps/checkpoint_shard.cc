@@ -105,12 +105,20 @@ absl::StatusOr<SavedFile> SaveShards(const VariableStore& store, const std::stri
   const std::string path = absl::StrCat(directory, "/", file_name);
   ASSIGN_OR_RETURN(auto writer, DurableFileWriter::Create(path));
   RETURN_IF_ERROR(writer->Append(header.data(), header.size()));
+  // One plain buffer, sized for the largest shard with its slots, reused for every shard.
+  size_t scratch_bytes = 0;
   for (size_t i = 0; i < variables.size(); ++i) {
-    Variable::State state = variables[i]->CheckpointState();
+    const size_t value_bytes = static_cast<size_t>(NumElements(variables[i]->shape())) * DTypeSize(variables[i]->dtype());
+    scratch_bytes = std::max(scratch_bytes, value_bytes * (1 + saved.shards[i].slot_names.size()));
+  }
+  std::unique_ptr<char[]> scratch(new char[std::max<size_t>(scratch_bytes, 1)]);
+  for (size_t i = 0; i < variables.size(); ++i) {
     // The variable's shape cannot change after creation, so the header stays right.
-    RETURN_IF_ERROR(writer->Append(state.value.raw_data(), state.value.num_bytes()));
-    for (const Tensor& slot : state.slots) RETURN_IF_ERROR(writer->Append(slot.raw_data(), slot.num_bytes()));
-    saved.shards[i].iterations = state.iterations;
+    const size_t value_bytes = static_cast<size_t>(NumElements(variables[i]->shape())) * DTypeSize(variables[i]->dtype());
+    std::vector<void*> slots;
+    for (size_t k = 0; k < saved.shards[i].slot_names.size(); ++k) slots.push_back(scratch.get() + (k + 1) * value_bytes);
+    saved.shards[i].iterations = variables[i]->CopyCheckpointState(scratch.get(), slots);
+    RETURN_IF_ERROR(writer->Append(scratch.get(), value_bytes * (1 + slots.size())));
   }
   if (hooks.before_rename) hooks.before_rename(writer->temp_path());
   RETURN_IF_ERROR(writer->Commit());

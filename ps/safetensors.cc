@@ -1,6 +1,7 @@
 #include "ps/safetensors.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -218,7 +219,11 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, c
   }
   SafetensorsFile f;
   f.path_ = path;
-  f.block_ = AllocateAlignedUninitialized(std::max<uint64_t>(size, 8));
+  // Plain malloc, aligned by hand: no huge-page advice (see Variable::CopyCheckpointState).
+  void* raw = std::malloc(static_cast<size_t>(size) + 64);
+  if (raw == nullptr) return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size, " bytes for ", path));
+  f.block_ = std::shared_ptr<void>(reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(raw) + 63) & ~uintptr_t{63}),
+                                   [raw](void*) { std::free(raw); });
   char* bytes = static_cast<char*>(f.block_.get());
   RETURN_IF_ERROR(ReadAt(path, 0, bytes, size));
   f.crc32_ = Crc32(0, bytes, size);

@@ -178,6 +178,15 @@ Variable::State Variable::CheckpointState() const {
   return state;
 }
 
+int64_t Variable::CopyCheckpointState(void* value, absl::Span<void* const> slots) const {
+  MutexLock lock(&mu_);
+  std::memcpy(value, value_.raw_data(), value_.num_bytes());
+  for (size_t i = 0; i < slots_.size() && i < slots.size(); ++i) {
+    std::memcpy(slots[i], slots_[i].raw_data(), slots_[i].num_bytes());
+  }
+  return iterations_.load(std::memory_order_relaxed);
+}
+
 absl::Status Variable::RestoreState(const State& state) {
   if (absl::Status s = CheckDense(state.value); !s.ok()) return s;
   if (state.slots.size() != slots_.size()) {

@@ -96,6 +96,13 @@ class Variable {
   // bias correction reads) always come from the same set of applied updates.
   State CheckpointState() const;
 
+  // Like CheckpointState, but copies into caller memory (no allocation under the lock, and the
+  // caller picks the memory: checkpoint writers reuse one plain buffer, because fresh large
+  // tensors ask for huge pages, whose faults can stall on compaction while the page cache is
+  // full of dirty checkpoint data). `value` receives value bytes, `slots[i]` slot i's; each
+  // must hold as many bytes as the value. Returns the step counter.
+  int64_t CopyCheckpointState(void* value, absl::Span<void* const> slots) const;
+
   // Replaces value, slots (parallel to slot_names()) and step counter under the exclusive
   // lock. Everything is validated first (dtype, shape, slot count): on error nothing changes.
   absl::Status RestoreState(const State& state);
