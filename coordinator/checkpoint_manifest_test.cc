@@ -172,6 +172,7 @@ TEST(CheckpointManifestTest, ReshardsValuesSlotsAndCountersAcrossLayouts) {
     }
     EXPECT_EQ(target.Shard("scalar")->iterations(), 1);
   }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CheckpointManifestTest, RestoreIntoCreatesMissingVariablesAndRejectsMismatches) {
@@ -199,6 +200,7 @@ TEST(CheckpointManifestTest, RestoreIntoCreatesMissingVariablesAndRejectsMismatc
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
   plan = PlanRestore(*manifest, *ckpt, {{"w", DType::kF64, {6, 2}, {{"w", 0, 0, 6}}}});
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CheckpointManifestTest, BuildManifestNeedsEveryShard) {

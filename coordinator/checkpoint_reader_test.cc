@@ -45,6 +45,8 @@ class CheckpointReaderTest : public ::testing::Test {
     second_ = *second;
   }
 
+  void TearDown() override { fs::remove_all(dir_); }
+
   std::string Latest(CheckpointCheck check = CheckpointCheck::kChecksums) {
     auto latest = LatestCheckpoint(dir_, check);
     return latest.ok() ? *latest : latest.status().ToString();

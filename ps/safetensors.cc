@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -111,10 +112,18 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view text,
   std::string duplicate;
   json root;
   try {
-    std::set<std::string> seen;
+    // Keys seen per open object (by depth): a plain parse would keep the last of two equal
+    // keys silently, so a duplicate anywhere is an error.
+    std::vector<std::set<std::string>> seen;
     root = json::parse(text.begin(), text.end(), [&](int depth, json::parse_event_t event, json& parsed) {
-      if (event == json::parse_event_t::key && depth == 1 && parsed.is_string()) {
-        if (!seen.insert(parsed.get<std::string>()).second && duplicate.empty()) duplicate = parsed.get<std::string>();
+      const size_t d = static_cast<size_t>(depth);
+      if (event == json::parse_event_t::object_start) {
+        seen.resize(d + 1);
+        seen[d].clear();
+      } else if (event == json::parse_event_t::key && d >= 1 && d <= seen.size() && parsed.is_string()) {
+        if (!seen[d - 1].insert(parsed.get<std::string>()).second && duplicate.empty()) {
+          duplicate = parsed.get<std::string>();
+        }
       }
       return true;
     });
@@ -122,7 +131,7 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view text,
     return Corrupt(file, absl::StrCat("header is not valid JSON: ", e.what()));
   }
   if (!root.is_object()) return Corrupt(file, "header is not a JSON object");
-  if (!duplicate.empty()) return Corrupt(file, absl::StrCat("header names tensor '", duplicate, "' twice"));
+  if (!duplicate.empty()) return Corrupt(file, absl::StrCat("header has key '", duplicate, "' twice in one object"));
 
   SafetensorsHeader header;
   header.data_start = 8 + text.size();

@@ -17,11 +17,28 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Removes the test's directory when the test ends.
+class DirCleaner : public ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo&) override {
+    for (const auto& d : dirs) std::filesystem::remove_all(d);
+    dirs.clear();
+  }
+
+ public:
+  static inline std::vector<std::string> dirs;
+};
+
 std::string TempDir() {
+  static const bool registered = [] {
+    ::testing::UnitTest::GetInstance()->listeners().Append(new DirCleaner);
+    return true;
+  }();
+  (void)registered;
   const std::string dir = absl::StrCat(::testing::TempDir(), "/safetensors_test_", getpid(), "_",
                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  DirCleaner::dirs.push_back(dir);
   return dir;
 }
 
@@ -99,7 +116,8 @@ TEST(SafetensorsTest, EveryHeaderProblemIsDataLossNamingFileAndProblem) {
   const std::vector<BadHeader> cases = {
       {"not json", "{\"a\":", eight, "not valid JSON"},
       {"not an object", "[1,2]", "", "not a JSON object"},
-      {"duplicate key", R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"a":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", eight, "names tensor 'a' twice"},
+      {"duplicate key", R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"a":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", eight, "key 'a' twice"},
+      {"duplicate field", R"({"a":{"dtype":"U8","dtype":"F32","shape":[8],"data_offsets":[0,8]}})", eight, "key 'dtype' twice"},
       {"metadata not object", R"({"__metadata__":3})", "", "__metadata__ is not an object"},
       {"metadata value", R"({"__metadata__":{"k":1}})", "", "value of 'k' is not a string"},
       {"entry not object", R"({"a":3})", "", "entry is not an object"},

@@ -15,8 +15,9 @@ echo "== tests =="
 if [[ "${ASYNCPS_SKIP_TSAN:-0}" != "1" ]]; then
   echo "== build (ThreadSanitizer) =="
   # Everything with threads: sync primitives, RPC, the PS's striped locks, the closure queue
-  # and coordinator, and the multi-process fault-tolerance scenarios.
-  ASYNCPS_TARGETS="core_test net_test ps_test coordinator_test fault_tolerance_test" \
+  # and coordinator, the multi-process fault-tolerance scenarios, and checkpoints (saves racing
+  # training, parallel CRC checks, a PS killed mid-save).
+  ASYNCPS_TARGETS="core_test net_test ps_test coordinator_test fault_tolerance_test checkpoint_io_test checkpoint_test checkpoint_cluster_test" \
     bash scripts/build.sh build-tsan -DASYNCPS_SANITIZE=thread
   echo "== tests under ThreadSanitizer =="
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \

@@ -146,6 +146,7 @@ TEST(CheckpointClusterTest, SavesAndRestoresAcrossRealPsWithSlotsAndRetention) {
   EXPECT_EQ(manager.List(), (std::vector<std::string>{dir + "/ckpt-200", dir + "/ckpt-300"}));
   EXPECT_EQ(manager.Latest().value(), dir + "/ckpt-300");
   EXPECT_FALSE(fs::exists(dir + "/ckpt-100"));
+  fs::remove_all(dir);
 }
 
 // Saved with 2 PS / 4 shards; restored with 3 PS / 2 shards and with 1 PS unsharded.
@@ -195,6 +196,7 @@ TEST(CheckpointClusterTest, RestoresIntoOtherClusterShapes) {
     EXPECT_TRUE(slots.emb_v.Equals(saved_slots.emb_v));
     EXPECT_TRUE(slots.bias_m.Equals(saved_slots.bias_m));
   }
+  fs::remove_all(dir);
 }
 
 // PS 1 stops after writing its file under the temporary name (test hook) and is SIGKILLed
@@ -239,6 +241,7 @@ TEST(CheckpointClusterTest, PsKilledInTheMiddleOfSaveLeavesThePreviousCheckpoint
   // Training continues on the restored state.
   Train(*strategy, 1, 0.01f);
   EXPECT_TRUE(manager.Save(30).ok());
+  fs::remove_all(dir);
 }
 
 }  // namespace
