@@ -23,9 +23,9 @@ namespace fs = std::filesystem;
 constexpr char kPrefix[] = "ckpt-";
 
 // Sends each call to its PS at once and waits for every answer (results in call order).
-std::vector<absl::StatusOr<net::InMessage>> CallEach(ParameterServerStrategy& strategy, const std::string& method,
-                                                     std::vector<std::pair<int, net::OutMessage>> calls,
-                                                     absl::Duration timeout) {
+std::vector<absl::StatusOr<net::InMessage>> CallEach(
+    ParameterServerStrategy& strategy, const std::string& method,
+    std::vector<std::pair<int, net::OutMessage>> calls, absl::Duration timeout) {
   struct State {
     Mutex mu;
     size_t remaining ABSL_GUARDED_BY(mu) = 0;
@@ -35,24 +35,27 @@ std::vector<absl::StatusOr<net::InMessage>> CallEach(ParameterServerStrategy& st
   {
     MutexLock lock(&state->mu);
     state->remaining = calls.size();
-    for (size_t i = 0; i < calls.size(); ++i) state->results.emplace_back(absl::UnknownError("not sent"));
+    for (size_t i = 0; i < calls.size(); ++i)
+      state->results.emplace_back(absl::UnknownError("not sent"));
   }
   for (size_t i = 0; i < calls.size(); ++i) {
     const int ps = calls[i].first;
     net::RpcClient& client = strategy.ps_rpc(ps);
-    client.CallAsync(method, std::move(calls[i].second), net::RpcClient::CallOptions{timeout, false},
-                     [state, i, ps, address = client.address()](absl::StatusOr<net::InMessage> r) {
-                       if (!r.ok()) {
-                         r = absl::Status(r.status().code(),
-                                          absl::StrCat("ps ", ps, " (", address, "): ", r.status().message()));
-                       }
-                       MutexLock lock(&state->mu);
-                       state->results[i] = std::move(r);
-                       --state->remaining;
-                     });
+    client.CallAsync(
+        method, std::move(calls[i].second), net::RpcClient::CallOptions{timeout, false},
+        [state, i, ps, address = client.address()](absl::StatusOr<net::InMessage> r) {
+          if (!r.ok()) {
+            r = absl::Status(r.status().code(),
+                             absl::StrCat("ps ", ps, " (", address, "): ", r.status().message()));
+          }
+          MutexLock lock(&state->mu);
+          state->results[i] = std::move(r);
+          --state->remaining;
+        });
   }
   MutexLock lock(&state->mu);
-  state->mu.Await(absl::Condition(+[](size_t* n) { return *n == 0; }, &state->remaining));
+  state->mu.Await(absl::Condition(
+      +[](size_t* n) { return *n == 0; }, &state->remaining));
   return std::move(state->results);
 }
 
@@ -71,10 +74,12 @@ void RemoveBestEffort(const std::string& path) {
 
 }  // namespace
 
-CheckpointManager::CheckpointManager(ParameterServerStrategy& strategy, std::string directory, int max_to_keep)
+CheckpointManager::CheckpointManager(ParameterServerStrategy& strategy, std::string directory,
+                                     int max_to_keep)
     : CheckpointManager(strategy, std::move(directory), Options{max_to_keep}) {}
 
-CheckpointManager::CheckpointManager(ParameterServerStrategy& strategy, std::string directory, Options options)
+CheckpointManager::CheckpointManager(ParameterServerStrategy& strategy, std::string directory,
+                                     Options options)
     : strategy_(strategy),
       // Absolute, because the parameter servers resolve it in their own working directories.
       directory_(fs::absolute(directory).lexically_normal().string()),
@@ -89,7 +94,8 @@ std::vector<std::string> CheckpointManager::List() const {
 }
 
 absl::StatusOr<std::string> CheckpointManager::Save(int64_t step) {
-  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", step, " is negative"));
+  if (step < 0)
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", step, " is negative"));
   MutexLock lock(&mu_);
   const auto start = std::chrono::steady_clock::now();
   const std::string dir = absl::StrCat(directory_, "/", kPrefix, step);
@@ -129,32 +135,37 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step) {
       continue;
     }
     absl::Status s = net::CatchDecodeErrors([&]() -> absl::Status {
-      ASSIGN_OR_RETURN(ps::SavedFile f, ps::SavedFileFromWire(r->ResponseBody<wire::SaveCheckpointResponse>()));
+      ASSIGN_OR_RETURN(ps::SavedFile f,
+                       ps::SavedFileFromWire(r->ResponseBody<wire::SaveCheckpointResponse>()));
       saved.push_back(std::move(f));
       return absl::OkStatus();
     });
     if (!s.ok() && failed.ok()) failed = s;
   }
   absl::StatusOr<CheckpointManifest> manifest =
-      failed.ok() ? BuildManifest(step, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()), num_ps, placements, saved)
+      failed.ok() ? BuildManifest(step, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()),
+                                  num_ps, placements, saved)
                   : absl::StatusOr<CheckpointManifest>(failed);
   if (!manifest.ok()) {
     spdlog::error("checkpoint {} not committed: {}", dir, manifest.status().ToString());
     RemoveBestEffort(dir);
-    return absl::Status(manifest.status().code(),
-                        absl::StrCat("checkpoint ", dir, " not committed: ", manifest.status().message()));
+    return absl::Status(
+        manifest.status().code(),
+        absl::StrCat("checkpoint ", dir, " not committed: ", manifest.status().message()));
   }
   {
     const std::string json = ManifestToJson(*manifest);
-    ASSIGN_OR_RETURN(auto writer, ps::DurableFileWriter::Create(absl::StrCat(dir, "/", kManifestFileName)));
+    ASSIGN_OR_RETURN(auto writer,
+                     ps::DurableFileWriter::Create(absl::StrCat(dir, "/", kManifestFileName)));
     RETURN_IF_ERROR(writer->Append(json.data(), json.size()));
     RETURN_IF_ERROR(writer->Commit());
   }
   uint64_t bytes = 0;
   for (const auto& f : manifest->files) bytes += f.digest.bytes;
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("checkpoint {} committed: {} variables, {} files, {} bytes in {:.3f} s", dir, manifest->variables.size(),
-               manifest->files.size(), bytes, seconds);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("checkpoint {} committed: {} variables, {} files, {} bytes in {:.3f} s", dir,
+               manifest->variables.size(), manifest->files.size(), bytes, seconds);
 
   // Only now that the new checkpoint is durable: drop the oldest beyond max_to_keep and the
   // leftovers of crashed saves older than this one.
@@ -183,9 +194,10 @@ absl::StatusOr<int64_t> CheckpointManager::Restore(const std::string& path) {
   MutexLock lock(&mu_);
   const auto start = std::chrono::steady_clock::now();
   const std::string dir = fs::absolute(path).lexically_normal().string();
-  ASSIGN_OR_RETURN(CheckpointManifest manifest,
-                   VerifyCheckpoint(dir, options_.verify_before_restore ? CheckpointCheck::kChecksums
-                                                                        : CheckpointCheck::kStructure));
+  ASSIGN_OR_RETURN(
+      CheckpointManifest manifest,
+      VerifyCheckpoint(dir, options_.verify_before_restore ? CheckpointCheck::kChecksums
+                                                           : CheckpointCheck::kStructure));
   ASSIGN_OR_RETURN(auto plans, PlanRestore(manifest, dir, Placements(strategy_)));
   std::vector<std::pair<int, net::OutMessage>> calls;
   for (const auto& [ps, plan] : plans) {
@@ -193,18 +205,22 @@ absl::StatusOr<int64_t> CheckpointManager::Restore(const std::string& path) {
     ps::RestorePlanToWire(plan, m.InitRequestBody<wire::RestoreCheckpointRequest>());
     calls.emplace_back(ps, std::move(m));
   }
-  auto results = CallEach(strategy_, "ps.RestoreCheckpoint", std::move(calls), options_.rpc_timeout);
+  auto results =
+      CallEach(strategy_, "ps.RestoreCheckpoint", std::move(calls), options_.rpc_timeout);
   for (const auto& r : results) {
     if (!r.ok()) {
       spdlog::error("restore of {} failed: {}", dir, r.status().ToString());
-      return absl::Status(r.status().code(),
-                          absl::StrCat("restore of ", dir, " failed (PS that answered OK hold the checkpoint's values; ",
-                                       "restore again once the cause is fixed): ", r.status().message()));
+      return absl::Status(
+          r.status().code(),
+          absl::StrCat("restore of ", dir,
+                       " failed (PS that answered OK hold the checkpoint's values; ",
+                       "restore again once the cause is fixed): ", r.status().message()));
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("restored checkpoint {} (step {}) onto {} parameter servers in {:.3f} s", dir, manifest.step,
-               plans.size(), seconds);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("restored checkpoint {} (step {}) onto {} parameter servers in {:.3f} s", dir,
+               manifest.step, plans.size(), seconds);
   return manifest.step;
 }
 

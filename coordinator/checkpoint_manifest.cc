@@ -1,9 +1,8 @@
 #include "coordinator/checkpoint_manifest.h"
 
 #include <algorithm>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -40,28 +39,35 @@ class Reader {
   absl::Status Error(const std::string& where, const std::string& what) const {
     return absl::DataLossError(absl::StrCat("checkpoint manifest ", source_, ": ", where, what));
   }
-  absl::StatusOr<const json*> Field(const json& object, const char* key, const std::string& where) const {
-    if (!object.is_object() || !object.contains(key)) return Error(where, absl::StrCat("field '", key, "' missing"));
+  absl::StatusOr<const json*> Field(const json& object, const char* key,
+                                    const std::string& where) const {
+    if (!object.is_object() || !object.contains(key))
+      return Error(where, absl::StrCat("field '", key, "' missing"));
     return &object[key];
   }
-  absl::StatusOr<std::string> String(const json& object, const char* key, const std::string& where) const {
+  absl::StatusOr<std::string> String(const json& object, const char* key,
+                                     const std::string& where) const {
     ASSIGN_OR_RETURN(const json* v, Field(object, key, where));
     if (!v->is_string()) return Error(where, absl::StrCat("field '", key, "' is not a string"));
     return v->get<std::string>();
   }
-  absl::StatusOr<int64_t> Int(const json& object, const char* key, const std::string& where, int64_t min) const {
+  absl::StatusOr<int64_t> Int(const json& object, const char* key, const std::string& where,
+                              int64_t min) const {
     ASSIGN_OR_RETURN(const json* v, Field(object, key, where));
-    if (!v->is_number_integer() || v->get<int64_t>() < min || (v->is_number_unsigned() && v->get<uint64_t>() > (uint64_t{1} << 62))) {
+    if (!v->is_number_integer() || v->get<int64_t>() < min ||
+        (v->is_number_unsigned() && v->get<uint64_t>() > (uint64_t{1} << 62))) {
       return Error(where, absl::StrCat("field '", key, "' is not an integer >= ", min));
     }
     return v->get<int64_t>();
   }
-  absl::StatusOr<double> Number(const json& object, const char* key, const std::string& where) const {
+  absl::StatusOr<double> Number(const json& object, const char* key,
+                                const std::string& where) const {
     ASSIGN_OR_RETURN(const json* v, Field(object, key, where));
     if (!v->is_number()) return Error(where, absl::StrCat("field '", key, "' is not a number"));
     return v->get<double>();
   }
-  absl::StatusOr<const json*> Array(const json& object, const char* key, const std::string& where) const {
+  absl::StatusOr<const json*> Array(const json& object, const char* key,
+                                    const std::string& where) const {
     ASSIGN_OR_RETURN(const json* v, Field(object, key, where));
     if (!v->is_array()) return Error(where, absl::StrCat("field '", key, "' is not an array"));
     return v;
@@ -71,7 +77,8 @@ class Reader {
   std::string source_;
 };
 
-absl::StatusOr<ps::OptimizerConfig> OptimizerFromJson(const Reader& r, const json& j, const std::string& where) {
+absl::StatusOr<ps::OptimizerConfig> OptimizerFromJson(const Reader& r, const json& j,
+                                                      const std::string& where) {
   ps::OptimizerConfig c;
   ASSIGN_OR_RETURN(c.type, r.String(j, "type", where));
   auto number = [&](const char* key, float* out) -> absl::Status {
@@ -124,10 +131,14 @@ const ManifestFile* CheckpointManifest::FindFile(absl::string_view name) const {
 }
 
 std::string ManifestToJson(const CheckpointManifest& m) {
-  json root = {{"format", kFormat}, {"version", kVersion}, {"step", m.step}, {"wall_time", m.wall_time},
+  json root = {{"format", kFormat},
+               {"version", kVersion},
+               {"step", m.step},
+               {"wall_time", m.wall_time},
                {"num_ps", m.num_ps}};
   json files = json::array();
-  for (const auto& f : m.files) files.push_back({{"name", f.name}, {"bytes", f.digest.bytes}, {"crc32", f.digest.crc32}});
+  for (const auto& f : m.files)
+    files.push_back({{"name", f.name}, {"bytes", f.digest.bytes}, {"crc32", f.digest.crc32}});
   root["files"] = std::move(files);
   json variables = json::array();
   for (const auto& v : m.variables) {
@@ -152,33 +163,41 @@ std::string ManifestToJson(const CheckpointManifest& m) {
   return root.dump(1) + "\n";
 }
 
-absl::StatusOr<CheckpointManifest> ManifestFromJson(absl::string_view text, absl::string_view source) {
+absl::StatusOr<CheckpointManifest> ManifestFromJson(absl::string_view text,
+                                                    absl::string_view source) {
   const Reader r(source);
   json root;
   std::string duplicate;
   try {
     // One set of seen keys per open object (depth), so duplicates are caught at every level.
     std::vector<std::set<std::string>> seen;
-    root = json::parse(text.begin(), text.end(), [&](int depth, json::parse_event_t event, json& parsed) {
-      if (event == json::parse_event_t::object_start) {
-        seen.resize(static_cast<size_t>(depth) + 1);
-        seen[static_cast<size_t>(depth)].clear();
-      } else if (event == json::parse_event_t::key && depth >= 1 && static_cast<size_t>(depth) <= seen.size()) {
-        if (!seen[static_cast<size_t>(depth - 1)].insert(parsed.get<std::string>()).second && duplicate.empty()) {
-          duplicate = parsed.get<std::string>();
-        }
-      }
-      return true;
-    });
+    root = json::parse(
+        text.begin(), text.end(), [&](int depth, json::parse_event_t event, json& parsed) {
+          if (event == json::parse_event_t::object_start) {
+            seen.resize(static_cast<size_t>(depth) + 1);
+            seen[static_cast<size_t>(depth)].clear();
+          } else if (event == json::parse_event_t::key && depth >= 1 &&
+                     static_cast<size_t>(depth) <= seen.size()) {
+            if (!seen[static_cast<size_t>(depth - 1)].insert(parsed.get<std::string>()).second &&
+                duplicate.empty()) {
+              duplicate = parsed.get<std::string>();
+            }
+          }
+          return true;
+        });
   } catch (const json::exception& e) {
     return r.Error("", absl::StrCat("not valid JSON: ", e.what()));
   }
-  if (!duplicate.empty()) return r.Error("", absl::StrCat("key '", duplicate, "' appears twice in one object"));
+  if (!duplicate.empty())
+    return r.Error("", absl::StrCat("key '", duplicate, "' appears twice in one object"));
   if (!root.is_object()) return r.Error("", "not a JSON object");
   ASSIGN_OR_RETURN(std::string format, r.String(root, "format", ""));
-  if (format != kFormat) return r.Error("", absl::StrCat("format is '", format, "', not '", kFormat, "'"));
+  if (format != kFormat)
+    return r.Error("", absl::StrCat("format is '", format, "', not '", kFormat, "'"));
   ASSIGN_OR_RETURN(int64_t version, r.Int(root, "version", "", 0));
-  if (version != kVersion) return r.Error("", absl::StrCat("version ", version, " is not supported (only ", kVersion, ")"));
+  if (version != kVersion)
+    return r.Error("",
+                   absl::StrCat("version ", version, " is not supported (only ", kVersion, ")"));
   CheckpointManifest m;
   ASSIGN_OR_RETURN(m.step, r.Int(root, "step", "", 0));
   ASSIGN_OR_RETURN(m.wall_time, r.Number(root, "wall_time", ""));
@@ -191,8 +210,10 @@ absl::StatusOr<CheckpointManifest> ManifestFromJson(absl::string_view text, absl
     const std::string where = absl::StrCat("files[", i, "]: ");
     ManifestFile f;
     ASSIGN_OR_RETURN(f.name, r.String((*files)[i], "name", where));
-    if (absl::Status s = ps::ValidateCheckpointFileName(f.name); !s.ok()) return r.Error(where, std::string(s.message()));
-    if (!file_names.insert(f.name).second) return r.Error(where, absl::StrCat("file '", f.name, "' listed twice"));
+    if (absl::Status s = ps::ValidateCheckpointFileName(f.name); !s.ok())
+      return r.Error(where, std::string(s.message()));
+    if (!file_names.insert(f.name).second)
+      return r.Error(where, absl::StrCat("file '", f.name, "' listed twice"));
     ASSIGN_OR_RETURN(int64_t bytes, r.Int((*files)[i], "bytes", where, 0));
     ASSIGN_OR_RETURN(int64_t crc, r.Int((*files)[i], "crc32", where, 0));
     if (crc > 0xffffffffLL) return r.Error(where, "crc32 does not fit in 32 bits");
@@ -210,16 +231,19 @@ absl::StatusOr<CheckpointManifest> ManifestFromJson(absl::string_view text, absl
     if (!variable_names.insert(v.name).second) return r.Error(where, "listed twice");
     ASSIGN_OR_RETURN(std::string dtype, r.String(jv, "dtype", where));
     auto d = DTypeFromName(dtype);
-    if (!d.ok() || DTypeSafetensorsName(*d) != dtype) return r.Error(where, absl::StrCat("unknown dtype '", dtype, "'"));
+    if (!d.ok() || DTypeSafetensorsName(*d) != dtype)
+      return r.Error(where, absl::StrCat("unknown dtype '", dtype, "'"));
     v.dtype = *d;
     ASSIGN_OR_RETURN(const json* shape, r.Array(jv, "shape", where));
     for (const json& dim : *shape) {
       if (!dim.is_number_unsigned() || dim.get<uint64_t>() > (uint64_t{1} << 62)) {
-        return r.Error(where, absl::StrCat("shape ", shape->dump(), " has a dimension that is not a non-negative integer"));
+        return r.Error(where, absl::StrCat("shape ", shape->dump(),
+                                           " has a dimension that is not a non-negative integer"));
       }
       v.shape.push_back(static_cast<int64_t>(dim.get<uint64_t>()));
     }
-    if (absl::Status s = ValidateShape(v.shape, v.dtype); !s.ok()) return r.Error(where, std::string(s.message()));
+    if (absl::Status s = ValidateShape(v.shape, v.dtype); !s.ok())
+      return r.Error(where, std::string(s.message()));
     ASSIGN_OR_RETURN(const json* opt, r.Field(jv, "optimizer", where));
     if (!opt->is_null()) {
       ASSIGN_OR_RETURN(v.optimizer, OptimizerFromJson(r, *opt, where + "optimizer: "));
@@ -238,17 +262,20 @@ absl::StatusOr<CheckpointManifest> ManifestFromJson(absl::string_view text, absl
       s.row_begin = (*rows)[0].get<int64_t>();
       s.row_end = (*rows)[1].get<int64_t>();
       if (s.row_begin != next_row || s.row_end < s.row_begin || s.row_end > v.rows()) {
-        return r.Error(swhere, absl::StrCat("rows [", s.row_begin, ", ", s.row_end, ") do not continue from row ", next_row,
+        return r.Error(swhere, absl::StrCat("rows [", s.row_begin, ", ", s.row_end,
+                                            ") do not continue from row ", next_row,
                                             " within the variable's ", v.rows(), " rows"));
       }
       next_row = s.row_end;
       ASSIGN_OR_RETURN(s.file, r.String(js, "file", swhere));
-      if (!file_names.contains(s.file)) return r.Error(swhere, absl::StrCat("file '", s.file, "' is not in \"files\""));
+      if (!file_names.contains(s.file))
+        return r.Error(swhere, absl::StrCat("file '", s.file, "' is not in \"files\""));
       ASSIGN_OR_RETURN(s.tensor, r.String(js, "tensor", swhere));
       ASSIGN_OR_RETURN(const json* slots, r.Field(js, "slots", swhere));
       if (!slots->is_object()) return r.Error(swhere, "slots is not an object");
       for (const auto& [slot, tensor] : slots->items()) {
-        if (!tensor.is_string()) return r.Error(swhere, absl::StrCat("slot '", slot, "' is not a tensor name"));
+        if (!tensor.is_string())
+          return r.Error(swhere, absl::StrCat("slot '", slot, "' is not a tensor name"));
         s.slots[slot] = tensor.get<std::string>();
       }
       ASSIGN_OR_RETURN(s.iterations, r.Int(js, "iterations", swhere, 0));
@@ -286,17 +313,20 @@ absl::StatusOr<CheckpointManifest> BuildManifest(int64_t step, double wall_time,
       const ShardPlacement& sp = p->shards[i];
       auto it = by_shard.find(sp.name);
       if (it == by_shard.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("no parameter server saved shard '", sp.name, "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("no parameter server saved shard '", sp.name, "'"));
       }
       const auto& [file, shard] = it->second;
       const Shape expected = p->ShardShape(i);
       if (shard->dtype != p->dtype || shard->shape != expected) {
-        return absl::InvalidArgumentError(absl::StrCat("shard '", sp.name, "' was saved as ", DTypeName(shard->dtype),
-                                                       ShapeString(shard->shape), ", expected ", DTypeName(p->dtype),
-                                                       ShapeString(expected)));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shard '", sp.name, "' was saved as ", DTypeName(shard->dtype),
+            ShapeString(shard->shape), ", expected ", DTypeName(p->dtype), ShapeString(expected)));
       }
-      ManifestShard s{sp.name, sp.row_begin, sp.row_end, file->file_name, shard->tensor, {}, shard->iterations};
-      for (size_t k = 0; k < shard->slot_names.size(); ++k) s.slots[shard->slot_names[k]] = shard->slot_tensors[k];
+      ManifestShard s{sp.name,       sp.row_begin, sp.row_end,       file->file_name,
+                      shard->tensor, {},           shard->iterations};
+      for (size_t k = 0; k < shard->slot_names.size(); ++k)
+        s.slots[shard->slot_names[k]] = shard->slot_tensors[k];
       // Every shard of a variable has the same optimizer; the first one speaks for it.
       if (i == 0) v.optimizer = shard->optimizer;
       v.shards.push_back(std::move(s));
@@ -306,9 +336,9 @@ absl::StatusOr<CheckpointManifest> BuildManifest(int64_t step, double wall_time,
   return m;
 }
 
-absl::StatusOr<std::map<int, ps::RestorePlan>> PlanRestore(const CheckpointManifest& manifest,
-                                                          const std::string& directory,
-                                                          const std::vector<VariablePlacement>& targets) {
+absl::StatusOr<std::map<int, ps::RestorePlan>> PlanRestore(
+    const CheckpointManifest& manifest, const std::string& directory,
+    const std::vector<VariablePlacement>& targets) {
   std::map<int, ps::RestorePlan> plans;
   // Each PS lists only the files it reads, once.
   std::map<int, std::map<std::string, size_t>> file_index;
@@ -317,7 +347,9 @@ absl::StatusOr<std::map<int, ps::RestorePlan>> PlanRestore(const CheckpointManif
     auto it = index.find(name);
     if (it != index.end()) return it->second;
     const ManifestFile* f = manifest.FindFile(name);
-    if (f == nullptr) return absl::DataLossError(absl::StrCat("checkpoint ", directory, " does not list file ", name));
+    if (f == nullptr)
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", directory, " does not list file ", name));
     ps::RestorePlan& plan = plans[ps];
     plan.files.push_back({f->name, f->digest});
     index[name] = plan.files.size() - 1;
@@ -326,12 +358,13 @@ absl::StatusOr<std::map<int, ps::RestorePlan>> PlanRestore(const CheckpointManif
   for (const VariablePlacement& target : targets) {
     const ManifestVariable* v = manifest.FindVariable(target.name);
     if (v == nullptr) {
-      return absl::NotFoundError(absl::StrCat("checkpoint ", directory, " has no variable '", target.name, "'"));
+      return absl::NotFoundError(
+          absl::StrCat("checkpoint ", directory, " has no variable '", target.name, "'"));
     }
     if (v->dtype != target.dtype || v->shape != target.shape) {
-      return absl::FailedPreconditionError(absl::StrCat("variable '", target.name, "' is ", DTypeName(target.dtype),
-                                                        ShapeString(target.shape), " but checkpoint ", directory,
-                                                        " holds ", DTypeName(v->dtype), ShapeString(v->shape)));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "variable '", target.name, "' is ", DTypeName(target.dtype), ShapeString(target.shape),
+          " but checkpoint ", directory, " holds ", DTypeName(v->dtype), ShapeString(v->shape)));
     }
     for (size_t i = 0; i < target.shards.size(); ++i) {
       const ShardPlacement& t = target.shards[i];

@@ -77,7 +77,8 @@ std::string ManifestToJson(const CheckpointManifest& manifest);
 // present with the right type, known dtypes, shards of each variable tiling its rows in order,
 // every shard's file listed in "files", file and tensor names valid, no variable twice.
 // DataLoss naming `source` and what is wrong.
-absl::StatusOr<CheckpointManifest> ManifestFromJson(absl::string_view json, absl::string_view source);
+absl::StatusOr<CheckpointManifest> ManifestFromJson(absl::string_view json,
+                                                    absl::string_view source);
 
 // The manifest for what the parameter servers saved: every variable of `placements` with each
 // shard found in `saved` (InvalidArgument if one is missing or differs in dtype or shape).
@@ -92,9 +93,9 @@ absl::StatusOr<CheckpointManifest> BuildManifest(int64_t step, double wall_time,
 // saved shards (for a shard made of several, the counter of the most-updated one; an equal
 // split keeps its source's counter). A target variable missing from the checkpoint is
 // NotFound; one with another dtype or shape is FailedPrecondition. Keyed by PS index.
-absl::StatusOr<std::map<int, ps::RestorePlan>> PlanRestore(const CheckpointManifest& manifest,
-                                                          const std::string& directory,
-                                                          const std::vector<VariablePlacement>& targets);
+absl::StatusOr<std::map<int, ps::RestorePlan>> PlanRestore(
+    const CheckpointManifest& manifest, const std::string& directory,
+    const std::vector<VariablePlacement>& targets);
 
 }  // namespace asyncps
 

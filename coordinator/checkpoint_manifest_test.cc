@@ -9,10 +9,10 @@
 namespace asyncps {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::AdamConfig;
 using testing::FakeCluster;
 using testing::FreshTempDir;
+using ::testing::HasSubstr;
 using testing::Iota;
 
 CheckpointManifest Sample() {
@@ -24,10 +24,22 @@ CheckpointManifest Sample() {
   ManifestVariable emb{"emb", DType::kF32, {5, 3}, AdamConfig(), {}};
   emb.optimizer->beta_2 = 0.98f;
   emb.optimizer->nesterov = true;
-  emb.shards.push_back({"emb/part_0", 0, 3, "ps-0-of-2.safetensors", "emb/part_0",
-                        {{"m", "emb/part_0/.OPTIMIZER_SLOT/m"}, {"v", "emb/part_0/.OPTIMIZER_SLOT/v"}}, 17});
-  emb.shards.push_back({"emb/part_1", 3, 5, "ps-1-of-2.safetensors", "emb/part_1",
-                        {{"m", "emb/part_1/.OPTIMIZER_SLOT/m"}, {"v", "emb/part_1/.OPTIMIZER_SLOT/v"}}, 9});
+  emb.shards.push_back(
+      {"emb/part_0",
+       0,
+       3,
+       "ps-0-of-2.safetensors",
+       "emb/part_0",
+       {{"m", "emb/part_0/.OPTIMIZER_SLOT/m"}, {"v", "emb/part_0/.OPTIMIZER_SLOT/v"}},
+       17});
+  emb.shards.push_back(
+      {"emb/part_1",
+       3,
+       5,
+       "ps-1-of-2.safetensors",
+       "emb/part_1",
+       {{"m", "emb/part_1/.OPTIMIZER_SLOT/m"}, {"v", "emb/part_1/.OPTIMIZER_SLOT/v"}},
+       9});
   ManifestVariable step{"global_step", DType::kI64, {}, std::nullopt, {}};
   step.shards.push_back({"global_step", 0, 1, "ps-1-of-2.safetensors", "global_step", {}, 0});
   m.variables = {emb, step};
@@ -83,19 +95,41 @@ TEST(CheckpointManifestTest, RejectsEveryBrokenField) {
       {"step missing", [](json& j) { j.erase("step"); }, "field 'step' missing"},
       {"step negative", [](json& j) { j["step"] = -1; }, "'step' is not an integer >= 0"},
       {"files not array", [](json& j) { j["files"] = 3; }, "'files' is not an array"},
-      {"file name", [](json& j) { j["files"][0]["name"] = "../x"; }, "invalid checkpoint file name"},
-      {"file twice", [](json& j) { j["files"][1]["name"] = j["files"][0]["name"]; }, "listed twice"},
+      {"file name", [](json& j) { j["files"][0]["name"] = "../x"; },
+       "invalid checkpoint file name"},
+      {"file twice", [](json& j) { j["files"][1]["name"] = j["files"][0]["name"]; },
+       "listed twice"},
       {"crc range", [](json& j) { j["files"][0]["crc32"] = 1LL << 33; }, "does not fit in 32 bits"},
       {"bytes type", [](json& j) { j["files"][0]["bytes"] = "12"; }, "'bytes' is not an integer"},
       {"dtype", [](json& j) { j["variables"][0]["dtype"] = "F16"; }, "unknown dtype 'F16'"},
-      {"shape", [](json& j) { j["variables"][0]["shape"] = {5, -3}; }, "not a non-negative integer"},
-      {"optimizer field", [](json& j) { j["variables"][0]["optimizer"].erase("beta_1"); }, "'beta_1' missing"},
-      {"rows gap", [](json& j) { j["variables"][0]["shards"][1]["rows"] = {4, 5}; }, "do not continue from row 3"},
-      {"rows short", [](json& j) { j["variables"][0]["shards"][1]["rows"] = {3, 4}; }, "cover rows [0, 4) of 5"},
-      {"rows past end", [](json& j) { j["variables"][0]["shards"][1]["rows"] = {3, 6}; }, "within the variable's 5 rows"},
-      {"unknown file", [](json& j) { j["variables"][0]["shards"][0]["file"] = "zz"; }, "file 'zz' is not in"},
-      {"slot type", [](json& j) { j["variables"][0]["shards"][0]["slots"]["m"] = 1; }, "slot 'm' is not a tensor name"},
-      {"iterations", [](json& j) { j["variables"][0]["shards"][0]["iterations"] = 1.5; }, "'iterations' is not an integer"},
+      {"shape",
+       [](json& j) {
+         j["variables"][0]["shape"] = {5, -3};
+       },
+       "not a non-negative integer"},
+      {"optimizer field", [](json& j) { j["variables"][0]["optimizer"].erase("beta_1"); },
+       "'beta_1' missing"},
+      {"rows gap",
+       [](json& j) {
+         j["variables"][0]["shards"][1]["rows"] = {4, 5};
+       },
+       "do not continue from row 3"},
+      {"rows short",
+       [](json& j) {
+         j["variables"][0]["shards"][1]["rows"] = {3, 4};
+       },
+       "cover rows [0, 4) of 5"},
+      {"rows past end",
+       [](json& j) {
+         j["variables"][0]["shards"][1]["rows"] = {3, 6};
+       },
+       "within the variable's 5 rows"},
+      {"unknown file", [](json& j) { j["variables"][0]["shards"][0]["file"] = "zz"; },
+       "file 'zz' is not in"},
+      {"slot type", [](json& j) { j["variables"][0]["shards"][0]["slots"]["m"] = 1; },
+       "slot 'm' is not a tensor name"},
+      {"iterations", [](json& j) { j["variables"][0]["shards"][0]["iterations"] = 1.5; },
+       "'iterations' is not an integer"},
       {"variable twice", [](json& j) { j["variables"][1] = j["variables"][0]; }, "listed twice"},
   };
   for (const Case& c : cases) {
@@ -110,7 +144,8 @@ TEST(CheckpointManifestTest, RejectsEveryBrokenField) {
   std::string text = good.dump();
   const std::string needle = "\"iterations\":17";
   text.replace(text.find(needle), needle.size(), "\"iterations\":17,\"iterations\":3");
-  EXPECT_THAT(std::string(ManifestFromJson(text, "m").status().message()), HasSubstr("'iterations' appears twice"));
+  EXPECT_THAT(std::string(ManifestFromJson(text, "m").status().message()),
+              HasSubstr("'iterations' appears twice"));
   // Cut anywhere: never accepted.
   const std::string full = ManifestToJson(Sample());
   for (size_t len = 0; len + 2 < full.size(); len += 7) {
@@ -132,7 +167,8 @@ TEST(CheckpointManifestTest, ReshardsValuesSlotsAndCountersAcrossLayouts) {
   for (int i = 0; i < 4; ++i) {
     for (const char* name : {"emb", "bias"}) {
       auto v = source.Shard(absl::StrCat(name, "/part_", i));
-      for (int k = 0; k <= i; ++k) ASSERT_TRUE(v->ApplyGradient(Iota(v->shape(), static_cast<float>(k - i))).ok());
+      for (int k = 0; k <= i; ++k)
+        ASSERT_TRUE(v->ApplyGradient(Iota(v->shape(), static_cast<float>(k - i))).ok());
     }
   }
   ASSERT_TRUE(source.Shard("scalar")->ApplyGradient(Tensor::Scalar<float>(1.0f)).ok());
@@ -147,11 +183,14 @@ TEST(CheckpointManifestTest, ReshardsValuesSlotsAndCountersAcrossLayouts) {
     std::vector<int64_t> iterations;  // expected per target shard
   };
   const std::vector<Layout> layouts = {
-      {"3 PS / 2 shards", 3, {7, 6}, {2, 0}, {2, 4}},       // [0,7) reads shards 0,1; [7,13) reads 2,3
+      {"3 PS / 2 shards", 3, {7, 6}, {2, 0}, {2, 4}},  // [0,7) reads shards 0,1; [7,13) reads 2,3
       {"1 PS / unsharded", 1, {13}, {0}, {4}},
       {"3 PS / 5 shards", 3, {3, 3, 3, 2, 2}, {0, 1, 2, 0, 1}, {1, 2, 3, 4, 4}},
       {"2 PS / 4 shards, other cut", 2, {1, 5, 6, 1}, {1, 1, 0, 0}, {1, 2, 4, 4}},
-      {"13 single rows", 2, std::vector<int64_t>(13, 1), std::vector<int>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0},
+      {"13 single rows",
+       2,
+       std::vector<int64_t>(13, 1),
+       std::vector<int>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0},
        {1, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4}},
   };
   for (const Layout& layout : layouts) {
@@ -163,7 +202,8 @@ TEST(CheckpointManifestTest, ReshardsValuesSlotsAndCountersAcrossLayouts) {
     ASSERT_TRUE(target.Restore(*ckpt).ok());
     for (const char* name : {"emb", "bias", "scalar"}) {
       for (const char* slot : {"", "m", "v"}) {
-        EXPECT_TRUE(target.Logical(name, slot).Equals(source.Logical(name, slot))) << name << " slot '" << slot << "'";
+        EXPECT_TRUE(target.Logical(name, slot).Equals(source.Logical(name, slot)))
+            << name << " slot '" << slot << "'";
       }
     }
     for (size_t i = 0; i < layout.rows.size(); ++i) {
@@ -187,7 +227,8 @@ TEST(CheckpointManifestTest, RestoreIntoCreatesMissingVariablesAndRejectsMismatc
 
   // Placement only (no variables on the stores, as after a PS restart): the PS creates them.
   FakeCluster target(3);
-  target.placements.push_back({"w", DType::kF32, {6, 2}, {{"w/part_0", 2, 0, 2}, {"w/part_1", 0, 2, 6}}});
+  target.placements.push_back(
+      {"w", DType::kF32, {6, 2}, {{"w/part_0", 2, 0, 2}, {"w/part_1", 0, 2, 6}}});
   ASSERT_TRUE(target.Restore(*ckpt).ok());
   EXPECT_TRUE(target.Logical("w").Equals(source.Logical("w")));
   EXPECT_TRUE(target.Logical("w", "v").Equals(source.Logical("w", "v")));
@@ -204,10 +245,14 @@ TEST(CheckpointManifestTest, RestoreIntoCreatesMissingVariablesAndRejectsMismatc
 }
 
 TEST(CheckpointManifestTest, BuildManifestNeedsEveryShard) {
-  std::vector<VariablePlacement> placements = {{"w", DType::kF32, {4}, {{"w/part_0", 0, 0, 2}, {"w/part_1", 1, 2, 4}}}};
-  ps::SavedFile f{"ps-0-of-2.safetensors", {10, 1}, {{"w/part_0", DType::kF32, {2}, "w/part_0", {}, {}, 0, std::nullopt}}};
+  std::vector<VariablePlacement> placements = {
+      {"w", DType::kF32, {4}, {{"w/part_0", 0, 0, 2}, {"w/part_1", 1, 2, 4}}}};
+  ps::SavedFile f{"ps-0-of-2.safetensors",
+                  {10, 1},
+                  {{"w/part_0", DType::kF32, {2}, "w/part_0", {}, {}, 0, std::nullopt}}};
   auto m = BuildManifest(1, 0, 2, placements, {f});
-  EXPECT_THAT(std::string(m.status().message()), HasSubstr("no parameter server saved shard 'w/part_1'"));
+  EXPECT_THAT(std::string(m.status().message()),
+              HasSubstr("no parameter server saved shard 'w/part_1'"));
   f.shards.push_back({"w/part_1", DType::kF32, {3}, "w/part_1", {}, {}, 0, std::nullopt});
   m = BuildManifest(1, 0, 2, placements, {f});
   EXPECT_THAT(std::string(m.status().message()), HasSubstr("saved as f32[3], expected f32[2]"));

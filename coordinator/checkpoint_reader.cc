@@ -16,15 +16,18 @@
 namespace asyncps {
 namespace {
 
-absl::Status CheckTensor(const ps::SafetensorsHeader& header, const std::string& path, const std::string& tensor,
-                         DType dtype, const Shape& shape, const std::string& what) {
+absl::Status CheckTensor(const ps::SafetensorsHeader& header, const std::string& path,
+                         const std::string& tensor, DType dtype, const Shape& shape,
+                         const std::string& what) {
   const ps::SafetensorsEntry* e = header.Find(tensor);
   if (e == nullptr) {
-    return absl::DataLossError(absl::StrCat("checkpoint file ", path, " lacks tensor '", tensor, "' (", what, ")"));
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", path, " lacks tensor '", tensor, "' (", what, ")"));
   }
   if (e->dtype != dtype || e->shape != shape) {
-    return absl::DataLossError(absl::StrCat("checkpoint file ", path, ": tensor '", tensor, "' (", what, ") is ",
-                                            DTypeSafetensorsName(e->dtype), ShapeString(e->shape), ", the manifest says ",
+    return absl::DataLossError(absl::StrCat("checkpoint file ", path, ": tensor '", tensor, "' (",
+                                            what, ") is ", DTypeSafetensorsName(e->dtype),
+                                            ShapeString(e->shape), ", the manifest says ",
                                             DTypeSafetensorsName(dtype), ShapeString(shape)));
   }
   return absl::OkStatus();
@@ -56,7 +59,8 @@ std::vector<CheckpointDir> ScanCheckpoints(const std::string& directory) {
     const bool committed = fs::exists(entry.path() / kManifestFileName, ec);
     out.push_back({step, entry.path().string(), committed});
   }
-  std::sort(out.begin(), out.end(), [](const CheckpointDir& a, const CheckpointDir& b) { return a.step < b.step; });
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointDir& a, const CheckpointDir& b) { return a.step < b.step; });
   return out;
 }
 
@@ -77,16 +81,19 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& checkpoint_di
   return ManifestFromJson(text, path);
 }
 
-absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& checkpoint_dir, CheckpointCheck level) {
+absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& checkpoint_dir,
+                                                    CheckpointCheck level) {
   ASSIGN_OR_RETURN(CheckpointManifest manifest, ReadManifest(checkpoint_dir));
   std::map<std::string, ps::SafetensorsHeader> headers;
   for (const ManifestFile& f : manifest.files) {
     const std::string path = absl::StrCat(checkpoint_dir, "/", f.name);
     auto size = ps::FileSize(path);
-    if (!size.ok()) return absl::DataLossError(absl::StrCat("checkpoint file ", path, ": ", size.status().message()));
-    if (*size != f.digest.bytes) {
+    if (!size.ok())
       return absl::DataLossError(
-          absl::StrCat("checkpoint file ", path, ": size is ", *size, " bytes, the manifest says ", f.digest.bytes));
+          absl::StrCat("checkpoint file ", path, ": ", size.status().message()));
+    if (*size != f.digest.bytes) {
+      return absl::DataLossError(absl::StrCat("checkpoint file ", path, ": size is ", *size,
+                                              " bytes, the manifest says ", f.digest.bytes));
     }
     std::string first8(8, '\0');
     RETURN_IF_ERROR(ps::ReadAt(path, 0, first8.data(), std::min<uint64_t>(8, *size)));
@@ -108,9 +115,10 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& checkpoin
         if (!digest.ok()) {
           results[i] = digest.status();
         } else if (digest->second != f.digest.crc32 || digest->first != f.digest.bytes) {
-          results[i] = absl::DataLossError(absl::StrCat("checkpoint file ", path, ": checksum mismatch: CRC-32 is ",
-                                                        absl::Hex(digest->second, absl::kZeroPad8), ", the manifest says ",
-                                                        absl::Hex(f.digest.crc32, absl::kZeroPad8)));
+          results[i] = absl::DataLossError(
+              absl::StrCat("checkpoint file ", path, ": checksum mismatch: CRC-32 is ",
+                           absl::Hex(digest->second, absl::kZeroPad8), ", the manifest says ",
+                           absl::Hex(f.digest.crc32, absl::kZeroPad8)));
         }
       });
     }
@@ -132,20 +140,26 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& checkpoin
   return manifest;
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::string& checkpoint_dir) {
-  ASSIGN_OR_RETURN(CheckpointManifest manifest, VerifyCheckpoint(checkpoint_dir, CheckpointCheck::kStructure));
-  return std::unique_ptr<CheckpointReader>(new CheckpointReader(checkpoint_dir, std::move(manifest)));
+absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
+    const std::string& checkpoint_dir) {
+  ASSIGN_OR_RETURN(CheckpointManifest manifest,
+                   VerifyCheckpoint(checkpoint_dir, CheckpointCheck::kStructure));
+  return std::unique_ptr<CheckpointReader>(
+      new CheckpointReader(checkpoint_dir, std::move(manifest)));
 }
 
-absl::StatusOr<std::shared_ptr<const ps::SafetensorsFile>> CheckpointReader::File(const std::string& name) {
+absl::StatusOr<std::shared_ptr<const ps::SafetensorsFile>> CheckpointReader::File(
+    const std::string& name) {
   {
     MutexLock lock(&mu_);
     auto it = files_.find(name);
     if (it != files_.end()) return it->second;
   }
   const ManifestFile* f = manifest_.FindFile(name);
-  if (f == nullptr) return absl::DataLossError(absl::StrCat("checkpoint ", dir_, " does not list file ", name));
-  ASSIGN_OR_RETURN(ps::SafetensorsFile file, ps::SafetensorsFile::Open(absl::StrCat(dir_, "/", name), &f->digest));
+  if (f == nullptr)
+    return absl::DataLossError(absl::StrCat("checkpoint ", dir_, " does not list file ", name));
+  ASSIGN_OR_RETURN(ps::SafetensorsFile file,
+                   ps::SafetensorsFile::Open(absl::StrCat(dir_, "/", name), &f->digest));
   auto shared = std::make_shared<const ps::SafetensorsFile>(std::move(file));
   MutexLock lock(&mu_);
   files_.emplace(name, shared);
@@ -154,7 +168,8 @@ absl::StatusOr<std::shared_ptr<const ps::SafetensorsFile>> CheckpointReader::Fil
 
 absl::StatusOr<Tensor> CheckpointReader::Read(const std::string& name, const std::string& slot) {
   const ManifestVariable* v = manifest_.FindVariable(name);
-  if (v == nullptr) return absl::NotFoundError(absl::StrCat("checkpoint ", dir_, " has no variable '", name, "'"));
+  if (v == nullptr)
+    return absl::NotFoundError(absl::StrCat("checkpoint ", dir_, " has no variable '", name, "'"));
   const DType dtype = slot.empty() ? v->dtype : DType::kF32;
   Tensor out(dtype, v->shape);
   const size_t row_bytes = v->rows() == 0 ? 0 : out.num_bytes() / static_cast<size_t>(v->rows());
@@ -163,25 +178,27 @@ absl::StatusOr<Tensor> CheckpointReader::Read(const std::string& name, const std
     if (!slot.empty()) {
       auto it = s.slots.find(slot);
       if (it == s.slots.end()) {
-        return absl::NotFoundError(absl::StrCat("checkpoint ", dir_, ": variable '", name, "' has no optimizer slot '", slot, "'"));
+        return absl::NotFoundError(absl::StrCat("checkpoint ", dir_, ": variable '", name,
+                                                "' has no optimizer slot '", slot, "'"));
       }
       tensor = it->second;
     }
     ASSIGN_OR_RETURN(auto file, File(s.file));
     ASSIGN_OR_RETURN(Tensor part, file->Get(tensor));
     if (part.dtype() != dtype || part.shape() != v->ShardShape(s)) {
-      return absl::DataLossError(absl::StrCat("checkpoint file ", file->path(), ": tensor '", tensor, "' is ",
-                                              DTypeName(part.dtype()), ShapeString(part.shape()), ", expected ",
+      return absl::DataLossError(absl::StrCat("checkpoint file ", file->path(), ": tensor '",
+                                              tensor, "' is ", DTypeName(part.dtype()),
+                                              ShapeString(part.shape()), ", expected ",
                                               DTypeName(dtype), ShapeString(v->ShardShape(s))));
     }
-    std::memcpy(static_cast<char*>(out.raw_data()) + static_cast<size_t>(s.row_begin) * row_bytes, part.raw_data(),
-                part.num_bytes());
+    std::memcpy(static_cast<char*>(out.raw_data()) + static_cast<size_t>(s.row_begin) * row_bytes,
+                part.raw_data(), part.num_bytes());
   }
   return out;
 }
 
-absl::StatusOr<Tensor> ReadCheckpointVariable(const std::string& checkpoint_dir, const std::string& name,
-                                              const std::string& slot) {
+absl::StatusOr<Tensor> ReadCheckpointVariable(const std::string& checkpoint_dir,
+                                              const std::string& name, const std::string& slot) {
   ASSIGN_OR_RETURN(auto reader, CheckpointReader::Open(checkpoint_dir));
   return reader->Read(name, slot);
 }

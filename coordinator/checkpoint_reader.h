@@ -25,7 +25,6 @@ enum class CheckpointCheck {
   kChecksums,  // all of that, plus every file's CRC-32 (reads every byte)
 };
 
-
 // A checkpoint directory under a CheckpointManager's directory: "ckpt-<step>".
 struct CheckpointDir {
   int64_t step = 0;
@@ -47,7 +46,8 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& checkpoint_di
 // listed size (and CRC-32), its header is valid safetensors, and every shard's value and slot
 // tensors are in it with the variable's dtype (f32 for slots) and the shard's shape. DataLoss
 // names the file and what is wrong; returns the manifest when all is well.
-absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& checkpoint_dir, CheckpointCheck level);
+absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& checkpoint_dir,
+                                                    CheckpointCheck level);
 
 // Reads whole logical variables (shards concatenated) and their optimizer slots from one
 // checkpoint. Files are read on first use, checked against the manifest's size and CRC-32,
@@ -65,7 +65,8 @@ class CheckpointReader {
   absl::StatusOr<Tensor> Read(const std::string& name, const std::string& slot = "");
 
  private:
-  CheckpointReader(std::string dir, CheckpointManifest manifest) : dir_(std::move(dir)), manifest_(std::move(manifest)) {}
+  CheckpointReader(std::string dir, CheckpointManifest manifest)
+      : dir_(std::move(dir)), manifest_(std::move(manifest)) {}
   absl::StatusOr<std::shared_ptr<const ps::SafetensorsFile>> File(const std::string& name);
 
   const std::string dir_;
@@ -75,7 +76,8 @@ class CheckpointReader {
 };
 
 // One-shot form of CheckpointReader::Read.
-absl::StatusOr<Tensor> ReadCheckpointVariable(const std::string& checkpoint_dir, const std::string& name,
+absl::StatusOr<Tensor> ReadCheckpointVariable(const std::string& checkpoint_dir,
+                                              const std::string& name,
                                               const std::string& slot = "");
 
 }  // namespace asyncps

@@ -15,10 +15,10 @@ namespace asyncps {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using testing::AdamConfig;
 using testing::FakeCluster;
 using testing::FreshTempDir;
+using ::testing::HasSubstr;
 using testing::Iota;
 
 std::string Slurp(const std::string& path) { return ps::ReadFileToString(path, 1 << 30).value(); }
@@ -71,7 +71,8 @@ TEST_F(CheckpointReaderTest, ReadsLogicalVariablesAndSlotsWithoutACluster) {
   EXPECT_TRUE(ReadCheckpointVariable(second_, "count")->Equals(Tensor::Scalar<int64_t>(99)));
   EXPECT_TRUE(ReadCheckpointVariable(second_, "w")->Equals(Iota({3, 2}, 7)));
   EXPECT_EQ(ReadCheckpointVariable(second_, "nope").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(ReadCheckpointVariable(second_, "w", "m").status().message()), HasSubstr("no optimizer slot 'm'"));
+  EXPECT_THAT(std::string(ReadCheckpointVariable(second_, "w", "m").status().message()),
+              HasSubstr("no optimizer slot 'm'"));
 }
 
 TEST_F(CheckpointReaderTest, ShardsWithoutManifestAreNotACheckpoint) {
@@ -80,7 +81,8 @@ TEST_F(CheckpointReaderTest, ShardsWithoutManifestAreNotACheckpoint) {
   const std::string torn = dir_ + "/ckpt-30";
   fs::create_directories(torn);
   for (const auto& entry : fs::directory_iterator(second_)) {
-    if (entry.path().filename() != kManifestFileName) fs::copy(entry.path(), torn + "/" + entry.path().filename().string());
+    if (entry.path().filename() != kManifestFileName)
+      fs::copy(entry.path(), torn + "/" + entry.path().filename().string());
   }
   Spit(torn + "/ps-0-of-2.safetensors.tmp", "partial");
   EXPECT_EQ(Latest(), second_);
@@ -108,13 +110,15 @@ TEST_F(CheckpointReaderTest, CorruptNewestFallsBackToThePreviousOne) {
     // Reading through the reader checks the file it opens, too.
     auto reader = CheckpointReader::Open(second_);
     ASSERT_TRUE(reader.ok());
-    EXPECT_THAT(std::string((*reader)->Read("w").status().message()), HasSubstr("checksum mismatch"));
+    EXPECT_THAT(std::string((*reader)->Read("w").status().message()),
+                HasSubstr("checksum mismatch"));
   }
   {  // Truncated.
     Spit(file, good.substr(0, good.size() - 1));
     EXPECT_EQ(Latest(CheckpointCheck::kStructure), first_);
-    EXPECT_THAT(std::string(VerifyCheckpoint(second_, CheckpointCheck::kStructure).status().message()),
-                HasSubstr("size is"));
+    EXPECT_THAT(
+        std::string(VerifyCheckpoint(second_, CheckpointCheck::kStructure).status().message()),
+        HasSubstr("size is"));
   }
   {  // Missing.
     fs::remove(file);
@@ -126,8 +130,9 @@ TEST_F(CheckpointReaderTest, CorruptNewestFallsBackToThePreviousOne) {
     const std::string manifest = Slurp(second_ + "/manifest.json");
     Spit(second_ + "/manifest.json", manifest.substr(0, manifest.size() - 3));
     EXPECT_EQ(Latest(), first_);
-    EXPECT_THAT(std::string(VerifyCheckpoint(second_, CheckpointCheck::kStructure).status().message()),
-                HasSubstr("not valid JSON"));
+    EXPECT_THAT(
+        std::string(VerifyCheckpoint(second_, CheckpointCheck::kStructure).status().message()),
+        HasSubstr("not valid JSON"));
     Spit(second_ + "/manifest.json", manifest);
   }
   {  // A manifest whose shard names a tensor the file lacks.
@@ -138,20 +143,22 @@ TEST_F(CheckpointReaderTest, CorruptNewestFallsBackToThePreviousOne) {
     bad.replace(bad.find(needle), needle.size(), "\"tensor\": \"x\"");
     Spit(second_ + "/manifest.json", bad);
     EXPECT_EQ(Latest(CheckpointCheck::kStructure), first_);
-    EXPECT_THAT(std::string(VerifyCheckpoint(second_, CheckpointCheck::kStructure).status().message()),
-                HasSubstr("lacks tensor 'x'"));
+    EXPECT_THAT(
+        std::string(VerifyCheckpoint(second_, CheckpointCheck::kStructure).status().message()),
+        HasSubstr("lacks tensor 'x'"));
     Spit(second_ + "/manifest.json", manifest);
   }
   fs::remove_all(first_);
   fs::remove(second_ + "/manifest.json");
-  EXPECT_EQ(LatestCheckpoint(dir_, CheckpointCheck::kStructure).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(LatestCheckpoint(dir_, CheckpointCheck::kStructure).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 // The independent reader: tools/ckpt_inspect.py (Python standard library only) must read our
 // files and agree with the C++ reader on every variable's and slot's checksum.
 TEST_F(CheckpointReaderTest, PythonInspectorAgreesWithTheCppReader) {
-  const std::string command = absl::StrCat("/usr/bin/python3 ", ASYNCPS_SOURCE_DIR, "/tools/ckpt_inspect.py ", dir_,
-                                           " --slots 2>&1");
+  const std::string command = absl::StrCat("/usr/bin/python3 ", ASYNCPS_SOURCE_DIR,
+                                           "/tools/ckpt_inspect.py ", dir_, " --slots 2>&1");
   FILE* pipe = popen(command.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string output;
@@ -173,11 +180,13 @@ TEST_F(CheckpointReaderTest, PythonInspectorAgreesWithTheCppReader) {
       auto t = (*reader)->Read(v.name, slot);
       ASSERT_TRUE(t.ok()) << t.status();
       std::string shape = "[";
-      for (size_t i = 0; i < v.shape.size(); ++i) absl::StrAppend(&shape, i ? ", " : "", v.shape[i]);
+      for (size_t i = 0; i < v.shape.size(); ++i)
+        absl::StrAppend(&shape, i ? ", " : "", v.shape[i]);
       shape += "]";
-      absl::StrAppendFormat(&expected, "%s\t%s\t%s\tcrc32=%08x\n", slot.empty() ? v.name : v.name + ":" + slot,
-                            slot.empty() ? std::string(DTypeSafetensorsName(v.dtype)) : "F32", shape,
-                            ps::Crc32(0, t->raw_data(), t->num_bytes()));
+      absl::StrAppendFormat(&expected, "%s\t%s\t%s\tcrc32=%08x\n",
+                            slot.empty() ? v.name : v.name + ":" + slot,
+                            slot.empty() ? std::string(DTypeSafetensorsName(v.dtype)) : "F32",
+                            shape, ps::Crc32(0, t->raw_data(), t->num_bytes()));
     }
   }
   EXPECT_EQ(output, expected);
@@ -187,7 +196,10 @@ TEST_F(CheckpointReaderTest, PythonInspectorAgreesWithTheCppReader) {
   std::string bytes = Slurp(file);
   bytes[bytes.size() / 2] ^= 1;
   Spit(file, bytes);
-  pipe = popen(absl::StrCat("/usr/bin/python3 ", ASYNCPS_SOURCE_DIR, "/tools/ckpt_inspect.py ", second_, " 2>&1").c_str(), "r");
+  pipe = popen(absl::StrCat("/usr/bin/python3 ", ASYNCPS_SOURCE_DIR, "/tools/ckpt_inspect.py ",
+                            second_, " 2>&1")
+                   .c_str(),
+               "r");
   ASSERT_NE(pipe, nullptr);
   output.clear();
   while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);

@@ -23,8 +23,9 @@
 namespace asyncps::testing {
 
 inline std::string FreshTempDir(const std::string& tag) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/", tag, "_", getpid(), "_",
-                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/", tag, "_", getpid(), "_",
+                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -37,14 +38,15 @@ struct FakeCluster {
 
   // Adds `name` with `full` split into shards of `rows` rows each on PS `ps[i]` (named
   // name/part_i when there is more than one shard).
-  void Add(const std::string& name, const Tensor& full, const std::vector<int64_t>& rows, const std::vector<int>& ps,
-           const ps::OptimizerConfig* optimizer) {
+  void Add(const std::string& name, const Tensor& full, const std::vector<int64_t>& rows,
+           const std::vector<int>& ps, const ps::OptimizerConfig* optimizer) {
     VariablePlacement p{name, full.dtype(), full.shape(), {}};
     int64_t begin = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
       const std::string shard = rows.size() == 1 ? name : absl::StrCat(name, "/part_", i);
       p.shards.push_back({shard, ps[i], begin, begin + rows[i]});
-      Tensor value = full.shape().empty() ? full.Clone() : full.Slice(begin, begin + rows[i])->Clone();
+      Tensor value =
+          full.shape().empty() ? full.Clone() : full.Slice(begin, begin + rows[i])->Clone();
       auto v = ps::Variable::Create(shard, std::move(value), optimizer);
       EXPECT_TRUE(v.ok()) << v.status();
       EXPECT_TRUE(stores[static_cast<size_t>(ps[i])]->Insert(std::move(*v)).ok());
@@ -96,13 +98,18 @@ struct FakeCluster {
         }
       }
       if (names.empty()) continue;
-      ASSIGN_OR_RETURN(ps::SavedFile f, ps::SaveShards(*stores[i], dir, absl::StrCat("ps-", i, "-of-", stores.size(),
-                                                                                     ".safetensors"), names, step));
+      ASSIGN_OR_RETURN(ps::SavedFile f,
+                       ps::SaveShards(*stores[i], dir,
+                                      absl::StrCat("ps-", i, "-of-", stores.size(), ".safetensors"),
+                                      names, step));
       saved.push_back(std::move(f));
     }
-    ASSIGN_OR_RETURN(CheckpointManifest m, BuildManifest(step, 1.5e9, static_cast<int>(stores.size()), placements, saved));
+    ASSIGN_OR_RETURN(
+        CheckpointManifest m,
+        BuildManifest(step, 1.5e9, static_cast<int>(stores.size()), placements, saved));
     const std::string json = ManifestToJson(m);
-    ASSIGN_OR_RETURN(auto w, ps::DurableFileWriter::Create(absl::StrCat(dir, "/", kManifestFileName)));
+    ASSIGN_OR_RETURN(auto w,
+                     ps::DurableFileWriter::Create(absl::StrCat(dir, "/", kManifestFileName)));
     RETURN_IF_ERROR(w->Append(json.data(), json.size()));
     RETURN_IF_ERROR(w->Commit());
     return dir;
@@ -110,9 +117,11 @@ struct FakeCluster {
 
   // What CheckpointManager::Restore does, into these stores and placements.
   absl::Status Restore(const std::string& checkpoint) {
-    ASSIGN_OR_RETURN(CheckpointManifest m, VerifyCheckpoint(checkpoint, CheckpointCheck::kChecksums));
+    ASSIGN_OR_RETURN(CheckpointManifest m,
+                     VerifyCheckpoint(checkpoint, CheckpointCheck::kChecksums));
     ASSIGN_OR_RETURN(auto plans, PlanRestore(m, checkpoint, placements));
-    for (const auto& [ps, plan] : plans) RETURN_IF_ERROR(ps::RestoreShards(*stores[static_cast<size_t>(ps)], plan));
+    for (const auto& [ps, plan] : plans)
+      RETURN_IF_ERROR(ps::RestoreShards(*stores[static_cast<size_t>(ps)], plan));
     return absl::OkStatus();
   }
 
@@ -122,7 +131,8 @@ struct FakeCluster {
 
 inline Tensor Iota(Shape shape, float start) {
   Tensor t(DType::kF32, std::move(shape));
-  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = start + static_cast<float>(i) * 0.25f;
+  for (int64_t i = 0; i < t.num_elements(); ++i)
+    t.data<float>()[i] = start + static_cast<float>(i) * 0.25f;
   return t;
 }
 

@@ -26,8 +26,9 @@ CheckpointService::Options CheckpointService::OptionsFromEnv() {
 void CheckpointService::RegisterWith(net::RpcServer& server) {
   server.Register("ps.SaveCheckpoint", [this](const net::RequestContext&, const net::InMessage& req,
                                               net::OutMessage* resp) { return Save(req, resp); });
-  server.Register("ps.RestoreCheckpoint", [this](const net::RequestContext&, const net::InMessage& req,
-                                                 net::OutMessage* resp) { return Restore(req, resp); });
+  server.Register("ps.RestoreCheckpoint",
+                  [this](const net::RequestContext&, const net::InMessage& req,
+                         net::OutMessage* resp) { return Restore(req, resp); });
 }
 
 absl::Status CheckpointService::Save(const net::InMessage& request, net::OutMessage* response) {
@@ -45,20 +46,23 @@ absl::Status CheckpointService::Save(const net::InMessage& request, net::OutMess
     };
   }
   const auto start = std::chrono::steady_clock::now();
-  auto saved = SaveShards(store_, req.getDirectory().cStr(), req.getFileName().cStr(), names, step, hooks);
+  auto saved =
+      SaveShards(store_, req.getDirectory().cStr(), req.getFileName().cStr(), names, step, hooks);
   if (!saved.ok()) {
     spdlog::error("checkpoint save of step {} failed: {}", step, saved.status().ToString());
     return saved.status();
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("checkpoint step {}: wrote {} ({} shards, {} bytes) in {:.3f} s", step, saved->file_name,
-               saved->shards.size(), saved->digest.bytes, seconds);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("checkpoint step {}: wrote {} ({} shards, {} bytes) in {:.3f} s", step,
+               saved->file_name, saved->shards.size(), saved->digest.bytes, seconds);
   SavedFileToWire(*saved, response->InitResponseBody<wire::SaveCheckpointResponse>());
   return absl::OkStatus();
 }
 
 absl::Status CheckpointService::Restore(const net::InMessage& request, net::OutMessage*) {
-  ASSIGN_OR_RETURN(RestorePlan plan, RestorePlanFromWire(request.RequestBody<wire::RestoreCheckpointRequest>()));
+  ASSIGN_OR_RETURN(RestorePlan plan,
+                   RestorePlanFromWire(request.RequestBody<wire::RestoreCheckpointRequest>()));
   absl::Status s = RestoreShards(store_, plan);
   if (!s.ok()) {
     spdlog::error("checkpoint restore from {} failed: {}", plan.directory, s.ToString());

@@ -14,7 +14,9 @@ namespace {
 
 int64_t Rows(const Shape& shape) { return shape.empty() ? 1 : shape[0]; }
 
-Shape RowShape(const Shape& shape) { return shape.empty() ? Shape{} : Shape(shape.begin() + 1, shape.end()); }
+Shape RowShape(const Shape& shape) {
+  return shape.empty() ? Shape{} : Shape(shape.begin() + 1, shape.end());
+}
 
 size_t RowBytes(DType dtype, const Shape& shape) {
   size_t n = DTypeSize(dtype);
@@ -32,20 +34,21 @@ void CopyRows(const Tensor& src, int64_t begin, int64_t end, Tensor& dst, int64_
 
 // Checks that `t` (tensor `name` of `file`) can supply rows [begin, end) of a `dtype` variable
 // shaped like `shape`.
-absl::Status CheckSource(const Tensor& t, const std::string& file, const std::string& name, DType dtype,
-                         const Shape& shape, int64_t begin, int64_t end) {
+absl::Status CheckSource(const Tensor& t, const std::string& file, const std::string& name,
+                         DType dtype, const Shape& shape, int64_t begin, int64_t end) {
   if (t.dtype() != dtype) {
-    return absl::DataLossError(absl::StrCat("checkpoint file ", file, ": tensor '", name, "' is ", DTypeName(t.dtype()),
-                                            ", expected ", DTypeName(dtype)));
+    return absl::DataLossError(absl::StrCat("checkpoint file ", file, ": tensor '", name, "' is ",
+                                            DTypeName(t.dtype()), ", expected ", DTypeName(dtype)));
   }
   if (t.shape().empty() != shape.empty() || RowShape(t.shape()) != RowShape(shape)) {
-    return absl::DataLossError(absl::StrCat("checkpoint file ", file, ": tensor '", name, "' has shape ",
-                                            ShapeString(t.shape()), ", rows of ", ShapeString(RowShape(shape)),
-                                            " expected"));
+    return absl::DataLossError(absl::StrCat("checkpoint file ", file, ": tensor '", name,
+                                            "' has shape ", ShapeString(t.shape()), ", rows of ",
+                                            ShapeString(RowShape(shape)), " expected"));
   }
   if (begin < 0 || begin > end || end > Rows(t.shape())) {
-    return absl::DataLossError(absl::StrCat("checkpoint file ", file, ": rows [", begin, ", ", end, ") of tensor '", name,
-                                            "' are out of its range [0, ", Rows(t.shape()), ")"));
+    return absl::DataLossError(absl::StrCat("checkpoint file ", file, ": rows [", begin, ", ", end,
+                                            ") of tensor '", name, "' are out of its range [0, ",
+                                            Rows(t.shape()), ")"));
   }
   return absl::OkStatus();
 }
@@ -61,19 +64,22 @@ absl::Status ValidateCheckpointFileName(const std::string& name) {
     return absl::InvalidArgumentError(absl::StrCat("invalid checkpoint file name '", name, "'"));
   }
   for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == '-';
-    if (!ok) return absl::InvalidArgumentError(absl::StrCat("invalid checkpoint file name '", name, "'"));
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok)
+      return absl::InvalidArgumentError(absl::StrCat("invalid checkpoint file name '", name, "'"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<SavedFile> SaveShards(const VariableStore& store, const std::string& directory,
-                                     const std::string& file_name, const std::vector<std::string>& names,
-                                     int64_t step, const SaveHooks& hooks) {
+                                     const std::string& file_name,
+                                     const std::vector<std::string>& names, int64_t step,
+                                     const SaveHooks& hooks) {
   RETURN_IF_ERROR(ValidateCheckpointFileName(file_name));
   if (directory.empty() || directory[0] != '/') {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint directory '", directory, "' is not absolute"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint directory '", directory, "' is not absolute"));
   }
   std::vector<std::shared_ptr<Variable>> variables;
   for (const std::string& name : names) {
@@ -100,7 +106,8 @@ absl::StatusOr<SavedFile> SaveShards(const VariableStore& store, const std::stri
   }
   // Step counters are known only once each shard is copied, after the header is written, so
   // the header carries the checkpoint step; the counters travel in the manifest.
-  std::map<std::string, std::string> metadata = {{"format", "asyncps-shard-1"}, {"step", absl::StrCat(step)}};
+  std::map<std::string, std::string> metadata = {{"format", "asyncps-shard-1"},
+                                                 {"step", absl::StrCat(step)}};
   ASSIGN_OR_RETURN(std::string header, EncodeSafetensorsHeader(&entries, metadata));
   const std::string path = absl::StrCat(directory, "/", file_name);
   ASSIGN_OR_RETURN(auto writer, DurableFileWriter::Create(path));
@@ -108,15 +115,18 @@ absl::StatusOr<SavedFile> SaveShards(const VariableStore& store, const std::stri
   // One plain buffer, sized for the largest shard with its slots, reused for every shard.
   size_t scratch_bytes = 0;
   for (size_t i = 0; i < variables.size(); ++i) {
-    const size_t value_bytes = static_cast<size_t>(NumElements(variables[i]->shape())) * DTypeSize(variables[i]->dtype());
+    const size_t value_bytes =
+        static_cast<size_t>(NumElements(variables[i]->shape())) * DTypeSize(variables[i]->dtype());
     scratch_bytes = std::max(scratch_bytes, value_bytes * (1 + saved.shards[i].slot_names.size()));
   }
   std::unique_ptr<char[]> scratch(new char[std::max<size_t>(scratch_bytes, 1)]);
   for (size_t i = 0; i < variables.size(); ++i) {
     // The variable's shape cannot change after creation, so the header stays right.
-    const size_t value_bytes = static_cast<size_t>(NumElements(variables[i]->shape())) * DTypeSize(variables[i]->dtype());
+    const size_t value_bytes =
+        static_cast<size_t>(NumElements(variables[i]->shape())) * DTypeSize(variables[i]->dtype());
     std::vector<void*> slots;
-    for (size_t k = 0; k < saved.shards[i].slot_names.size(); ++k) slots.push_back(scratch.get() + (k + 1) * value_bytes);
+    for (size_t k = 0; k < saved.shards[i].slot_names.size(); ++k)
+      slots.push_back(scratch.get() + (k + 1) * value_bytes);
     saved.shards[i].iterations = variables[i]->CopyCheckpointState(scratch.get(), slots);
     RETURN_IF_ERROR(writer->Append(scratch.get(), value_bytes * (1 + slots.size())));
   }
@@ -130,7 +140,9 @@ absl::Status RestoreShards(VariableStore& store, const RestorePlan& plan) {
   std::vector<SafetensorsFile> files;
   for (const RestoreFile& f : plan.files) {
     RETURN_IF_ERROR(ValidateCheckpointFileName(f.file_name));
-    ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(absl::StrCat(plan.directory, "/", f.file_name), &f.digest));
+    ASSIGN_OR_RETURN(
+        SafetensorsFile file,
+        SafetensorsFile::Open(absl::StrCat(plan.directory, "/", f.file_name), &f.digest));
     files.push_back(std::move(file));
   }
   struct Prepared {
@@ -146,9 +158,10 @@ absl::Status RestoreShards(VariableStore& store, const RestorePlan& plan) {
     if (existing.ok()) {
       p.existing = *existing;
       if (p.existing->dtype() != shard.dtype || p.existing->shape() != shard.shape) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "variable '", shard.name, "' is ", DTypeName(p.existing->dtype()), ShapeString(p.existing->shape()),
-            " here, the checkpoint restores ", DTypeName(shard.dtype), ShapeString(shard.shape)));
+        return absl::FailedPreconditionError(
+            absl::StrCat("variable '", shard.name, "' is ", DTypeName(p.existing->dtype()),
+                         ShapeString(p.existing->shape()), " here, the checkpoint restores ",
+                         DTypeName(shard.dtype), ShapeString(shard.shape)));
       }
     } else {
       ASSIGN_OR_RETURN(p.created, Variable::Create(shard.name, Tensor(shard.dtype, shard.shape),
@@ -161,37 +174,41 @@ absl::Status RestoreShards(VariableStore& store, const RestorePlan& plan) {
     // The pieces must tile [0, rows).
     std::vector<const RestorePiece*> pieces;
     for (const RestorePiece& piece : shard.pieces) pieces.push_back(&piece);
-    std::sort(pieces.begin(), pieces.end(),
-              [](const RestorePiece* a, const RestorePiece* b) { return a->dst_row_begin < b->dst_row_begin; });
+    std::sort(pieces.begin(), pieces.end(), [](const RestorePiece* a, const RestorePiece* b) {
+      return a->dst_row_begin < b->dst_row_begin;
+    });
     int64_t next = 0;
     for (const RestorePiece* piece : pieces) {
       if (piece->dst_row_begin != next || piece->src_row_end < piece->src_row_begin) {
-        return absl::InvalidArgumentError(absl::StrCat("restore pieces of '", shard.name, "' do not tile its ", rows,
+        return absl::InvalidArgumentError(absl::StrCat("restore pieces of '", shard.name,
+                                                       "' do not tile its ", rows,
                                                        " rows (gap or overlap at row ", next, ")"));
       }
       next += piece->src_row_end - piece->src_row_begin;
     }
     if (next != rows) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("restore pieces of '", shard.name, "' cover ", next, " rows, the shard has ", rows));
+      return absl::InvalidArgumentError(absl::StrCat("restore pieces of '", shard.name, "' cover ",
+                                                     next, " rows, the shard has ", rows));
     }
 
     // One piece covering a whole source tensor is used in place; otherwise rows are copied.
     const bool whole = pieces.size() == 1;
     if (!whole) {
       p.state.value = Tensor(shard.dtype, shard.shape);
-      for (size_t s = 0; s < slot_names.size(); ++s) p.state.slots.emplace_back(DType::kF32, shard.shape);
+      for (size_t s = 0; s < slot_names.size(); ++s)
+        p.state.slots.emplace_back(DType::kF32, shard.shape);
     } else {
       p.state.slots.resize(slot_names.size());
     }
     for (const RestorePiece* piece : pieces) {
       if (piece->file >= files.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("restore piece of '", shard.name, "' names file #", piece->file));
+        return absl::InvalidArgumentError(
+            absl::StrCat("restore piece of '", shard.name, "' names file #", piece->file));
       }
       const SafetensorsFile& file = files[piece->file];
       ASSIGN_OR_RETURN(Tensor src, file.Get(piece->tensor));
-      RETURN_IF_ERROR(CheckSource(src, file.path(), piece->tensor, shard.dtype, shard.shape, piece->src_row_begin,
-                                  piece->src_row_end));
+      RETURN_IF_ERROR(CheckSource(src, file.path(), piece->tensor, shard.dtype, shard.shape,
+                                  piece->src_row_begin, piece->src_row_end));
       const bool in_place = whole && Rows(src.shape()) == rows && src.shape() == shard.shape;
       if (in_place) {
         p.state.value = src;
@@ -200,31 +217,36 @@ absl::Status RestoreShards(VariableStore& store, const RestorePlan& plan) {
           p.state.value = Tensor(shard.dtype, shard.shape);
           for (Tensor& slot : p.state.slots) slot = Tensor(DType::kF32, shard.shape);
         }
-        CopyRows(src, piece->src_row_begin, piece->src_row_end, p.state.value, piece->dst_row_begin);
+        CopyRows(src, piece->src_row_begin, piece->src_row_end, p.state.value,
+                 piece->dst_row_begin);
       }
       if (piece->slot_names.size() != piece->slot_tensors.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("restore piece of '", shard.name, "' has unpaired slots"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("restore piece of '", shard.name, "' has unpaired slots"));
       }
       for (size_t s = 0; s < slot_names.size(); ++s) {
         auto it = std::find(piece->slot_names.begin(), piece->slot_names.end(), slot_names[s]);
         if (it == piece->slot_names.end()) {
           return absl::FailedPreconditionError(
-              absl::StrCat("checkpoint has no optimizer slot '", slot_names[s], "' for '", shard.name, "' (tensor '",
-                           piece->tensor, "' in ", file.path(), "): was it saved with another optimizer?"));
+              absl::StrCat("checkpoint has no optimizer slot '", slot_names[s], "' for '",
+                           shard.name, "' (tensor '", piece->tensor, "' in ", file.path(),
+                           "): was it saved with another optimizer?"));
         }
-        const std::string& slot_tensor = piece->slot_tensors[static_cast<size_t>(it - piece->slot_names.begin())];
+        const std::string& slot_tensor =
+            piece->slot_tensors[static_cast<size_t>(it - piece->slot_names.begin())];
         ASSIGN_OR_RETURN(Tensor slot_src, file.Get(slot_tensor));
         RETURN_IF_ERROR(CheckSource(slot_src, file.path(), slot_tensor, DType::kF32, shard.shape,
                                     piece->src_row_begin, piece->src_row_end));
         if (slot_src.shape() != src.shape()) {
-          return absl::DataLossError(absl::StrCat("checkpoint file ", file.path(), ": slot tensor '", slot_tensor,
-                                                  "' has shape ", ShapeString(slot_src.shape()), ", its variable ",
-                                                  ShapeString(src.shape())));
+          return absl::DataLossError(absl::StrCat(
+              "checkpoint file ", file.path(), ": slot tensor '", slot_tensor, "' has shape ",
+              ShapeString(slot_src.shape()), ", its variable ", ShapeString(src.shape())));
         }
         if (in_place) {
           p.state.slots[s] = slot_src;
         } else {
-          CopyRows(slot_src, piece->src_row_begin, piece->src_row_end, p.state.slots[s], piece->dst_row_begin);
+          CopyRows(slot_src, piece->src_row_begin, piece->src_row_end, p.state.slots[s],
+                   piece->dst_row_begin);
         }
       }
     }

@@ -56,8 +56,9 @@ absl::Status ValidateCheckpointFileName(const std::string& name);
 // by one shard at most; shards are therefore captured at slightly different moments. Unknown
 // names are NotFound before anything is written. `directory` must exist.
 absl::StatusOr<SavedFile> SaveShards(const VariableStore& store, const std::string& directory,
-                                     const std::string& file_name, const std::vector<std::string>& names,
-                                     int64_t step, const SaveHooks& hooks = {});
+                                     const std::string& file_name,
+                                     const std::vector<std::string>& names, int64_t step,
+                                     const SaveHooks& hooks = {});
 
 // Where one piece of a shard comes from: rows [src_row_begin, src_row_end) of tensor `tensor`
 // (and of its slot tensors) in file `file`, going to rows starting at `dst_row_begin`.

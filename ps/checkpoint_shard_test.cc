@@ -35,8 +35,9 @@ std::string TempDir() {
     return true;
   }();
   (void)registered;
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/checkpoint_shard_test_", getpid(), "_",
-                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/checkpoint_shard_test_", getpid(), "_",
+                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   DirCleaner::dirs.push_back(dir);
@@ -135,8 +136,10 @@ TEST(CheckpointShardTest, RowPiecesReassembleAShardWithItsSlots) {
   plan.directory = dir;
   plan.files.push_back({saved->file_name, saved->digest});
   RestoreShard m{"m", DType::kF32, {4, 2}, adam, 2, {}};
-  m.pieces.push_back({0, "p1", {"m", "v"}, {SlotTensorName("p1", "m"), SlotTensorName("p1", "v")}, 0, 2, 2});
-  m.pieces.push_back({0, "p0", {"v", "m"}, {SlotTensorName("p0", "v"), SlotTensorName("p0", "m")}, 1, 3, 0});
+  m.pieces.push_back(
+      {0, "p1", {"m", "v"}, {SlotTensorName("p1", "m"), SlotTensorName("p1", "v")}, 0, 2, 2});
+  m.pieces.push_back(
+      {0, "p0", {"v", "m"}, {SlotTensorName("p0", "v"), SlotTensorName("p0", "m")}, 1, 3, 0});
   plan.shards.push_back(m);
   VariableStore b;
   ASSERT_TRUE(RestoreShards(b, plan).ok());
@@ -163,7 +166,8 @@ TEST(CheckpointShardTest, BadPlansAndCorruptFilesChangeNothing) {
   ASSERT_TRUE(store.Find("w").value()->ApplyGradient(Iota({4, 2}, 1)).ok());
   const Tensor current = store.Find("w").value()->Read();
 
-  auto expect_unchanged = [&](const RestorePlan& plan, absl::StatusCode code, const std::string& message) {
+  auto expect_unchanged = [&](const RestorePlan& plan, absl::StatusCode code,
+                              const std::string& message) {
     const absl::Status s = RestoreShards(store, plan);
     EXPECT_EQ(s.code(), code) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr(message));

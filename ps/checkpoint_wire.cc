@@ -56,7 +56,8 @@ absl::StatusOr<SavedFile> SavedFileFromWire(wire::SaveCheckpointResponse::Reader
     s.tensor = w.getTensor().cStr();
     s.slot_names = GetTexts(w.getSlotNames());
     s.slot_tensors = GetTexts(w.getSlotTensors());
-    if (s.slot_names.size() != s.slot_tensors.size()) return absl::InvalidArgumentError("unpaired slot names");
+    if (s.slot_names.size() != s.slot_tensors.size())
+      return absl::InvalidArgumentError("unpaired slot names");
     s.iterations = w.getIterations();
     s.optimizer = OptionalOptimizer(w.getOptimizer());
     saved.shards.push_back(std::move(s));
@@ -87,7 +88,8 @@ void RestorePlanToWire(const RestorePlan& plan, wire::RestoreCheckpointRequest::
       pieces[j].setFile(static_cast<uint32_t>(p.file));
       pieces[j].setTensor(p.tensor);
       SetTexts(pieces[j].initSlotNames(static_cast<unsigned>(p.slot_names.size())), p.slot_names);
-      SetTexts(pieces[j].initSlotTensors(static_cast<unsigned>(p.slot_tensors.size())), p.slot_tensors);
+      SetTexts(pieces[j].initSlotTensors(static_cast<unsigned>(p.slot_tensors.size())),
+               p.slot_tensors);
       pieces[j].setSrcRowBegin(p.src_row_begin);
       pieces[j].setSrcRowEnd(p.src_row_end);
       pieces[j].setDstRowBegin(p.dst_row_begin);
@@ -98,7 +100,8 @@ void RestorePlanToWire(const RestorePlan& plan, wire::RestoreCheckpointRequest::
 absl::StatusOr<RestorePlan> RestorePlanFromWire(wire::RestoreCheckpointRequest::Reader in) {
   RestorePlan plan;
   plan.directory = in.getDirectory().cStr();
-  for (auto f : in.getFiles()) plan.files.push_back({f.getName().cStr(), {f.getBytes(), f.getCrc32()}});
+  for (auto f : in.getFiles())
+    plan.files.push_back({f.getName().cStr(), {f.getBytes(), f.getCrc32()}});
   for (auto w : in.getShards()) {
     RestoreShard s;
     s.name = w.getName().cStr();

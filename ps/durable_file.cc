@@ -130,7 +130,8 @@ std::string DirectoryOf(const std::string& path) {
 absl::StatusOr<uint64_t> FileSize(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return ErrnoStatus("cannot stat", path, errno);
-  if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file"));
+  if (!S_ISREG(st.st_mode))
+    return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file"));
   return static_cast<uint64_t>(st.st_size);
 }
 
@@ -147,8 +148,9 @@ absl::Status ReadAt(const std::string& path, uint64_t offset, void* out, size_t 
       return ErrnoStatus("cannot read", path, errno);
     }
     if (r == 0) {
-      return absl::OutOfRangeError(absl::StrCat(path, " is truncated: wanted ", n, " bytes at offset ", offset,
-                                                ", file ends after ", offset + done));
+      return absl::OutOfRangeError(absl::StrCat(path, " is truncated: wanted ", n,
+                                                " bytes at offset ", offset, ", file ends after ",
+                                                offset + done));
     }
     done += static_cast<size_t>(r);
   }
@@ -180,7 +182,8 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t m
   auto size = FileSize(path);
   if (!size.ok()) return size.status();
   if (*size > max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(path, " is ", *size, " bytes, more than the limit of ", max_bytes));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, " is ", *size, " bytes, more than the limit of ", max_bytes));
   }
   std::string out(static_cast<size_t>(*size), '\0');
   if (absl::Status s = ReadAt(path, 0, out.data(), out.size()); !s.ok()) return s;

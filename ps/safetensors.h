@@ -44,8 +44,8 @@ struct SafetensorsHeader {
 // The header bytes (length prefix + padded JSON) for `tensors` laid out in the given order;
 // fills each entry's begin/end. InvalidArgument on a duplicate or empty name, or the reserved
 // name "__metadata__".
-absl::StatusOr<std::string> EncodeSafetensorsHeader(std::vector<SafetensorsEntry>* tensors,
-                                                    const std::map<std::string, std::string>& metadata);
+absl::StatusOr<std::string> EncodeSafetensorsHeader(
+    std::vector<SafetensorsEntry>* tensors, const std::map<std::string, std::string>& metadata);
 
 // The header length a file starts with, checked against the file size: DataLoss when the file
 // is shorter than 8 bytes or than the header it announces, or the header is over 100 MiB.
@@ -71,9 +71,9 @@ struct FileDigest {
 
 // Writes `tensors` (in order) and `metadata` to `path` durably (temporary name, fsync, rename,
 // directory fsync; see DurableFileWriter).
-absl::StatusOr<FileDigest> WriteSafetensorsFile(const std::string& path,
-                                                const std::vector<std::pair<std::string, Tensor>>& tensors,
-                                                const std::map<std::string, std::string>& metadata);
+absl::StatusOr<FileDigest> WriteSafetensorsFile(
+    const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+    const std::map<std::string, std::string>& metadata);
 
 // A whole safetensors file read into memory and validated.
 //
@@ -82,7 +82,8 @@ class SafetensorsFile {
  public:
   // Reads `path`. With `expected`, the size and CRC-32 must match it (DataLoss naming the file
   // otherwise); the header is always validated (see ParseSafetensorsHeader).
-  static absl::StatusOr<SafetensorsFile> Open(const std::string& path, const FileDigest* expected = nullptr);
+  static absl::StatusOr<SafetensorsFile> Open(const std::string& path,
+                                              const FileDigest* expected = nullptr);
 
   const SafetensorsHeader& header() const { return header_; }
   const std::string& path() const { return path_; }

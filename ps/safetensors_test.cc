@@ -34,8 +34,9 @@ std::string TempDir() {
     return true;
   }();
   (void)registered;
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/safetensors_test_", getpid(), "_",
-                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/safetensors_test_", getpid(), "_",
+                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   DirCleaner::dirs.push_back(dir);
@@ -53,7 +54,8 @@ void WriteAll(const std::string& path, const std::string& bytes) {
 std::string Handmade(const std::string& json, const std::string& data) {
   std::string out(8, '\0');
   uint64_t n = json.size();
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
   return out + json + data;
 }
 
@@ -70,7 +72,8 @@ TEST(SafetensorsTest, RoundTripsEveryDtypeAndMetadata) {
   Tensor scalar = Tensor::Scalar<float>(3.5f);
   Tensor empty(DType::kF32, {0, 4});
   const std::vector<std::pair<std::string, Tensor>> tensors = {
-      {"f32", f32}, {"f64", f64}, {"u8", u8}, {"i32", i32}, {"i64", i64}, {"bool", b}, {"scalar", scalar}, {"empty", empty}};
+      {"f32", f32}, {"f64", f64}, {"u8", u8},         {"i32", i32},
+      {"i64", i64}, {"bool", b},  {"scalar", scalar}, {"empty", empty}};
   auto digest = WriteSafetensorsFile(dir + "/a.safetensors", tensors, {{"step", "12"}});
   ASSERT_TRUE(digest.ok()) << digest.status();
   const std::string bytes = ReadAll(dir + "/a.safetensors");
@@ -116,27 +119,46 @@ TEST(SafetensorsTest, EveryHeaderProblemIsDataLossNamingFileAndProblem) {
   const std::vector<BadHeader> cases = {
       {"not json", "{\"a\":", eight, "not valid JSON"},
       {"not an object", "[1,2]", "", "not a JSON object"},
-      {"duplicate key", R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"a":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", eight, "key 'a' twice"},
-      {"duplicate field", R"({"a":{"dtype":"U8","dtype":"F32","shape":[8],"data_offsets":[0,8]}})", eight, "key 'dtype' twice"},
+      {"duplicate key",
+       R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"a":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+       eight, "key 'a' twice"},
+      {"duplicate field", R"({"a":{"dtype":"U8","dtype":"F32","shape":[8],"data_offsets":[0,8]}})",
+       eight, "key 'dtype' twice"},
       {"metadata not object", R"({"__metadata__":3})", "", "__metadata__ is not an object"},
       {"metadata value", R"({"__metadata__":{"k":1}})", "", "value of 'k' is not a string"},
       {"entry not object", R"({"a":3})", "", "entry is not an object"},
-      {"unknown field", R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8],"x":1}})", eight, "unknown field 'x'"},
+      {"unknown field", R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8],"x":1}})", eight,
+       "unknown field 'x'"},
       {"dtype missing", R"({"a":{"shape":[8],"data_offsets":[0,8]}})", eight, "dtype missing"},
-      {"dtype unknown", R"({"a":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", eight, "unsupported dtype 'F16'"},
-      {"dtype lowercase", R"({"a":{"dtype":"f32","shape":[2],"data_offsets":[0,8]}})", eight, "unsupported dtype 'f32'"},
+      {"dtype unknown", R"({"a":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", eight,
+       "unsupported dtype 'F16'"},
+      {"dtype lowercase", R"({"a":{"dtype":"f32","shape":[2],"data_offsets":[0,8]}})", eight,
+       "unsupported dtype 'f32'"},
       {"shape missing", R"({"a":{"dtype":"U8","data_offsets":[0,8]}})", eight, "shape missing"},
-      {"shape negative", R"({"a":{"dtype":"U8","shape":[-8],"data_offsets":[0,8]}})", eight, "not a non-negative integer"},
-      {"shape float", R"({"a":{"dtype":"U8","shape":[8.0],"data_offsets":[0,8]}})", eight, "not a non-negative integer"},
+      {"shape negative", R"({"a":{"dtype":"U8","shape":[-8],"data_offsets":[0,8]}})", eight,
+       "not a non-negative integer"},
+      {"shape float", R"({"a":{"dtype":"U8","shape":[8.0],"data_offsets":[0,8]}})", eight,
+       "not a non-negative integer"},
       {"offsets missing", R"({"a":{"dtype":"U8","shape":[8]}})", eight, "data_offsets missing"},
-      {"offsets short", R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0]}})", eight, "data_offsets missing"},
-      {"offsets backwards", R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[8,0]}})", eight, "run backwards"},
-      {"offsets past end", R"({"a":{"dtype":"U8","shape":[16],"data_offsets":[0,16]}})", eight, "run past the end"},
-      {"size mismatch", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight, "needs 12 bytes"},
-      {"overflowing shape", R"({"a":{"dtype":"F64","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", eight, "needs too many bytes"},
-      {"overlap", R"({"a":{"dtype":"U8","shape":[6],"data_offsets":[0,6]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", eight, "overlaps"},
-      {"hole", R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", eight, "hole in the data"},
-      {"trailing bytes", R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", eight, "data section holds 8"},
+      {"offsets short", R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0]}})", eight,
+       "data_offsets missing"},
+      {"offsets backwards", R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[8,0]}})", eight,
+       "run backwards"},
+      {"offsets past end", R"({"a":{"dtype":"U8","shape":[16],"data_offsets":[0,16]}})", eight,
+       "run past the end"},
+      {"size mismatch", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight,
+       "needs 12 bytes"},
+      {"overflowing shape",
+       R"({"a":{"dtype":"F64","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", eight,
+       "needs too many bytes"},
+      {"overlap",
+       R"({"a":{"dtype":"U8","shape":[6],"data_offsets":[0,6]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+       eight, "overlaps"},
+      {"hole",
+       R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+       eight, "hole in the data"},
+      {"trailing bytes", R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", eight,
+       "data section holds 8"},
   };
   for (const BadHeader& c : cases) {
     const std::string path = dir + "/bad.safetensors";
@@ -164,7 +186,8 @@ TEST(SafetensorsTest, TruncationAnywhereIsDetected) {
   }
   // A huge announced header length is refused before anything is allocated for it.
   WriteAll(dir + "/huge.safetensors", std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}");
-  EXPECT_THAT(std::string(OpenStatus(dir + "/huge.safetensors").message()), HasSubstr("over the limit"));
+  EXPECT_THAT(std::string(OpenStatus(dir + "/huge.safetensors").message()),
+              HasSubstr("over the limit"));
 }
 
 TEST(SafetensorsTest, EveryFlippedByteIsACheckumMismatch) {
@@ -179,7 +202,8 @@ TEST(SafetensorsTest, EveryFlippedByteIsACheckumMismatch) {
     WriteAll(dir + "/flip.safetensors", flipped);
     auto file = SafetensorsFile::Open(dir + "/flip.safetensors", &*digest);
     EXPECT_EQ(file.status().code(), absl::StatusCode::kDataLoss) << "byte " << i;
-    EXPECT_THAT(std::string(file.status().message()), HasSubstr("checksum mismatch")) << "byte " << i;
+    EXPECT_THAT(std::string(file.status().message()), HasSubstr("checksum mismatch"))
+        << "byte " << i;
   }
 }
 

@@ -37,8 +37,9 @@ std::unique_ptr<LocalCluster> StartCluster(int num_ps) {
 }
 
 std::string TempDir() {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/checkpoint_cluster_test_", getpid(), "_",
-                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/checkpoint_cluster_test_", getpid(), "_",
+                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   fs::remove_all(dir);
   fs::create_directories(dir);
   return fs::path(dir).lexically_normal().string();
@@ -46,26 +47,32 @@ std::string TempDir() {
 
 Tensor Pattern(Shape shape, float scale) {
   Tensor t(DType::kF32, std::move(shape));
-  for (int64_t i = 0; i < t.num_elements(); ++i) t.data<float>()[i] = scale * static_cast<float>((i * 7) % 11 - 5);
+  for (int64_t i = 0; i < t.num_elements(); ++i)
+    t.data<float>()[i] = scale * static_cast<float>((i * 7) % 11 - 5);
   return t;
 }
 
 // Creates the model (an Adam embedding, an Adam bias, a plain counter) and trains it a little
 // with dense and row gradients.
 void CreateAndTrain(ParameterServerStrategy& strategy) {
-  ASSERT_TRUE(strategy.CreateVariable("emb", init::FromTensor(Pattern({13, 4}, 0.1f)), opt::Adam(0.05f)).ok());
-  ASSERT_TRUE(strategy.CreateVariable("bias", init::FromTensor(Pattern({6}, 0.2f)), opt::Adam(0.05f)).ok());
+  ASSERT_TRUE(
+      strategy.CreateVariable("emb", init::FromTensor(Pattern({13, 4}, 0.1f)), opt::Adam(0.05f))
+          .ok());
+  ASSERT_TRUE(
+      strategy.CreateVariable("bias", init::FromTensor(Pattern({6}, 0.2f)), opt::Adam(0.05f)).ok());
   ASSERT_TRUE(strategy.CreateVariable("count", init::Constant({2}, 3, DType::kI64)).ok());
 }
 
 void Train(ParameterServerStrategy& strategy, int steps, float scale) {
   for (int i = 0; i < steps; ++i) {
     ASSERT_TRUE(strategy.ps()
-                    .PushGradients({{"emb", Pattern({13, 4}, scale * static_cast<float>(i + 1)), std::nullopt},
-                                    {"bias", Pattern({6}, scale), std::nullopt}})
+                    .PushGradients(
+                        {{"emb", Pattern({13, 4}, scale * static_cast<float>(i + 1)), std::nullopt},
+                         {"bias", Pattern({6}, scale), std::nullopt}})
                     .ok());
     ASSERT_TRUE(strategy.ps()
-                    .PushGradients({{"emb", Pattern({3, 4}, scale), Tensor::FromVector<int64_t>({0, 7, 12})}})
+                    .PushGradients(
+                        {{"emb", Pattern({3, 4}, scale), Tensor::FromVector<int64_t>({0, 7, 12})}})
                     .ok());
   }
 }
@@ -78,7 +85,9 @@ std::vector<Tensor> ReadAll(ParameterServerStrategy& strategy) {
 
 void ExpectSameTensors(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].Equals(b[i])) << i << ": " << a[i].DebugString() << " vs " << b[i].DebugString();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(a[i].Equals(b[i]))
+        << i << ": " << a[i].DebugString() << " vs " << b[i].DebugString();
 }
 
 // The optimizer slots and step counters as they are on the PS now: saved to a scratch
@@ -96,7 +105,8 @@ SlotView SlotsOf(const std::string& checkpoint) {
   view.emb_v = (*reader)->Read("emb", "v").value();
   view.bias_m = (*reader)->Read("bias", "m").value();
   for (const auto& v : (*reader)->manifest().variables) {
-    for (const auto& s : v.shards) view.max_iterations[v.name] = std::max(view.max_iterations[v.name], s.iterations);
+    for (const auto& s : v.shards)
+      view.max_iterations[v.name] = std::max(view.max_iterations[v.name], s.iterations);
   }
   return view;
 }
@@ -140,7 +150,8 @@ TEST(CheckpointClusterTest, SavesAndRestoresAcrossRealPsWithSlotsAndRetention) {
   EXPECT_TRUE(after.emb_v.Equals(before.emb_v));
   EXPECT_TRUE(after.bias_m.Equals(before.bias_m));
   EXPECT_EQ(after.max_iterations, before.max_iterations);
-  EXPECT_EQ(before.max_iterations.at("emb"), 6);  // 3 dense + 3 row pushes on the shards holding rows 0, 7, 12
+  EXPECT_EQ(before.max_iterations.at("emb"),
+            6);  // 3 dense + 3 row pushes on the shards holding rows 0, 7, 12
 
   // Retention: only the newest two remain, and Latest is the newest.
   EXPECT_EQ(manager.List(), (std::vector<std::string>{dir + "/ckpt-200", dir + "/ckpt-300"}));
@@ -175,7 +186,8 @@ TEST(CheckpointClusterTest, RestoresIntoOtherClusterShapes) {
     size_t emb_shards;
   };
   int round = 0;
-  for (const Shape& shape : {Shape{"3 PS / 2 shards", Fixed(2), 2}, Shape{"unsharded", nullptr, 1}}) {
+  for (const Shape& shape :
+       {Shape{"3 PS / 2 shards", Fixed(2), 2}, Shape{"unsharded", nullptr, 1}}) {
     SCOPED_TRACE(shape.what);
     // Fresh variable names per round are not needed: each round uses its own PS processes'
     // shard names ("emb/part_i" vs "emb"), and values are overwritten by the restore.
