@@ -109,6 +109,8 @@ absl::StatusOr<ShardedVariable> ParameterServerStrategy::CreateVariable(
   return ShardedVariable(std::move(stored), ps_client_.get());
 }
 
+net::RpcClient& ParameterServerStrategy::ps_rpc(int i) { return *ps_clients_[static_cast<size_t>(i)]; }
+
 absl::StatusOr<ShardedVariable> ParameterServerStrategy::GetVariable(const std::string& name) const {
   ASSIGN_OR_RETURN(auto placement, directory_.Find(name));
   return ShardedVariable(std::move(placement), ps_client_.get());

@@ -72,6 +72,9 @@ class ParameterServerStrategy {
   net::EventLoop& loop() { return *loop_; }
   metrics::ProcessMetrics& process_metrics() { return *metrics_; }
   metrics::RpcMetrics& rpc_metrics() { return *rpc_metrics_; }
+  // The connection to PS `i` (0 <= i < cluster().num_ps()), for services beyond PsClient's
+  // (checkpoints).
+  net::RpcClient& ps_rpc(int i);
 
  private:
   absl::StatusOr<VariablePlacement> Place(const std::string& name, const VariableInit& init)

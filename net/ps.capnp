@@ -115,3 +115,59 @@ struct VariableInfo {
 struct ListVariablesResponse {
   variables @0 :List(VariableInfo);
 }
+
+# Checkpoints ("ps.SaveCheckpoint" / "ps.RestoreCheckpoint"; see ps/checkpoint_shard.h).
+
+struct SaveCheckpointRequest {
+  directory @0 :Text;          # absolute; exists (a shared file system)
+  fileName @1 :Text;           # [A-Za-z0-9._-]+, written as directory/fileName
+  names @2 :List(Text);        # shards of this PS to save
+  step @3 :Int64;
+}
+
+struct SavedShard {
+  name @0 :Text;
+  dtype @1 :UInt8;
+  shape @2 :List(Int64);
+  tensor @3 :Text;
+  slotNames @4 :List(Text);
+  slotTensors @5 :List(Text);
+  iterations @6 :Int64;
+  optimizer @7 :OptimizerConfig;   # type "" when the shard has no optimizer
+}
+
+struct SaveCheckpointResponse {
+  fileName @0 :Text;
+  bytes @1 :UInt64;
+  crc32 @2 :UInt32;
+  shards @3 :List(SavedShard);
+}
+
+struct RestoreCheckpointRequest {
+  directory @0 :Text;
+  files @1 :List(File);
+  shards @2 :List(Shard);
+
+  struct File {
+    name @0 :Text;
+    bytes @1 :UInt64;
+    crc32 @2 :UInt32;
+  }
+  struct Piece {
+    file @0 :UInt32;           # index into files
+    tensor @1 :Text;
+    slotNames @2 :List(Text);
+    slotTensors @3 :List(Text);
+    srcRowBegin @4 :Int64;
+    srcRowEnd @5 :Int64;
+    dstRowBegin @6 :Int64;
+  }
+  struct Shard {
+    name @0 :Text;
+    dtype @1 :UInt8;
+    shape @2 :List(Int64);
+    optimizer @3 :OptimizerConfig;   # used when the PS must create the variable
+    iterations @4 :Int64;
+    pieces @5 :List(Piece);
+  }
+}

@@ -4,6 +4,7 @@
 
 #include "net/server_process.h"
 #include "ps/ps_metrics.h"
+#include "ps/checkpoint_service.h"
 #include "ps/ps_service.h"
 #include "ps/variable_store.h"
 
@@ -26,6 +27,8 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   spdlog::info("limits: {} variable bytes, {} response bytes, non-finite gradients {}",
                options.ps_max_variable_bytes, options.ps_max_response_bytes,
                options.allow_nonfinite_gradients ? "allowed" : "refused");
+  CheckpointService checkpoints(store, CheckpointService::OptionsFromEnv());
+  checkpoints.RegisterWith((*process)->server());
   return (*process)->ServeUntilSignal();
 }
 

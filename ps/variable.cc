@@ -229,6 +229,57 @@ std::vector<std::pair<std::string, Tensor>> Variable::Snapshot() const {
   return out;
 }
 
+std::vector<std::string> Variable::slot_names() const {
+  std::vector<std::string> names;
+  if (optimizer_ != nullptr) {
+    for (const SlotSpec& slot : optimizer_->slots()) names.push_back(slot.name);
+  }
+  return names;
+}
+
+Variable::State Variable::CheckpointState() const {
+  // Exclusive: row writers hold mu_ shared for a whole push, so none is half applied here.
+  MutexLock lock(&mu_);
+  State state;
+  state.value = value_.Clone();
+  for (const Tensor& slot : slots_) state.slots.push_back(slot.Clone());
+  state.iterations = iterations_.load(std::memory_order_relaxed);
+  return state;
+}
+
+int64_t Variable::CopyCheckpointState(void* value, absl::Span<void* const> slots) const {
+  MutexLock lock(&mu_);
+  std::memcpy(value, value_.raw_data(), value_.num_bytes());
+  for (size_t i = 0; i < slots_.size() && i < slots.size(); ++i) {
+    std::memcpy(slots[i], slots_[i].raw_data(), slots_[i].num_bytes());
+  }
+  return iterations_.load(std::memory_order_relaxed);
+}
+
+absl::Status Variable::RestoreState(const State& state) {
+  if (absl::Status s = CheckDense(state.value); !s.ok()) return s;
+  if (state.slots.size() != slots_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("variable '", name_, "' has ", slots_.size(),
+                                                   " optimizer slots, restore gives ", state.slots.size()));
+  }
+  for (const Tensor& slot : state.slots) {
+    if (slot.dtype() != DType::kF32 || slot.shape() != shape_) {
+      return absl::InvalidArgumentError(absl::StrCat("slot of '", name_, "' must be f32", ShapeString(shape_), ", got ",
+                                                     DTypeName(slot.dtype()), ShapeString(slot.shape())));
+    }
+  }
+  if (state.iterations < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("negative step counter for '", name_, "'"));
+  }
+  MutexLock lock(&mu_);
+  std::memcpy(value_.raw_data(), state.value.raw_data(), value_.num_bytes());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    std::memcpy(slots_[i].raw_data(), state.slots[i].raw_data(), slots_[i].num_bytes());
+  }
+  iterations_.store(state.iterations, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
 absl::Status Variable::CheckDense(const Tensor& value) const {
   if (value.dtype() != dtype_ || value.shape() != shape_) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -96,6 +96,33 @@ class Variable {
   // Consistent copies of the value and every slot ("name/slot"), for checkpoints.
   std::vector<std::pair<std::string, Tensor>> Snapshot() const;
 
+  // Everything a checkpoint keeps of this variable: the value, each optimizer slot (in
+  // slot_names() order) and the step counter.
+  struct State {
+    Tensor value;
+    std::vector<Tensor> slots;
+    int64_t iterations = 0;
+  };
+
+  // The slot names of this variable's optimizer, in its order (empty without an optimizer).
+  std::vector<std::string> slot_names() const;
+
+  // A copy of value, slots and step counter taken under the exclusive lock, so the copy holds
+  // every update either entirely or not at all: a value and its slots (and the counter Adam's
+  // bias correction reads) always come from the same set of applied updates.
+  State CheckpointState() const;
+
+  // Like CheckpointState, but copies into caller memory (no allocation under the lock, and the
+  // caller picks the memory: checkpoint writers reuse one plain buffer, because fresh large
+  // tensors ask for huge pages, whose faults can stall on compaction while the page cache is
+  // full of dirty checkpoint data). `value` receives value bytes, `slots[i]` slot i's; each
+  // must hold as many bytes as the value. Returns the step counter.
+  int64_t CopyCheckpointState(void* value, absl::Span<void* const> slots) const;
+
+  // Replaces value, slots (parallel to slot_names()) and step counter under the exclusive
+  // lock. Everything is validated first (dtype, shape, slot count): on error nothing changes.
+  absl::Status RestoreState(const State& state);
+
  private:
   Variable() = default;
   absl::StatusOr<std::vector<int64_t>> CheckIds(const Tensor& ids) const;

@@ -1,0 +1,89 @@
+#ifndef ASYNCPS_COORDINATOR_CHECKPOINT_MANAGER_H_
+#define ASYNCPS_COORDINATOR_CHECKPOINT_MANAGER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/checkpoint_reader.h"
+#include "coordinator/parameter_server_strategy.h"
+
+namespace asyncps {
+
+// Sharded checkpoints of every variable of a ParameterServerStrategy, in `directory`:
+//
+//   directory/ckpt-<step>/ps-<i>-of-<n>.safetensors   written by PS i, in parallel
+//   directory/ckpt-<step>/manifest.json              written last, by the coordinator
+//
+// Save(step): every PS that holds shards writes its own file (value, optimizer slots and step
+// counter of each shard; see ps/checkpoint_shard.h) to a temporary name, fsyncs and renames
+// it; then the manifest (checkpoint_manifest.h: step, wall time, every variable with dtype,
+// shape, optimizer config and which file and tensor hold which rows, every file's size and
+// CRC-32) goes to a temporary name, is fsynced, renamed into place, and the directory is
+// fsynced. A checkpoint exists only once its manifest does: a crash (of a PS or of the
+// coordinator) anywhere before that leaves a directory that Latest() ignores. Only after the
+// new manifest is durable are the oldest checkpoints beyond `max_to_keep` deleted (and
+// uncommitted leftovers older than it).
+//
+// Consistency. Each shard's value, slots and step counter are captured together under its
+// variable's exclusive lock, so a shard never mixes steps (no value from one step with Adam
+// moments from another). Save() itself does not pause training: called while closures run,
+// different shards (and different PS) are captured at different moments — each consistent,
+// the whole not a single cut. Called after ClusterCoordinator::Join() (nothing in flight, no
+// new closures scheduled until it returns), it is a consistent cut across all PS.
+//
+// Restore(path) checks the manifest, every file's size and header against it, and (by default)
+// every file's CRC-32 before any PS changes; then each PS reads the rows it needs straight
+// from the files and applies them all-or-nothing on that PS. The variables may be split
+// differently and over a different number of PS than when saved (rows are re-sliced by
+// logical row range; slots too; see PlanRestore for the step-counter rule), and a PS that lacks
+// a variable (e.g. restarted) creates it. The checkpoint directory must be reachable under
+// the same path from the coordinator and every PS (a shared file system).
+//
+// Thread-safe; calls are serialised. The strategy must outlive the manager.
+class CheckpointManager {
+ public:
+  struct Options {
+    int max_to_keep = 5;  // <= 0 keeps every checkpoint
+    absl::Duration rpc_timeout = absl::Minutes(10);
+    // Restore reads every file's CRC-32 on the coordinator before touching any PS (then a
+    // corrupt checkpoint changes nothing anywhere). Each PS checks the files it reads anyway.
+    bool verify_before_restore = true;
+  };
+
+  CheckpointManager(ParameterServerStrategy& strategy, std::string directory, int max_to_keep);
+  CheckpointManager(ParameterServerStrategy& strategy, std::string directory, Options options);
+
+  // Writes checkpoint `step` (>= 0) and returns its directory. AlreadyExists when checkpoint
+  // `step` is already committed; Unavailable (naming the PS) when a PS cannot be reached or
+  // dies meanwhile — the checkpoint is then not committed and the previous one stays Latest().
+  absl::StatusOr<std::string> Save(int64_t step);
+
+  // Directories of committed checkpoints (those with a manifest), oldest step first. Does
+  // not check them.
+  std::vector<std::string> List() const;
+
+  // The newest checkpoint that passes VerifyCheckpoint at `check`; torn or corrupt ones are
+  // skipped (and logged with the reason). NotFound when there is none.
+  absl::StatusOr<std::string> Latest(CheckpointCheck check = CheckpointCheck::kChecksums) const;
+
+  // Restores checkpoint `path` into the strategy's variables; returns its step.
+  absl::StatusOr<int64_t> Restore(const std::string& path);
+
+  // Restore(Latest()). NotFound when there is no good checkpoint.
+  absl::StatusOr<int64_t> RestoreLatest();
+
+  const std::string& directory() const { return directory_; }
+
+ private:
+  ParameterServerStrategy& strategy_;
+  const std::string directory_;
+  const Options options_;
+  Mutex mu_;  // one Save or Restore at a time
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COORDINATOR_CHECKPOINT_MANAGER_H_

@@ -1,0 +1,75 @@
+#include "ps/checkpoint_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "core/status_macros.h"
+#include "core/sync.h"
+#include "net/ps.capnp.h"
+#include "ps/checkpoint_shard.h"
+#include "ps/checkpoint_wire.h"
+
+namespace asyncps::ps {
+
+CheckpointService::Options CheckpointService::OptionsFromEnv() {
+  Options options;
+  const char* hang = std::getenv("ASYNCPS_TEST_CKPT_HANG_AT_STEP");
+  int64_t step = -1;
+  if (hang != nullptr && absl::SimpleAtoi(hang, &step)) options.test_hang_at_step = step;
+  return options;
+}
+
+void CheckpointService::RegisterWith(net::RpcServer& server) {
+  server.Register("ps.SaveCheckpoint", [this](const net::RequestContext&, const net::InMessage& req,
+                                              net::OutMessage* resp) { return Save(req, resp); });
+  server.Register("ps.RestoreCheckpoint",
+                  [this](const net::RequestContext&, const net::InMessage& req,
+                         net::OutMessage* resp) { return Restore(req, resp); });
+}
+
+absl::Status CheckpointService::Save(const net::InMessage& request, net::OutMessage* response) {
+  auto req = request.RequestBody<wire::SaveCheckpointRequest>();
+  std::vector<std::string> names;
+  for (auto n : req.getNames()) names.emplace_back(n.cStr());
+  const int64_t step = req.getStep();
+  SaveHooks hooks;
+  if (options_.test_hang_at_step >= 0 && step == options_.test_hang_at_step) {
+    hooks.before_rename = [](const std::string& temp_path) {
+      spdlog::warn("test hook: checkpoint file {} written, not renamed; stopping here", temp_path);
+      // Waits for the test's SIGKILL; a timeout keeps a forgotten process from hanging forever.
+      Notification never;
+      never.WaitForNotificationWithTimeout(absl::Minutes(10));
+    };
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto saved =
+      SaveShards(store_, req.getDirectory().cStr(), req.getFileName().cStr(), names, step, hooks);
+  if (!saved.ok()) {
+    spdlog::error("checkpoint save of step {} failed: {}", step, saved.status().ToString());
+    return saved.status();
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("checkpoint step {}: wrote {} ({} shards, {} bytes) in {:.3f} s", step,
+               saved->file_name, saved->shards.size(), saved->digest.bytes, seconds);
+  SavedFileToWire(*saved, response->InitResponseBody<wire::SaveCheckpointResponse>());
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointService::Restore(const net::InMessage& request, net::OutMessage*) {
+  ASSIGN_OR_RETURN(RestorePlan plan,
+                   RestorePlanFromWire(request.RequestBody<wire::RestoreCheckpointRequest>()));
+  absl::Status s = RestoreShards(store_, plan);
+  if (!s.ok()) {
+    spdlog::error("checkpoint restore from {} failed: {}", plan.directory, s.ToString());
+    return s;
+  }
+  spdlog::info("restored {} shards from {}", plan.shards.size(), plan.directory);
+  return absl::OkStatus();
+}
+
+}  // namespace asyncps::ps

@@ -1,0 +1,47 @@
+#ifndef ASYNCPS_PS_CHECKPOINT_SERVICE_H_
+#define ASYNCPS_PS_CHECKPOINT_SERVICE_H_
+
+#include <cstdint>
+
+#include "net/rpc_server.h"
+#include "ps/variable_store.h"
+
+namespace asyncps::ps {
+
+// The checkpoint methods of a parameter server:
+//   ps.SaveCheckpoint     SaveCheckpointRequest -> SaveCheckpointResponse (writes this PS's
+//                         file of the checkpoint; see SaveShards)
+//   ps.RestoreCheckpoint  RestoreCheckpointRequest -> Empty (all-or-nothing on this PS; see
+//                         RestoreShards)
+// They run on the server's handler pool, so a save never blocks the I/O thread or pulls and
+// pushes from other clients (those continue between shards).
+//
+// `store` must outlive the server the service is registered with.
+class CheckpointService {
+ public:
+  struct Options {
+    // Test-only: a save for this step stops (for 10 minutes) after writing its temporary file
+    // and before renaming it, so a test can kill the PS in the middle of a checkpoint. Set
+    // from ASYNCPS_TEST_CKPT_HANG_AT_STEP by the PS binary; -1 disables it.
+    int64_t test_hang_at_step = -1;
+  };
+
+  CheckpointService(VariableStore& store, Options options) : store_(store), options_(options) {}
+  explicit CheckpointService(VariableStore& store) : CheckpointService(store, Options()) {}
+
+  // Reads ASYNCPS_TEST_CKPT_HANG_AT_STEP.
+  static Options OptionsFromEnv();
+
+  void RegisterWith(net::RpcServer& server);
+
+ private:
+  absl::Status Save(const net::InMessage& request, net::OutMessage* response);
+  absl::Status Restore(const net::InMessage& request, net::OutMessage* response);
+
+  VariableStore& store_;
+  const Options options_;
+};
+
+}  // namespace asyncps::ps
+
+#endif  // ASYNCPS_PS_CHECKPOINT_SERVICE_H_

@@ -1,0 +1,107 @@
+#ifndef ASYNCPS_PS_CHECKPOINT_SHARD_H_
+#define ASYNCPS_PS_CHECKPOINT_SHARD_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "ps/optimizer.h"
+#include "ps/safetensors.h"
+#include "ps/variable_store.h"
+
+namespace asyncps::ps {
+
+// A parameter server's part of a checkpoint: one safetensors file holding, for each shard
+// (variable) it saves, the value as tensor "<shard>" and each optimizer slot as tensor
+// "<shard>/.OPTIMIZER_SLOT/<slot>" (a name no other variable's value can take unless a user
+// names a variable that way, which the writer then rejects as a duplicate instead of losing
+// data). Step counters go to the file's metadata ("iterations/<shard>") and to the caller.
+
+std::string SlotTensorName(const std::string& shard, const std::string& slot);
+
+// What was saved of one shard.
+struct SavedShard {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::string tensor;                     // value tensor in the file
+  std::vector<std::string> slot_names;    // optimizer order
+  std::vector<std::string> slot_tensors;  // parallel to slot_names
+  int64_t iterations = 0;
+  std::optional<OptimizerConfig> optimizer;
+};
+
+struct SavedFile {
+  std::string file_name;  // relative to the checkpoint directory
+  FileDigest digest;
+  std::vector<SavedShard> shards;
+};
+
+// Test-only hooks (a PS started with ASYNCPS_TEST_CKPT_HANG_AT_STEP uses one to stop between
+// writing its file and renaming it into place, so a test can kill it there).
+struct SaveHooks {
+  std::function<void(const std::string& temp_path)> before_rename;
+};
+
+// A file name a checkpoint may use: non-empty, [A-Za-z0-9._-] only, not "." or "..".
+absl::Status ValidateCheckpointFileName(const std::string& name);
+
+// Writes shards `names` of `store` to `directory`/`file_name` (durably: temporary name, fsync,
+// rename). Each shard is copied under its variable's exclusive lock (see
+// Variable::CheckpointState) one at a time, so training continues meanwhile and memory grows
+// by one shard at most; shards are therefore captured at slightly different moments. Unknown
+// names are NotFound before anything is written. `directory` must exist.
+absl::StatusOr<SavedFile> SaveShards(const VariableStore& store, const std::string& directory,
+                                     const std::string& file_name,
+                                     const std::vector<std::string>& names, int64_t step,
+                                     const SaveHooks& hooks = {});
+
+// Where one piece of a shard comes from: rows [src_row_begin, src_row_end) of tensor `tensor`
+// (and of its slot tensors) in file `file`, going to rows starting at `dst_row_begin`.
+// A scalar counts as one row.
+struct RestorePiece {
+  size_t file = 0;  // index into RestorePlan::files
+  std::string tensor;
+  std::vector<std::string> slot_names;
+  std::vector<std::string> slot_tensors;
+  int64_t src_row_begin = 0;
+  int64_t src_row_end = 0;
+  int64_t dst_row_begin = 0;
+};
+
+// One shard to restore on this PS. It is created (with `optimizer`) when the PS lacks it.
+struct RestoreShard {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::optional<OptimizerConfig> optimizer;
+  int64_t iterations = 0;
+  std::vector<RestorePiece> pieces;  // must tile the shard's rows exactly
+};
+
+struct RestoreFile {
+  std::string file_name;
+  FileDigest digest;  // size and CRC-32 the file must have
+};
+
+struct RestorePlan {
+  std::string directory;
+  std::vector<RestoreFile> files;
+  std::vector<RestoreShard> shards;
+};
+
+// Restores `plan` into `store`. Every file is read and checked (size, CRC-32, header) and
+// every piece checked against it (tensor present, dtype, row shape, row range, slots) before
+// any variable changes: an error (DataLoss for a corrupt file, naming it) leaves the store as
+// it was. Slots: every slot of the target variable's optimizer must be in the pieces
+// (FailedPrecondition otherwise); slots the target does not have are ignored. Existing
+// variables must have the plan's dtype and shape.
+absl::Status RestoreShards(VariableStore& store, const RestorePlan& plan);
+
+}  // namespace asyncps::ps
+
+#endif  // ASYNCPS_PS_CHECKPOINT_SHARD_H_
