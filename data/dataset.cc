@@ -1,0 +1,105 @@
+#include "data/dataset.h"
+
+#include <utility>
+
+#include "data/dataset_node.h"
+
+namespace asyncps::data {
+
+using internal::DatasetNode;
+using internal::IteratorContext;
+
+bool IsEndOfData(const absl::Status& s) { return absl::IsOutOfRange(s); }
+
+namespace internal {
+
+uint64_t MixSeed(uint64_t a, uint64_t b) {
+  uint64_t z = a + 0x9e3779b97f4a7c15ull * (b + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+namespace {
+
+class ErrorIterator : public Iterator {
+ public:
+  explicit ErrorIterator(absl::Status status) : status_(std::move(status)) {}
+  absl::StatusOr<Element> Next() override { return status_; }
+
+ private:
+  const absl::Status status_;
+};
+
+}  // namespace
+
+std::unique_ptr<Iterator> MakeErrorIterator(absl::Status status) {
+  return std::make_unique<ErrorIterator>(std::move(status));
+}
+
+absl::StatusOr<std::unique_ptr<Iterator>> MakeIteratorOf(const Dataset& dataset,
+                                                         const IteratorContext& ctx) {
+  if (dataset.node() == nullptr) {
+    return absl::FailedPreconditionError("MakeIterator on a default-constructed Dataset");
+  }
+  return dataset.node()->MakeIterator(ctx);
+}
+
+}  // namespace internal
+
+Dataset::Dataset() = default;
+Dataset::Dataset(std::shared_ptr<const DatasetNode> node) : node_(std::move(node)) {}
+
+Dataset Dataset::Range(int64_t start, int64_t stop, int64_t step) {
+  return Dataset(internal::MakeRangeNode(start, stop, step));
+}
+Dataset Dataset::FromTensorSlices(std::vector<Tensor> components) {
+  return Dataset(internal::MakeTensorSlicesNode(std::move(components)));
+}
+Dataset Dataset::FromElements(std::vector<Element> elements) {
+  return Dataset(internal::MakeElementsNode(std::move(elements)));
+}
+Dataset Dataset::IdxFile(std::string path) {
+  return Dataset(internal::MakeIdxFileNode(std::move(path)));
+}
+Dataset Dataset::TFRecord(std::vector<std::string> paths) {
+  return Dataset(internal::MakeTFRecordNode(std::move(paths)));
+}
+Dataset Dataset::TextLines(std::vector<std::string> paths) {
+  return Dataset(internal::MakeTextLinesNode(std::move(paths)));
+}
+Dataset Dataset::LibSvm(std::string path, int64_t num_features) {
+  return Dataset(internal::MakeLibSvmNode(std::move(path), num_features));
+}
+Dataset Dataset::Zip(std::vector<Dataset> datasets) {
+  return Dataset(internal::MakeZipNode(std::move(datasets)));
+}
+Dataset Dataset::Map(std::function<absl::StatusOr<Element>(Element)> fn) const {
+  return Dataset(internal::MakeMapNode(*this, std::move(fn)));
+}
+Dataset Dataset::Filter(std::function<absl::StatusOr<bool>(const Element&)> pred) const {
+  return Dataset(internal::MakeFilterNode(*this, std::move(pred)));
+}
+Dataset Dataset::Shuffle(int64_t buffer_size, uint64_t seed) const {
+  return Dataset(internal::MakeShuffleNode(*this, buffer_size, seed));
+}
+Dataset Dataset::Repeat(int64_t count) const {
+  return Dataset(internal::MakeRepeatNode(*this, count));
+}
+Dataset Dataset::Batch(int64_t batch_size, bool drop_remainder) const {
+  return Dataset(internal::MakeBatchNode(*this, batch_size, drop_remainder));
+}
+Dataset Dataset::Shard(int64_t num_shards, int64_t index) const {
+  return Dataset(internal::MakeShardNode(*this, num_shards, index));
+}
+Dataset Dataset::Take(int64_t n) const { return Dataset(internal::MakeTakeNode(*this, n)); }
+Dataset Dataset::Skip(int64_t n) const { return Dataset(internal::MakeSkipNode(*this, n)); }
+Dataset Dataset::Prefetch(int64_t buffer_size) const {
+  return Dataset(internal::MakePrefetchNode(*this, buffer_size));
+}
+
+absl::StatusOr<std::unique_ptr<Iterator>> Dataset::MakeIterator() const {
+  return internal::MakeIteratorOf(*this, IteratorContext{});
+}
+
+}  // namespace asyncps::data

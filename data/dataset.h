@@ -1,0 +1,125 @@
+#ifndef ASYNCPS_DATA_DATASET_H_
+#define ASYNCPS_DATA_DATASET_H_
+
+// Input pipelines in the manner of tf.data: a Dataset is an immutable description (sources
+// and transforms); MakeIterator() starts one pass over it.
+//
+//   ASSIGN_OR_RETURN(auto it,
+//       Dataset::Zip({Dataset::IdxFile(images), Dataset::IdxFile(labels)})
+//           .Shuffle(10'000, /*seed=*/worker_index).Repeat().Batch(128).Prefetch(2)
+//           .MakeIterator());
+//   ASSIGN_OR_RETURN(Element batch, it->Next());   // {u8 [128, 28, 28], u8 [128]}
+//
+// Invalid arguments (a zero batch size, a shard index out of range, ...) are reported by
+// MakeIterator() as InvalidArgument, so building a pipeline never fails by itself.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+namespace asyncps::data {
+
+// One element of a dataset: a tuple of tensors. Elements produced by sources may share
+// storage with the source's tensors (FromTensorSlices gives views): treat them as read-only
+// and Clone() before writing in place.
+using Element = std::vector<Tensor>;
+
+// True for the status that marks the end of the data (absl::OutOfRangeError). Every other
+// non-OK status is an error.
+bool IsEndOfData(const absl::Status& s);
+
+// One pass over a dataset. Used by one thread at a time (it may move between threads).
+class Iterator {
+ public:
+  virtual ~Iterator() = default;
+  // The next element; OutOfRange at the end (and on every later call); other codes are errors.
+  // Errors from files (corrupt, truncated) are sticky: later calls return them again.
+  virtual absl::StatusOr<Element> Next() = 0;
+};
+
+namespace internal {
+class DatasetNode;
+}  // namespace internal
+
+// A cheap-to-copy handle on a shared, immutable pipeline description. Copying, transforming
+// and calling MakeIterator() are thread-safe; every iterator is independent. Functions given
+// to Map/Filter are shared by all iterators of the dataset and may run concurrently (and on
+// a Prefetch thread), so they must be thread-safe.
+class Dataset {
+ public:
+  // A dataset whose MakeIterator() fails with FailedPrecondition (a placeholder to assign to).
+  Dataset();
+  // For pipeline stages defined outside this module.
+  explicit Dataset(std::shared_ptr<const internal::DatasetNode> node);
+
+  // ---- Sources ----
+  // {i64 scalar} for start, start+step, ... while < stop (> stop for a negative step).
+  // step 0 is InvalidArgument.
+  static Dataset Range(int64_t start, int64_t stop, int64_t step = 1);
+  // Element i is {components[0][i], components[1][i], ...} (axis 0 sliced away, views that
+  // share storage). All components need rank >= 1 and the same dim(0).
+  static Dataset FromTensorSlices(std::vector<Tensor> components);
+  // The given elements, in order.
+  static Dataset FromElements(std::vector<Element> elements);
+  // An IDX file (MNIST format), plain or gzipped, streamed: one element {tensor} per record,
+  // shaped as the IDX dims minus the first (images u8 [28, 28], labels a u8 scalar). IDX
+  // types map to u8 (0x08), i32 (0x09 i8, 0x0B i16 widened; 0x0C), f32 (0x0D), f64 (0x0E).
+  // A bad header, a truncated record or trailing bytes is DataLoss naming file and offset.
+  static Dataset IdxFile(std::string path);
+  // Records of TFRecord files (plain or gzipped), in order: {u8 [n] record bytes}. Length and
+  // data CRC32Cs are both checked; a corrupt or truncated record is DataLoss naming the file
+  // and the record's byte offset.
+  static Dataset TFRecord(std::vector<std::string> paths);
+  // Lines of text files (plain or gzipped): {u8 [n] line bytes}, without '\n' or "\r\n".
+  static Dataset TextLines(std::vector<std::string> paths);
+  // libsvm / svmlight text ("label idx:value ...", 1-based indices, '#' comments, qid:
+  // ignored): {f32 [num_features] dense features, f32 scalar label}. An index outside
+  // 1..num_features or a malformed line is InvalidArgument naming file and line.
+  static Dataset LibSvm(std::string path, int64_t num_features);
+  // Elements of all datasets concatenated into one tuple; ends with the shortest input.
+  static Dataset Zip(std::vector<Dataset> datasets);
+
+  // ---- Transforms ----
+  // fn's error status is returned by Next() for that element; iteration can go on after it.
+  Dataset Map(std::function<absl::StatusOr<Element>(Element)> fn) const;
+  // Keeps the elements for which pred returns true.
+  Dataset Filter(std::function<absl::StatusOr<bool>(const Element&)> pred) const;
+  // Uniform shuffle through a buffer of `buffer_size` elements (>= 1). Deterministic for a
+  // seed; each pass of an enclosing Repeat uses a different order (the seed is mixed with the
+  // pass number). Separate MakeIterator() calls give the same order.
+  Dataset Shuffle(int64_t buffer_size, uint64_t seed) const;
+  // Repeats the input `count` times (-1: forever). Ends when an input pass yields nothing.
+  Dataset Repeat(int64_t count = -1) const;
+  // Stacks `batch_size` consecutive elements per component on a new axis 0. The last, smaller
+  // batch is kept unless drop_remainder. Shapes/dtypes that differ within a batch are
+  // InvalidArgument.
+  Dataset Batch(int64_t batch_size, bool drop_remainder = false) const;
+  // Every num_shards-th element starting at element `index` (0 <= index < num_shards).
+  Dataset Shard(int64_t num_shards, int64_t index) const;
+  // The first n elements (all when n < 0).
+  Dataset Take(int64_t n) const;
+  // All but the first n elements (none when n < 0).
+  Dataset Skip(int64_t n) const;
+  // Fills a buffer of up to `buffer_size` (>= 1) elements from a background thread, so
+  // producing the next element overlaps with the caller's work. The thread is stopped and
+  // joined when the iterator is destroyed (after the input's Next() in flight, if any, returns).
+  Dataset Prefetch(int64_t buffer_size) const;
+
+  // Starts a pass. Files are opened here: a missing or unreadable file is an error naming it.
+  absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator() const;
+
+  const std::shared_ptr<const internal::DatasetNode>& node() const { return node_; }
+
+ private:
+  std::shared_ptr<const internal::DatasetNode> node_;
+};
+
+}  // namespace asyncps::data
+
+#endif  // ASYNCPS_DATA_DATASET_H_

@@ -1,0 +1,66 @@
+#ifndef ASYNCPS_DATA_DATASET_NODE_H_
+#define ASYNCPS_DATA_DATASET_NODE_H_
+
+// The internal side of Dataset: each source or transform is a DatasetNode that makes
+// iterators. Only data/ and pipeline stages defined elsewhere include this.
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "data/dataset.h"
+
+namespace asyncps::data::internal {
+
+// Passed down the pipeline when iterators are made.
+struct IteratorContext {
+  // Which pass of the enclosing Repeat(s) this iterator serves, hashed; Shuffle mixes it into
+  // its seed so each pass has its own order.
+  uint64_t epoch_key = 0;
+};
+
+class DatasetNode {
+ public:
+  virtual ~DatasetNode() = default;
+  // Thread-safe: nodes are immutable and shared by every iterator.
+  virtual absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(
+      const IteratorContext& ctx) const = 0;
+};
+
+// A well-mixed 64-bit hash of (a, b) (splitmix64 finaliser), for seeds.
+uint64_t MixSeed(uint64_t a, uint64_t b);
+
+// Makes the iterator of `dataset` with `ctx` (a default-constructed Dataset fails).
+absl::StatusOr<std::unique_ptr<Iterator>> MakeIteratorOf(const Dataset& dataset,
+                                                         const IteratorContext& ctx);
+
+// An iterator that returns `status` on every call.
+std::unique_ptr<Iterator> MakeErrorIterator(absl::Status status);
+
+// Node factories, one per source or transform (defined in the file named for each).
+std::shared_ptr<const DatasetNode> MakeRangeNode(int64_t start, int64_t stop, int64_t step);
+std::shared_ptr<const DatasetNode> MakeTensorSlicesNode(std::vector<Tensor> components);
+std::shared_ptr<const DatasetNode> MakeElementsNode(std::vector<Element> elements);
+std::shared_ptr<const DatasetNode> MakeIdxFileNode(std::string path);
+std::shared_ptr<const DatasetNode> MakeTFRecordNode(std::vector<std::string> paths);
+std::shared_ptr<const DatasetNode> MakeTextLinesNode(std::vector<std::string> paths);
+std::shared_ptr<const DatasetNode> MakeLibSvmNode(std::string path, int64_t num_features);
+std::shared_ptr<const DatasetNode> MakeZipNode(std::vector<Dataset> inputs);
+std::shared_ptr<const DatasetNode> MakeMapNode(
+    Dataset input, std::function<absl::StatusOr<Element>(Element)> fn);
+std::shared_ptr<const DatasetNode> MakeFilterNode(
+    Dataset input, std::function<absl::StatusOr<bool>(const Element&)> pred);
+std::shared_ptr<const DatasetNode> MakeShuffleNode(Dataset input, int64_t buffer_size,
+                                                   uint64_t seed);
+std::shared_ptr<const DatasetNode> MakeRepeatNode(Dataset input, int64_t count);
+std::shared_ptr<const DatasetNode> MakeBatchNode(Dataset input, int64_t batch_size,
+                                                 bool drop_remainder);
+std::shared_ptr<const DatasetNode> MakeShardNode(Dataset input, int64_t num_shards,
+                                                 int64_t index);
+std::shared_ptr<const DatasetNode> MakeTakeNode(Dataset input, int64_t n);
+std::shared_ptr<const DatasetNode> MakeSkipNode(Dataset input, int64_t n);
+std::shared_ptr<const DatasetNode> MakePrefetchNode(Dataset input, int64_t buffer_size);
+
+}  // namespace asyncps::data::internal
+
+#endif  // ASYNCPS_DATA_DATASET_NODE_H_
