@@ -32,6 +32,8 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::ProcessMetrics& m)
                       "Closures put back on the queue because their worker failed")),
       cancelled(Counter(m, "asyncps_coordinator_closures_cancelled_total", "Closures cancelled by an error")),
       worker_failures(Counter(m, "asyncps_coordinator_worker_failures_total", "Times a worker was marked down")),
+      resources_rebuilt(Counter(m, "asyncps_coordinator_resources_rebuilt_total",
+                                "Per-worker resources (datasets, iterators) rebuilt on restarted workers")),
       queue_depth(Gauge(m, "asyncps_coordinator_queue_depth", "Closures waiting for a worker")),
       in_flight(Gauge(m, "asyncps_coordinator_closures_in_flight", "Closures running on workers")),
       workers_up(Gauge(m, "asyncps_coordinator_workers_up", "Workers ready for closures")),

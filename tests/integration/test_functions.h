@@ -17,6 +17,9 @@ namespace asyncps::testing {
 //                      [worker index, count, instance id] (i64)
 //   "sparse_regression_step"  arg0 is a "regression_data" resource: one SGD step of a sparse
 //                      linear model "w" [kVocab, 1] towards TrueWeight, pushed as row gradients
+//   "next_element"     arg0 is an iterator: returns [worker index, its next element's first tensor]
+// Datasets: "range" (args n: 0..n-1 sharded by worker), "idx_file" (args path: records of an
+// IDX file).
 // Resources: "counter" (a per-worker counter with a random instance id), "regression_data"
 // (a per-worker example generator seeded by the worker index).
 Program MakeTestProgram();

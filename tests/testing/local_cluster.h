@@ -45,6 +45,8 @@ class LocalCluster {
   absl::Status KillPs(int i);
   absl::Status RestartPs(int i);
   bool worker_running(int i);
+  // What worker i's current process has printed so far.
+  std::string worker_output(int i);
   // Sends `signal` to worker i (SIGSTOP/SIGCONT make a hung worker that is still connected).
   void SignalWorker(int i, int signal);
 
