@@ -16,7 +16,7 @@ if [[ "${ASYNCPS_SKIP_TSAN:-0}" != "1" ]]; then
   echo "== build (ThreadSanitizer) =="
   # Everything with threads: sync primitives, RPC, the PS's striped locks, the closure queue
   # and coordinator, and the multi-process fault-tolerance scenarios.
-  ASYNCPS_TARGETS="core_test net_test ps_test coordinator_test fault_tolerance_test" \
+  ASYNCPS_TARGETS="core_test net_test ps_test coordinator_test fault_tolerance_test per_worker_dataset_test" \
     bash scripts/build.sh build-tsan -DASYNCPS_SANITIZE=thread
   echo "== tests under ThreadSanitizer =="
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
