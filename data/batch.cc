@@ -1,5 +1,6 @@
 // Batch: stacks consecutive elements, component by component, on a new axis 0.
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -56,7 +57,7 @@ class BatchIterator : public Iterator {
 
   absl::StatusOr<Element> Next() override {
     std::vector<Element> rows;
-    rows.reserve(batch_size_);
+    rows.reserve(std::min<size_t>(batch_size_, 4096));  // a huge batch_size is legal
     while (rows.size() < batch_size_) {
       absl::StatusOr<Element> e = input_->Next();
       if (!e.ok()) {

@@ -18,9 +18,7 @@ inline uint32_t Crc32c(const void* data, size_t n) { return Crc32cExtend(0, data
 
 // TFRecord's masking of a stored CRC (rotate right by 15, add a constant), which keeps a CRC
 // of data that itself contains CRCs from being degenerate.
-inline uint32_t MaskCrc32c(uint32_t crc) {
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+inline uint32_t MaskCrc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 inline uint32_t UnmaskCrc32c(uint32_t masked) {
   uint32_t rot = masked - 0xa282ead8u;
   return (rot >> 17) | (rot << 15);

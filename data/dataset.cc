@@ -94,6 +94,7 @@ Dataset Dataset::Shard(int64_t num_shards, int64_t index) const {
 }
 Dataset Dataset::Take(int64_t n) const { return Dataset(internal::MakeTakeNode(*this, n)); }
 Dataset Dataset::Skip(int64_t n) const { return Dataset(internal::MakeSkipNode(*this, n)); }
+Dataset Dataset::Cache() const { return Dataset(internal::MakeCacheNode(*this)); }
 Dataset Dataset::Prefetch(int64_t buffer_size) const {
   return Dataset(internal::MakePrefetchNode(*this, buffer_size));
 }

@@ -87,6 +87,7 @@ class Dataset {
 
   // ---- Transforms ----
   // fn's error status is returned by Next() for that element; iteration can go on after it.
+  // An exception thrown by fn becomes an Internal error (likewise for Filter).
   Dataset Map(std::function<absl::StatusOr<Element>(Element)> fn) const;
   // Keeps the elements for which pred returns true.
   Dataset Filter(std::function<absl::StatusOr<bool>(const Element&)> pred) const;
@@ -106,6 +107,11 @@ class Dataset {
   Dataset Take(int64_t n) const;
   // All but the first n elements (none when n < 0).
   Dataset Skip(int64_t n) const;
+  // Keeps the first complete pass over the input in memory; iterators made after it (and
+  // later passes of an enclosing Repeat) replay it without reading the input again. A pass
+  // that stops early or fails caches nothing. Put Shuffle after Cache: a cached shuffle
+  // replays one order.
+  Dataset Cache() const;
   // Fills a buffer of up to `buffer_size` (>= 1) elements from a background thread, so
   // producing the next element overlaps with the caller's work. The thread is stopped and
   // joined when the iterator is destroyed (after the input's Next() in flight, if any, returns).

@@ -46,8 +46,8 @@ std::shared_ptr<const DatasetNode> MakeTFRecordNode(std::vector<std::string> pat
 std::shared_ptr<const DatasetNode> MakeTextLinesNode(std::vector<std::string> paths);
 std::shared_ptr<const DatasetNode> MakeLibSvmNode(std::string path, int64_t num_features);
 std::shared_ptr<const DatasetNode> MakeZipNode(std::vector<Dataset> inputs);
-std::shared_ptr<const DatasetNode> MakeMapNode(
-    Dataset input, std::function<absl::StatusOr<Element>(Element)> fn);
+std::shared_ptr<const DatasetNode> MakeMapNode(Dataset input,
+                                               std::function<absl::StatusOr<Element>(Element)> fn);
 std::shared_ptr<const DatasetNode> MakeFilterNode(
     Dataset input, std::function<absl::StatusOr<bool>(const Element&)> pred);
 std::shared_ptr<const DatasetNode> MakeShuffleNode(Dataset input, int64_t buffer_size,
@@ -55,10 +55,10 @@ std::shared_ptr<const DatasetNode> MakeShuffleNode(Dataset input, int64_t buffer
 std::shared_ptr<const DatasetNode> MakeRepeatNode(Dataset input, int64_t count);
 std::shared_ptr<const DatasetNode> MakeBatchNode(Dataset input, int64_t batch_size,
                                                  bool drop_remainder);
-std::shared_ptr<const DatasetNode> MakeShardNode(Dataset input, int64_t num_shards,
-                                                 int64_t index);
+std::shared_ptr<const DatasetNode> MakeShardNode(Dataset input, int64_t num_shards, int64_t index);
 std::shared_ptr<const DatasetNode> MakeTakeNode(Dataset input, int64_t n);
 std::shared_ptr<const DatasetNode> MakeSkipNode(Dataset input, int64_t n);
+std::shared_ptr<const DatasetNode> MakeCacheNode(Dataset input);
 std::shared_ptr<const DatasetNode> MakePrefetchNode(Dataset input, int64_t buffer_size);
 
 }  // namespace asyncps::data::internal

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "data/test_files.h"
@@ -16,11 +17,11 @@
 namespace asyncps::data {
 namespace {
 
+using testing::Drain;
+using testing::DrainDataset;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-using testing::Drain;
-using testing::DrainDataset;
 using testing::Int64s;
 
 std::vector<int64_t> Values(const Dataset& d) {
@@ -76,8 +77,8 @@ TEST(DatasetTest, FromTensorSlicesSlicesAxisZero) {
 }
 
 TEST(DatasetTest, FromTensorSlicesRejectsMismatchedRowsAndScalars) {
-  absl::Status s = IteratorError(Dataset::FromTensorSlices(
-      {Tensor(DType::kF32, {3, 2}), Tensor(DType::kF32, {4})}));
+  absl::Status s = IteratorError(
+      Dataset::FromTensorSlices({Tensor(DType::kF32, {3, 2}), Tensor(DType::kF32, {4})}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("4 rows"));
   EXPECT_EQ(IteratorError(Dataset::FromTensorSlices({Tensor::Scalar<float>(1)})).code(),
@@ -159,14 +160,31 @@ TEST(DatasetTest, MapReturningOutOfRangeIsAnErrorNotASilentEnd) {
   EXPECT_THAT(s.message(), HasSubstr("index 9"));
 }
 
+TEST(DatasetTest, ExceptionsFromUserFunctionsBecomeErrors) {
+  Dataset mapped = Dataset::Range(0, 2).Map([](Element e) -> absl::StatusOr<Element> {
+    if (*e[0].data<int64_t>() == 0) throw std::runtime_error("shape mismatch in torch");
+    return e;
+  });
+  auto it = mapped.MakeIterator();
+  ASSERT_TRUE(it.ok());
+  absl::Status s = (*it)->Next().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(s.message(), HasSubstr("shape mismatch in torch"));
+  EXPECT_TRUE((*it)->Next().ok());  // the next element is unaffected
+  auto filtered = DrainDataset(Dataset::Range(0, 2).Filter(
+      [](const Element&) -> absl::StatusOr<bool> { throw std::logic_error("pred threw"); }));
+  EXPECT_EQ(filtered.status().code(), absl::StatusCode::kInternal);
+  // Through a Prefetch thread too: the process must not terminate.
+  auto prefetched = DrainDataset(mapped.Prefetch(2));
+  EXPECT_EQ(prefetched.status().code(), absl::StatusCode::kInternal);
+}
+
 TEST(DatasetTest, Filter) {
   auto even = [](const Element& e) -> absl::StatusOr<bool> {
     return *e[0].data<int64_t>() % 2 == 0;
   };
   EXPECT_THAT(Values(Dataset::Range(0, 9).Filter(even)), ElementsAre(0, 2, 4, 6, 8));
-  auto failing = [](const Element&) -> absl::StatusOr<bool> {
-    return absl::DataLossError("pred");
-  };
+  auto failing = [](const Element&) -> absl::StatusOr<bool> { return absl::DataLossError("pred"); };
   EXPECT_EQ(DrainDataset(Dataset::Range(0, 9).Filter(failing)).status().code(),
             absl::StatusCode::kDataLoss);
 }
@@ -204,10 +222,61 @@ TEST(DatasetTest, Repeat) {
   EXPECT_THAT(Values(Dataset::Range(0, 2).Repeat().Take(7)), ElementsAre(0, 1, 0, 1, 0, 1, 0));
   // Forever over nothing ends instead of spinning.
   EXPECT_THAT(Values(Dataset::Range(0, 0).Repeat()), ElementsAre());
-  EXPECT_THAT(Values(Dataset::Range(0, 5).Filter([](const Element&) -> absl::StatusOr<bool> {
-                       return false;
-                     }).Repeat()),
+  EXPECT_THAT(Values(Dataset::Range(0, 5)
+                         .Filter([](const Element&) -> absl::StatusOr<bool> { return false; })
+                         .Repeat()),
               ElementsAre());
+}
+
+// Counts how often the input is read; a Map in front of Cache.
+Dataset Counted(int64_t n, std::shared_ptr<std::atomic<int>> reads, int64_t fail_at = -1) {
+  return Dataset::Range(0, n).Map([reads, fail_at](Element e) -> absl::StatusOr<Element> {
+    reads->fetch_add(1);
+    if (*e[0].data<int64_t>() == fail_at) return absl::DataLossError("bad");
+    return e;
+  });
+}
+
+TEST(DatasetTest, CacheReadsTheInputOnceAcrossPassesAndIterators) {
+  auto reads = std::make_shared<std::atomic<int>>(0);
+  Dataset cached = Counted(5, reads).Cache();
+  EXPECT_THAT(Values(cached.Repeat(3)), ElementsAre(0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4));
+  EXPECT_THAT(Values(cached), ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_EQ(reads->load(), 5);
+}
+
+TEST(DatasetTest, CacheKeepsNothingFromPartialOrFailedPasses) {
+  auto reads = std::make_shared<std::atomic<int>>(0);
+  Dataset cached = Counted(5, reads).Cache();
+  EXPECT_THAT(Values(cached.Take(2)), ElementsAre(0, 1));  // stops early: nothing cached
+  EXPECT_THAT(Values(cached), ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_EQ(reads->load(), 2 + 5);
+  EXPECT_THAT(Values(cached), ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_EQ(reads->load(), 7);
+
+  auto failing_reads = std::make_shared<std::atomic<int>>(0);
+  Dataset failing = Counted(4, failing_reads, /*fail_at=*/2).Cache();
+  auto it = failing.MakeIterator();
+  ASSERT_TRUE(it.ok());
+  EXPECT_FALSE(Drain(**it).ok());
+  EXPECT_FALSE(DrainDataset(failing).ok());  // the error is not cached away
+  EXPECT_EQ(failing_reads->load(), 6);
+}
+
+TEST(DatasetTest, CacheFilledAndReadFromSeveralThreads) {
+  auto reads = std::make_shared<std::atomic<int>>(0);
+  Dataset cached = Counted(100, reads).Cache().Repeat(3);
+  std::vector<std::vector<int64_t>> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back([&, t] { got[t] = Values(cached); });
+  for (auto& t : threads) t.join();
+  std::vector<int64_t> expected;
+  for (int pass = 0; pass < 3; ++pass) {
+    for (int64_t v : Iota(100)) expected.push_back(v);
+  }
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(got[t], expected);
+  EXPECT_GE(reads->load(), 100);
+  EXPECT_LE(reads->load(), 400);  // at most one filling pass per thread
 }
 
 TEST(DatasetTest, BatchStacksComponents) {
@@ -230,16 +299,17 @@ TEST(DatasetTest, BatchStacksComponents) {
 }
 
 TEST(DatasetTest, BatchOfMismatchedShapesOrDtypesIsInvalidArgument) {
-  auto shapes = DrainDataset(Dataset::FromElements(
-      {{Tensor(DType::kF32, {2})}, {Tensor(DType::kF32, {3})}}).Batch(2));
+  auto shapes = DrainDataset(
+      Dataset::FromElements({{Tensor(DType::kF32, {2})}, {Tensor(DType::kF32, {3})}}).Batch(2));
   EXPECT_EQ(shapes.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(shapes.status().message(), HasSubstr("[3]"));
-  auto dtypes = DrainDataset(Dataset::FromElements(
-      {{Tensor(DType::kF32, {2})}, {Tensor(DType::kI32, {2})}}).Batch(2));
+  auto dtypes = DrainDataset(
+      Dataset::FromElements({{Tensor(DType::kF32, {2})}, {Tensor(DType::kI32, {2})}}).Batch(2));
   EXPECT_EQ(dtypes.status().code(), absl::StatusCode::kInvalidArgument);
-  auto arity = DrainDataset(Dataset::FromElements(
-      {{Tensor(DType::kF32, {2})}, {Tensor(DType::kF32, {2}), Tensor(DType::kF32, {2})}})
-                                .Batch(2));
+  auto arity =
+      DrainDataset(Dataset::FromElements({{Tensor(DType::kF32, {2})},
+                                          {Tensor(DType::kF32, {2}), Tensor(DType::kF32, {2})}})
+                       .Batch(2));
   EXPECT_EQ(arity.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -19,22 +19,28 @@ namespace {
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 32;
 
 struct IdxType {
-  DType dtype;      // what the tensor holds
-  int file_bytes;   // bytes per value in the file
-  bool is_signed;   // widened with sign extension (i8, i16 -> i32)
+  DType dtype;     // what the tensor holds
+  int file_bytes;  // bytes per value in the file
+  bool is_signed;  // widened with sign extension (i8, i16 -> i32)
 };
 
 absl::StatusOr<IdxType> IdxTypeFromCode(uint8_t code) {
   switch (code) {
-    case 0x08: return IdxType{DType::kU8, 1, false};
-    case 0x09: return IdxType{DType::kI32, 1, true};
-    case 0x0B: return IdxType{DType::kI32, 2, true};
-    case 0x0C: return IdxType{DType::kI32, 4, true};
-    case 0x0D: return IdxType{DType::kF32, 4, false};
-    case 0x0E: return IdxType{DType::kF64, 8, false};
+    case 0x08:
+      return IdxType{DType::kU8, 1, false};
+    case 0x09:
+      return IdxType{DType::kI32, 1, true};
+    case 0x0B:
+      return IdxType{DType::kI32, 2, true};
+    case 0x0C:
+      return IdxType{DType::kI32, 4, true};
+    case 0x0D:
+      return IdxType{DType::kF32, 4, false};
+    case 0x0E:
+      return IdxType{DType::kF64, 8, false};
     default:
-      return absl::InvalidArgumentError(absl::StrCat("unknown IDX type code 0x",
-                                                     absl::Hex(code, absl::kZeroPad2)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown IDX type code 0x", absl::Hex(code, absl::kZeroPad2)));
   }
 }
 
@@ -98,9 +104,9 @@ class IdxIterator : public Iterator {
       absl::StatusOr<size_t> got = in_->Read(&probe, 1);
       if (!got.ok()) return status_ = got.status();
       if (*got != 0) {
-        return status_ = absl::DataLossError(absl::StrCat(
-            in_->path(), ": trailing bytes at offset ", in_->offset() - 1, " after the ",
-            records_, " records the IDX header declares"));
+        return status_ = absl::DataLossError(
+                   absl::StrCat(in_->path(), ": trailing bytes at offset ", in_->offset() - 1,
+                                " after the ", records_, " records the IDX header declares"));
       }
       return status_ = absl::OutOfRangeError("end of data");
     }
@@ -111,10 +117,10 @@ class IdxIterator : public Iterator {
     absl::StatusOr<size_t> got = in_->Read(raw, want);
     if (!got.ok()) return status_ = got.status();
     if (*got != want) {
-      return status_ = absl::DataLossError(absl::StrCat(
-          in_->path(), ": truncated IDX file: record ", next_, " of ", records_,
-          " starts at offset ", at, " and needs ", want, " bytes, but the file ends at offset ",
-          in_->offset()));
+      return status_ = absl::DataLossError(
+                 absl::StrCat(in_->path(), ": truncated IDX file: record ", next_, " of ", records_,
+                              " starts at offset ", at, " and needs ", want,
+                              " bytes, but the file ends at offset ", in_->offset()));
     }
     DecodeValues(type_, static_cast<const unsigned char*>(raw), t.raw_data(), record_values_);
     ++next_;

@@ -9,8 +9,8 @@
 namespace asyncps::data {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::DrainDataset;
+using ::testing::HasSubstr;
 using testing::IdxBytes;
 using testing::TempDir;
 using testing::WriteFile;

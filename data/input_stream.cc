@@ -75,7 +75,8 @@ class GzipSource : public InputStream::Source {
       if (err == Z_ERRNO) {
         return ErrnoStatus(errno, absl::StrCat(path_, ": read at offset ", offset));
       }
-      return absl::DataLossError(absl::StrCat(path_, ": corrupt gzip stream near decompressed offset ",
+      return absl::DataLossError(absl::StrCat(path_,
+                                              ": corrupt gzip stream near decompressed offset ",
                                               offset, ": ", msg ? msg : "unknown zlib error"));
     }
     return static_cast<size_t>(r);

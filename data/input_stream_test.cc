@@ -9,8 +9,8 @@
 namespace asyncps::data {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Gzip;
+using ::testing::HasSubstr;
 using testing::TempDir;
 using testing::WriteFile;
 using testing::WriteGzipFile;

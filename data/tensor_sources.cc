@@ -40,33 +40,10 @@ class RangeNode : public DatasetNode {
   const int64_t start_, stop_, step_;
 };
 
-class TensorSlicesIterator : public Iterator {
- public:
-  TensorSlicesIterator(const std::vector<Tensor>* components, int64_t rows)
-      : components_(components), rows_(rows) {}
-  absl::StatusOr<Element> Next() override {
-    if (row_ >= rows_) return EndOfData();
-    Element element;
-    element.reserve(components_->size());
-    for (const Tensor& c : *components_) {
-      ASSIGN_OR_RETURN(Tensor slice, c.Slice(row_, row_ + 1));
-      ASSIGN_OR_RETURN(Tensor row, slice.Reshape(Shape(c.shape().begin() + 1, c.shape().end())));
-      element.push_back(std::move(row));
-    }
-    ++row_;
-    return element;
-  }
-
- private:
-  const std::vector<Tensor>* const components_;  // owned by the node, which outlives us
-  const int64_t rows_;
-  int64_t row_ = 0;
-};
-
-class TensorSlicesNode : public DatasetNode,
-                         public std::enable_shared_from_this<TensorSlicesNode> {
+class TensorSlicesNode : public DatasetNode, public std::enable_shared_from_this<TensorSlicesNode> {
  public:
   explicit TensorSlicesNode(std::vector<Tensor> components) : components_(std::move(components)) {}
+
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const IteratorContext&) const override {
     if (components_.empty()) {
       return absl::InvalidArgumentError("FromTensorSlices: no components");
@@ -74,29 +51,42 @@ class TensorSlicesNode : public DatasetNode,
     for (size_t i = 0; i < components_.size(); ++i) {
       const Tensor& c = components_[i];
       if (c.rank() < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("FromTensorSlices: component ", i, " is a scalar (", c.DebugString(0),
-                         "); slicing needs rank >= 1"));
+        return absl::InvalidArgumentError(absl::StrCat("FromTensorSlices: component ", i,
+                                                       " is a scalar (", c.DebugString(0),
+                                                       "); slicing needs rank >= 1"));
       }
       if (c.dim(0) != components_[0].dim(0)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "FromTensorSlices: component ", i, " has ", c.dim(0), " rows (",
-            ShapeString(c.shape()), ") but component 0 has ", components_[0].dim(0)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("FromTensorSlices: component ", i, " has ", c.dim(0), " rows (",
+                         ShapeString(c.shape()), ") but component 0 has ", components_[0].dim(0)));
       }
     }
-    return std::unique_ptr<Iterator>(
-        new OwningIterator(shared_from_this(), components_[0].dim(0)));
+    return std::unique_ptr<Iterator>(new SliceIterator(shared_from_this()));
   }
 
  private:
-  // Keeps the node (and so the tensors it slices) alive as long as the iterator.
-  class OwningIterator : public TensorSlicesIterator {
+  class SliceIterator : public Iterator {
    public:
-    OwningIterator(std::shared_ptr<const TensorSlicesNode> node, int64_t rows)
-        : TensorSlicesIterator(&node->components_, rows), node_(std::move(node)) {}
+    // Holding the node keeps the sliced tensors alive as long as the iterator.
+    explicit SliceIterator(std::shared_ptr<const TensorSlicesNode> node) : node_(std::move(node)) {}
+
+    absl::StatusOr<Element> Next() override {
+      const std::vector<Tensor>& components = node_->components_;
+      if (row_ >= components[0].dim(0)) return EndOfData();
+      Element element;
+      element.reserve(components.size());
+      for (const Tensor& c : components) {
+        ASSIGN_OR_RETURN(Tensor slice, c.Slice(row_, row_ + 1));
+        ASSIGN_OR_RETURN(Tensor row, slice.Reshape(Shape(c.shape().begin() + 1, c.shape().end())));
+        element.push_back(std::move(row));
+      }
+      ++row_;
+      return element;
+    }
 
    private:
     const std::shared_ptr<const TensorSlicesNode> node_;
+    int64_t row_ = 0;
   };
 
   const std::vector<Tensor> components_;

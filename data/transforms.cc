@@ -3,6 +3,7 @@
 // Every iterator holds a reference to its node (or input Dataset), so iterators outlive the
 // Dataset handles they were made from.
 
+#include <exception>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,7 +19,8 @@ absl::Status EndOfData() { return absl::OutOfRangeError("end of data"); }
 
 class ZipIterator : public Iterator {
  public:
-  explicit ZipIterator(std::vector<std::unique_ptr<Iterator>> inputs) : inputs_(std::move(inputs)) {}
+  explicit ZipIterator(std::vector<std::unique_ptr<Iterator>> inputs)
+      : inputs_(std::move(inputs)) {}
   absl::StatusOr<Element> Next() override {
     Element out;
     for (auto& in : inputs_) {
@@ -61,11 +63,18 @@ class MapIterator : public Iterator {
       : input_(std::move(input)), fn_(std::move(fn)) {}
   absl::StatusOr<Element> Next() override {
     ASSIGN_OR_RETURN(Element e, input_->Next());
-    absl::StatusOr<Element> out = (*fn_)(std::move(e));
+    absl::StatusOr<Element> out;
+    // User code (LibTorch, say) may throw; on a Prefetch thread that would terminate the
+    // process, so an exception becomes this element's error.
+    try {
+      out = (*fn_)(std::move(e));
+    } catch (const std::exception& ex) {
+      return absl::InternalError(absl::StrCat("Map function threw: ", ex.what()));
+    }
     // A function's own OutOfRange would read as a silent end of data; it is its error.
     if (!out.ok() && IsEndOfData(out.status())) {
-      return absl::InternalError(absl::StrCat("Map function returned OutOfRange: ",
-                                              out.status().message()));
+      return absl::InternalError(
+          absl::StrCat("Map function returned OutOfRange: ", out.status().message()));
     }
     return out;
   }
@@ -98,11 +107,16 @@ class FilterIterator : public Iterator {
   absl::StatusOr<Element> Next() override {
     while (true) {
       ASSIGN_OR_RETURN(Element e, input_->Next());
-      absl::StatusOr<bool> keep = (*pred_)(e);
+      absl::StatusOr<bool> keep;
+      try {
+        keep = (*pred_)(e);
+      } catch (const std::exception& ex) {
+        return absl::InternalError(absl::StrCat("Filter predicate threw: ", ex.what()));
+      }
       if (!keep.ok()) {
         if (IsEndOfData(keep.status())) {
-          return absl::InternalError(absl::StrCat("Filter predicate returned OutOfRange: ",
-                                                  keep.status().message()));
+          return absl::InternalError(
+              absl::StrCat("Filter predicate returned OutOfRange: ", keep.status().message()));
         }
         return keep.status();
       }
@@ -286,8 +300,7 @@ std::shared_ptr<const DatasetNode> MakeSkipNode(Dataset input, int64_t n) {
   // Skip(n < 0) drops everything: a first gap of "all".
   return std::make_shared<StrideNode>(std::move(input), n < 0 ? -1 : n, 0, absl::OkStatus());
 }
-std::shared_ptr<const DatasetNode> MakeShardNode(Dataset input, int64_t num_shards,
-                                                 int64_t index) {
+std::shared_ptr<const DatasetNode> MakeShardNode(Dataset input, int64_t num_shards, int64_t index) {
   absl::Status invalid;
   if (num_shards < 1 || index < 0 || index >= num_shards) {
     invalid = absl::InvalidArgumentError(absl::StrCat(

@@ -15,10 +15,20 @@ echo "== tests =="
 if [[ "${ASYNCPS_SKIP_TSAN:-0}" != "1" ]]; then
   echo "== build (ThreadSanitizer) =="
   # Everything with threads: sync primitives, RPC, the PS's striped locks, the closure queue
-  # and coordinator, and the multi-process fault-tolerance scenarios.
-  ASYNCPS_TARGETS="core_test net_test ps_test coordinator_test fault_tolerance_test per_worker_dataset_test" \
+  # and coordinator, the input pipelines' prefetch threads, per-worker datasets, and the
+  # multi-process fault-tolerance scenarios.
+  ASYNCPS_TARGETS="core_test data_test net_test ps_test coordinator_test fault_tolerance_test per_worker_dataset_test" \
     bash scripts/build.sh build-tsan -DASYNCPS_SANITIZE=thread
   echo "== tests under ThreadSanitizer =="
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
      ctest --output-on-failure -j2 --timeout 900 -LE bench -E _NOT_BUILT)
+fi
+
+if [[ "${ASYNCPS_SKIP_ASAN:-0}" != "1" ]]; then
+  # The input pipelines read untrusted files (truncated/corrupt IDX, TFRecord, gzip) and stop
+  # prefetch threads mid-flight: AddressSanitizer (with leak checks) over their tests only.
+  echo "== build (AddressSanitizer: data_test) =="
+  ASYNCPS_TARGETS="data_test" bash scripts/build.sh build-asan -DASYNCPS_SANITIZE=address
+  echo "== data_test under AddressSanitizer =="
+  ASAN_OPTIONS="detect_leaks=1" build-asan/bin/data_test
 fi

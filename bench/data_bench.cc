@@ -1,0 +1,134 @@
+// Input pipeline throughput: examples/s of IdxFile(Fashion-MNIST train images, gzipped) +
+// Batch(128), and of the full training pipeline (+ Shuffle + Prefetch), beside a raw zlib
+// gzread of the same file measured in the same run (its bytes counted as 784-byte examples).
+//
+// Usage: data_bench [--quick]
+//
+// Rounds alternate raw / pipeline so that noise on the shared machine hits both alike; the
+// best round of each is reported. Exits 0 whether or not the ratio is good: it is a
+// measurement, not a test (but a pipeline that yields the wrong count fails).
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "bench/bench_flags.h"
+#include "data/dataset.h"
+
+namespace asyncps::data {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr char kImages[] = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+constexpr int64_t kExampleBytes = 28 * 28;
+constexpr int64_t kHeaderBytes = 16;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// Decompresses the first `examples` images' worth of the file with gzread; returns
+// examples/s, or a negative value on failure.
+double RawGzread(int64_t examples) {
+  const auto start = Clock::now();
+  gzFile f = gzopen(kImages, "rb");
+  if (f == nullptr) return -1;
+  gzbuffer(f, 256 << 10);
+  std::vector<char> buf(256 << 10);
+  const int64_t want = kHeaderBytes + examples * kExampleBytes;
+  int64_t total = 0;
+  while (total < want) {
+    int n =
+        gzread(f, buf.data(), static_cast<unsigned>(std::min<int64_t>(buf.size(), want - total)));
+    if (n <= 0) break;
+    total += n;
+  }
+  gzclose(f);
+  if (total != want) return -1;
+  return static_cast<double>(examples) / Seconds(start);
+}
+
+// Runs `dataset` to the end; returns examples/s (rows of the first component), or negative
+// when it fails or yields a different count.
+double Pipeline(const Dataset& dataset, int64_t examples) {
+  const auto start = Clock::now();
+  auto it = dataset.MakeIterator();
+  if (!it.ok()) {
+    std::fprintf(stderr, "MakeIterator: %s\n", it.status().ToString().c_str());
+    return -1;
+  }
+  int64_t rows = 0;
+  while (true) {
+    absl::StatusOr<Element> batch = (*it)->Next();
+    if (!batch.ok()) {
+      if (IsEndOfData(batch.status())) break;
+      std::fprintf(stderr, "Next: %s\n", batch.status().ToString().c_str());
+      return -1;
+    }
+    rows += (*batch)[0].dim(0);
+  }
+  if (rows != examples) {
+    std::fprintf(stderr, "pipeline yielded %lld examples, expected %lld\n",
+                 static_cast<long long>(rows), static_cast<long long>(examples));
+    return -1;
+  }
+  return static_cast<double>(examples) / Seconds(start);
+}
+
+int Main(bool quick) {
+  if (!std::filesystem::exists(kImages)) {
+    std::printf("data_bench: %s not found (install dataset-fashion-mnist); nothing measured\n",
+                kImages);
+    return 0;
+  }
+  const int64_t examples = quick ? 5000 : 60000;
+  const int rounds = quick ? 1 : 3;
+  const Dataset images = Dataset::IdxFile(kImages).Take(examples);
+  struct Case {
+    const char* name;
+    Dataset dataset;
+    double best = 0;
+  };
+  std::vector<Case> cases = {
+      {"IdxFile+Batch(128)", images.Batch(128)},
+      {"IdxFile+Shuffle(10k)+Batch(128)+Prefetch(2)",
+       images.Shuffle(10000, 1).Batch(128).Prefetch(2)},
+  };
+  double raw_best = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const double raw = RawGzread(examples);
+    if (raw < 0) {
+      std::fprintf(stderr, "raw gzread of %s failed\n", kImages);
+      return 1;
+    }
+    raw_best = std::max(raw_best, raw);
+    for (Case& c : cases) {
+      const double eps = Pipeline(c.dataset, examples);
+      if (eps < 0) return 1;
+      c.best = std::max(c.best, eps);
+    }
+  }
+  std::printf("data_bench: %lld Fashion-MNIST train images (gzipped IDX), best of %d round(s)\n",
+              static_cast<long long>(examples), rounds);
+  std::printf("  %-46s %12.0f examples/s  (reference)\n", "raw gzread of the same bytes", raw_best);
+  for (const Case& c : cases) {
+    std::printf("  %-46s %12.0f examples/s  ratio %.2f of raw\n", c.name, c.best,
+                c.best / raw_best);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace asyncps::data
+
+int main(int argc, char** argv) {
+  bool quick;
+  if (!asyncps::bench::ParseBenchFlags(argc, argv, &quick)) return 2;
+  return asyncps::data::Main(quick);
+}
