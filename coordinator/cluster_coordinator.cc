@@ -184,6 +184,7 @@ void ClusterCoordinator::MonitorLoop(WorkerHandle& worker) {
       absl::Status s = worker.Recover(strategy_.directory(), resources, options_.rpc_timeout);
       if (s.ok()) {
         UpdateWorkerGauge();
+        metrics_->resources_rebuilt.Increment(static_cast<double>(worker.TakeResourcesRebuilt()));
         continue;
       }
       if (s.code() == absl::StatusCode::kCancelled) return;

@@ -12,6 +12,7 @@
 #include "coordinator/arg.h"
 #include "coordinator/closure_queue.h"
 #include "coordinator/parameter_server_strategy.h"
+#include "coordinator/per_worker_dataset.h"
 #include "coordinator/remote_value.h"
 #include "coordinator/worker_handle.h"
 #include "core/sync.h"
@@ -86,6 +87,13 @@ class ClusterCoordinator {
   //     by Schedule/Join/Done like a function error (TensorFlow's input errors). The factory
   //     is tried again if that worker restarts.
   absl::StatusOr<PerWorkerValues> CreatePerWorkerResource(const std::string& factory,
+                                                          std::map<std::string, std::string> args = {});
+
+  // Builds the dataset `name` of the Program on every worker (its factory gets the worker's
+  // index, the number of workers and `args`) and keeps it there, rebuilt on a worker that
+  // restarts. Iterators over it come from PerWorkerDataset::MakeIterator. NotFound for a name
+  // the Program lacks; the factory's own error when it fails on a worker.
+  absl::StatusOr<PerWorkerDataset> CreatePerWorkerDataset(const std::string& name,
                                                           std::map<std::string, std::string> args = {});
 
   int num_workers() const { return static_cast<int>(workers_.size()); }

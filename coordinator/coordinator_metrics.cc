@@ -34,6 +34,8 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::ProcessMetrics& m)
       worker_failures(Counter(m, "asyncps_coordinator_worker_failures_total", "Times a worker was marked down")),
       ps_state_lost(Counter(m, "asyncps_coordinator_ps_state_lost_total",
                             "Closures that failed because a PS no longer held a variable (it restarted empty)")),
+      resources_rebuilt(Counter(m, "asyncps_coordinator_resources_rebuilt_total",
+                                "Per-worker resources (datasets, iterators) rebuilt on restarted workers")),
       queue_depth(Gauge(m, "asyncps_coordinator_queue_depth", "Closures waiting for a worker")),
       in_flight(Gauge(m, "asyncps_coordinator_closures_in_flight", "Closures running on workers")),
       workers_up(Gauge(m, "asyncps_coordinator_workers_up", "Workers ready for closures")),

@@ -13,7 +13,8 @@ namespace asyncps {
 
 // The coordinator's own metric families (all asyncps_coordinator_*): closures scheduled,
 // completed, failed, retried and cancelled; queue depth and closures in flight; workers up
-// and worker failures; closures that found a PS restarted empty; closure latency from Schedule to result.
+// and worker failures; closures that found a PS restarted empty; per-worker resources
+// (datasets, iterators) rebuilt on workers that came back; closure latency from Schedule to result.
 //
 // Thread-safe. `metrics` must outlive this object.
 class CoordinatorMetrics {
@@ -27,6 +28,7 @@ class CoordinatorMetrics {
   prometheus::Counter& cancelled;
   prometheus::Counter& worker_failures;
   prometheus::Counter& ps_state_lost;
+  prometheus::Counter& resources_rebuilt;
   prometheus::Gauge& queue_depth;
   prometheus::Gauge& in_flight;
   prometheus::Gauge& workers_up;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -208,12 +209,21 @@ absl::Status WorkerHandle::Recover(const VariableDirectory& directory, const std
     up_ = true;
   }
   if (restarted) {
+    {
+      MutexLock lock(&mu_);
+      resources_rebuilt_ += rebuilt;
+    }
     spdlog::info("worker {} ({}) is back as a new incarnation; rebuilt {} per-worker resource(s)", index_,
                  client_->address(), rebuilt);
   } else {
     spdlog::info("worker {} ({}) is up ({} per-worker resource(s) created)", index_, client_->address(), rebuilt);
   }
   return absl::OkStatus();
+}
+
+int64_t WorkerHandle::TakeResourcesRebuilt() {
+  MutexLock lock(&mu_);
+  return std::exchange(resources_rebuilt_, 0);
 }
 
 absl::Status WorkerHandle::CreateResourceIfUp(const ResourceSpec& spec, absl::Duration timeout) {

@@ -60,6 +60,9 @@ class WorkerHandle {
   absl::Status Recover(const VariableDirectory& directory, const std::vector<ResourceSpec>& resources,
                        absl::Duration timeout);
 
+  // Per-worker resources rebuilt on restarted incarnations by Recover since the last call.
+  int64_t TakeResourcesRebuilt();
+
   // Checks an up worker: an error when it does not answer within `timeout` or answers as a
   // different incarnation (it restarted).
   absl::Status Heartbeat(absl::Duration timeout);
@@ -126,6 +129,7 @@ class WorkerHandle {
   absl::flat_hash_set<uint64_t> running_ ABSL_GUARDED_BY(mu_);
   // Calls waiting in Call, so Stop can abort them (lock order: mu_, then a call's own lock).
   absl::flat_hash_set<std::shared_ptr<PendingCall>> pending_ ABSL_GUARDED_BY(mu_);
+  int64_t resources_rebuilt_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace asyncps

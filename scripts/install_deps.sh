@@ -9,6 +9,9 @@ packages=(
   prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev
   nlohmann-json3-dev zlib1g-dev pkgconf cmake ninja-build g++ ccache
   dataset-fashion-mnist
+  # LibTorch for the models on the workers. OpenBLAS is not optional in practice: LibTorch
+  # calls the system BLAS, and Debian's default reference BLAS makes training ~10x slower.
+  libtorch-dev libopenblas0-pthread
 )
 
 missing=()
@@ -16,8 +19,20 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
+check_blas() {
+  # libopenblas0-pthread registers itself as the libblas.so.3 alternative with a higher
+  # priority than the reference BLAS; say so if something else is selected.
+  local alt=libblas.so.3-x86_64-linux-gnu
+  if command -v update-alternatives >/dev/null &&
+     ! update-alternatives --query "$alt" 2>/dev/null | grep -q '^Value: .*openblas'; then
+    echo "install_deps: warning: $alt does not point at OpenBLAS; LibTorch will be ~10x slower" >&2
+    echo "install_deps:   fix: update-alternatives --set $alt /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3" >&2
+  fi
+}
+
 if ((${#missing[@]} == 0)); then
   echo "install_deps: all ${#packages[@]} packages present"
+  check_blas
   exit 0
 fi
 
@@ -27,3 +42,4 @@ sudo=""
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
 $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+check_blas

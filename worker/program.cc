@@ -2,6 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "worker/dataset_resources.h"
 
 namespace asyncps {
 
@@ -28,6 +29,13 @@ Program& Program::AddFunction(const std::string& name, StepFunction fn) {
 
 Program& Program::AddResource(const std::string& name, ResourceFactory factory) {
   resources_[name] = std::move(factory);
+  return *this;
+}
+
+Program& Program::AddDataset(const std::string& name, DatasetFactory factory) {
+  datasets_.insert(name);
+  resources_[DatasetResourceName(name)] = MakeDatasetResourceFactory(name, factory);
+  resources_[IteratorResourceName(name)] = MakeIteratorResourceFactory(name, std::move(factory));
   return *this;
 }
 

@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
+#include "data/dataset.h"
 
 namespace asyncps {
 
@@ -52,6 +54,14 @@ class ResourceContext {
 using StepFunction = std::function<absl::StatusOr<Values>(StepContext&)>;
 using ResourceFactory = std::function<absl::StatusOr<std::unique_ptr<Resource>>(const ResourceContext&)>;
 
+// What a dataset factory is given: worker index, number of workers, the creation arguments.
+using DatasetContext = ResourceContext;
+// Builds a worker's own input pipeline (typically sharded or seeded by the worker index). Runs
+// on the worker when the coordinator creates the dataset or an iterator over it, and again
+// when the worker comes back after a failure. An error reaches the caller of
+// ClusterCoordinator::CreatePerWorkerDataset.
+using DatasetFactory = std::function<absl::StatusOr<data::Dataset>(const DatasetContext&)>;
+
 // The user's program: named step functions and named resource factories. Built the same way
 // in every process of the binary; the coordinator sends names and arguments and each worker
 // resolves them here. No global registry: main builds one Program and passes it on.
@@ -62,14 +72,19 @@ class Program {
   // Registering the same name twice replaces the earlier entry.
   Program& AddFunction(const std::string& name, StepFunction fn);
   Program& AddResource(const std::string& name, ResourceFactory factory);
+  // A per-worker dataset. Implemented as two per-worker resources (see
+  // worker/dataset_resources.h): the dataset itself, and iterators over it.
+  Program& AddDataset(const std::string& name, DatasetFactory factory);
 
   // Null when unknown.
   const StepFunction* FindFunction(const std::string& name) const;
   const ResourceFactory* FindResource(const std::string& name) const;
+  bool HasDataset(const std::string& name) const { return datasets_.contains(name); }
 
  private:
   absl::flat_hash_map<std::string, StepFunction> functions_;
   absl::flat_hash_map<std::string, ResourceFactory> resources_;
+  absl::flat_hash_set<std::string> datasets_;
 };
 
 }  // namespace asyncps

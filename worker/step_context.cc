@@ -1,5 +1,7 @@
 #include "worker/step_context.h"
 
+#include "worker/dataset_resources.h"
+
 namespace asyncps {
 
 absl::StatusOr<Tensor> StepContext::arg(size_t i) const {
@@ -10,6 +12,14 @@ absl::StatusOr<Tensor> StepContext::arg(size_t i) const {
     return absl::InvalidArgumentError(absl::StrCat("argument ", i, " is a per-worker resource, not a tensor"));
   }
   return std::get<Tensor>(args_[i]);
+}
+
+absl::StatusOr<data::Element> StepContext::Next(size_t i) {
+  absl::StatusOr<IteratorResource*> iterator = resource<IteratorResource>(i);
+  if (!iterator.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("argument ", i, " is not a per-worker iterator"));
+  }
+  return (*iterator)->Next();
 }
 
 absl::Status StepContext::Track(absl::Status status) {

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/tensor.h"
+#include "data/dataset.h"
 #include "worker/program.h"
 #include "worker/ps_client.h"
 
@@ -49,6 +50,11 @@ class StepContext {
     if (r == nullptr) return absl::InvalidArgumentError(absl::StrCat("argument ", i, " has another type"));
     return r;
   }
+
+  // The next element of per-worker iterator argument `i` (an iterator from
+  // PerWorkerDataset::MakeIterator): absl::OutOfRangeError at the end of the data
+  // (data::IsEndOfData), InvalidArgument when argument `i` is not an iterator.
+  absl::StatusOr<data::Element> Next(size_t i);
 
   absl::StatusOr<Tensor> Read(const std::string& name);
   // Several variables in one request per PS.

@@ -127,6 +127,18 @@ Program MakeTestProgram() {
     ASSIGN_OR_RETURN(Tensor t, ctx.Read("iterations"));
     return Values{t};
   });
+  program.AddFunction("next_element", [](StepContext& ctx) -> absl::StatusOr<Values> {
+    ASSIGN_OR_RETURN(data::Element element, ctx.Next(0));
+    return Values{Tensor::Scalar<int64_t>(ctx.worker_index()), element.at(0)};
+  });
+  program.AddDataset("range", [](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
+    ASSIGN_OR_RETURN(int64_t n, ctx.IntArg("n"));
+    return data::Dataset::Range(0, n).Shard(ctx.num_workers(), ctx.worker_index());
+  });
+  program.AddDataset("idx_file", [](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
+    ASSIGN_OR_RETURN(std::string path, ctx.Arg("path"));
+    return data::Dataset::IdxFile(path);
+  });
   program.AddResource("counter", [](const ResourceContext&) -> absl::StatusOr<std::unique_ptr<Resource>> {
     return std::make_unique<Counter>();
   });

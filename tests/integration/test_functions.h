@@ -21,6 +21,9 @@ namespace asyncps::testing {
 //   "read_iterations"  returns the value of "iterations"
 //   "sparse_regression_step"  arg0 is a "regression_data" resource: one SGD step of a sparse
 //                      linear model "w" [kVocab, 1] towards TrueWeight, pushed as row gradients
+//   "next_element"     arg0 is an iterator: returns [worker index, its next element's first tensor]
+// Datasets: "range" (args n: 0..n-1 sharded by worker), "idx_file" (args path: records of an
+// IDX file).
 // Resources: "counter" (a per-worker counter with a random instance id), "picky_counter" (a
 // counter whose factory fails with FailedPrecondition on the worker whose index is the
 // "fail_on_worker" argument), "regression_data"

@@ -94,6 +94,8 @@ absl::Status LocalCluster::RestartPs(int i) {
 
 void LocalCluster::SignalWorker(int i, int signal) { workers_[i]->Signal(signal); }
 
+std::string LocalCluster::worker_output(int i) { return workers_[i] != nullptr ? workers_[i]->output() : ""; }
+
 bool LocalCluster::worker_running(int i) { return workers_[i] != nullptr && workers_[i]->running(); }
 
 }  // namespace asyncps::testing

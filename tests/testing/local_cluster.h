@@ -47,6 +47,8 @@ class LocalCluster {
   bool worker_running(int i);
   // The process of PS i (its pid, signals, exit), for tests that watch the server itself.
   Subprocess& ps_process(int i) { return *ps_[i]; }
+  // What worker i's current process has printed so far.
+  std::string worker_output(int i);
   // Sends `signal` to worker i (SIGSTOP/SIGCONT make a hung worker that is still connected).
   void SignalWorker(int i, int signal);
 

@@ -1,0 +1,408 @@
+#include "examples/fmnist_training.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "coordinator/cluster_coordinator.h"
+#include "coordinator/optimizers.h"
+#include "coordinator/parameter_server_strategy.h"
+#include "core/status_macros.h"
+#include "core/sync.h"
+#include "data/dataset.h"
+#include "torch/module_variables.h"
+#include "torch/tensor_bridge.h"
+#include "worker/step_context.h"
+
+namespace asyncps::fmnist {
+namespace {
+
+constexpr int64_t kTrainExamples = 60'000;
+constexpr int64_t kTestExamples = 10'000;
+constexpr int kClasses = 10;
+// Pixel statistics of the training set, for inputs of mean 0 and deviation 1.
+constexpr float kPixelMean = 0.2860f;
+constexpr float kPixelStd = 0.3530f;
+
+struct MlpImpl : torch::nn::Module {
+  MlpImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(784, 256))),
+        fc2(register_module("fc2", torch::nn::Linear(256, 128))),
+        fc3(register_module("fc3", torch::nn::Linear(128, kClasses))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = x.reshape({x.size(0), 784});
+    x = torch::relu(fc1->forward(x));
+    x = torch::relu(fc2->forward(x));
+    return fc3->forward(x);
+  }
+  torch::nn::Linear fc1, fc2, fc3;
+};
+TORCH_MODULE(Mlp);
+
+// Two 3x3 convolutions with max pooling, then two dense layers.
+struct CnnImpl : torch::nn::Module {
+  CnnImpl()
+      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)))),
+        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3).padding(1)))),
+        fc1(register_module("fc1", torch::nn::Linear(32 * 7 * 7, 128))),
+        fc2(register_module("fc2", torch::nn::Linear(128, kClasses))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = x.reshape({x.size(0), 1, 28, 28});
+    x = torch::max_pool2d(torch::relu(conv1->forward(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2->forward(x)), 2);
+    x = torch::relu(fc1->forward(x.reshape({x.size(0), 32 * 7 * 7})));
+    return fc2->forward(x);
+  }
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Cnn);
+
+// Either model behind one interface.
+struct Net {
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+};
+
+absl::StatusOr<Net> MakeNet(const std::string& kind, uint64_t seed) {
+  torch::manual_seed(seed);
+  if (kind == "mlp") {
+    Mlp mlp;
+    return Net{mlp.ptr(), [mlp](const torch::Tensor& x) mutable { return mlp->forward(x); }};
+  }
+  if (kind == "cnn") {
+    Cnn cnn;
+    return Net{cnn.ptr(), [cnn](const torch::Tensor& x) mutable { return cnn->forward(x); }};
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown model '", kind, "' (want mlp or cnn)"));
+}
+
+// A worker's own copy of the model; its parameters are pulled from the PS every step.
+class ModelResource : public Resource {
+ public:
+  explicit ModelResource(Net net) : net_(std::move(net)) {}
+  // The model is used by one step at a time (closures may overlap on a worker).
+  Mutex mu;
+  Net& net() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return net_; }
+
+ private:
+  Net net_;
+};
+
+template <typename Fn>
+auto CatchTorch(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("torch: ", e.what_without_backtrace()));
+  }
+}
+
+// u8 [B, 28, 28] images -> normalised f32; u8 [B] labels -> i64.
+absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> ToInputs(const data::Element& batch) {
+  if (batch.size() != 2 || batch[0].dtype() != DType::kU8 || batch[1].dtype() != DType::kU8 ||
+      batch[0].rank() != 3 || batch[1].rank() != 1 || batch[0].dim(0) != batch[1].dim(0)) {
+    return absl::InvalidArgumentError("want a batch of {u8 [B, 28, 28] images, u8 [B] labels}");
+  }
+  ASSIGN_OR_RETURN(torch::Tensor images, torch_bridge::ToTorch(batch[0]));
+  ASSIGN_OR_RETURN(torch::Tensor labels, torch_bridge::ToTorch(batch[1]));
+  torch::Tensor x = images.to(torch::kFloat).mul_(1.0f / 255).sub_(kPixelMean).div_(kPixelStd);
+  return std::make_pair(x, labels.to(torch::kLong));
+}
+
+absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
+  ASSIGN_OR_RETURN(std::string images, ctx.Arg("images"));
+  ASSIGN_OR_RETURN(std::string labels, ctx.Arg("labels"));
+  ASSIGN_OR_RETURN(int64_t batch, ctx.IntArg("batch"));
+  ASSIGN_OR_RETURN(int64_t seed, ctx.IntArg("seed"));
+  if (batch < 1) return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
+  return data::Dataset::Zip({data::Dataset::IdxFile(images), data::Dataset::IdxFile(labels)})
+      .Shard(ctx.num_workers(), ctx.worker_index())
+      .Shuffle(10'000, static_cast<uint64_t>(seed) + static_cast<uint64_t>(ctx.worker_index()))
+      .Repeat()
+      .Batch(batch, /*drop_remainder=*/true)
+      .Prefetch(4);
+}
+
+absl::StatusOr<Values> TrainStep(StepContext& ctx) {
+  ASSIGN_OR_RETURN(data::Element batch, ctx.Next(0));
+  ASSIGN_OR_RETURN(ModelResource * model, ctx.resource<ModelResource>(1));
+  MutexLock lock(&model->mu);
+  Net& net = model->net();
+  RETURN_IF_ERROR(torch_bridge::Pull(ctx, *net.module));
+  float loss_value = 0;
+  RETURN_IF_ERROR(CatchTorch([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(auto inputs, ToInputs(batch));
+    torch::Tensor loss = torch::nn::functional::cross_entropy(net.forward(inputs.first), inputs.second);
+    loss.backward();
+    loss_value = loss.item<float>();
+    return absl::OkStatus();
+  }));
+  RETURN_IF_ERROR(torch_bridge::PushGradients(ctx, *net.module));
+  return Values{Tensor::Scalar(loss_value), Tensor::Scalar<int64_t>(batch[1].dim(0))};
+}
+
+struct TestSet {
+  torch::Tensor x;
+  torch::Tensor y;
+};
+
+absl::StatusOr<TestSet> LoadTestSet(const std::string& dir) {
+  data::Dataset test = data::Dataset::Zip({data::Dataset::IdxFile(dir + "/t10k-images-idx3-ubyte.gz"),
+                                           data::Dataset::IdxFile(dir + "/t10k-labels-idx1-ubyte.gz")})
+                           .Batch(kTestExamples, /*drop_remainder=*/false);
+  ASSIGN_OR_RETURN(std::unique_ptr<data::Iterator> it, test.MakeIterator());
+  ASSIGN_OR_RETURN(data::Element all, it->Next());
+  return CatchTorch([&]() -> absl::StatusOr<TestSet> {
+    ASSIGN_OR_RETURN(auto inputs, ToInputs(all));
+    return TestSet{inputs.first.clone(), inputs.second.clone()};
+  });
+}
+
+absl::StatusOr<double> Accuracy(Net& net, const TestSet& test) {
+  return CatchTorch([&]() -> absl::StatusOr<double> {
+    torch::NoGradGuard no_grad;
+    int64_t correct = 0;
+    const int64_t n = test.x.size(0);
+    for (int64_t begin = 0; begin < n; begin += 1000) {
+      const int64_t end = std::min(n, begin + 1000);
+      torch::Tensor predicted = net.forward(test.x.slice(0, begin, end)).argmax(1);
+      correct += predicted.eq(test.y.slice(0, begin, end)).sum().item<int64_t>();
+    }
+    return n == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(n);
+  });
+}
+
+std::map<std::string, std::string> DatasetArgs(const Options& options) {
+  return {{"images", options.data_dir + "/train-images-idx3-ubyte.gz"},
+          {"labels", options.data_dir + "/train-labels-idx1-ubyte.gz"},
+          {"batch", absl::StrCat(options.batch_size)},
+          {"seed", absl::StrCat(options.seed)}};
+}
+
+absl::Status CheckOptions(const Options& options) {
+  if (options.epochs < 1 || options.batch_size < 1 || options.batch_size > kTrainExamples) {
+    return absl::InvalidArgumentError("epochs must be >= 1 and batch size in 1..60000");
+  }
+  return absl::OkStatus();
+}
+
+// Progress of a run: losses, examples, and when evaluations are due.
+class Tracker {
+ public:
+  Tracker(const Options& options, int64_t steps_per_epoch, int64_t total_steps)
+      : options_(options), steps_per_epoch_(steps_per_epoch), total_steps_(total_steps) {}
+
+  void Step(double loss, int64_t examples) {
+    ++steps_;
+    examples_ += examples;
+    window_loss_ += loss;
+    ++window_steps_;
+    last_loss_ = loss;
+    recent_loss_ = recent_loss_ == 0 ? loss : 0.98 * recent_loss_ + 0.02 * loss;
+  }
+
+  // Prints a line when a second has passed since the last one.
+  void MaybeReport(const std::function<std::string()>& extra) {
+    const absl::Time now = absl::Now();
+    if (!options_.progress || now - last_report_ < absl::Seconds(1)) return;
+    const double seconds = absl::ToDoubleSeconds(now - last_report_);
+    const int64_t epoch = std::min<int64_t>(options_.epochs, steps_ / steps_per_epoch_ + 1);
+    std::printf("epoch %lld/%d  step %lld/%lld  %.0f examples/s  loss %.4f%s\n", static_cast<long long>(epoch),
+                options_.epochs, static_cast<long long>(steps_), static_cast<long long>(total_steps_),
+                static_cast<double>(examples_ - reported_examples_) / seconds,
+                window_steps_ > 0 ? window_loss_ / static_cast<double>(window_steps_) : 0.0, extra().c_str());
+    std::fflush(stdout);
+    last_report_ = now;
+    reported_examples_ = examples_;
+    window_loss_ = 0;
+    window_steps_ = 0;
+  }
+
+  bool EvaluationDue() const {
+    if (options_.eval_every_epochs <= 0) return false;
+    const int64_t every = std::max<int64_t>(
+        1, static_cast<int64_t>(options_.eval_every_epochs * static_cast<double>(steps_per_epoch_)));
+    return steps_ % every == 0 && steps_ < total_steps_;
+  }
+
+  int64_t steps() const { return steps_; }
+  int64_t examples() const { return examples_; }
+  double recent_loss() const { return recent_loss_; }
+
+ private:
+  const Options& options_;
+  const int64_t steps_per_epoch_;
+  const int64_t total_steps_;
+  int64_t steps_ = 0;
+  int64_t examples_ = 0;
+  int64_t reported_examples_ = 0;
+  double window_loss_ = 0;
+  int64_t window_steps_ = 0;
+  double last_loss_ = 0;
+  double recent_loss_ = 0;
+  absl::Time last_report_ = absl::Now();
+};
+
+// Evaluates `net` (whose parameters `load` fills) and records it in `result`; returns whether
+// training should stop (the accuracy target was reached).
+absl::StatusOr<bool> EvaluateInto(const Options& options, Net& net, const TestSet& test,
+                                  const std::function<absl::Status()>& load, absl::Time start, int64_t steps,
+                                  absl::Duration* eval_time, Result* result) {
+  const absl::Time t0 = absl::Now();
+  RETURN_IF_ERROR(load());
+  ASSIGN_OR_RETURN(double accuracy, Accuracy(net, test));
+  *eval_time += absl::Now() - t0;
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  result->evaluations.push_back({seconds, steps, accuracy});
+  if (options.progress) {
+    std::printf("evaluation after step %lld (%.1f s): test accuracy %.4f\n", static_cast<long long>(steps), seconds,
+                accuracy);
+    std::fflush(stdout);
+  }
+  return options.stop_at_accuracy > 0 && accuracy >= options.stop_at_accuracy;
+}
+
+void Finish(const Tracker& tracker, absl::Time start, absl::Duration eval_time, Result* result) {
+  result->steps = tracker.steps();
+  result->examples = tracker.examples();
+  result->seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  result->train_seconds = std::max(1e-9, result->seconds - absl::ToDoubleSeconds(eval_time));
+  result->examples_per_second = static_cast<double>(result->examples) / result->train_seconds;
+  result->final_loss = tracker.recent_loss();
+  result->test_accuracy = result->evaluations.empty() ? 0 : result->evaluations.back().accuracy;
+}
+
+}  // namespace
+
+double Result::SecondsTo(double accuracy) const {
+  for (const Evaluation& e : evaluations) {
+    if (e.accuracy >= accuracy) return e.seconds;
+  }
+  return -1;
+}
+
+void SetTorchThreads(int threads) { torch_bridge::SetNumThreads(threads); }
+
+Program MakeProgram() {
+  Program program;
+  program.AddDataset("fmnist_train", TrainDataset);
+  program.AddResource("fmnist_model", [](const ResourceContext& ctx) -> absl::StatusOr<std::unique_ptr<Resource>> {
+    ASSIGN_OR_RETURN(std::string kind, ctx.Arg("model"));
+    return CatchTorch([&]() -> absl::StatusOr<std::unique_ptr<Resource>> {
+      ASSIGN_OR_RETURN(Net net, MakeNet(kind, 0));
+      return std::make_unique<ModelResource>(std::move(net));
+    });
+  });
+  program.AddFunction("fmnist_train_step", TrainStep);
+  return program;
+}
+
+absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinator& coordinator,
+                             const Options& options) {
+  RETURN_IF_ERROR(CheckOptions(options));
+  ASSIGN_OR_RETURN(TestSet test, LoadTestSet(options.data_dir));
+  ASSIGN_OR_RETURN(Net net, CatchTorch([&] { return MakeNet(options.model, options.seed); }));
+  // The chief's model gives the variables their initial values.
+  RETURN_IF_ERROR(torch_bridge::CreateVariables(strategy, *net.module, opt::Adam(options.learning_rate)));
+  // Per-worker datasets are built at once on the workers that are up, so a bad data path is
+  // reported here; wait (bounded) for the workers to be admitted first.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (coordinator.workers_up() < coordinator.num_workers() && absl::Now() < deadline) {
+    Notification().WaitForNotificationWithTimeout(absl::Milliseconds(20));  // poll pacing
+  }
+  ASSIGN_OR_RETURN(PerWorkerDataset dataset, coordinator.CreatePerWorkerDataset("fmnist_train", DatasetArgs(options)));
+  ASSIGN_OR_RETURN(PerWorkerValues iterators, dataset.MakeIterator());
+  ASSIGN_OR_RETURN(PerWorkerValues models, coordinator.CreatePerWorkerResource("fmnist_model", {{"model", options.model}}));
+
+  const int64_t steps_per_epoch = kTrainExamples / options.batch_size;
+  const int64_t total_steps = steps_per_epoch * options.epochs;
+  // Enough closures in flight that no worker waits for the chief, few enough that the
+  // progress line and the stop at a target accuracy stay close to the truth.
+  const size_t window = static_cast<size_t>(4 * std::max(1, coordinator.num_workers()));
+  Tracker tracker(options, steps_per_epoch, total_steps);
+  Result result;
+  const absl::Time start = absl::Now();
+  absl::Duration eval_time;
+  auto load = [&] { return torch_bridge::ReadVariables(strategy, *net.module); };
+  auto workers = [&] { return absl::StrFormat("  workers %d/%d", coordinator.workers_up(), coordinator.num_workers()); };
+
+  std::deque<RemoteValue> pending;
+  int64_t scheduled = 0;
+  bool stop = false;
+  while (tracker.steps() < total_steps && !stop) {
+    while (!stop && scheduled < total_steps && pending.size() < window) {
+      ASSIGN_OR_RETURN(RemoteValue v, coordinator.Schedule("fmnist_train_step", {iterators, models}));
+      pending.push_back(std::move(v));
+      ++scheduled;
+    }
+    ASSIGN_OR_RETURN(Values out, pending.front().Fetch());
+    pending.pop_front();
+    tracker.Step(out.at(0).ScalarAsDouble(), static_cast<int64_t>(out.at(1).ScalarAsDouble()));
+    if (options.on_step) options.on_step(tracker.steps());
+    tracker.MaybeReport(workers);
+    if (tracker.EvaluationDue()) {
+      ASSIGN_OR_RETURN(stop, EvaluateInto(options, net, test, load, start, tracker.steps(), &eval_time, &result));
+    }
+  }
+  // Whatever is still in flight (after an early stop) finishes before the final evaluation.
+  for (RemoteValue& v : pending) {
+    ASSIGN_OR_RETURN(Values out, v.Fetch());
+    tracker.Step(out.at(0).ScalarAsDouble(), static_cast<int64_t>(out.at(1).ScalarAsDouble()));
+  }
+  RETURN_IF_ERROR(coordinator.Join());
+  ASSIGN_OR_RETURN(bool unused, EvaluateInto(options, net, test, load, start, tracker.steps(), &eval_time, &result));
+  (void)unused;
+  Finish(tracker, start, eval_time, &result);
+  return result;
+}
+
+absl::StatusOr<Result> TrainLocal(const Options& options) {
+  RETURN_IF_ERROR(CheckOptions(options));
+  ASSIGN_OR_RETURN(TestSet test, LoadTestSet(options.data_dir));
+  ASSIGN_OR_RETURN(Net net, CatchTorch([&] { return MakeNet(options.model, options.seed); }));
+  const auto args = DatasetArgs(options);
+  ASSIGN_OR_RETURN(data::Dataset dataset, TrainDataset(DatasetContext(0, 1, args)));
+  ASSIGN_OR_RETURN(std::unique_ptr<data::Iterator> it, dataset.MakeIterator());
+
+  const int64_t steps_per_epoch = kTrainExamples / options.batch_size;
+  const int64_t total_steps = steps_per_epoch * options.epochs;
+  Tracker tracker(options, steps_per_epoch, total_steps);
+  Result result;
+  const absl::Time start = absl::Now();
+  absl::Duration eval_time;
+  return CatchTorch([&]() -> absl::StatusOr<Result> {
+    // The PS's Adam (Keras) puts epsilon outside the bias correction; at 1e-7 the two agree
+    // to well within what matters here.
+    torch::optim::Adam adam(net.module->parameters(), torch::optim::AdamOptions(options.learning_rate).eps(1e-7));
+    auto load = [] { return absl::OkStatus(); };
+    auto none = [] { return std::string(); };
+    bool stop = false;
+    while (tracker.steps() < total_steps && !stop) {
+      ASSIGN_OR_RETURN(data::Element batch, it->Next());
+      ASSIGN_OR_RETURN(auto inputs, ToInputs(batch));
+      adam.zero_grad();
+      torch::Tensor loss = torch::nn::functional::cross_entropy(net.forward(inputs.first), inputs.second);
+      loss.backward();
+      adam.step();
+      tracker.Step(loss.item<double>(), inputs.first.size(0));
+      tracker.MaybeReport(none);
+      if (tracker.EvaluationDue()) {
+        ASSIGN_OR_RETURN(stop, EvaluateInto(options, net, test, load, start, tracker.steps(), &eval_time, &result));
+      }
+    }
+    ASSIGN_OR_RETURN(bool unused, EvaluateInto(options, net, test, load, start, tracker.steps(), &eval_time, &result));
+    (void)unused;
+    Finish(tracker, start, eval_time, &result);
+    return result;
+  });
+}
+
+}  // namespace asyncps::fmnist

@@ -1,0 +1,85 @@
+#ifndef ASYNCPS_EXAMPLES_FMNIST_TRAINING_H_
+#define ASYNCPS_EXAMPLES_FMNIST_TRAINING_H_
+
+// Fashion-MNIST classifiers in LibTorch trained asynchronously on the parameter servers: the
+// Program every process of examples/fashion_mnist builds, the chief's training loop, and the
+// same model trained in one process with no network (the reference of bench/train_bench).
+//
+// No LibTorch header here: only fmnist_training.cc includes <torch/torch.h>.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/program.h"
+
+namespace asyncps {
+class ClusterCoordinator;
+class ParameterServerStrategy;
+}  // namespace asyncps
+
+namespace asyncps::fmnist {
+
+struct Options {
+  std::string model = "mlp";  // "mlp" (784-256-128-10) or "cnn" (two conv layers)
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int epochs = 10;
+  int batch_size = 128;
+  float learning_rate = 1e-3f;  // Adam, on the parameter servers
+  uint64_t seed = 1;
+  // Evaluate on the test set every this many epochs during training (0: only at the end).
+  double eval_every_epochs = 0;
+  // Stop as soon as an evaluation reaches this test accuracy (0: train every epoch).
+  double stop_at_accuracy = 0;
+  // Progress lines on stdout, at most one a second.
+  bool progress = true;
+  // Called on the chief after each completed step (1-based); for tests that inject failures.
+  std::function<void(int64_t step)> on_step;
+};
+
+struct Evaluation {
+  double seconds;  // since training started
+  int64_t steps;
+  double accuracy;
+};
+
+struct Result {
+  double test_accuracy = 0;
+  int64_t steps = 0;
+  int64_t examples = 0;
+  double seconds = 0;          // wall time of the whole run, evaluations included
+  double train_seconds = 0;    // seconds minus the time spent evaluating
+  double examples_per_second = 0;  // examples / train_seconds
+  double final_loss = 0;           // mean loss of the last steps
+  std::vector<Evaluation> evaluations;  // the last one is the final evaluation
+
+  // Seconds until an evaluation first reached `accuracy`; negative when none did.
+  double SecondsTo(double accuracy) const;
+};
+
+// The Program of every process: dataset "fmnist_train" (args: images, labels, batch, seed;
+// sharded by worker, shuffled, repeated, batched, prefetched), resource "fmnist_model" (args:
+// model) holding the worker's LibTorch module, and function "fmnist_train_step" (args: an
+// iterator over fmnist_train, an fmnist_model) that pulls the parameters, runs forward and
+// backward on one batch, pushes the gradients and returns {loss, examples}.
+Program MakeProgram();
+
+// The chief: creates the model's variables (Adam on the PS; placed by the strategy), the
+// per-worker datasets and models, trains options.epochs epochs of 60,000 examples with a
+// bounded window of closures in flight, and evaluates on the 10,000 test images by reading the
+// variables into a local copy of the model.
+absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinator& coordinator,
+                             const Options& options);
+
+// The same model, data pipeline and step in this process with torch::optim::Adam: no network,
+// no parameter server.
+absl::StatusOr<Result> TrainLocal(const Options& options);
+
+// LibTorch threads of this process (see torch_bridge::SetNumThreads).
+void SetTorchThreads(int threads);
+
+}  // namespace asyncps::fmnist
+
+#endif  // ASYNCPS_EXAMPLES_FMNIST_TRAINING_H_

@@ -1,0 +1,120 @@
+#include "torch/module_variables.h"
+
+#include <torch/torch.h>
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/initializers.h"
+#include "coordinator/parameter_server_strategy.h"
+#include "core/status_macros.h"
+#include "torch/tensor_bridge.h"
+#include "worker/step_context.h"
+
+namespace asyncps::torch_bridge {
+namespace {
+
+// LibTorch reports errors by throwing c10::Error; they stop here.
+template <typename Fn>
+absl::Status Guard(const char* what, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(what, ": torch: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  }
+}
+
+struct Parameters {
+  std::vector<std::string> names;  // variable names
+  std::vector<at::Tensor> tensors;
+};
+
+Parameters NamedParameters(::torch::nn::Module& module, const std::string& prefix) {
+  Parameters p;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    p.names.push_back(prefix + item.key());
+    p.tensors.push_back(item.value());
+  }
+  return p;
+}
+
+// Points every parameter at its value; checks them all before changing any.
+absl::Status Assign(const Parameters& params, const std::vector<Tensor>& values) {
+  if (values.size() != params.tensors.size()) {
+    return absl::InternalError(absl::StrCat("read ", values.size(), " variables for ", params.tensors.size(),
+                                            " parameters"));
+  }
+  std::vector<at::Tensor> data;
+  data.reserve(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSIGN_OR_RETURN(at::Tensor t, ToTorch(values[i]));
+    const at::Tensor& param = params.tensors[i];
+    if (t.scalar_type() != param.scalar_type() || t.sizes() != param.sizes()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "variable '", params.names[i], "' is ", DTypeName(values[i].dtype()), ShapeString(values[i].shape()),
+          " but the module's parameter is ", c10::toString(param.scalar_type()), " ", c10::str(param.sizes())));
+    }
+    data.push_back(std::move(t));
+  }
+  for (size_t i = 0; i < data.size(); ++i) params.tensors[i].set_data(data[i]);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CreateVariables(ParameterServerStrategy& strategy, ::torch::nn::Module& module,
+                             const ps::OptimizerConfig& optimizer, const std::string& prefix) {
+  return Guard("CreateVariables", [&]() -> absl::Status {
+    const Parameters params = NamedParameters(module, prefix);
+    for (size_t i = 0; i < params.names.size(); ++i) {
+      ASSIGN_OR_RETURN(Tensor value, FromTorch(params.tensors[i]));
+      RETURN_IF_ERROR(strategy.CreateVariable(params.names[i], init::FromTensor(value), optimizer).status());
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ReadVariables(ParameterServerStrategy& strategy, ::torch::nn::Module& module,
+                           const std::string& prefix) {
+  return Guard("ReadVariables", [&]() -> absl::Status {
+    const Parameters params = NamedParameters(module, prefix);
+    ASSIGN_OR_RETURN(std::vector<Tensor> values, strategy.ps().Read(params.names));
+    return Assign(params, values);
+  });
+}
+
+absl::Status Pull(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix) {
+  return Guard("Pull", [&]() -> absl::Status {
+    const Parameters params = NamedParameters(module, prefix);
+    ASSIGN_OR_RETURN(std::vector<Tensor> values, ctx.ReadMany(params.names));
+    return Assign(params, values);
+  });
+}
+
+absl::Status PushGradients(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix) {
+  return Guard("PushGradients", [&]() -> absl::Status {
+    Parameters params = NamedParameters(module, prefix);
+    std::vector<GradientUpdate> gradients;
+    absl::Status status;
+    for (size_t i = 0; i < params.tensors.size() && status.ok(); ++i) {
+      const at::Tensor& grad = params.tensors[i].grad();
+      if (!grad.defined()) continue;
+      absl::StatusOr<Tensor> value = FromTorch(grad);
+      if (!value.ok()) {
+        status = value.status();
+        break;
+      }
+      gradients.push_back({params.names[i], std::move(*value), std::nullopt});
+    }
+    if (status.ok() && !gradients.empty()) status = ctx.PushGradients(gradients);
+    // Cleared whether or not the push went through: a failed step's gradients must not leak
+    // into the next step. The next backward() allocates fresh buffers (no zero-fill needed).
+    for (at::Tensor& param : params.tensors) param.mutable_grad() = at::Tensor();
+    return status;
+  });
+}
+
+}  // namespace asyncps::torch_bridge

@@ -1,0 +1,56 @@
+#ifndef ASYNCPS_TORCH_MODULE_VARIABLES_H_
+#define ASYNCPS_TORCH_MODULE_VARIABLES_H_
+
+// A torch::nn::Module's parameters as parameter-server variables.
+//
+// Every named parameter ("fc1.weight", "conv.bias", ... as module.named_parameters() names
+// them) becomes the variable `prefix + name`. The chief creates the variables from a module;
+// a worker pulls their values into its own copy of the module before a step and pushes the
+// gradients autograd left in it after backward(). Each pull or push is one request per PS, all
+// PS in parallel, and moves tensor bytes without copying them on this side (the module's
+// parameters are pointed at the received buffers; gradients are sent from autograd's buffers).
+//
+// LibTorch types are forward-declared: this header does not pull in <torch/torch.h>.
+// LibTorch exceptions (c10::Error) are caught here and come back as a Status.
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "ps/optimizer.h"
+
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
+namespace asyncps {
+class ParameterServerStrategy;
+class StepContext;
+}  // namespace asyncps
+
+namespace asyncps::torch_bridge {
+
+// Chief: creates one variable per parameter of `module`, with its shape, dtype and current
+// values (the module's own initialisation), `optimizer` applying pushed gradients on its PS.
+// Placement and partitioning are the strategy's (round-robin, or row-split by its partitioner).
+// Idempotent like ParameterServerStrategy::CreateVariable.
+absl::Status CreateVariables(ParameterServerStrategy& strategy, ::torch::nn::Module& module,
+                             const ps::OptimizerConfig& optimizer, const std::string& prefix = "");
+
+// Chief: reads every variable into `module`'s parameters (e.g. to evaluate the model).
+absl::Status ReadVariables(ParameterServerStrategy& strategy, ::torch::nn::Module& module,
+                           const std::string& prefix = "");
+
+// Worker, inside a step function: sets `module`'s parameters to the variables' current values,
+// one read request per PS. Afterwards each parameter equals its variable bit for bit; its
+// storage is the received buffer (no copy). FailedPrecondition when a variable's dtype or shape
+// does not match the parameter (the module is left unchanged then).
+absl::Status Pull(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix = "");
+
+// Worker, after loss.backward(): sends every parameter's gradient to its variable's optimizer,
+// one request per PS, then clears the gradients (so the next backward() starts from zero).
+// Parameters without a gradient are skipped. The gradients are sent from autograd's buffers.
+absl::Status PushGradients(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix = "");
+
+}  // namespace asyncps::torch_bridge
+
+#endif  // ASYNCPS_TORCH_MODULE_VARIABLES_H_
