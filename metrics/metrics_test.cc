@@ -41,7 +41,7 @@ TEST(ProcessMetricsTest, ServesBuildInfoAndRpcFamiliesOverHttp) {
   rpc.RecordServerCall("ps.Read", 0, 0.004);
   rpc.RecordClientCall("worker.Run", 14, 0.5);
   rpc.AddBytesReceived(1000);
-  rpc.RecordRejectedConnection("bad_token");
+  rpc.RecordRejected("bad_proof");
 
   const std::string body = HttpGet((*metrics)->port(), "/metrics");
   EXPECT_NE(body.find("200 OK"), std::string::npos) << body;
@@ -56,7 +56,7 @@ TEST(ProcessMetricsTest, ServesBuildInfoAndRpcFamiliesOverHttp) {
       << body;
   EXPECT_NE(body.find("asyncps_net_received_bytes_total{role=\"ps\",task=\"3\"} 1000"),
             std::string::npos);
-  EXPECT_NE(body.find("reason=\"bad_token\""), std::string::npos);
+  EXPECT_NE(body.find("asyncps_rpc_server_rejected_total{role=\"ps\",task=\"3\",reason=\"bad_proof\"} 1"), std::string::npos);
 }
 
 TEST(ProcessMetricsTest, NoEndpointStillRecords) {

@@ -26,8 +26,9 @@ struct RequestContext {
 // Compares two secrets in time that depends only on their lengths.
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
-// Wire protocol version carried in the handshake; bumped on incompatible changes.
-inline constexpr uint32_t kProtocolVersion = 1;
+// Wire protocol version carried in the handshake; bumped on incompatible changes (2: the
+// token-free challenge-response handshake).
+inline constexpr uint32_t kProtocolVersion = 2;
 
 }  // namespace asyncps::net
 

@@ -16,7 +16,7 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   }
   VariableStore store;
   PsService service(store);
-  service.RegisterWith((*process)->server());
+  service.RegisterWith((*process)->server().methods());
   return (*process)->ServeUntilSignal();
 }
 

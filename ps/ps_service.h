@@ -1,7 +1,7 @@
 #ifndef ASYNCPS_PS_PS_SERVICE_H_
 #define ASYNCPS_PS_PS_SERVICE_H_
 
-#include "net/rpc_server.h"
+#include "net/method_table.h"
 #include "ps/variable_store.h"
 
 namespace asyncps::ps {
@@ -22,7 +22,7 @@ class PsService {
  public:
   explicit PsService(VariableStore& store) : store_(store) {}
 
-  void RegisterWith(net::RpcServer& server);
+  void RegisterWith(net::MethodTable& server);
 
  private:
   absl::Status CreateVariable(const net::InMessage& request, net::OutMessage* response);
