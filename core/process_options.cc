@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 
 namespace asyncps {
 namespace {
@@ -28,6 +29,22 @@ const char* FlagOrEnv(int argc, char** argv, std::string_view flag, const char* 
   return v != nullptr ? v : std::getenv(env);
 }
 
+// Parses the integer setting `flag` (or `env`) into `out` when present; a malformed value or
+// one outside [min, max] is recorded in `error` (the first one only).
+void IntSetting(int argc, char** argv, std::string_view flag, const char* env, int64_t min, int64_t max,
+                int64_t* out, std::string* error) {
+  const char* v = FlagOrEnv(argc, argv, flag, env);
+  if (v == nullptr) return;
+  int64_t value;
+  if (!absl::SimpleAtoi(v, &value) || value < min || value > max) {
+    if (error->empty()) {
+      *error = absl::StrCat("bad --", std::string(flag), "=", v, " (want an integer in [", min, ", ", max, "])");
+    }
+    return;
+  }
+  *out = value;
+}
+
 }  // namespace
 
 ProcessOptions ProcessOptions::FromEnvAndFlags(int argc, char** argv) {
@@ -38,6 +55,19 @@ ProcessOptions ProcessOptions::FromEnvAndFlags(int argc, char** argv) {
     if (absl::SimpleAtoi(v, &port)) o.metrics_port = port;
   }
   if (const char* v = FlagOrEnv(argc, argv, "log_level", "ASYNCPS_LOG_LEVEL")) o.log_level = v;
+  IntSetting(argc, argv, "rpc_max_connections", "ASYNCPS_RPC_MAX_CONNECTIONS", 1, 1 << 20,
+             &o.rpc_max_connections, &o.error);
+  IntSetting(argc, argv, "rpc_handshake_timeout_ms", "ASYNCPS_RPC_HANDSHAKE_TIMEOUT_MS", 1, 3600000,
+             &o.rpc_handshake_timeout_ms, &o.error);
+  IntSetting(argc, argv, "rpc_handshake_max_bytes", "ASYNCPS_RPC_HANDSHAKE_MAX_BYTES", 256, 1 << 20,
+             &o.rpc_handshake_max_bytes, &o.error);
+  IntSetting(argc, argv, "rpc_idle_timeout_s", "ASYNCPS_RPC_IDLE_TIMEOUT_S", 0, 365LL * 86400,
+             &o.rpc_idle_timeout_s, &o.error);
+  IntSetting(argc, argv, "rpc_max_frame_bytes", "ASYNCPS_RPC_MAX_FRAME_BYTES", 0, int64_t{1} << 40,
+             &o.rpc_max_frame_bytes, &o.error);
+  IntSetting(argc, argv, "metrics_threads", "ASYNCPS_METRICS_THREADS", 1, 1024, &o.metrics_threads, &o.error);
+  IntSetting(argc, argv, "metrics_request_timeout_ms", "ASYNCPS_METRICS_REQUEST_TIMEOUT_MS", 1, 3600000,
+             &o.metrics_request_timeout_ms, &o.error);
   return o;
 }
 

@@ -8,11 +8,23 @@
 #include <string>
 #include <vector>
 
+#include <capnp/any.h>
+#include <capnp/schema.h>
+
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "net/message.h"
 
 namespace asyncps::net::testing {
+
+// Pointer field `field` of `builder` as an untyped pointer, to put the wrong kind of thing in
+// it (a struct where text is expected, text bytes without their NUL, ...).
+template <typename Builder>
+capnp::AnyPointer::Builder PointerField(Builder builder, const char* field) {
+  using T = capnp::FromBuilder<Builder>;
+  const auto slot = capnp::Schema::from<T>().getFieldByName(field).getProto().getSlot();
+  return capnp::toAny(builder).getPointerSection()[slot.getOffset()];
+}
 
 // The Hello frame answering `nonce` (the server's challenge) as `role`:`task_index`, with the
 // proof computed from `token`.

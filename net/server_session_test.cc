@@ -28,12 +28,7 @@ InMessage Decode(const std::string& bytes) {
   return std::move(*in);
 }
 
-template <typename Builder>
-capnp::AnyPointer::Builder PointerField(Builder builder, const char* field) {
-  using T = capnp::FromBuilder<Builder>;
-  const auto slot = capnp::Schema::from<T>().getFieldByName(field).getProto().getSlot();
-  return capnp::toAny(builder).getPointerSection()[slot.getOffset()];
-}
+using testing::PointerField;
 
 // One session over an in-memory transport, serving "t.Names" (returns how many names a
 // ReadRequest carries; workers may call it) and "t.ChiefOnly".

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "net/frame_codec.h"
 #include "net/ps.capnp.h"
+#include "net/raw_client_testing.h"
 #include "net/worker.capnp.h"
 
 namespace asyncps::net {
@@ -21,13 +22,7 @@ InMessage Received(OutMessage& m) {
   return std::move(*in);
 }
 
-// Pointer `field` of `builder` as an untyped pointer, to put the wrong kind of thing in it.
-template <typename Builder>
-capnp::AnyPointer::Builder PointerField(Builder builder, const char* field) {
-  using T = capnp::FromBuilder<Builder>;
-  const auto slot = capnp::Schema::from<T>().getFieldByName(field).getProto().getSlot();
-  return capnp::toAny(builder).getPointerSection()[slot.getOffset()];
-}
+using testing::PointerField;
 
 TEST(WireCheckTest, WellFormedMessagesPass) {
   OutMessage m;
