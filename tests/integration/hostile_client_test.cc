@@ -18,6 +18,7 @@
 #include "net/ps.capnp.h"
 #include "net/raw_client_testing.h"
 #include "net/rpc_client.h"
+#include "net/wire_check.h"
 #include "net/worker.capnp.h"
 #include "ps/initializer.h"
 #include "ps/ps_wire.h"
