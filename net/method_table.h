@@ -35,8 +35,10 @@ class PeerRoles {
   std::vector<std::string> roles_;
 };
 
-// Callers of the PS's methods and of a worker's methods.
+// Callers of the PS's methods (an evaluator may only read), and of a worker's methods (only
+// the chief's coordinator drives workers).
 inline PeerRoles PsCallers() { return {"chief", "worker"}; }
+inline PeerRoles PsReaders() { return {"chief", "worker", "evaluator"}; }
 inline PeerRoles WorkerCallers() { return {"chief"}; }
 
 // The methods a server serves. Each declares its request body's type (checked completely,

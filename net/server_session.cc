@@ -95,9 +95,10 @@ void ServerSession::Touch() { last_activity_ns_.store(absl::ToUnixNanos(absl::No
 void ServerSession::Reject(absl::string_view reason, const absl::Status& why) {
   if (rejected_) return;
   rejected_ = true;
-  spdlog::warn("{} server closing connection from {}{}: {}", config_.role, peer_.address,
-               authenticated_ ? absl::StrCat(" (", peer_.role, ":", peer_.task_index, ")") : "",
-               why.ToString());
+  // An idle connection is housekeeping, not a misbehaving peer.
+  spdlog::log(reason == "idle_timeout" ? spdlog::level::info : spdlog::level::warn,
+              "{} server closing connection from {}{}: {}", config_.role, peer_.address,
+              authenticated_ ? absl::StrCat(" (", peer_.role, ":", peer_.task_index, ")") : "", why.ToString());
   if (config_.metrics != nullptr) config_.metrics->RecordRejected(reason);
   transport_->Close(why);
 }

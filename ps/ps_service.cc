@@ -18,13 +18,13 @@ void PsService::RegisterWith(net::MethodTable& server) {
     };
   };
   server.Register<wire::CreateVariableRequest>("ps.CreateVariable", net::PsCallers(), bind(&PsService::CreateVariable));
-  server.Register<wire::ReadRequest>("ps.Read", net::PsCallers(), bind(&PsService::Read));
+  server.Register<wire::ReadRequest>("ps.Read", net::PsReaders(), bind(&PsService::Read));
   server.Register<wire::UpdateRequest>("ps.Update", net::PsCallers(), bind(&PsService::Update));
   server.Register<wire::PushGradientsRequest>("ps.PushGradients", net::PsCallers(), bind(&PsService::PushGradients));
-  server.Register<wire::GatherRequest>("ps.Gather", net::PsCallers(), bind(&PsService::Gather));
-  server.Register<wire::Empty>("ps.ListVariables", net::PsCallers(), bind(&PsService::ListVariables));
+  server.Register<wire::GatherRequest>("ps.Gather", net::PsReaders(), bind(&PsService::Gather));
+  server.Register<wire::Empty>("ps.ListVariables", net::PsReaders(), bind(&PsService::ListVariables));
   server.Register<wire::Empty>(
-      "ps.Health", net::PsCallers(), [](const net::RequestContext&, const net::InMessage&, net::OutMessage*) { return absl::OkStatus(); },
+      "ps.Health", net::PsReaders(), [](const net::RequestContext&, const net::InMessage&, net::OutMessage*) { return absl::OkStatus(); },
       net::Dispatch::kInline);
 }
 
