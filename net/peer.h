@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <string>
 
-#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace asyncps::net {
@@ -22,9 +21,6 @@ struct RequestContext {
   PeerInfo peer;
   absl::Time deadline = absl::InfiniteFuture();
 };
-
-// Compares two secrets in time that depends only on their lengths.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
 // Wire protocol version carried in the handshake; bumped on incompatible changes (2: the
 // token-free challenge-response handshake).

@@ -319,12 +319,5 @@ TEST_F(RpcTest, WaitForReadyCallSucceedsOnceServerStarts) {
   EXPECT_TRUE(status.ok()) << status;
 }
 
-TEST(ConstantTimeEqualsTest, ComparesContentAndLength) {
-  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
-  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
-  EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
-  EXPECT_TRUE(ConstantTimeEquals("", ""));
-}
-
 }  // namespace
 }  // namespace asyncps::net
