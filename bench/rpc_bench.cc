@@ -291,7 +291,7 @@ int Run(bool quick) {
   server_options.token = kToken;
   server_options.handler_threads = 1;  // unused: the echo runs inline
   RpcServer server(server_loop, server_options);
-  server.Register(kEchoMethod, Echo, RpcServer::Dispatch::kInline);
+  server.Register<wire::ReadResponse>(kEchoMethod, {"bench"}, Echo, RpcServer::Dispatch::kInline);
   if (absl::Status s = server.Start(); !s.ok()) {
     std::fprintf(stderr, "cannot start rpc server: %s\n", s.ToString().c_str());
     return 0;

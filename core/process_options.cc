@@ -100,6 +100,21 @@ absl::Status BoolOption(int argc, char** argv, std::string_view flag, const char
   return absl::OkStatus();
 }
 
+// Parses the integer setting `flag` (or `env`) into `out` when present; a malformed value or
+// one outside [min, max] is recorded in `error` (the first one only).
+absl::Status IntOption(int argc, char** argv, std::string_view flag, const char* env, int64_t min, int64_t max,
+                       int64_t* out) {
+  Setting s = FlagOrEnv(argc, argv, flag, env);
+  if (s.value == nullptr) return absl::OkStatus();
+  int64_t value;
+  if (!absl::SimpleAtoi(s.value, &value) || value < min || value > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(s.source, "='", s.value, "' is not an integer in [", min, ", ", max, "]"));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool IsLogLevelName(const std::string& name) {
@@ -147,6 +162,13 @@ absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
                                  &o.ps_max_response_bytes));
   RETURN_IF_ERROR(BoolOption(argc, argv, "allow_nonfinite_gradients", "ASYNCPS_ALLOW_NONFINITE_GRADIENTS",
                              &o.allow_nonfinite_gradients));
+  RETURN_IF_ERROR(IntOption(argc, argv, "rpc_max_connections", "ASYNCPS_RPC_MAX_CONNECTIONS", 1, 1 << 20, &o.rpc_max_connections));
+  RETURN_IF_ERROR(IntOption(argc, argv, "rpc_handshake_timeout_ms", "ASYNCPS_RPC_HANDSHAKE_TIMEOUT_MS", 1, 3600000, &o.rpc_handshake_timeout_ms));
+  RETURN_IF_ERROR(IntOption(argc, argv, "rpc_handshake_max_bytes", "ASYNCPS_RPC_HANDSHAKE_MAX_BYTES", 256, 1 << 20, &o.rpc_handshake_max_bytes));
+  RETURN_IF_ERROR(IntOption(argc, argv, "rpc_idle_timeout_s", "ASYNCPS_RPC_IDLE_TIMEOUT_S", 0, 365LL * 86400, &o.rpc_idle_timeout_s));
+  RETURN_IF_ERROR(IntOption(argc, argv, "rpc_max_frame_bytes", "ASYNCPS_RPC_MAX_FRAME_BYTES", 0, int64_t{1} << 40, &o.rpc_max_frame_bytes));
+  RETURN_IF_ERROR(IntOption(argc, argv, "metrics_threads", "ASYNCPS_METRICS_THREADS", 1, 1024, &o.metrics_threads));
+  RETURN_IF_ERROR(IntOption(argc, argv, "metrics_request_timeout_ms", "ASYNCPS_METRICS_REQUEST_TIMEOUT_MS", 1, 3600000, &o.metrics_request_timeout_ms));
   return o;
 }
 

@@ -28,6 +28,16 @@ inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 
 //                                  NaN or Inf instead of refusing them (false)
 // Byte sizes are a positive integer with an optional binary suffix: K, M, G, T, KiB, MiB,
 // GiB or TiB ("8GiB", "512M"). Booleans: the bare flag, or 1/0/true/false.
+// Limits of every RPC server (ps, worker), each refusal logged and counted in
+// asyncps_rpc_server_rejected_total{reason}:
+//   --rpc_max_connections=N        ASYNCPS_RPC_MAX_CONNECTIONS        open connections (1024)
+//   --rpc_handshake_timeout_ms=N   ASYNCPS_RPC_HANDSHAKE_TIMEOUT_MS   to finish the handshake (5000)
+//   --rpc_handshake_max_bytes=N    ASYNCPS_RPC_HANDSHAKE_MAX_BYTES    a frame before it (4096)
+//   --rpc_idle_timeout_s=N         ASYNCPS_RPC_IDLE_TIMEOUT_S         idle connection, 0 = never (600)
+//   --rpc_max_frame_bytes=N        ASYNCPS_RPC_MAX_FRAME_BYTES        payloads of one frame (2 GiB)
+// and of the /metrics endpoint (civetweb):
+//   --metrics_threads=N            ASYNCPS_METRICS_THREADS            HTTP worker threads (16)
+//   --metrics_request_timeout_ms=N ASYNCPS_METRICS_REQUEST_TIMEOUT_MS a connection's read/write (500)
 // Unknown arguments are ignored (they belong to the program).
 struct ProcessOptions {
   std::string cluster_token;
@@ -36,6 +46,14 @@ struct ProcessOptions {
   uint64_t ps_max_variable_bytes = kDefaultPsMaxVariableBytes;
   uint64_t ps_max_response_bytes = kDefaultPsMaxResponseBytes;
   bool allow_nonfinite_gradients = false;
+
+  int64_t rpc_max_connections = 1024;
+  int64_t rpc_handshake_timeout_ms = 5000;
+  int64_t rpc_handshake_max_bytes = 4096;
+  int64_t rpc_idle_timeout_s = 600;
+  int64_t rpc_max_frame_bytes = int64_t{2} << 30;
+  int64_t metrics_threads = 16;
+  int64_t metrics_request_timeout_ms = 500;
 
   // The settings from `argv` and the environment. InvalidArgument naming the flag (or the
   // variable) when a value is malformed, e.g. "--metrics_port=http" or a port out of range.

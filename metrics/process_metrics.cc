@@ -20,7 +20,7 @@
 namespace asyncps::metrics {
 
 absl::StatusOr<std::unique_ptr<ProcessMetrics>> ProcessMetrics::Create(
-    const std::string& role, int task_index, const std::string& listen_address) {
+    const std::string& role, int task_index, const std::string& listen_address, const HttpOptions& http) {
   std::unique_ptr<ProcessMetrics> m(new ProcessMetrics());
   m->role_ = role;
   m->task_ = std::to_string(task_index);
@@ -33,7 +33,9 @@ absl::StatusOr<std::unique_ptr<ProcessMetrics>> ProcessMetrics::Create(
       .Set(1);
   if (!listen_address.empty()) {
     try {
-      m->exposer_ = std::make_unique<prometheus::Exposer>(listen_address);
+      m->exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+          "listening_ports", listen_address, "num_threads", std::to_string(http.threads),
+          "request_timeout_ms", std::to_string(http.request_timeout_ms)});
     } catch (const std::exception& e) {
       return absl::UnavailableError(
           absl::StrCat("cannot serve /metrics on ", listen_address, ": ", e.what()));

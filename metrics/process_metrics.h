@@ -20,12 +20,26 @@ namespace asyncps::metrics {
 // Thread-safe: families and their children may be created and updated from any thread.
 class ProcessMetrics {
  public:
+  // The HTTP server's resources. An idle connection holds a worker thread until
+  // request_timeout_ms passes, so these bound how long idle or slow connections can keep
+  // /metrics from answering (civetweb's num_threads and request_timeout_ms).
+  struct HttpOptions {
+    int threads = 16;
+    int request_timeout_ms = 500;
+  };
+
   // `listen_address` like "127.0.0.1:9100" or "127.0.0.1:0" (pick a free port); empty = no
   // HTTP endpoint (metrics are still recorded). Registers asyncps_build_info.
   // Errors: Unavailable when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<ProcessMetrics>> Create(const std::string& role,
                                                                 int task_index,
-                                                                const std::string& listen_address);
+                                                                const std::string& listen_address,
+                                                                const HttpOptions& http);
+  static absl::StatusOr<std::unique_ptr<ProcessMetrics>> Create(const std::string& role,
+                                                                int task_index,
+                                                                const std::string& listen_address) {
+    return Create(role, task_index, listen_address, HttpOptions());
+  }
   ~ProcessMetrics();
 
   // The port /metrics is served on; 0 when there is no endpoint.

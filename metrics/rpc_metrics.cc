@@ -46,8 +46,9 @@ RpcMetrics::RpcMetrics(ProcessMetrics& metrics) : metrics_(metrics) {
                          .Labels(labels)
                          .Register(registry);
   rejected_ = &prometheus::BuildCounter()
-                   .Name("asyncps_net_rejected_connections_total")
-                   .Help("Connections closed for bad input or a bad handshake")
+                   .Name("asyncps_rpc_server_rejected_total")
+                   .Help("Connections closed and requests refused for bad input, a failed "
+                         "handshake, a wrong role or a server limit, by reason")
                    .Labels(labels)
                    .Register(registry);
   bytes_received_ = &prometheus::BuildCounter()
@@ -95,8 +96,12 @@ void RpcMetrics::RecordClientCall(absl::string_view method, int code, double sec
 void RpcMetrics::AddBytesReceived(uint64_t bytes) { bytes_received_->Increment(static_cast<double>(bytes)); }
 void RpcMetrics::AddBytesSent(uint64_t bytes) { bytes_sent_->Increment(static_cast<double>(bytes)); }
 
-void RpcMetrics::RecordRejectedConnection(absl::string_view reason) {
+void RpcMetrics::RecordRejected(absl::string_view reason) {
   rejected_->Add({{"reason", std::string(reason)}}).Increment();
+}
+
+double RpcMetrics::RejectedCount(absl::string_view reason) {
+  return rejected_->Add({{"reason", std::string(reason)}}).Value();
 }
 
 }  // namespace asyncps::metrics

@@ -23,7 +23,8 @@ namespace asyncps::metrics {
 //   asyncps_rpc_server_requests_total{method,code}, asyncps_rpc_server_seconds{method},
 //   asyncps_rpc_client_requests_total{method,code}, asyncps_rpc_client_seconds{method},
 //   asyncps_net_received_bytes_total, asyncps_net_sent_bytes_total,
-//   asyncps_net_rejected_connections_total{reason}.
+//   asyncps_rpc_server_rejected_total{reason} (connections closed and requests refused by a
+//   server's limits, handshake or role checks; reasons are a fixed set of words).
 // Children are cached per method so the hot path is one hash lookup under a mutex.
 //
 // Thread-safe. `metrics` must outlive this object.
@@ -36,7 +37,10 @@ class RpcMetrics {
   void RecordClientCall(absl::string_view method, int code, double seconds);
   void AddBytesReceived(uint64_t bytes);
   void AddBytesSent(uint64_t bytes);
-  void RecordRejectedConnection(absl::string_view reason);
+  // `reason` must come from a fixed set (never from the peer's bytes).
+  void RecordRejected(absl::string_view reason);
+  // The current count for `reason` (tests, logs).
+  double RejectedCount(absl::string_view reason);
 
  private:
   struct MethodChildren;

@@ -254,7 +254,15 @@ void Connection::DeliverFrame() {
   stage_ = Stage::kFrameStart;
   InMessage message = decoder_.Finish();
   delivering_ = true;
-  on_frame_(std::move(message));
+  // Frame handlers are decode-error boundaries themselves; this is the backstop that keeps
+  // one connection's failure from unwinding through the event loop.
+  try {
+    on_frame_(std::move(message));
+  } catch (...) {
+    delivering_ = false;
+    Close(absl::InternalError("frame handler failed"));
+    return;
+  }
   delivering_ = false;
   if (closed_) on_frame_ = nullptr;
 }

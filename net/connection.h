@@ -56,6 +56,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection(tcp::socket socket, const FrameLimits& limits, metrics::RpcMetrics* metrics);
 
   void Start(FrameHandler on_frame, CloseHandler on_close);
+  // Limits for the frames after the current one (call from the frame handler, or before
+  // Start). Their max_segments must not exceed the constructor's.
+  void SetLimits(const FrameLimits& limits) { decoder_.set_limits(limits); }
   // Thread-safe. Frames sent after the connection closed are dropped (the close handler has
   // reported, or will report, why).
   void Send(OutMessage message) ABSL_LOCKS_EXCLUDED(send_mu_);

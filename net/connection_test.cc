@@ -24,12 +24,14 @@
 #include "net/frame_codec.h"
 #include "net/ps.capnp.h"
 #include "net/rpc_client.h"
+#include "net/raw_client_testing.h"
 #include "net/rpc_server.h"
 
 namespace asyncps::net {
 namespace {
 
 constexpr char kToken[] = "t0ken";
+const PeerRoles kCallers = {"worker"};
 
 // Returns every tensor of the request (a ReadResponse body) in a ReadResponse.
 absl::Status Echo(const RequestContext&, const InMessage& req, OutMessage* resp) {
@@ -77,15 +79,6 @@ std::string RequestFrame(uint64_t id, const std::string& method, const std::vect
   return EncodeFrameToString(m);
 }
 
-std::string HelloFrame() {
-  OutMessage m;
-  auto hello = m.envelope().initHello();
-  hello.setProtocolVersion(kProtocolVersion);
-  hello.setRole("test");
-  hello.setToken(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(kToken), sizeof(kToken) - 1));
-  return EncodeFrameToString(m);
-}
-
 // True when `response` carries exactly `expected`, in order.
 bool EchoMatches(const InMessage& response, const std::vector<Tensor>& expected) {
   bool ok = false;
@@ -106,69 +99,7 @@ bool EchoMatches(const InMessage& response, const std::vector<Tensor>& expected)
   return decode.ok() && ok;
 }
 
-// Speaks frames over a plain socket, writing them in whatever pieces a test asks for.
-class RawClient {
- public:
-  explicit RawClient(int port) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    int one = 1;
-    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  }
-  ~RawClient() { close(fd_); }
-  bool connected() const { return connected_; }
-
-  // Writes `bytes` in consecutive pieces of the given sizes (cycled), each its own send.
-  bool WriteInPieces(const std::string& bytes, const std::vector<size_t>& pieces) {
-    size_t offset = 0;
-    for (size_t i = 0; offset < bytes.size(); ++i) {
-      const size_t n = std::min(pieces[i % pieces.size()], bytes.size() - offset);
-      if (!WriteAll(bytes.data() + offset, n)) return false;
-      offset += n;
-    }
-    return true;
-  }
-  bool Write(const std::string& bytes) { return WriteAll(bytes.data(), bytes.size()); }
-
-  // The next whole frame from the server; an error if none arrives within 20 s.
-  absl::StatusOr<InMessage> ReadFrame() {
-    for (;;) {
-      size_t consumed = 0;
-      absl::StatusOr<InMessage> frame = FrameDecoder::DecodeAll(
-          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(pending_.data()), pending_.size()),
-          FrameLimits(), &consumed);
-      if (frame.ok()) {
-        pending_.erase(0, consumed);
-        return frame;
-      }
-      if (frame.status().message() != "truncated frame") return frame.status();
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, 20000) != 1) return absl::DeadlineExceededError("no frame from the server");
-      char buf[65536];
-      const ssize_t n = read(fd_, buf, sizeof(buf));
-      if (n <= 0) return absl::UnavailableError("server closed the connection");
-      pending_.append(buf, static_cast<size_t>(n));
-    }
-  }
-
- private:
-  bool WriteAll(const char* data, size_t size) {
-    while (size > 0) {
-      const ssize_t n = send(fd_, data, size, MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      data += n;
-      size -= static_cast<size_t>(n);
-    }
-    return true;
-  }
-
-  int fd_;
-  bool connected_ = false;
-  std::string pending_;
-};
+using testing::RawClient;
 
 class ConnectionTest : public ::testing::Test {
  protected:
@@ -178,9 +109,9 @@ class ConnectionTest : public ::testing::Test {
     options.token = kToken;
     options.handler_threads = 3;
     server_ = std::make_unique<RpcServer>(loop_, options);
-    server_->Register("t.Echo", Echo, RpcServer::Dispatch::kInline);
-    server_->Register("t.PoolEcho", Echo, RpcServer::Dispatch::kPool);
-    server_->Register("t.EchoNames", EchoNames, RpcServer::Dispatch::kInline);
+    server_->Register<wire::ReadResponse>("t.Echo", kCallers, Echo, RpcServer::Dispatch::kInline);
+    server_->Register<wire::ReadResponse>("t.PoolEcho", kCallers, Echo, RpcServer::Dispatch::kPool);
+    server_->Register<wire::ReadRequest>("t.EchoNames", kCallers, EchoNames, RpcServer::Dispatch::kInline);
     ASSERT_TRUE(server_->Start().ok());
   }
 
@@ -198,24 +129,24 @@ class ConnectionTest : public ::testing::Test {
     return *clients_.back();
   }
 
-  // Sends `stream` (a hello and then `requests`) in `pieces` and checks every answer.
+  // Handshakes, then sends `requests` in `pieces` and checks every answer.
   void ExpectEchoes(const std::string& label, const std::vector<std::vector<Tensor>>& requests,
                     const std::vector<size_t>& pieces) {
-    std::string stream = HelloFrame();
+    std::string stream;
     for (size_t i = 0; i < requests.size(); ++i) {
       stream += RequestFrame(i + 1, i % 2 == 0 ? "t.Echo" : "t.PoolEcho", requests[i]);
     }
     RawClient raw(server_->port());
     ASSERT_TRUE(raw.connected()) << label;
+    absl::StatusOr<InMessage> ack = raw.Handshake(kToken, "worker");
+    ASSERT_TRUE(ack.ok()) << label << ": " << ack.status();
+    EXPECT_TRUE(ack->envelope().getHelloAck().getOk()) << label;
     std::thread writer([&] { EXPECT_TRUE(raw.WriteInPieces(stream, pieces)) << label; });
     // Joined on every exit (a failed ASSERT returns early); the raw client closes after it.
     struct Joiner {
       std::thread& t;
       ~Joiner() { t.join(); }
     } joiner{writer};
-    absl::StatusOr<InMessage> ack = raw.ReadFrame();
-    ASSERT_TRUE(ack.ok()) << label << ": " << ack.status();
-    EXPECT_TRUE(ack->envelope().getHelloAck().getOk()) << label;
     std::vector<bool> answered(requests.size(), false);
     for (size_t n = 0; n < requests.size(); ++n) {
       absl::StatusOr<InMessage> response = raw.ReadFrame();
@@ -398,8 +329,8 @@ TEST_F(ConnectionTest, PeerClosingMidPayloadClosesOnlyThatConnection) {
     RawClient raw(server_->port());
     ASSERT_TRUE(raw.connected());
     const std::string frame = RequestFrame(1, "t.Echo", {Pattern(1 << 20, 1)});
-    ASSERT_TRUE(raw.Write(HelloFrame() + frame.substr(0, frame.size() / 2)));
-    ASSERT_TRUE(raw.ReadFrame().ok());  // the hello ack
+    ASSERT_TRUE(raw.Handshake(kToken, "worker").ok());
+    ASSERT_TRUE(raw.Write(frame.substr(0, frame.size() / 2)));
   }  // closes with half a payload sent
   Tensor t = Pattern(20, 2);
   absl::StatusOr<InMessage> r = good.Call("t.Echo", EchoRequest({t}), absl::Seconds(30));
@@ -415,15 +346,15 @@ TEST_F(ConnectionTest, OversizedPayloadIsRejectedBeforeReadingIt) {
   options.token = kToken;
   options.limits.max_payload_bytes = 1 << 20;
   server_ = std::make_unique<RpcServer>(loop_, options);
-  server_->Register("t.Echo", Echo, RpcServer::Dispatch::kInline);
+  server_->Register<wire::ReadResponse>("t.Echo", kCallers, Echo, RpcServer::Dispatch::kInline);
   ASSERT_TRUE(server_->Start().ok());
   RawClient raw(server_->port());
   ASSERT_TRUE(raw.connected());
   const std::string frame = RequestFrame(1, "t.Echo", {Pattern((1 << 20) + 1, 1)});
   // Only the header: the payload bytes never come.
   const size_t header_bytes = frame.size() - (((1 << 20) + 1 + 7) / 8 * 8);
-  ASSERT_TRUE(raw.Write(HelloFrame() + frame.substr(0, header_bytes)));
-  ASSERT_TRUE(raw.ReadFrame().ok());  // the hello ack
+  ASSERT_TRUE(raw.Handshake(kToken, "worker").ok());
+  ASSERT_TRUE(raw.Write(frame.substr(0, header_bytes)));
   absl::StatusOr<InMessage> next = raw.ReadFrame();
   EXPECT_EQ(next.status().code(), absl::StatusCode::kUnavailable) << next.status();
 }

@@ -15,17 +15,29 @@ struct Envelope {
     helloAck @3 :HelloAck;
     request @4 :Request;
     response @5 :Response;
+    challenge @6 :Challenge;
   }
 }
 
-# First frame a client sends. The server answers with HelloAck and, on a bad token,
-# closes the connection.
+# The handshake never sends the cluster token. The server speaks first with a fresh random
+# nonce; the client answers with Hello, whose proof is HMAC-SHA256(token, what the client
+# claims || the server's nonce) and which carries a nonce of its own; the server answers with
+# HelloAck, whose proof is HMAC-SHA256(token, its identity || the client's nonce), or with a
+# refusal and then closes the connection. Each proof is bound to its direction and to the
+# identity it vouches for (see net/handshake.h), so an answer seen on one connection is
+# worthless on another.
+struct Challenge {
+  protocolVersion @0 :UInt32;
+  nonce @1 :Data;
+}
+
 struct Hello {
   protocolVersion @0 :UInt32;
   role @1 :Text;
   taskIndex @2 :Int32;
   incarnation @3 :UInt64;
-  token @4 :Data;
+  proof @4 :Data;
+  nonce @5 :Data;
 }
 
 struct HelloAck {
@@ -34,6 +46,7 @@ struct HelloAck {
   role @2 :Text;
   taskIndex @3 :Int32;
   incarnation @4 :UInt64;
+  proof @5 :Data;
 }
 
 struct Request {

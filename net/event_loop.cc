@@ -2,6 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <kj/exception.h>
+
+#include <exception>
+
 #include "net/asio.h"
 
 namespace asyncps::net {
@@ -16,7 +20,25 @@ EventLoop::EventLoop()
   // spdlog builds its registry (a function-local static inside libspdlog) on first use. Build
   // it here, before this loop's thread exists, so threads that log first never race on it.
   spdlog::default_logger_raw();
-  thread_ = std::thread([this] { context_->run(); });
+  thread_ = std::thread([this] { Run(); });
+}
+
+void EventLoop::Run() {
+  // Nothing may end the I/O thread: every decoder and handler has its own error boundary,
+  // and this is the last one. After a handler threw, run() can simply be called again.
+  for (;;) {
+    try {
+      context_->run();
+      return;  // stopped
+    } catch (const kj::Exception& e) {
+      spdlog::error("I/O loop: uncaught Cap'n Proto exception (handler dropped): {}",
+                    e.getDescription().cStr());
+    } catch (const std::exception& e) {
+      spdlog::error("I/O loop: uncaught exception (handler dropped): {}", e.what());
+    } catch (...) {
+      spdlog::error("I/O loop: uncaught exception of unknown type (handler dropped)");
+    }
+  }
 }
 
 EventLoop::~EventLoop() {

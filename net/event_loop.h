@@ -13,7 +13,8 @@ namespace asyncps::net {
 
 // One I/O thread running an Asio io_context. Every socket, timer and piece of connection
 // state of the servers and clients built on it is touched only from this thread, so they
-// need no locks. Created in main and passed by reference (no hidden global loop).
+// need no locks. Created in main and passed by reference (no hidden global loop). An
+// exception escaping a handler is logged and the loop keeps running.
 //
 // Thread-safe: Post may be called from any thread. The destructor stops the loop and joins
 // its thread; servers and clients using it must be destroyed first.
@@ -33,6 +34,8 @@ class EventLoop {
   boost::asio::io_context& context() { return *context_; }
 
  private:
+  void Run();
+
   std::unique_ptr<boost::asio::io_context> context_;
   struct WorkGuard;
   std::unique_ptr<WorkGuard> guard_;

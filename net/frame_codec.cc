@@ -50,7 +50,9 @@ absl::Status FrameDecoder::ParseHeader(kj::Array<capnp::word> words) {
   total_padded_ = 0;
   message_.words_ = std::move(words);
   capnp::ReaderOptions options;
-  options.traversalLimitInWords = message_.words_.size() * 2 + 64;
+  // Linear in the frame: the parse-time walk, the complete check of the envelope and body
+  // (net/wire_check.h) and the handler's own reads each traverse it about once.
+  options.traversalLimitInWords = message_.words_.size() * 8 + 64;
   options.nestingLimit = 16;
   std::vector<uint64_t> sizes;
   absl::Status status = CatchDecodeErrors([&]() -> absl::Status {

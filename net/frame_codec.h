@@ -25,6 +25,10 @@ class FrameDecoder {
  public:
   explicit FrameDecoder(const FrameLimits& limits) : limits_(limits) {}
 
+  // Limits for the frames that follow (e.g. larger ones once a handshake completed).
+  void set_limits(const FrameLimits& limits) { limits_ = limits; }
+  const FrameLimits& limits() const { return limits_; }
+
   // Step 1: given the frame's first 4 bytes, the number of bytes of the whole segment table
   // (including those 4). InvalidArgument when the segment count exceeds the limit.
   absl::StatusOr<size_t> SegmentTableBytes(const uint8_t first4[4]) const;

@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "net/ps.capnp.h"
+#include "net/wire_check.h"
 
 namespace asyncps::net {
 namespace {
@@ -98,22 +99,50 @@ TEST(FrameCodecTest, EveryTruncationIsAnError) {
 }
 
 TEST(FrameCodecTest, GarbageIsAnErrorNotACrash) {
-  std::string garbage(256, '\0');
+  // Random bytes, and valid frames with random bytes flipped: each either fails to decode
+  // with a status, or decodes into a message whose complete check (what servers run before
+  // reading a field) returns a status without throwing.
+  OutMessage out = MakeReadResponse({Tensor::FromVector<float>({2}, {1, 2}), Tensor::Scalar<int64_t>(3)});
+  out.envelope().getResponse().setMessage("some text");
+  const std::string valid = EncodeFrameToString(out);
   uint32_t state = 12345;
-  for (int trial = 0; trial < 2000; ++trial) {
-    for (char& c : garbage) {
-      state = state * 1103515245 + 12345;
-      c = static_cast<char>(state >> 16);
+  auto next = [&state] {
+    state = state * 1103515245 + 12345;
+    return state >> 16;
+  };
+  int rejected = 0, decoded = 0, decoded_but_malformed = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    std::string bytes;
+    if (trial % 2 == 0) {
+      bytes.assign(256, '\0');
+      for (char& c : bytes) c = static_cast<char>(next());
+      // Small segment count so the garbage gets past the first check sometimes.
+      bytes[0] = static_cast<char>(trial % 3);
+      bytes[1] = bytes[2] = bytes[3] = 0;
+    } else {
+      bytes = valid;
+      for (int flips = 1 + static_cast<int>(next() % 4); flips > 0; --flips) {
+        bytes[next() % bytes.size()] = static_cast<char>(next());
+      }
     }
-    // Small segment count so the garbage gets past the first check sometimes.
-    garbage[0] = static_cast<char>(trial % 3);
-    garbage[1] = garbage[2] = garbage[3] = 0;
-    auto in = FrameDecoder::DecodeAll(Bytes(garbage), FrameLimits(), nullptr);
-    if (in.ok()) {
-      // Whatever decoded must be safely readable.
-      (void)in->envelope().getRequestId();
+    absl::StatusOr<InMessage> in = FrameDecoder::DecodeAll(Bytes(bytes), FrameLimits(), nullptr);
+    if (!in.ok()) {
+      EXPECT_EQ(in.status().code(), absl::StatusCode::kInvalidArgument) << in.status();
+      ++rejected;
+      continue;
+    }
+    ++decoded;
+    absl::Status check;
+    EXPECT_NO_THROW(check = CheckEnvelope(*in));
+    if (!check.ok()) {
+      EXPECT_EQ(check.code(), absl::StatusCode::kInvalidArgument);
+      ++decoded_but_malformed;
     }
   }
+  // Both outcomes, and the malformed-after-decoding case the complete check exists for, occur.
+  EXPECT_GT(rejected, 100);
+  EXPECT_GT(decoded, 100);
+  EXPECT_GT(decoded_but_malformed, 0);
 }
 
 TEST(FrameCodecTest, OversizedHeaderRejectedBeforeAllocation) {

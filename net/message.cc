@@ -2,6 +2,8 @@
 
 #include <kj/exception.h>
 
+#include <exception>
+
 #include "absl/strings/str_cat.h"
 
 namespace asyncps::net {
@@ -15,6 +17,15 @@ namespace {
 constexpr unsigned kFirstSegmentWords = 120;
 
 }  // namespace
+
+FrameLimits HandshakeFrameLimits(uint64_t max_bytes) {
+  FrameLimits limits;
+  limits.max_header_bytes = max_bytes;
+  limits.max_payload_bytes = 0;
+  limits.max_payloads = 0;
+  limits.max_segments = 4;
+  return limits;
+}
 
 OutMessage::OutMessage() : builder_(std::make_unique<capnp::MallocMessageBuilder>(kFirstSegmentWords)) {
   builder_->initRoot<wire::Envelope>();
@@ -58,6 +69,8 @@ absl::Status CatchDecodeErrors(const std::function<absl::Status()>& decode) {
   } catch (const kj::Exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed message: ", e.getDescription().cStr()));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed message: ", e.what()));
   }
 }
 

@@ -24,6 +24,9 @@ struct FrameLimits {
   uint32_t max_segments = 64;  // connections cap this at ~4000 (their read buffer)
 };
 
+// Limits for frames before a handshake completes: one small envelope, no payloads.
+FrameLimits HandshakeFrameLimits(uint64_t max_bytes = 4096);
+
 // A frame being built for sending: a Cap'n Proto envelope plus tensor payloads that are sent
 // straight from the tensors' own memory (gather write, no copy). The tensors are kept alive
 // by this object until the frame is written.
@@ -72,6 +75,9 @@ class InMessage {
   InMessage& operator=(InMessage&&) noexcept = default;
 
   wire::Envelope::Reader envelope() const { return reader_->getRoot<wire::Envelope>(); }
+  // The untyped root (for net/wire_check.h). Only valid when has_reader().
+  capnp::AnyPointer::Reader root() const { return reader_->getRoot<capnp::AnyPointer>(); }
+  bool has_reader() const { return reader_ != nullptr; }
 
   template <typename T>
   typename T::Reader RequestBody() const {
@@ -100,9 +106,10 @@ class InMessage {
   std::vector<Payload> payloads_;
 };
 
-// Runs `decode`, turning a kj::Exception (malformed Cap'n Proto data from a peer) into
-// InvalidArgument. Every read of a received body goes through this or runs inside a server
-// handler (which does the same), so no kj::Exception leaves the network edge.
+// Runs `decode`, turning a kj::Exception (malformed Cap'n Proto data from a peer) or a
+// std::exception into InvalidArgument. Every read of received data goes through this, runs
+// inside a server handler (which does the same), or follows a complete check
+// (net/wire_check.h), so no exception leaves the network edge.
 absl::Status CatchDecodeErrors(const std::function<absl::Status()>& decode);
 
 // Cap'n Proto builder helpers for repeated tensor-shaped fields.

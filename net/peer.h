@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <string>
 
-#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace asyncps::net {
@@ -23,11 +22,9 @@ struct RequestContext {
   absl::Time deadline = absl::InfiniteFuture();
 };
 
-// Compares two secrets in time that depends only on their lengths.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
-
-// Wire protocol version carried in the handshake; bumped on incompatible changes.
-inline constexpr uint32_t kProtocolVersion = 1;
+// Wire protocol version carried in the handshake; bumped on incompatible changes (2: the
+// token-free challenge-response handshake).
+inline constexpr uint32_t kProtocolVersion = 2;
 
 }  // namespace asyncps::net
 

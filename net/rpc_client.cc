@@ -12,6 +12,8 @@
 #include "core/incarnation.h"
 #include "net/asio.h"
 #include "net/connection.h"
+#include "net/handshake.h"
+#include "net/wire_check.h"
 
 namespace asyncps::net {
 namespace {
@@ -48,7 +50,8 @@ absl::Status StatusFromResponse(const InMessage& message) {
 // thread (no hop to the loop); their completions still run on the loop thread.
 // Shared with async operations so it outlives them.
 struct RpcClient::Impl : std::enable_shared_from_this<RpcClient::Impl> {
-  enum class State { kIdle, kConnecting, kHandshaking, kReady };
+  // kHandshaking: connected, waiting for the server's challenge; kAwaitingAck: Hello sent.
+  enum class State { kIdle, kConnecting, kHandshaking, kAwaitingAck, kReady };
 
   struct Pending {
     std::string method;
@@ -78,6 +81,10 @@ struct RpcClient::Impl : std::enable_shared_from_this<RpcClient::Impl> {
   void Connect();
   void ConnectFailed(const absl::Status& status);
   void OnFrame(InMessage frame);
+  // Handshake steps; return a refusal, or "" to go on.
+  std::string AnswerChallenge(const InMessage& frame);
+  std::string CheckAck(const InMessage& frame, PeerInfo* info);
+  void HandshakeFailed(const std::string& refusal);
   void OnClosed(const absl::Status& reason);
   // Fails the waiting calls that do not wait for ready (all of them when `all`).
   void FailWaiting(const absl::Status& status, bool all = false);
@@ -95,6 +102,7 @@ struct RpcClient::Impl : std::enable_shared_from_this<RpcClient::Impl> {
   absl::Time next_attempt = absl::InfinitePast();
   absl::Duration backoff;
   std::deque<uint64_t> waiting;  // ids (in `pending`) not yet sent; stale ids are skipped
+  std::string client_nonce;      // this connection's challenge to the server
 
   mutable Mutex mu;
   bool shut_down ABSL_GUARDED_BY(mu) = false;
@@ -314,6 +322,8 @@ void RpcClient::Impl::Connect() {
                                                         self->options.metrics);
         std::weak_ptr<Impl> weak = self;
         auto conn = self->connection;
+        // Until the server proved it holds the token, it may send only small frames.
+        conn->SetLimits(HandshakeFrameLimits());
         conn->Start(
             [weak](InMessage frame) {
               if (auto s = weak.lock()) s->OnFrame(std::move(frame));
@@ -322,15 +332,6 @@ void RpcClient::Impl::Connect() {
               auto s = weak.lock();
               if (s != nullptr && s->connection == conn) s->OnClosed(reason);
             });
-        OutMessage hello_message;
-        auto hello = hello_message.envelope().initHello();
-        hello.setProtocolVersion(kProtocolVersion);
-        hello.setRole(self->options.role);
-        hello.setTaskIndex(self->options.task_index);
-        hello.setIncarnation(ProcessIncarnation());
-        hello.setToken(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(self->options.token.data()),
-                                    self->options.token.size()));
-        conn->Send(std::move(hello_message));
       });
 }
 
@@ -342,37 +343,81 @@ void RpcClient::Impl::ConnectFailed(const absl::Status& status) {
   if (!waiting.empty()) EnsureConnecting();  // arms the retry timer for wait-for-ready calls
 }
 
+std::string RpcClient::Impl::AnswerChallenge(const InMessage& frame) {
+  auto envelope = frame.envelope();
+  if (envelope.which() != wire::Envelope::CHALLENGE) return "server did not send a handshake challenge";
+  auto challenge = envelope.getChallenge();
+  if (challenge.getProtocolVersion() != kProtocolVersion) {
+    return absl::StrCat("server speaks protocol version ", challenge.getProtocolVersion(), " (this client ",
+                        kProtocolVersion, ")");
+  }
+  auto nonce = challenge.getNonce();
+  if (nonce.size() != kNonceBytes) return "server sent a malformed challenge";
+  client_nonce = MakeNonce();
+  OutMessage hello_message;
+  auto hello = hello_message.envelope().initHello();
+  hello.setProtocolVersion(kProtocolVersion);
+  hello.setRole(options.role);
+  hello.setTaskIndex(options.task_index);
+  hello.setIncarnation(ProcessIncarnation());
+  const std::string proof =
+      ComputeProof(options.token, ProofDirection::kClientHello,
+                   absl::string_view(reinterpret_cast<const char*>(nonce.begin()), nonce.size()),
+                   {options.role, options.task_index, ProcessIncarnation()});
+  hello.setProof(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(proof.data()), proof.size()));
+  hello.setNonce(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(client_nonce.data()),
+                                     client_nonce.size()));
+  connection->Send(std::move(hello_message));
+  return "";
+}
+
+std::string RpcClient::Impl::CheckAck(const InMessage& frame, PeerInfo* info) {
+  auto envelope = frame.envelope();
+  if (envelope.which() != wire::Envelope::HELLO_ACK) return "server did not answer the handshake";
+  auto ack = envelope.getHelloAck();
+  if (!ack.getOk()) return ack.getError().cStr();
+  info->role = ack.getRole().cStr();
+  info->task_index = ack.getTaskIndex();
+  info->incarnation = ack.getIncarnation();
+  info->address = options.address;
+  auto proof = ack.getProof();
+  if (!VerifyProof(options.token, ProofDirection::kServerAck, client_nonce,
+                   {info->role, info->task_index, info->incarnation},
+                   absl::string_view(reinterpret_cast<const char*>(proof.begin()), proof.size()))) {
+    return "server could not prove it holds the cluster token";
+  }
+  return "";
+}
+
+void RpcClient::Impl::HandshakeFailed(const std::string& refusal) {
+  spdlog::error("handshake with {} refused: {}", options.address, refusal);
+  auto conn = std::move(connection);
+  state = State::kIdle;
+  conn->Close(absl::PermissionDeniedError(refusal));
+  next_attempt = absl::Now() + backoff;
+  backoff = std::min(backoff * 2, options.max_backoff);
+  FailWaiting(absl::PermissionDeniedError(absl::StrCat("handshake with ", options.address, " refused: ", refusal)),
+              /*all=*/true);
+}
+
 void RpcClient::Impl::OnFrame(InMessage frame) {
+  if (absl::Status s = CheckEnvelope(frame); !s.ok()) {
+    // Everything read below is in the envelope, so it cannot throw after this check.
+    spdlog::error("closing connection to {}: {}", options.address, s.ToString());
+    if (state == State::kReady) return connection->Close(s);
+    return HandshakeFailed(std::string(s.message()));
+  }
   if (state == State::kHandshaking) {
-    std::string refusal;
+    std::string refusal = AnswerChallenge(frame);
+    if (!refusal.empty()) return HandshakeFailed(refusal);
+    state = State::kAwaitingAck;
+    return;
+  }
+  if (state == State::kAwaitingAck) {
     PeerInfo info;
-    absl::Status decode = CatchDecodeErrors([&] {
-      auto envelope = frame.envelope();
-      if (envelope.which() != wire::Envelope::HELLO_ACK) {
-        refusal = "server did not answer the handshake";
-        return absl::OkStatus();
-      }
-      auto ack = envelope.getHelloAck();
-      if (!ack.getOk()) refusal = ack.getError().cStr();
-      info.role = ack.getRole().cStr();
-      info.task_index = ack.getTaskIndex();
-      info.incarnation = ack.getIncarnation();
-      info.address = options.address;
-      return absl::OkStatus();
-    });
-    if (!decode.ok()) refusal = std::string(decode.message());
-    if (!refusal.empty()) {
-      spdlog::error("handshake with {} refused: {}", options.address, refusal);
-      auto conn = std::move(connection);
-      state = State::kIdle;
-      conn->Close(absl::PermissionDeniedError(refusal));
-      next_attempt = absl::Now() + backoff;
-      backoff = std::min(backoff * 2, options.max_backoff);
-      FailWaiting(absl::PermissionDeniedError(
-                      absl::StrCat("handshake with ", options.address, " refused: ", refusal)),
-                  /*all=*/true);
-      return;
-    }
+    std::string refusal = CheckAck(frame, &info);
+    if (!refusal.empty()) return HandshakeFailed(refusal);
+    connection->SetLimits(options.limits);
     state = State::kReady;
     backoff = options.initial_backoff;
     struct Unsent {

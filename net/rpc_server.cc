@@ -2,92 +2,78 @@
 
 #include <spdlog/spdlog.h>
 
-#include <kj/exception.h>
+#include <algorithm>
+#include <chrono>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "core/sync.h"
 #include "core/incarnation.h"
+#include "core/sync.h"
 #include "net/asio.h"
 #include "net/connection.h"
+#include "net/handshake.h"
 
 namespace asyncps::net {
+namespace {
+
+constexpr absl::Duration kMinAcceptBackoff = absl::Milliseconds(10);
+constexpr absl::Duration kMaxAcceptBackoff = absl::Seconds(1);
+
+asio::steady_timer::duration ToAsio(absl::Duration d) {
+  return std::chrono::duration_cast<asio::steady_timer::duration>(absl::ToChronoNanoseconds(d));
+}
+
+// A session's frames go to and from its socket.
+class ConnectionTransport : public SessionTransport {
+ public:
+  explicit ConnectionTransport(std::shared_ptr<Connection> connection) : connection_(std::move(connection)) {}
+  void Send(OutMessage message) override { connection_->Send(std::move(message)); }
+  void Close(const absl::Status& reason) override { connection_->Close(reason); }
+  void SetLimits(const FrameLimits& limits) override { connection_->SetLimits(limits); }
+
+ private:
+  const std::shared_ptr<Connection> connection_;
+};
+
+}  // namespace
 
 // Loop-thread state. Shared with in-flight async operations so it outlives them.
 struct RpcServer::Impl : std::enable_shared_from_this<RpcServer::Impl> {
-  Impl(RpcServer* s, EventLoop& loop) : server(s), acceptor(loop.context()) {}
-
-  struct Session {
-    std::shared_ptr<Connection> connection;
-    bool authenticated = false;
-    PeerInfo peer;
-  };
+  Impl(RpcServer* s, EventLoop& loop)
+      : server(s), acceptor(loop.context()), accept_retry(loop.context()), sweep_timer(loop.context()) {}
 
   void AcceptLoop();
+  void AcceptFailed(const boost::system::error_code& ec);
   void Accept(tcp::socket socket);
-  void HandleFrame(const std::shared_ptr<Session>& session, InMessage frame);
+  // Closes connections past their handshake deadline or idle timeout; re-arms itself.
+  void Sweep();
+  void ArmSweep();
 
   RpcServer* const server;
   tcp::acceptor acceptor;
-  absl::flat_hash_set<std::shared_ptr<Session>> sessions;
+  asio::steady_timer accept_retry;
+  absl::Duration accept_backoff = kMinAcceptBackoff;
+  absl::Time next_accept_error_log = absl::InfinitePast();
+  asio::steady_timer sweep_timer;
+  absl::Duration sweep_period = absl::Seconds(1);
+  absl::flat_hash_set<std::shared_ptr<ServerSession>> sessions;
   bool stopped = false;
 };
 
 RpcServer::RpcServer(EventLoop& loop, Options options)
-    : loop_(loop), options_(std::move(options)), impl_(std::make_shared<Impl>(this, loop)) {}
+    : loop_(loop), options_(std::move(options)), impl_(std::make_shared<Impl>(this, loop)) {
+  session_config_.role = options_.role;
+  session_config_.task_index = options_.task_index;
+  session_config_.incarnation = ProcessIncarnation();
+  session_config_.token = options_.token;
+  session_config_.handshake_limits = options_.handshake_limits;
+  session_config_.limits = options_.limits;
+  session_config_.metrics = options_.metrics;
+}
 
 RpcServer::~RpcServer() { Shutdown(); }
 
-void RpcServer::Register(const std::string& method, Handler handler, Dispatch dispatch) {
-  handlers_[method] = Entry{std::move(handler), dispatch};
-}
-
-namespace {
-
-void RecordRejection(metrics::RpcMetrics* metrics, absl::string_view reason) {
-  if (metrics != nullptr) metrics->RecordRejectedConnection(reason);
-}
-
-// Runs `handler` for one request and returns the response frame to send back.
-OutMessage Serve(const RpcServer::Handler& handler, const RequestContext& ctx, uint64_t request_id,
-                 const std::string& method, absl::Time received, const InMessage& frame,
-                 metrics::RpcMetrics* metrics) {
-  OutMessage response;
-  absl::Status status;
-  if (absl::Now() > ctx.deadline) {
-    status = absl::DeadlineExceededError("request expired before it was served");
-  } else {
-    try {
-      status = handler(ctx, frame, &response);
-    } catch (const kj::Exception& e) {
-      status = absl::InvalidArgumentError(absl::StrCat("malformed request: ", e.getDescription().cStr()));
-    } catch (const std::exception& e) {
-      status = absl::InternalError(absl::StrCat("handler failed: ", e.what()));
-    }
-  }
-  if (!status.ok()) {
-    response = OutMessage();  // drop any partial body or payloads
-    if (status.code() == absl::StatusCode::kInvalidArgument) {
-      spdlog::warn("{} from {}: {}", method, ctx.peer.address, status.ToString());
-    }
-  }
-  auto env = response.envelope();
-  env.setRequestId(request_id);
-  if (env.which() != wire::Envelope::RESPONSE || !status.ok()) env.initResponse();
-  auto r = env.getResponse();
-  r.setCode(static_cast<int>(status.code()));
-  if (!status.ok()) r.setMessage(std::string(status.message()));
-  if (metrics != nullptr) {
-    metrics->RecordServerCall(method, static_cast<int>(status.code()),
-                              absl::ToDoubleSeconds(absl::Now() - received));
-  }
-  return response;
-}
-
-}  // namespace
-
 absl::Status RpcServer::Start() {
-  pool_ = std::make_unique<ThreadPool>(options_.handler_threads);
   absl::Status status;
   Notification bound;
   loop_.Post([&] {
@@ -95,6 +81,13 @@ absl::Status RpcServer::Start() {
     auto address = asio::ip::make_address(options_.host, ec);
     if (ec) {
       status = absl::InvalidArgumentError(absl::StrCat("bad listen host '", options_.host, "'"));
+      bound.Notify();
+      return;
+    }
+    if (options_.token.empty() && !address.is_loopback()) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("refusing to listen on ", options_.host,
+                       " without a cluster token (an empty token is allowed on loopback only)"));
       bound.Notify();
       return;
     }
@@ -114,9 +107,16 @@ absl::Status RpcServer::Start() {
   });
   bound.WaitForNotification();
   if (!status.ok()) return status;
+  pool_ = std::make_unique<ThreadPool>(options_.handler_threads);
 
+  // Deadlines are checked a few times per the shortest timeout (at most once a second).
+  absl::Duration shortest = std::min(options_.handshake_timeout, options_.idle_timeout);
+  impl_->sweep_period = std::clamp(shortest / 4, absl::Milliseconds(5), absl::Seconds(1));
   // The accept loop and everything it starts run on the loop thread.
-  loop_.Post([impl = impl_] { impl->AcceptLoop(); });
+  loop_.Post([impl = impl_] {
+    impl->AcceptLoop();
+    impl->ArmSweep();
+  });
   spdlog::info("rpc server ({}) listening on {}:{}", options_.role, options_.host, port_);
   return absl::OkStatus();
 }
@@ -125,125 +125,112 @@ void RpcServer::Impl::AcceptLoop() {
   acceptor.async_accept([self = shared_from_this()](const boost::system::error_code& ec,
                                                     tcp::socket socket) {
     if (self->stopped) return;
-    if (!ec) self->Accept(std::move(socket));
+    if (ec) return self->AcceptFailed(ec);
+    self->accept_backoff = kMinAcceptBackoff;
+    self->Accept(std::move(socket));
+    self->AcceptLoop();
+  });
+}
+
+void RpcServer::Impl::AcceptFailed(const boost::system::error_code& ec) {
+  // The pending connection stays in the backlog, so an immediate retry fails again at once
+  // (EMFILE would spin the loop at 100% CPU): wait, doubling the wait up to a second.
+  const Options& options = server->options_;
+  if (options.metrics != nullptr) options.metrics->RecordRejected("accept_error");
+  const absl::Time now = absl::Now();
+  if (now >= next_accept_error_log) {
+    spdlog::warn("{} server: accept failed: {}; retrying in {}", options.role, ec.message(),
+                 absl::FormatDuration(accept_backoff));
+    next_accept_error_log = now + absl::Seconds(10);  // one line per 10 s while it lasts
+  }
+  accept_retry.expires_after(ToAsio(accept_backoff));
+  accept_backoff = std::min(accept_backoff * 2, kMaxAcceptBackoff);
+  accept_retry.async_wait([self = shared_from_this()](const boost::system::error_code& wait_ec) {
+    if (wait_ec || self->stopped) return;
     self->AcceptLoop();
   });
 }
 
 void RpcServer::Impl::Accept(tcp::socket socket) {
-  const Options& options_ = server->options_;
-  auto session = std::make_shared<Impl::Session>();
-  session->connection = std::make_shared<Connection>(std::move(socket), options_.limits, options_.metrics);
-  session->peer.address = session->connection->peer_address();
+  const Options& options = server->options_;
+  auto connection = std::make_shared<Connection>(std::move(socket), options.limits, options.metrics);
+  if (static_cast<int>(sessions.size()) >= options.max_connections) {
+    spdlog::warn("{} server: refusing connection from {}: {} connections open (--rpc_max_connections)",
+                 options.role, connection->peer_address(), sessions.size());
+    if (options.metrics != nullptr) options.metrics->RecordRejected("connection_cap");
+    connection->Close(absl::ResourceExhaustedError("too many connections"));
+    return;
+  }
+  ThreadPool* pool = server->pool_.get();
+  auto session = std::make_shared<ServerSession>(
+      &server->session_config_, &server->methods_,
+      [pool](std::function<void()> fn) { pool->Submit(std::move(fn)); },
+      std::make_unique<ConnectionTransport>(connection), connection->peer_address(), MakeNonce());
   sessions.insert(session);
-  std::weak_ptr<Impl::Session> weak = session;
-  auto impl = shared_from_this();
-  session->connection->Start(
-      [impl, weak](InMessage frame) {
-        if (auto s = weak.lock()) impl->HandleFrame(s, std::move(frame));
+  std::weak_ptr<ServerSession> weak = session;
+  connection->Start(
+      [weak](InMessage frame) {
+        if (auto s = weak.lock()) s->OnFrame(std::move(frame));
       },
-      [impl, weak, role = options_.role](const absl::Status& reason) {
+      [impl = shared_from_this(), weak](const absl::Status& reason) {
         auto s = weak.lock();
         if (s == nullptr) return;
-        if (s->authenticated && !impl->stopped) {
-          spdlog::debug("{} connection from {}:{} ({}) closed: {}", role, s->peer.role,
-                        s->peer.task_index, s->peer.address, reason.ToString());
+        const Options& options = impl->server->options_;
+        if (!s->rejected() && reason.code() == absl::StatusCode::kInvalidArgument) {
+          // The connection refused a frame itself (garbage, a size over the limits).
+          spdlog::warn("{} server closing connection from {}: {}", options.role, s->peer().address,
+                       reason.ToString());
+          if (options.metrics != nullptr) options.metrics->RecordRejected("bad_frame");
+        } else if (s->authenticated() && !impl->stopped) {
+          spdlog::debug("{} connection from {}:{} ({}) closed: {}", options.role, s->peer().role,
+                        s->peer().task_index, s->peer().address, reason.ToString());
         }
         impl->sessions.erase(s);
       });
+  session->Start();
 }
 
-void RpcServer::Impl::HandleFrame(const std::shared_ptr<Session>& session, InMessage frame) {
-  const Options& options_ = server->options_;
-  EventLoop& loop_ = server->loop_;
-  auto& connection = *session->connection;
-  auto envelope = frame.envelope();
-  if (!session->authenticated) {
-    if (envelope.which() != wire::Envelope::HELLO) {
-      spdlog::warn("closing connection from {}: first frame is not a handshake",
-                   connection.peer_address());
-      RecordRejection(options_.metrics, "no_handshake");
-      return connection.Close(absl::InvalidArgumentError("expected handshake"));
-    }
-    auto hello = envelope.getHello();
-    OutMessage ack_message;
-    auto ack = ack_message.envelope().initHelloAck();
-    ack.setRole(options_.role);
-    ack.setTaskIndex(options_.task_index);
-    ack.setIncarnation(ProcessIncarnation());
-    const auto token = hello.getToken();
-    const absl::string_view presented(reinterpret_cast<const char*>(token.begin()), token.size());
-    std::string refusal;
-    if (hello.getProtocolVersion() != kProtocolVersion) {
-      refusal = absl::StrCat("protocol version ", hello.getProtocolVersion(), " (server speaks ",
-                             kProtocolVersion, ")");
-    } else if (!ConstantTimeEquals(presented, options_.token)) {
-      refusal = "wrong cluster token";
-    }
-    if (!refusal.empty()) {
-      spdlog::warn("refusing {} from {} ({}:{}): {}", options_.role, connection.peer_address(),
-                   hello.getRole().cStr(), hello.getTaskIndex(), refusal);
-      RecordRejection(options_.metrics, refusal == "wrong cluster token" ? "bad_token" : "bad_version");
-      ack.setOk(false);
-      ack.setError(refusal);
-      connection.Send(std::move(ack_message));
-      // Close after the refusal is flushed: the write completion holds the connection, and
-      // closing now would drop it. Closing on the next loop turn lets the write start first.
-      auto conn = session->connection;
-      loop_.Post([conn] { conn->Close(absl::PermissionDeniedError("handshake refused")); });
-      return;
-    }
-    session->authenticated = true;
-    session->peer.role = hello.getRole().cStr();
-    session->peer.task_index = hello.getTaskIndex();
-    session->peer.incarnation = hello.getIncarnation();
-    ack.setOk(true);
-    connection.Send(std::move(ack_message));
-    return;
-  }
-
-  if (envelope.which() != wire::Envelope::REQUEST) {
-    spdlog::warn("closing connection from {}: unexpected frame type {}", connection.peer_address(),
-                 static_cast<int>(envelope.which()));
-    RecordRejection(options_.metrics, "bad_frame");
-    return connection.Close(absl::InvalidArgumentError("unexpected frame type"));
-  }
-  const uint64_t request_id = envelope.getRequestId();
-  const std::string method = envelope.getRequest().getMethod().cStr();
-  const int64_t timeout_us = envelope.getRequest().getTimeoutMicros();
-  RequestContext ctx;
-  ctx.peer = session->peer;
-  const absl::Time received = absl::Now();
-  if (timeout_us > 0) ctx.deadline = received + absl::Microseconds(timeout_us);
-
-  auto it = server->handlers_.find(method);
-  if (it == server->handlers_.end()) {
-    OutMessage response;
-    response.envelope().setRequestId(request_id);
-    auto r = response.envelope().initResponse();
-    r.setCode(static_cast<int>(absl::StatusCode::kUnimplemented));
-    r.setMessage(absl::StrCat("unknown method '", method, "'"));
-    spdlog::warn("unknown method '{}' from {}", method, connection.peer_address());
-    if (options_.metrics != nullptr) options_.metrics->RecordServerCall("unknown", 12, 0);
-    return connection.Send(std::move(response));
-  }
-
-  const Entry& entry = it->second;
-  if (entry.dispatch == Dispatch::kInline) {
-    // On the loop thread, which is corked while it delivers frames: the response is written
-    // together with any others once the current read is processed.
-    return connection.Send(Serve(entry.handler, ctx, request_id, method, received, frame,
-                                 options_.metrics));
-  }
-  // The pool thread writes the response itself (Connection::Send is thread-safe), so a pooled
-  // call costs one hop (loop -> pool), not two.
-  server->pool_->Submit([handler = &entry.handler, metrics = options_.metrics, ctx = std::move(ctx),
-                         request_id, method, received,
-                         weak = std::weak_ptr<Connection>(session->connection),
-                         frame = std::make_shared<InMessage>(std::move(frame))] {
-    OutMessage response = Serve(*handler, ctx, request_id, method, received, *frame, metrics);
-    if (auto conn = weak.lock()) conn->Send(std::move(response));
+void RpcServer::Impl::ArmSweep() {
+  sweep_timer.expires_after(ToAsio(sweep_period));
+  sweep_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || self->stopped) return;
+    self->Sweep();
+    self->ArmSweep();
   });
+}
+
+void RpcServer::Impl::Sweep() {
+  const Options& options = server->options_;
+  const absl::Time now = absl::Now();
+  std::vector<std::shared_ptr<ServerSession>> expired_handshake;
+  std::vector<std::shared_ptr<ServerSession>> idle;
+  for (const auto& s : sessions) {
+    if (!s->authenticated()) {
+      if (now - s->started() > options.handshake_timeout) expired_handshake.push_back(s);
+    } else if (s->in_flight() == 0 && now - s->last_activity() > options.idle_timeout) {
+      idle.push_back(s);
+    }
+  }
+  for (auto& s : expired_handshake) {
+    s->Reject("handshake_timeout",
+              absl::DeadlineExceededError(absl::StrCat("no handshake within ",
+                                                       absl::FormatDuration(options.handshake_timeout))));
+  }
+  for (auto& s : idle) {
+    s->Reject("idle_timeout", absl::DeadlineExceededError(absl::StrCat(
+                                  "idle for ", absl::FormatDuration(options.idle_timeout))));
+  }
+}
+
+int RpcServer::num_connections() {
+  int n = 0;
+  Notification done;
+  loop_.Post([&] {
+    n = static_cast<int>(impl_->sessions.size());
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return n;
 }
 
 void RpcServer::Shutdown() {
@@ -254,9 +241,11 @@ void RpcServer::Shutdown() {
     impl->stopped = true;
     boost::system::error_code ignored;
     impl->acceptor.close(ignored);
-    auto sessions = impl->sessions;
-    for (auto& s : sessions) s->connection->Close(absl::UnavailableError("server shutting down"));
+    impl->accept_retry.cancel();
+    impl->sweep_timer.cancel();
+    auto sessions = std::move(impl->sessions);
     impl->sessions.clear();
+    for (auto& s : sessions) s->Close(absl::UnavailableError("server shutting down"));
     done.Notify();
   });
   done.WaitForNotification();

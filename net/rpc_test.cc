@@ -14,12 +14,14 @@
 #include "net/frame_codec.h"
 #include "net/ps.capnp.h"
 #include "net/rpc_client.h"
+#include "net/raw_client_testing.h"
 #include "net/rpc_server.h"
 
 namespace asyncps::net {
 namespace {
 
 constexpr char kToken[] = "s3cret";
+const PeerRoles kCallers = {"worker"};
 
 // A server answering "test.Scale" (multiplies a tensor by a scalar factor), "test.Fail",
 // "test.Block" (waits for `release`) and "test.Throw" (reads a body of the wrong shape).
@@ -34,7 +36,7 @@ class RpcTest : public ::testing::Test {
     options.task_index = 7;
     options.token = kToken;
     server_ = std::make_unique<RpcServer>(loop_, options);
-    server_->Register("test.Scale", [](const RequestContext&, const InMessage& req, OutMessage* resp) {
+    server_->Register<wire::ReadResponse>("test.Scale", kCallers, [](const RequestContext&, const InMessage& req, OutMessage* resp) {
       auto refs = req.RequestBody<wire::ReadResponse>().getTensors();
       if (refs.size() != 2) return absl::InvalidArgumentError("want 2 tensors");
       auto x = req.TensorAt(refs[0]);
@@ -47,18 +49,26 @@ class RpcTest : public ::testing::Test {
       resp->AddTensor(y, out[0]);
       return absl::OkStatus();
     });
-    server_->Register("test.Fail", [](const RequestContext&, const InMessage&, OutMessage*) {
+    server_->Register<wire::Empty>("test.Fail", kCallers, [](const RequestContext&, const InMessage&, OutMessage*) {
       return absl::NotFoundError("no such thing");
     });
-    server_->Register("test.Block", [this](const RequestContext&, const InMessage&, OutMessage*) {
+    server_->Register<wire::Empty>("test.Block", kCallers, [this](const RequestContext&, const InMessage&, OutMessage*) {
       entered_.Notify();
       release_.WaitForNotification();
       return absl::OkStatus();
     });
-    server_->Register("test.Throw", [](const RequestContext&, const InMessage& req, OutMessage*) {
-      // The body is a ReadResponse; reading it as a list of text of the wrong element size throws.
+    server_->Register<wire::ReadRequest>("test.Throw", kCallers, [](const RequestContext&, const InMessage& req, OutMessage*) {
       auto names = req.RequestBody<wire::ReadRequest>().getNames();
       for (auto n : names) (void)n.size();
+      return absl::OkStatus();
+    });
+    // Declares an empty body, so nothing checks what it reads: its own reads throw.
+    server_->Register<wire::Empty>("test.ThrowUnchecked", kCallers, [](const RequestContext&, const InMessage& req, OutMessage*) {
+      auto names = req.RequestBody<wire::ReadRequest>().getNames();
+      for (auto n : names) (void)n.size();
+      return absl::OkStatus();
+    });
+    server_->Register<wire::Empty>("test.ChiefOnly", PeerRoles{"chief"}, [](const RequestContext&, const InMessage&, OutMessage*) {
       return absl::OkStatus();
     });
     ASSERT_TRUE(server_->Start().ok());
@@ -106,41 +116,7 @@ class RpcTest : public ::testing::Test {
   Notification release_;
 };
 
-// A plain TCP socket for speaking raw bytes at the server.
-class RawSocket {
- public:
-  explicit RawSocket(int port) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  }
-  ~RawSocket() { close(fd_); }
-  bool connected() const { return connected_; }
-  void Write(const std::string& bytes) { (void)!write(fd_, bytes.data(), bytes.size()); }
-  void HalfClose() { shutdown(fd_, SHUT_WR); }
-  // Reads until the peer closes; returns everything read.
-  std::string ReadUntilClosed() {
-    std::string out;
-    char buf[4096];
-    for (ssize_t n; (n = read(fd_, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
-    return out;
-  }
-
- private:
-  int fd_;
-  bool connected_ = false;
-};
-
-std::string HelloFrame(const std::string& token) {
-  OutMessage m;
-  auto hello = m.envelope().initHello();
-  hello.setProtocolVersion(kProtocolVersion);
-  hello.setRole("test");
-  hello.setToken(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(token.data()), token.size()));
-  return EncodeFrameToString(m);
-}
+using testing::RawClient;
 
 TEST_F(RpcTest, CallRoundTripsTensorsAndReportsServerIdentity) {
   RpcClient& client = NewClient();
@@ -193,12 +169,23 @@ TEST_F(RpcTest, DeadlineExceededWhileServerIsBusy) {
 
 TEST_F(RpcTest, HandlerReadingMalformedBodyGetsInvalidArgument) {
   RpcClient& client = NewClient();
-  OutMessage req;
-  auto refs = req.InitRequestBody<wire::ReadResponse>().initTensors(1);
-  refs[0].initShape(3);
-  auto resp = client.Call("test.Throw", std::move(req));
-  EXPECT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument) << resp.status();
-  EXPECT_TRUE(Scale(client, {1}, 1).ok());
+  for (const char* method : {"test.Throw", "test.ThrowUnchecked"}) {
+    // A list of structs where a list of text is expected.
+    OutMessage req;
+    auto refs = req.InitRequestBody<wire::ReadResponse>().initTensors(1);
+    refs[0].initShape(3);
+    auto resp = client.Call(method, std::move(req));
+    EXPECT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument) << method << ": " << resp.status();
+    EXPECT_TRUE(Scale(client, {1}, 1).ok());
+  }
+}
+
+TEST_F(RpcTest, MethodRefusesRolesItDoesNotDeclare) {
+  RpcClient& worker = NewClient();
+  auto resp = worker.Call("test.ChiefOnly", OutMessage());
+  EXPECT_EQ(resp.status().code(), absl::StatusCode::kPermissionDenied) << resp.status();
+  EXPECT_NE(resp.status().message().find("chief"), std::string::npos) << resp.status();
+  EXPECT_TRUE(Scale(worker, {1}, 1).ok());  // the connection is still good
 }
 
 TEST_F(RpcTest, WrongTokenIsRefusedAndOthersKeepBeingServed) {
@@ -211,49 +198,52 @@ TEST_F(RpcTest, WrongTokenIsRefusedAndOthersKeepBeingServed) {
 }
 
 TEST_F(RpcTest, RawWrongTokenGetsRefusalThenClose) {
-  RawSocket raw(server_->port());
+  RawClient raw(server_->port());
   ASSERT_TRUE(raw.connected());
-  raw.Write(HelloFrame("nope"));
-  const std::string reply = raw.ReadUntilClosed();  // returns only because the server closed
-  auto ack = FrameDecoder::DecodeAll(
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(reply.data()), reply.size()),
-      FrameLimits(), nullptr);
+  auto ack = raw.Handshake("nope", "worker");
   ASSERT_TRUE(ack.ok()) << ack.status();
   EXPECT_FALSE(ack->envelope().getHelloAck().getOk());
+  EXPECT_TRUE(raw.WaitClosed());
 }
 
 TEST_F(RpcTest, MalformedInputClosesOnlyThatConnection) {
   RpcClient& good = NewClient();
   ASSERT_TRUE(Scale(good, {1}, 1).ok());
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"garbage", std::string("\xff\xff\xff\x7f garbage garbage", 24)},
-      {"oversized", std::string("\x00\x00\x00\x00\x00\x00\x00\x40", 8)},
-      {"request before handshake", [] {
-         OutMessage m;
-         m.envelope().initRequest().setMethod("test.Scale");
-         return EncodeFrameToString(m);
-       }()},
-      {"wrong type after handshake", [] {
-         OutMessage m;
-         m.envelope().initResponse();
-         return HelloFrame(kToken) + EncodeFrameToString(m);
-       }()},
+  struct Case {
+    std::string name;
+    bool handshake_first;
+    std::string bytes;
   };
-  for (const auto& [name, bytes] : cases) {
-    RawSocket raw(server_->port());
-    ASSERT_TRUE(raw.connected()) << name;
-    raw.Write(bytes);
-    raw.ReadUntilClosed();  // returns only when the server closes the connection
+  OutMessage request_before;
+  request_before.envelope().initRequest().setMethod("test.Scale");
+  OutMessage response_frame;
+  response_frame.envelope().initResponse();
+  const std::vector<Case> cases = {
+      {"garbage", false, std::string("\xff\xff\xff\x7f garbage garbage", 24)},
+      {"oversized", false, std::string("\x00\x00\x00\x00\x00\x00\x00\x40", 8)},
+      {"request before handshake", false, EncodeFrameToString(request_before)},
+      {"wrong type after handshake", true, EncodeFrameToString(response_frame)},
+  };
+  for (const auto& c : cases) {
+    RawClient raw(server_->port());
+    ASSERT_TRUE(raw.connected()) << c.name;
+    if (c.handshake_first) {
+      ASSERT_TRUE(raw.Handshake(kToken, "worker").ok()) << c.name;
+    }
+    raw.Write(c.bytes);
+    EXPECT_TRUE(raw.WaitClosed()) << c.name;
     auto y = Scale(good, {2}, 2);
-    ASSERT_TRUE(y.ok()) << name << ": " << y.status();
+    ASSERT_TRUE(y.ok()) << c.name << ": " << y.status();
     EXPECT_EQ((*y)[0], 4.0f);
   }
   // A truncated frame followed by a half-close: the server sees EOF mid-frame and closes.
-  RawSocket raw(server_->port());
-  std::string hello = HelloFrame(kToken);
+  RawClient raw(server_->port());
+  auto nonce = raw.ReadChallenge();
+  ASSERT_TRUE(nonce.ok());
+  std::string hello = testing::HelloFrame(kToken, *nonce, "worker");
   raw.Write(hello.substr(0, hello.size() / 2));
-  raw.HalfClose();
-  EXPECT_EQ(raw.ReadUntilClosed(), "");
+  shutdown(raw.fd(), SHUT_WR);
+  EXPECT_TRUE(raw.WaitClosed());
   EXPECT_TRUE(Scale(good, {1}, 1).ok());
 }
 
@@ -310,6 +300,7 @@ TEST_F(RpcTest, WaitForReadyCallSucceedsOnceServerStarts) {
   RpcClient::Options options;
   options.address = "127.0.0.1:" + std::to_string(port);
   options.token = kToken;
+  options.role = "worker";
   options.wait_for_ready = true;
   options.max_backoff = absl::Milliseconds(50);
   RpcClient client(loop_, options);
@@ -326,13 +317,6 @@ TEST_F(RpcTest, WaitForReadyCallSucceedsOnceServerStarts) {
   StartServer(port);
   done.WaitForNotification();
   EXPECT_TRUE(status.ok()) << status;
-}
-
-TEST(ConstantTimeEqualsTest, ComparesContentAndLength) {
-  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
-  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
-  EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
-  EXPECT_TRUE(ConstantTimeEquals("", ""));
 }
 
 }  // namespace

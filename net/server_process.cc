@@ -16,8 +16,12 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Create(const Clust
   int port = 0;
   if (absl::Status s = ParseHostPort(cluster.self_address(), &host, &port); !s.ok()) return s;
   const std::string role(TaskTypeName(cluster.task_type()));
+  metrics::ProcessMetrics::HttpOptions http;
+  http.threads = static_cast<int>(options.metrics_threads);
+  http.request_timeout_ms = static_cast<int>(options.metrics_request_timeout_ms);
   auto metrics = metrics::ProcessMetrics::Create(
-      role, cluster.task_index(), options.metrics_port < 0 ? "" : absl::StrCat("127.0.0.1:", options.metrics_port));
+      role, cluster.task_index(), options.metrics_port < 0 ? "" : absl::StrCat("127.0.0.1:", options.metrics_port),
+      http);
   if (!metrics.ok()) return metrics.status();
   p->metrics_ = std::move(*metrics);
   p->rpc_metrics_ = std::make_unique<metrics::RpcMetrics>(*p->metrics_);
@@ -30,6 +34,12 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Create(const Clust
   server_options.token = options.cluster_token;
   server_options.handler_threads = handler_threads;
   server_options.metrics = p->rpc_metrics_.get();
+  server_options.max_connections = static_cast<int>(options.rpc_max_connections);
+  server_options.handshake_timeout = absl::Milliseconds(options.rpc_handshake_timeout_ms);
+  server_options.handshake_limits = HandshakeFrameLimits(static_cast<uint64_t>(options.rpc_handshake_max_bytes));
+  server_options.idle_timeout =
+      options.rpc_idle_timeout_s == 0 ? absl::InfiniteDuration() : absl::Seconds(options.rpc_idle_timeout_s);
+  server_options.limits.max_payload_bytes = static_cast<uint64_t>(options.rpc_max_frame_bytes);
   p->server_ = std::make_unique<RpcServer>(*p->loop_, server_options);
   return p;
 }

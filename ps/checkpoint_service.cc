@@ -23,12 +23,17 @@ CheckpointService::Options CheckpointService::OptionsFromEnv() {
   return options;
 }
 
-void CheckpointService::RegisterWith(net::RpcServer& server) {
-  server.Register("ps.SaveCheckpoint", [this](const net::RequestContext&, const net::InMessage& req,
-                                              net::OutMessage* resp) { return Save(req, resp); });
-  server.Register("ps.RestoreCheckpoint",
-                  [this](const net::RequestContext&, const net::InMessage& req,
-                         net::OutMessage* resp) { return Restore(req, resp); });
+void CheckpointService::RegisterWith(net::MethodTable& server) {
+  // Only the coordinator saves and restores: a worker overwriting every variable from a file
+  // is not a step function's business.
+  server.Register<wire::SaveCheckpointRequest>(
+      "ps.SaveCheckpoint", net::ChiefOnly(),
+      [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) { return Save(req, resp); });
+  server.Register<wire::RestoreCheckpointRequest>(
+      "ps.RestoreCheckpoint", net::ChiefOnly(),
+      [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
+        return Restore(req, resp);
+      });
 }
 
 absl::Status CheckpointService::Save(const net::InMessage& request, net::OutMessage* response) {

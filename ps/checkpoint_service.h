@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "net/rpc_server.h"
+#include "net/method_table.h"
 #include "ps/variable_store.h"
 
 namespace asyncps::ps {
@@ -32,7 +32,7 @@ class CheckpointService {
   // Reads ASYNCPS_TEST_CKPT_HANG_AT_STEP.
   static Options OptionsFromEnv();
 
-  void RegisterWith(net::RpcServer& server);
+  void RegisterWith(net::MethodTable& server);
 
  private:
   absl::Status Save(const net::InMessage& request, net::OutMessage* response);

@@ -23,12 +23,12 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   service_options.allow_nonfinite_gradients = options.allow_nonfinite_gradients;
   service_options.metrics = &metrics;
   PsService service(store, service_options);
-  service.RegisterWith((*process)->server());
+  service.RegisterWith((*process)->server().methods());
   spdlog::info("limits: {} variable bytes, {} response bytes, non-finite gradients {}",
                options.ps_max_variable_bytes, options.ps_max_response_bytes,
                options.allow_nonfinite_gradients ? "allowed" : "refused");
   CheckpointService checkpoints(store, CheckpointService::OptionsFromEnv());
-  checkpoints.RegisterWith((*process)->server());
+  checkpoints.RegisterWith((*process)->server().methods());
   return (*process)->ServeUntilSignal();
 }
 

@@ -15,21 +15,21 @@
 
 namespace asyncps::ps {
 
-void PsService::RegisterWith(net::RpcServer& server) {
+void PsService::RegisterWith(net::MethodTable& server) {
   auto bind = [this](absl::Status (PsService::*method)(const net::InMessage&, net::OutMessage*)) {
     return [this, method](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
       return (this->*method)(req, resp);
     };
   };
-  server.Register("ps.CreateVariable", bind(&PsService::CreateVariable));
-  server.Register("ps.Read", bind(&PsService::Read));
-  server.Register("ps.Update", bind(&PsService::Update));
-  server.Register("ps.PushGradients", bind(&PsService::PushGradients));
-  server.Register("ps.Gather", bind(&PsService::Gather));
-  server.Register("ps.ListVariables", bind(&PsService::ListVariables));
-  server.Register(
-      "ps.Health", [](const net::RequestContext&, const net::InMessage&, net::OutMessage*) { return absl::OkStatus(); },
-      net::RpcServer::Dispatch::kInline);
+  server.Register<wire::CreateVariableRequest>("ps.CreateVariable", net::PsCallers(), bind(&PsService::CreateVariable));
+  server.Register<wire::ReadRequest>("ps.Read", net::PsReaders(), bind(&PsService::Read));
+  server.Register<wire::UpdateRequest>("ps.Update", net::PsCallers(), bind(&PsService::Update));
+  server.Register<wire::PushGradientsRequest>("ps.PushGradients", net::PsCallers(), bind(&PsService::PushGradients));
+  server.Register<wire::GatherRequest>("ps.Gather", net::PsReaders(), bind(&PsService::Gather));
+  server.Register<wire::Empty>("ps.ListVariables", net::PsReaders(), bind(&PsService::ListVariables));
+  server.Register<wire::Empty>(
+      "ps.Health", net::PsReaders(), [](const net::RequestContext&, const net::InMessage&, net::OutMessage*) { return absl::OkStatus(); },
+      net::Dispatch::kInline);
 }
 
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "core/process_options.h"
-#include "net/rpc_server.h"
+#include "net/method_table.h"
 #include "ps/ps_metrics.h"
 #include "ps/variable_store.h"
 
@@ -45,7 +45,7 @@ class PsService {
   explicit PsService(VariableStore& store) : PsService(store, Options()) {}
   PsService(VariableStore& store, Options options) : store_(store), options_(options) {}
 
-  void RegisterWith(net::RpcServer& server);
+  void RegisterWith(net::MethodTable& server);
 
  private:
   absl::Status CreateVariable(const net::InMessage& request, net::OutMessage* response);

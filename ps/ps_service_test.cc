@@ -63,7 +63,7 @@ class PsServiceTest : public ::testing::Test {
     server_options.role = "ps";
     server_options.token = kToken;
     server_ = std::make_unique<net::RpcServer>(loop_, server_options);
-    service_->RegisterWith(*server_);
+    service_->RegisterWith(server_->methods());
     ASSERT_TRUE(server_->Start().ok());
     net::RpcClient::Options client_options;
     client_options.address = "127.0.0.1:" + std::to_string(server_->port());

@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   capnproto libcapnp-dev libboost-dev libboost-system-dev libabsl-dev libspdlog-dev
   prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev
-  nlohmann-json3-dev zlib1g-dev pkgconf cmake ninja-build g++ ccache
+  nlohmann-json3-dev zlib1g-dev pkgconf cmake ninja-build g++ ccache libssl-dev clang
   dataset-fashion-mnist
   # LibTorch for the models on the workers. OpenBLAS is not optional in practice: LibTorch
   # calls the system BLAS, and Debian's default reference BLAS makes training ~10x slower.

@@ -27,7 +27,7 @@ int RunWorker(const ClusterSpec& cluster, const Program& program, const ProcessO
   VariableDirectory directory;
   PsClient ps(ps_ptrs, directory);
   WorkerService service(program, cluster.task_index(), cluster.num_workers(), ps, directory);
-  service.RegisterWith((*process)->server());
+  service.RegisterWith((*process)->server().methods());
   return (*process)->ServeUntilSignal();
 }
 

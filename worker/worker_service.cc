@@ -19,18 +19,18 @@ WorkerService::WorkerService(const Program& program, int worker_index, int num_w
                              VariableDirectory& directory)
     : program_(program), worker_index_(worker_index), num_workers_(num_workers), ps_(ps), directory_(directory) {}
 
-void WorkerService::RegisterWith(net::RpcServer& server) {
+void WorkerService::RegisterWith(net::MethodTable& server) {
   auto bind = [this](absl::Status (WorkerService::*method)(const net::InMessage&, net::OutMessage*)) {
     return [this, method](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
       return (this->*method)(req, resp);
     };
   };
-  server.Register("worker.Run", bind(&WorkerService::Run));
-  server.Register("worker.CreateResource", bind(&WorkerService::CreateResource));
-  server.Register("worker.DeleteResource", bind(&WorkerService::DeleteResource));
-  server.Register("worker.SetDirectory", bind(&WorkerService::SetDirectory));
-  server.Register("worker.Cancel", bind(&WorkerService::Cancel), net::RpcServer::Dispatch::kInline);
-  server.Register("worker.Heartbeat", bind(&WorkerService::Heartbeat), net::RpcServer::Dispatch::kInline);
+  server.Register<wire::RunRequest>("worker.Run", net::WorkerCallers(), bind(&WorkerService::Run));
+  server.Register<wire::CreateResourceRequest>("worker.CreateResource", net::WorkerCallers(), bind(&WorkerService::CreateResource));
+  server.Register<wire::DeleteResourceRequest>("worker.DeleteResource", net::WorkerCallers(), bind(&WorkerService::DeleteResource));
+  server.Register<wire::SetDirectoryRequest>("worker.SetDirectory", net::WorkerCallers(), bind(&WorkerService::SetDirectory));
+  server.Register<wire::CancelRequest>("worker.Cancel", net::WorkerCallers(), bind(&WorkerService::Cancel), net::Dispatch::kInline);
+  server.Register<wire::Empty>("worker.Heartbeat", net::WorkerCallers(), bind(&WorkerService::Heartbeat), net::Dispatch::kInline);
 }
 
 absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* response) {

@@ -5,7 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/sync.h"
-#include "net/rpc_server.h"
+#include "net/method_table.h"
 #include "worker/closure_cancellation.h"
 #include "worker/program.h"
 #include "worker/ps_client.h"
@@ -33,7 +33,7 @@ class WorkerService {
   WorkerService(const Program& program, int worker_index, int num_workers, PsClient& ps,
                 VariableDirectory& directory);
 
-  void RegisterWith(net::RpcServer& server);
+  void RegisterWith(net::MethodTable& server);
 
  private:
   absl::Status Run(const net::InMessage& request, net::OutMessage* response);

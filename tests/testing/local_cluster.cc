@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> LocalCluster::Launch(TaskType type, 
   o.env = {{"TF_CONFIG", chief_spec_.ToTfConfig(type, index)},
            {"ASYNCPS_CLUSTER_TOKEN", options_.token},
            {"ASYNCPS_METRICS_PORT", "-1"}};
+  for (const auto& [key, value] : options_.extra_env) o.env[key] = value;
   ASSIGN_OR_RETURN(auto process, Subprocess::Start(std::move(o)));
   const std::string ready = type == TaskType::kPs ? absl::StrCat("parameter server ", index, " ready")
                                                   : absl::StrCat("worker ", index, " ready");
@@ -95,6 +96,8 @@ absl::Status LocalCluster::RestartPs(int i) {
 void LocalCluster::SignalWorker(int i, int signal) { workers_[i]->Signal(signal); }
 
 std::string LocalCluster::worker_output(int i) { return workers_[i] != nullptr ? workers_[i]->output() : ""; }
+int LocalCluster::ps_pid(int i) const { return ps_[i] != nullptr ? ps_[i]->pid() : -1; }
+int LocalCluster::worker_pid(int i) const { return workers_[i] != nullptr ? workers_[i]->pid() : -1; }
 
 bool LocalCluster::worker_running(int i) { return workers_[i] != nullptr && workers_[i]->running(); }
 

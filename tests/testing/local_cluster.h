@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,6 +29,8 @@ class LocalCluster {
     std::string worker_binary = "asyncps_test_program";
     std::string token = "integration-test-token";
     absl::Duration start_timeout = absl::Seconds(60);
+    // Extra environment for every ps and worker process (e.g. ASYNCPS_RPC_* limits).
+    std::vector<std::pair<std::string, std::string>> extra_env;
   };
 
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(Options options);
@@ -51,6 +54,9 @@ class LocalCluster {
   std::string worker_output(int i);
   // Sends `signal` to worker i (SIGSTOP/SIGCONT make a hung worker that is still connected).
   void SignalWorker(int i, int signal);
+  // Process ids (for /proc checks in tests); -1 when not running.
+  int ps_pid(int i) const;
+  int worker_pid(int i) const;
 
   // Path of a binary built next to the tests (bin/NAME).
   static std::string BinaryPath(const std::string& name);

@@ -1,0 +1,76 @@
+#ifndef ASYNCPS_NET_METHOD_TABLE_H_
+#define ASYNCPS_NET_METHOD_TABLE_H_
+
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include <capnp/schema.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "net/message.h"
+#include "net/peer.h"
+
+namespace asyncps::net {
+
+// Fills `response` (its body and payloads) and returns the status the caller sees. The
+// response body is sent only when the status is OK.
+using Handler =
+    std::function<absl::Status(const RequestContext& ctx, const InMessage& request, OutMessage* response)>;
+
+// Where a handler runs: on the server's pool, or on the I/O thread (must not block).
+enum class Dispatch { kPool, kInline };
+
+// The peer roles (as authenticated in the handshake) allowed to call a method.
+class PeerRoles {
+ public:
+  PeerRoles(std::initializer_list<const char*> roles) : roles_(roles.begin(), roles.end()) {}
+  bool Allows(absl::string_view role) const;
+  std::string ToString() const;
+
+ private:
+  std::vector<std::string> roles_;
+};
+
+// Callers of the PS's methods (an evaluator may only read), and of a worker's methods (only
+// the chief's coordinator drives workers).
+inline PeerRoles PsCallers() { return {"chief", "worker"}; }
+inline PeerRoles PsReaders() { return {"chief", "worker", "evaluator"}; }
+inline PeerRoles WorkerCallers() { return {"chief"}; }
+// Methods only the coordinator may call anywhere (saving and restoring checkpoints).
+inline PeerRoles ChiefOnly() { return {"chief"}; }
+
+// The methods a server serves. Each declares its request body's type (checked completely,
+// net/wire_check.h, before the handler runs), the roles that may call it, and its dispatch.
+//
+// Not thread-safe while registering; register everything before serving, then it is only
+// read (from any thread).
+class MethodTable {
+ public:
+  struct Entry {
+    capnp::StructSchema request;
+    PeerRoles callers;
+    Handler handler;
+    Dispatch dispatch;
+  };
+
+  template <typename Request>
+  void Register(const std::string& method, PeerRoles callers, Handler handler,
+                Dispatch dispatch = Dispatch::kPool) {
+    methods_.insert_or_assign(method, Entry{capnp::Schema::from<Request>(), std::move(callers),
+                                            std::move(handler), dispatch});
+  }
+
+  // nullptr when `method` is not registered.
+  const Entry* Find(absl::string_view method) const;
+
+ private:
+  absl::flat_hash_map<std::string, Entry> methods_;
+};
+
+}  // namespace asyncps::net
+
+#endif  // ASYNCPS_NET_METHOD_TABLE_H_

@@ -1,0 +1,243 @@
+#include "net/server_session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <kj/exception.h>
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "net/handshake.h"
+#include "net/wire_check.h"
+
+namespace asyncps::net {
+namespace {
+
+absl::string_view ToView(capnp::Data::Reader data) {
+  return absl::string_view(reinterpret_cast<const char*>(data.begin()), data.size());
+}
+
+capnp::Data::Reader ToData(absl::string_view s) {
+  return capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(s.data()), s.size());
+}
+
+// Runs `entry`'s handler for one request and returns the response frame to send back.
+OutMessage Serve(const MethodTable::Entry& entry, const RequestContext& ctx, uint64_t request_id,
+                 const std::string& method, absl::Time received, const InMessage& frame,
+                 metrics::RpcMetrics* metrics) {
+  OutMessage response;
+  absl::Status status;
+  if (absl::Now() > ctx.deadline) {
+    status = absl::DeadlineExceededError("request expired before it was served");
+  } else {
+    // Checked completely first, so the handler's reads cannot throw half-way through
+    // applying the request. The catch below stays as the last line of defence.
+    status = CheckStruct(frame.envelope().getRequest().getBody(), entry.request);
+    if (status.ok()) {
+      try {
+        status = entry.handler(ctx, frame, &response);
+      } catch (const kj::Exception& e) {
+        status = absl::InvalidArgumentError(absl::StrCat("malformed request: ", e.getDescription().cStr()));
+      } catch (const std::exception& e) {
+        status = absl::InternalError(absl::StrCat("handler failed: ", e.what()));
+      } catch (...) {
+        status = absl::InternalError("handler failed with an unknown exception");
+      }
+    }
+  }
+  if (!status.ok()) {
+    response = OutMessage();  // drop any partial body or payloads
+    if (status.code() == absl::StatusCode::kInvalidArgument) {
+      spdlog::warn("{} from {}: {}", method, ctx.peer.address, status.ToString());
+    }
+  }
+  auto env = response.envelope();
+  env.setRequestId(request_id);
+  if (env.which() != wire::Envelope::RESPONSE || !status.ok()) env.initResponse();
+  auto r = env.getResponse();
+  r.setCode(static_cast<int>(status.code()));
+  if (!status.ok()) r.setMessage(std::string(status.message()));
+  if (metrics != nullptr) {
+    metrics->RecordServerCall(method, static_cast<int>(status.code()),
+                              absl::ToDoubleSeconds(absl::Now() - received));
+  }
+  return response;
+}
+
+}  // namespace
+
+ServerSession::ServerSession(const SessionConfig* config, const MethodTable* methods, Executor pool,
+                             std::unique_ptr<SessionTransport> transport, std::string peer_address,
+                             std::string nonce)
+    : config_(*config),
+      methods_(*methods),
+      pool_(std::move(pool)),
+      transport_(std::move(transport)),
+      nonce_(std::move(nonce)),
+      started_(absl::Now()),
+      last_activity_ns_(absl::ToUnixNanos(started_)) {
+  peer_.address = std::move(peer_address);
+}
+
+void ServerSession::Start() {
+  transport_->SetLimits(config_.handshake_limits);
+  OutMessage challenge_message;
+  auto challenge = challenge_message.envelope().initChallenge();
+  challenge.setProtocolVersion(kProtocolVersion);
+  challenge.setNonce(ToData(nonce_));
+  transport_->Send(std::move(challenge_message));
+}
+
+void ServerSession::Touch() { last_activity_ns_.store(absl::ToUnixNanos(absl::Now())); }
+
+void ServerSession::Reject(absl::string_view reason, const absl::Status& why) {
+  if (rejected_) return;
+  rejected_ = true;
+  // An idle connection is housekeeping, not a misbehaving peer.
+  spdlog::log(reason == "idle_timeout" ? spdlog::level::info : spdlog::level::warn,
+              "{} server closing connection from {}{}: {}", config_.role, peer_.address,
+              authenticated_ ? absl::StrCat(" (", peer_.role, ":", peer_.task_index, ")") : "", why.ToString());
+  if (config_.metrics != nullptr) config_.metrics->RecordRejected(reason);
+  transport_->Close(why);
+}
+
+void ServerSession::Close(const absl::Status& reason) {
+  if (rejected_) return;
+  rejected_ = true;
+  transport_->Close(reason);
+}
+
+void ServerSession::OnFrame(InMessage frame) {
+  if (rejected_) return;
+  Touch();
+  // The decode-error boundary: nothing read from the peer may throw past this point.
+  try {
+    OnFrameUnchecked(frame);
+  } catch (const kj::Exception& e) {
+    Reject("malformed", absl::InvalidArgumentError(absl::StrCat("malformed frame: ", e.getDescription().cStr())));
+  } catch (const std::exception& e) {
+    Reject("malformed", absl::InvalidArgumentError(absl::StrCat("malformed frame: ", e.what())));
+  } catch (...) {
+    Reject("malformed", absl::InvalidArgumentError("malformed frame"));
+  }
+}
+
+void ServerSession::OnFrameUnchecked(InMessage& frame) {
+  // After this every envelope accessor is safe; request bodies are checked per method.
+  if (absl::Status s = CheckEnvelope(frame); !s.ok()) return Reject("malformed", s);
+  const auto which = frame.envelope().which();
+  if (!authenticated_) {
+    if (which != wire::Envelope::HELLO) {
+      return Reject("no_handshake", absl::InvalidArgumentError("expected a handshake"));
+    }
+    return HandleHello(frame);
+  }
+  if (which != wire::Envelope::REQUEST) {
+    return Reject("bad_frame",
+                  absl::InvalidArgumentError(absl::StrCat("unexpected frame type ", static_cast<int>(which))));
+  }
+  HandleRequest(std::move(frame));
+}
+
+void ServerSession::HandleHello(const InMessage& frame) {
+  auto hello = frame.envelope().getHello();
+  OutMessage ack_message;
+  auto ack = ack_message.envelope().initHelloAck();
+  ack.setRole(config_.role);
+  ack.setTaskIndex(config_.task_index);
+  ack.setIncarnation(config_.incarnation);
+  const PeerClaim claim{hello.getRole().cStr(), hello.getTaskIndex(), hello.getIncarnation()};
+  std::string refusal;
+  absl::string_view reason;
+  if (hello.getProtocolVersion() != kProtocolVersion) {
+    refusal = absl::StrCat("protocol version ", hello.getProtocolVersion(), " (server speaks ",
+                           kProtocolVersion, ")");
+    reason = "bad_version";
+  } else if (hello.getNonce().size() != kNonceBytes) {
+    refusal = absl::StrCat("handshake nonce of ", hello.getNonce().size(), " bytes (need ", kNonceBytes, ")");
+    reason = "bad_handshake";
+  } else if (!VerifyProof(config_.token, ProofDirection::kClientHello, nonce_, claim,
+                          ToView(hello.getProof()))) {
+    // Either the peer does not hold the token, or it replays an answer to another nonce.
+    refusal = "handshake proof does not match this connection's challenge (wrong cluster token?)";
+    reason = "bad_proof";
+  }
+  if (!refusal.empty()) {
+    ack.setOk(false);
+    ack.setError(refusal);
+    transport_->Send(std::move(ack_message));  // flushed by the close when it can be
+    return Reject(reason, absl::PermissionDeniedError(absl::StrCat(
+                              "handshake refused for ", claim.role, ":", claim.task_index, ": ", refusal)));
+  }
+  authenticated_ = true;
+  peer_.role = std::string(claim.role);
+  peer_.task_index = claim.task_index;
+  peer_.incarnation = claim.incarnation;
+  ack.setOk(true);
+  ack.setProof(ToData(ComputeProof(config_.token, ProofDirection::kServerAck, ToView(hello.getNonce()),
+                                   {config_.role, config_.task_index, config_.incarnation})));
+  transport_->SetLimits(config_.limits);
+  transport_->Send(std::move(ack_message));
+}
+
+void ServerSession::Answer(uint64_t request_id, const std::string& method, const absl::Status& status) {
+  OutMessage response;
+  response.envelope().setRequestId(request_id);
+  auto r = response.envelope().initResponse();
+  r.setCode(static_cast<int>(status.code()));
+  r.setMessage(std::string(status.message()));
+  if (config_.metrics != nullptr) config_.metrics->RecordServerCall(method, static_cast<int>(status.code()), 0);
+  transport_->Send(std::move(response));
+}
+
+void ServerSession::HandleRequest(InMessage frame) {
+  auto envelope = frame.envelope();
+  const uint64_t request_id = envelope.getRequestId();
+  std::string method = envelope.getRequest().getMethod().cStr();
+  const int64_t timeout_us = envelope.getRequest().getTimeoutMicros();
+  RequestContext ctx;
+  ctx.peer = peer_;
+  const absl::Time received = absl::Now();
+  // Clamped so a hostile timeout cannot overflow the deadline arithmetic.
+  if (timeout_us > 0) ctx.deadline = received + absl::Microseconds(std::min<int64_t>(timeout_us, int64_t{1} << 50));
+
+  const MethodTable::Entry* entry = methods_.Find(method);
+  if (entry == nullptr) {
+    spdlog::warn("unknown method '{}' from {}", method, peer_.address);
+    if (config_.metrics != nullptr) config_.metrics->RecordRejected("unknown_method");
+    // Labelled "unknown": the method name comes from the peer and must not grow the metric.
+    return Answer(request_id, "unknown",
+                  absl::UnimplementedError(absl::StrCat("unknown method '", method, "'")));
+  }
+  if (!entry->callers.Allows(peer_.role)) {
+    spdlog::warn("{} from {} ({}:{}) refused: only {} may call it", method, peer_.address, peer_.role,
+                 peer_.task_index, entry->callers.ToString());
+    if (config_.metrics != nullptr) config_.metrics->RecordRejected("wrong_role");
+    return Answer(request_id, method,
+                  absl::PermissionDeniedError(absl::StrCat(method, " may be called by ", entry->callers.ToString(),
+                                                           ", not by ", peer_.role)));
+  }
+
+  in_flight_.fetch_add(1);
+  if (entry->dispatch == Dispatch::kInline) {
+    transport_->Send(Serve(*entry, ctx, request_id, method, received, frame, config_.metrics));
+    in_flight_.fetch_sub(1);
+    Touch();
+    return;
+  }
+  // The pool thread sends the response itself (transports are thread-safe), so a pooled call
+  // costs one hop (loop -> pool), not two.
+  pool_([entry, metrics = config_.metrics, ctx = std::move(ctx), request_id, method = std::move(method),
+         received, weak = weak_from_this(), frame = std::make_shared<InMessage>(std::move(frame))] {
+    OutMessage response = Serve(*entry, ctx, request_id, method, received, *frame, metrics);
+    if (auto self = weak.lock()) {
+      self->transport_->Send(std::move(response));
+      self->in_flight_.fetch_sub(1);
+      self->Touch();
+    }
+  });
+}
+
+}  // namespace asyncps::net

@@ -1,0 +1,122 @@
+#include "net/wire_check.h"
+
+#include <kj/exception.h>
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "net/frame_codec.h"
+#include "net/ps.capnp.h"
+#include "net/raw_client_testing.h"
+#include "net/worker.capnp.h"
+
+namespace asyncps::net {
+namespace {
+
+// The received form of `m` (what a server's handler would see).
+InMessage Received(OutMessage& m) {
+  const std::string bytes = EncodeFrameToString(m);
+  auto in = FrameDecoder::DecodeAll(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                                    FrameLimits(), nullptr);
+  EXPECT_TRUE(in.ok()) << in.status();  // the framing layer accepts all of these
+  return std::move(*in);
+}
+
+using testing::PointerField;
+
+TEST(WireCheckTest, WellFormedMessagesPass) {
+  OutMessage m;
+  auto hello = m.envelope().initHello();
+  hello.setRole("worker");
+  hello.setProof(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>("abc"), 3));
+  InMessage in = Received(m);
+  EXPECT_TRUE(CheckEnvelope(in).ok());
+
+  OutMessage r;
+  auto body = r.InitRequestBody<wire::ReadRequest>();
+  body.initNames(2).set(0, "a");
+  InMessage rin = Received(r);
+  EXPECT_TRUE(CheckEnvelope(rin).ok());
+  EXPECT_TRUE(CheckStruct<wire::ReadRequest>(rin.envelope().getRequest().getBody()).ok());
+}
+
+TEST(WireCheckTest, StructWhereTextIsExpected) {
+  OutMessage m;
+  auto hello = m.envelope().initHello();
+  PointerField(hello, "role").initAs<wire::Empty>();
+  InMessage in = Received(m);
+  // Unchecked, the generated accessor throws: this is what used to kill a server.
+  EXPECT_THROW((void)in.envelope().getHello().getRole(), kj::Exception);
+  absl::Status s = CheckEnvelope(in);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
+
+TEST(WireCheckTest, TextWithoutNulTerminator) {
+  OutMessage m;
+  auto request = m.envelope().initRequest();
+  const std::string bytes = "ps.Read";  // as Data: no NUL after it
+  PointerField(request, "method").setAs<capnp::Data>(
+      capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(bytes.data()), bytes.size()));
+  InMessage in = Received(m);
+  EXPECT_THROW((void)in.envelope().getRequest().getMethod(), kj::Exception);
+  EXPECT_EQ(CheckEnvelope(in).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WireCheckTest, ListOfNumbersWhereTextIsExpected) {
+  OutMessage m;
+  auto request = m.envelope().initRequest();
+  PointerField(request, "method").initAs<capnp::List<int64_t>>(3);
+  InMessage in = Received(m);
+  EXPECT_EQ(CheckEnvelope(in).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WireCheckTest, BodyOfTheWrongKind) {
+  OutMessage m;
+  m.envelope().initRequest().getBody().initAs<capnp::List<int64_t>>(4);
+  InMessage in = Received(m);
+  EXPECT_TRUE(CheckEnvelope(in).ok());  // the body is an AnyPointer: its reader checks it
+  EXPECT_EQ(CheckStruct<wire::ReadRequest>(in.envelope().getRequest().getBody()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WireCheckTest, NestedListElementsAreChecked) {
+  // A list of structs where List(Text) is expected, one level down.
+  OutMessage m;
+  auto body = m.InitRequestBody<wire::ReadRequest>();
+  PointerField(body, "names").initAs<capnp::List<wire::Empty>>(2);
+  InMessage in = Received(m);
+  EXPECT_EQ(CheckStruct<wire::ReadRequest>(in.envelope().getRequest().getBody()).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // A bad text inside a struct inside a list (worker SetDirectory placements).
+  OutMessage d;
+  auto placements = d.InitRequestBody<wire::SetDirectoryRequest>().initVariables(1);
+  PointerField(placements[0], "name").initAs<wire::Empty>();
+  InMessage din = Received(d);
+  EXPECT_EQ(CheckStruct<wire::SetDirectoryRequest>(din.envelope().getRequest().getBody()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WireCheckTest, OnlyTheActiveUnionMemberIsRead) {
+  OutMessage m;
+  auto args = m.InitRequestBody<wire::RunRequest>().initArgs(1);
+  args[0].setResource(7);
+  InMessage in = Received(m);
+  EXPECT_TRUE(CheckStruct<wire::RunRequest>(in.envelope().getRequest().getBody()).ok());
+}
+
+TEST(WireCheckTest, CheckedResponseBodyRefusesMalformedResponses) {
+  OutMessage m;
+  m.envelope().initResponse().getBody().initAs<capnp::List<int64_t>>(2);
+  InMessage in = Received(m);
+  EXPECT_FALSE(CheckedResponseBody<wire::ReadResponse>(in).ok());
+  OutMessage good;
+  good.InitResponseBody<wire::ReadResponse>().initTensors(1);
+  InMessage gin = Received(good);
+  auto body = CheckedResponseBody<wire::ReadResponse>(gin);
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(body->getTensors().size(), 1u);
+}
+
+}  // namespace
+}  // namespace asyncps::net

@@ -1,0 +1,66 @@
+// Replays every checked-in fuzzer input (the seed corpus and every input the fuzzer once
+// crashed on, tests/fuzz/regressions/) through the fuzzer's entry point, built with the normal
+// compiler: a regression crashes or fails this test.
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/fuzz/server_fuzz_entry.h"
+
+namespace asyncps::fuzz {
+namespace {
+
+std::vector<std::filesystem::path> Inputs(const std::string& subdir) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(ASYNCPS_FUZZ_DIR) + "/" + subdir)) {
+    if (entry.is_regular_file() && entry.path().filename() != "README.md") files.push_back(entry.path());
+  }
+  return files;
+}
+
+std::string Read(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void ReplayAll(const std::string& subdir, size_t at_least) {
+  const auto files = Inputs(subdir);
+  EXPECT_GE(files.size(), at_least) << subdir;
+  for (const auto& path : files) {
+    SCOPED_TRACE(path.string());
+    const std::string bytes = Read(path);
+    EXPECT_EQ(FuzzServerInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), 0);
+  }
+}
+
+TEST(FuzzReplayTest, SeedCorpus) { ReplayAll("corpus", 8); }
+
+// The seeds reach the real handlers and succeed there, so mutations start from deep paths.
+TEST(FuzzReplayTest, SeedsPassTheHandshakeAndAreServed) {
+  for (const char* name : {"ps_dense", "ps_sparse", "ps_initializers", "ps_update_kinds", "worker_all"}) {
+    SCOPED_TRACE(name);
+    const std::string bytes = Read(std::string(ASYNCPS_FUZZ_DIR) + "/corpus/" + name);
+    SessionOutcome outcome = RunServerSession(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    EXPECT_TRUE(outcome.authenticated);
+    EXPECT_FALSE(outcome.closed);
+    EXPECT_GE(outcome.response_codes.size(), 5u);
+    int ok = 0;
+    for (int code : outcome.response_codes) ok += code == 0;
+    // worker_all: SetDirectory names a PS this worker has no client for, and it ends on a
+    // deleted resource.
+    EXPECT_GE(ok, static_cast<int>(outcome.response_codes.size()) - 2);
+  }
+  const std::string denied = Read(std::string(ASYNCPS_FUZZ_DIR) + "/corpus/worker_role_denied");
+  SessionOutcome outcome = RunServerSession(reinterpret_cast<const uint8_t*>(denied.data()), denied.size());
+  ASSERT_EQ(outcome.response_codes.size(), 2u);
+  EXPECT_EQ(outcome.response_codes[0], 7);  // worker.Run from a worker: PermissionDenied
+  EXPECT_EQ(outcome.response_codes[1], 0);  // ps.CreateVariable from a worker: allowed
+}
+
+TEST(FuzzReplayTest, Regressions) { ReplayAll("regressions", 1); }
+
+}  // namespace
+}  // namespace asyncps::fuzz

@@ -1,0 +1,101 @@
+#include "tests/fuzz/server_fuzz_entry.h"
+
+#include <spdlog/spdlog.h>
+
+#include <memory>
+
+#include "absl/types/span.h"
+#include "core/tensor.h"
+#include "net/frame_codec.h"
+#include "net/handshake.h"
+#include "net/in_memory_transport.h"
+#include "net/method_table.h"
+#include "net/server_session.h"
+#include "ps/ps_service.h"
+#include "ps/variable_store.h"
+#include "worker/program.h"
+#include "worker/ps_client.h"
+#include "worker/step_context.h"
+#include "worker/variable_directory.h"
+#include "worker/worker_service.h"
+
+namespace asyncps::fuzz {
+namespace {
+
+class Counter : public Resource {};
+
+// A user program with a function that reads its arguments and one resource type, so
+// worker.Run and worker.CreateResource get past their lookups.
+const Program& FuzzProgram() {
+  static const Program* program = [] {
+    auto* p = new Program();
+    p->AddFunction("sum_args", [](StepContext& ctx) -> absl::StatusOr<Values> {
+      Values out;
+      for (size_t i = 0; i < ctx.num_args(); ++i) {
+        absl::StatusOr<Tensor> t = ctx.arg(i);
+        if (t.ok()) out.push_back(*t);
+      }
+      return out;
+    });
+    p->AddResource("counter", [](const ResourceContext&) -> absl::StatusOr<std::unique_ptr<Resource>> {
+      return std::make_unique<Counter>();
+    });
+    return p;
+  }();
+  return *program;
+}
+
+}  // namespace
+
+std::string FuzzServerNonce() { return std::string(net::kNonceBytes, 'F'); }
+
+int FuzzServerInput(const uint8_t* data, size_t size) {
+  RunServerSession(data, size);
+  return 0;
+}
+
+SessionOutcome RunServerSession(const uint8_t* data, size_t size) {
+  static const bool quiet = [] {
+    spdlog::set_level(spdlog::level::off);  // every input is hostile; logging each is noise
+    return true;
+  }();
+  (void)quiet;
+  net::SessionConfig config;
+  config.role = "ps";
+  config.incarnation = 1;
+  config.token = kFuzzToken;
+  config.handshake_limits = net::HandshakeFrameLimits();
+  // Smaller than a real server's so that inputs stay cheap; the checks are the same code.
+  config.limits.max_header_bytes = 1 << 20;
+  config.limits.max_payload_bytes = 1 << 20;
+
+  ps::VariableStore store;
+  ps::PsService ps_service(store);
+  VariableDirectory directory;
+  PsClient ps_client({}, directory);
+  WorkerService worker_service(FuzzProgram(), /*worker_index=*/0, /*num_workers=*/1, ps_client, directory);
+  net::MethodTable methods;
+  ps_service.RegisterWith(methods);
+  worker_service.RegisterWith(methods);
+
+  auto owned = std::make_unique<net::InMemoryTransport>();
+  net::InMemoryTransport& transport = *owned;
+  auto session = std::make_shared<net::ServerSession>(
+      &config, &methods, [](std::function<void()> fn) { fn(); }, std::move(owned), "fuzz", FuzzServerNonce());
+  session->Start();
+  net::DeliverBytes(absl::MakeConstSpan(data, size), transport, *session);
+
+  SessionOutcome outcome;
+  outcome.authenticated = session->authenticated();
+  outcome.closed = transport.closed();
+  for (const std::string& frame : transport.sent()) {
+    auto message = net::FrameDecoder::DecodeAll(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(frame.data()), frame.size()), net::FrameLimits(), nullptr);
+    if (message.ok() && message->envelope().which() == wire::Envelope::RESPONSE) {
+      outcome.response_codes.push_back(message->envelope().getResponse().getCode());
+    }
+  }
+  return outcome;
+}
+
+}  // namespace asyncps::fuzz
