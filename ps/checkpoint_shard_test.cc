@@ -241,7 +241,7 @@ TEST(CheckpointShardTest, ValueSlotsAndCounterAreCapturedTogetherDuringTraining)
   auto w = store.Find("w").value();
   Tensor g(DType::kF32, {64, 16});
   for (int64_t i = 0; i < g.num_elements(); ++i) g.data<float>()[i] = 0.5f;
-  Tensor ids = Tensor::FromVector<int64_t>({64}, {});
+  Tensor ids(DType::kI64, {64});
   for (int64_t i = 0; i < 64; ++i) ids.data<int64_t>()[i] = i;
   std::atomic<bool> stop{false};
   std::thread trainer([&] {

@@ -61,8 +61,9 @@ class Variable {
   // Number of gradient pushes applied so far.
   int64_t iterations() const { return iterations_.load(std::memory_order_relaxed); }
 
-  // A consistent copy of the whole value.
-  Tensor Read() const;
+  // A consistent copy of the whole value. (It takes every row stripe in a loop, which clang's
+  // thread-safety analysis cannot follow; the loop pairs each lock with its unlock.)
+  Tensor Read() const ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
   // Dense update of the whole value: `value` must have this variable's dtype and shape.
   //
@@ -94,7 +95,7 @@ class Variable {
   absl::Status CheckGradient(const Tensor* ids, const Tensor& gradient) const;
 
   // Consistent copies of the value and every slot ("name/slot"), for checkpoints.
-  std::vector<std::pair<std::string, Tensor>> Snapshot() const;
+  std::vector<std::pair<std::string, Tensor>> Snapshot() const ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
   // Everything a checkpoint keeps of this variable: the value, each optimizer slot (in
   // slot_names() order) and the step counter.

@@ -37,14 +37,16 @@ if [[ "${ASYNCPS_SKIP_ASAN:-0}" != "1" ]]; then
 fi
 
 if [[ "${ASYNCPS_SKIP_FUZZ:-0}" != "1" ]]; then
-  echo "== fuzz: server frame handling, handshake and dispatch (libFuzzer, 60 s) =="
+  echo "== clang: thread-safety analysis; fuzz: server frame handling, handshake and dispatch (libFuzzer, 60 s) =="
   # clang with -fsanitize=fuzzer,address,undefined in its own tree; only the fuzzer's libraries.
   # A crash, sanitizer report, leak, timeout or OOM makes libFuzzer exit non-zero and fails the
   # run; the input is left in build-fuzz/artifacts/ (check it in under tests/fuzz/regressions/
   # once fixed: fuzz_replay_test replays every file there).
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DASYNCPS_FUZZ=ON >/dev/null
-  cmake --build build-fuzz -j "${ASYNCPS_BUILD_JOBS:-2}" --target server_fuzzer
+  # The same clang tree checks the thread-safety annotations (-Wthread-safety as an error) of
+  # every library, the coordinator's and the input pipelines' too.
+  cmake --build build-fuzz -j "${ASYNCPS_BUILD_JOBS:-2}" --target server_fuzzer asyncps_coordinator asyncps_data
   mkdir -p build-fuzz/corpus build-fuzz/artifacts
   build-fuzz/bin/server_fuzzer -max_total_time="${ASYNCPS_FUZZ_SECONDS:-60}" -timeout=10 \
     -rss_limit_mb=2048 -artifact_prefix=build-fuzz/artifacts/ build-fuzz/corpus tests/fuzz/corpus

@@ -69,8 +69,13 @@ SessionOutcome RunServerSession(const uint8_t* data, size_t size) {
   config.limits.max_header_bytes = 1 << 20;
   config.limits.max_payload_bytes = 1 << 20;
 
-  ps::VariableStore store;
-  ps::PsService ps_service(store);
+  // Small caps keep each input cheap; the refusal paths are the real server's. The fuzzer found
+  // 8 GiB..1 TiB creates and per-row initializer loops before the PS had these limits
+  // (tests/fuzz/regressions/{crash,oom,timeout}-*).
+  ps::VariableStore store(/*max_bytes=*/16 << 20);
+  ps::PsService::Options ps_options;
+  ps_options.max_response_bytes = 16 << 20;
+  ps::PsService ps_service(store, ps_options);
   VariableDirectory directory;
   PsClient ps_client({}, directory);
   WorkerService worker_service(FuzzProgram(), /*worker_index=*/0, /*num_workers=*/1, ps_client, directory);
