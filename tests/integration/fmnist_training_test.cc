@@ -3,9 +3,9 @@
 // target, and the restarted worker rebuilt its per-worker dataset, iterator and model (its log
 // says so, and the coordinator's asyncps_coordinator_resources_rebuilt_total counts them).
 //
-// Two epochs keep it within about a minute on two cores; the threshold is 0.85 (the MLP reaches
-// ~0.86-0.87 after two epochs and 0.88+ after the example's default ten; logistic regression's
-// published figure is 0.842, so 0.85 still proves the network learned).
+// The threshold is the main job's target, 0.88 (the published MLP baseline is 0.871). Twelve
+// epochs, two more than the example's default, leave margin for the steps worker 1 missed;
+// about 30-40 s on two cores.
 #include <signal.h>
 
 #include <memory>
@@ -45,10 +45,10 @@ TEST(FashionMnistTrainingTest, WorkerKilledAndRestartedMidTrainingStillReachesTh
   auto coordinator = std::make_unique<ClusterCoordinator>(*strategy, program, co);
 
   fmnist::Options options;
-  options.epochs = 2;
+  options.epochs = 12;
   options.progress = false;
-  constexpr int64_t kKillAtStep = 100;     // of 936
-  constexpr int64_t kRestartAtStep = 250;  // worker 0 trains alone in between
+  constexpr int64_t kKillAtStep = 300;     // of 5616
+  constexpr int64_t kRestartAtStep = 700;  // worker 0 trains alone in between
   absl::Status kill_status = absl::UnknownError("not killed"), restart_status = absl::UnknownError("not restarted");
   bool rejoined = false;
   // On the chief's thread: LocalCluster's processes die with the thread that started them.
@@ -70,8 +70,8 @@ TEST(FashionMnistTrainingTest, WorkerKilledAndRestartedMidTrainingStillReachesTh
   ASSERT_TRUE(restart_status.ok()) << restart_status;
   EXPECT_TRUE(rejoined);
 
-  EXPECT_EQ(result->steps, 2 * (60'000 / 128));
-  EXPECT_GE(result->test_accuracy, 0.85);
+  EXPECT_EQ(result->steps, options.epochs * (60'000 / 128));
+  EXPECT_GE(result->test_accuracy, 0.88);
   EXPECT_GE(Counter(*strategy, "asyncps_coordinator_worker_failures_total"), 1);
   // The dataset, the iterator and the model, rebuilt on the new worker process.
   EXPECT_GE(Counter(*strategy, "asyncps_coordinator_resources_rebuilt_total"), 3);
