@@ -13,7 +13,7 @@
 #include "net/ps.capnp.h"
 #include "net/rpc_client.h"
 #include "ps/checkpoint_wire.h"
-#include "ps/durable_file.h"
+#include "core/durable_file.h"
 
 namespace asyncps {
 namespace {
@@ -107,7 +107,7 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step) {
   if (fs::exists(dir, ec)) RemoveBestEffort(dir);
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  RETURN_IF_ERROR(ps::FsyncDirectory(directory_));
+  RETURN_IF_ERROR(FsyncDirectory(directory_));
 
   const std::vector<VariablePlacement> placements = Placements(strategy_);
   const int num_ps = strategy_.cluster().num_ps();
@@ -156,7 +156,7 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step) {
   {
     const std::string json = ManifestToJson(*manifest);
     ASSIGN_OR_RETURN(auto writer,
-                     ps::DurableFileWriter::Create(absl::StrCat(dir, "/", kManifestFileName)));
+                     DurableFileWriter::Create(absl::StrCat(dir, "/", kManifestFileName)));
     RETURN_IF_ERROR(writer->Append(json.data(), json.size()));
     RETURN_IF_ERROR(writer->Commit());
   }

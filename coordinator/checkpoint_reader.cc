@@ -11,7 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "ps/durable_file.h"
+#include "core/durable_file.h"
 
 namespace asyncps {
 namespace {
@@ -77,7 +77,7 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& directory, Check
 
 absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& checkpoint_dir) {
   const std::string path = absl::StrCat(checkpoint_dir, "/", kManifestFileName);
-  ASSIGN_OR_RETURN(std::string text, ps::ReadFileToString(path, uint64_t{256} << 20));
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, uint64_t{256} << 20));
   return ManifestFromJson(text, path);
 }
 
@@ -87,7 +87,7 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& checkpoin
   std::map<std::string, ps::SafetensorsHeader> headers;
   for (const ManifestFile& f : manifest.files) {
     const std::string path = absl::StrCat(checkpoint_dir, "/", f.name);
-    auto size = ps::FileSize(path);
+    auto size = FileSize(path);
     if (!size.ok())
       return absl::DataLossError(
           absl::StrCat("checkpoint file ", path, ": ", size.status().message()));
@@ -96,10 +96,10 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& checkpoin
                                               " bytes, the manifest says ", f.digest.bytes));
     }
     std::string first8(8, '\0');
-    RETURN_IF_ERROR(ps::ReadAt(path, 0, first8.data(), std::min<uint64_t>(8, *size)));
+    RETURN_IF_ERROR(ReadAt(path, 0, first8.data(), std::min<uint64_t>(8, *size)));
     ASSIGN_OR_RETURN(uint64_t n, ps::SafetensorsHeaderLength(first8, *size, path));
     std::string json(n, '\0');
-    RETURN_IF_ERROR(ps::ReadAt(path, 8, json.data(), n));
+    RETURN_IF_ERROR(ReadAt(path, 8, json.data(), n));
     ASSIGN_OR_RETURN(headers[f.name], ps::ParseSafetensorsHeader(json, *size, path));
   }
   if (level == CheckpointCheck::kChecksums) {
@@ -111,7 +111,7 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpoint(const std::string& checkpoin
       threads.emplace_back([&, i] {
         const ManifestFile& f = manifest.files[i];
         const std::string path = absl::StrCat(checkpoint_dir, "/", f.name);
-        auto digest = ps::DigestFile(path);
+        auto digest = DigestFile(path);
         if (!digest.ok()) {
           results[i] = digest.status();
         } else if (digest->second != f.digest.crc32 || digest->first != f.digest.bytes) {

@@ -9,7 +9,7 @@
 #include "coordinator/checkpoint_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ps/durable_file.h"
+#include "core/durable_file.h"
 
 namespace asyncps {
 namespace {
@@ -21,7 +21,7 @@ using testing::FreshTempDir;
 using ::testing::HasSubstr;
 using testing::Iota;
 
-std::string Slurp(const std::string& path) { return ps::ReadFileToString(path, 1 << 30).value(); }
+std::string Slurp(const std::string& path) { return ReadFileToString(path, 1 << 30).value(); }
 
 void Spit(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
@@ -186,7 +186,7 @@ TEST_F(CheckpointReaderTest, PythonInspectorAgreesWithTheCppReader) {
       absl::StrAppendFormat(&expected, "%s\t%s\t%s\tcrc32=%08x\n",
                             slot.empty() ? v.name : v.name + ":" + slot,
                             slot.empty() ? std::string(DTypeSafetensorsName(v.dtype)) : "F32",
-                            shape, ps::Crc32(0, t->raw_data(), t->num_bytes()));
+                            shape, Crc32(0, t->raw_data(), t->num_bytes()));
     }
   }
   EXPECT_EQ(output, expected);

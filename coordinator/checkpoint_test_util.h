@@ -17,7 +17,7 @@
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "ps/checkpoint_shard.h"
-#include "ps/durable_file.h"
+#include "core/durable_file.h"
 #include "ps/variable_store.h"
 
 namespace asyncps::testing {
@@ -109,7 +109,7 @@ struct FakeCluster {
         BuildManifest(step, 1.5e9, static_cast<int>(stores.size()), placements, saved));
     const std::string json = ManifestToJson(m);
     ASSIGN_OR_RETURN(auto w,
-                     ps::DurableFileWriter::Create(absl::StrCat(dir, "/", kManifestFileName)));
+                     DurableFileWriter::Create(absl::StrCat(dir, "/", kManifestFileName)));
     RETURN_IF_ERROR(w->Append(json.data(), json.size()));
     RETURN_IF_ERROR(w->Commit());
     return dir;

@@ -154,7 +154,7 @@ TEST(TFRecordTest, WriterPublishesOnlyOnClose) {
   ASSERT_EQ(elements->size(), 1u);
   EXPECT_EQ(AsString((*elements)[0][0]), "kept");
   EXPECT_EQ(TFRecordWriter::Open(dir.Path("no/such/dir/x")).status().code(),
-            absl::StatusCode::kInternal);
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

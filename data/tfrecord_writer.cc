@@ -1,12 +1,6 @@
 #include "data/tfrecord_writer.h"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-
-#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "data/crc32c.h"
 
 namespace asyncps::data {
@@ -14,10 +8,6 @@ namespace {
 
 void AppendLe(std::string* out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
-}
-
-absl::Status IoError(absl::string_view what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
 }  // namespace
@@ -33,48 +23,28 @@ std::string TFRecordWriter::Frame(absl::string_view record) {
 }
 
 absl::StatusOr<std::unique_ptr<TFRecordWriter>> TFRecordWriter::Open(std::string path) {
-  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wbe");
-  if (f == nullptr) return IoError("cannot create", tmp);
-  return std::unique_ptr<TFRecordWriter>(new TFRecordWriter(std::move(path), std::move(tmp), f));
+  ASSIGN_OR_RETURN(std::unique_ptr<DurableFileWriter> file, DurableFileWriter::Create(std::move(path)));
+  return std::unique_ptr<TFRecordWriter>(new TFRecordWriter(std::move(file)));
 }
 
-TFRecordWriter::TFRecordWriter(std::string path, std::string tmp_path, std::FILE* file)
-    : path_(std::move(path)), tmp_path_(std::move(tmp_path)), file_(file) {}
-
-TFRecordWriter::~TFRecordWriter() {
-  if (file_ != nullptr) {
-    std::fclose(file_);
-    std::remove(tmp_path_.c_str());
-  }
-}
+TFRecordWriter::~TFRecordWriter() = default;
 
 absl::Status TFRecordWriter::Write(absl::string_view record) {
   if (file_ == nullptr) return absl::FailedPreconditionError("TFRecordWriter is closed");
-  const std::string framed = Frame(record);
-  if (std::fwrite(framed.data(), 1, framed.size(), file_) != framed.size()) {
-    return IoError("cannot write", tmp_path_);
-  }
-  return absl::OkStatus();
+  // Records are small and many: batch them into few writes.
+  pending_ += Frame(record);
+  if (pending_.size() < kFlushBytes) return absl::OkStatus();
+  absl::Status s = file_->Append(pending_.data(), pending_.size());
+  pending_.clear();
+  return s;
 }
 
 absl::Status TFRecordWriter::Close() {
   if (file_ == nullptr) return absl::FailedPreconditionError("TFRecordWriter is closed");
-  std::FILE* f = file_;
-  file_ = nullptr;
-  bool ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    absl::Status s = IoError("cannot write", tmp_path_);
-    std::remove(tmp_path_.c_str());
-    return s;
-  }
-  if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    absl::Status s = IoError("cannot rename onto", path_);
-    std::remove(tmp_path_.c_str());
-    return s;
-  }
-  return absl::OkStatus();
+  std::unique_ptr<DurableFileWriter> file = std::move(file_);
+  RETURN_IF_ERROR(file->Append(pending_.data(), pending_.size()));
+  pending_.clear();
+  return file->Commit();
 }
 
 }  // namespace asyncps::data

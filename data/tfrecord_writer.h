@@ -2,21 +2,22 @@
 #define ASYNCPS_DATA_TFRECORD_WRITER_H_
 
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/durable_file.h"
 
 namespace asyncps::data {
 
 // Writes a TFRecord file: per record, u64 little-endian length, masked CRC32C of those 8
 // bytes, the data, masked CRC32C of the data (TensorFlow's framing, uncompressed).
 //
-// The records go to "<path>.tmp.<pid>" and Close() renames it onto `path`, so a reader never
-// sees a half-written file; a writer destroyed without Close() removes its temporary file.
+// The records go through a DurableFileWriter (core/durable_file.h): Close() fsyncs and renames
+// the temporary file onto `path`, so a reader never sees a half-written file; a writer
+// destroyed without Close() removes its temporary file.
 // Not thread-safe.
 class TFRecordWriter {
  public:
@@ -33,11 +34,12 @@ class TFRecordWriter {
   static std::string Frame(absl::string_view record);
 
  private:
-  TFRecordWriter(std::string path, std::string tmp_path, std::FILE* file);
+  explicit TFRecordWriter(std::unique_ptr<DurableFileWriter> file) : file_(std::move(file)) {}
 
-  const std::string path_;
-  const std::string tmp_path_;
-  std::FILE* file_;
+  static constexpr size_t kFlushBytes = size_t{1} << 20;
+
+  std::unique_ptr<DurableFileWriter> file_;  // null once closed
+  std::string pending_;                       // framed records not yet written
 };
 
 }  // namespace asyncps::data

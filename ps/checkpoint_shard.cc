@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "ps/durable_file.h"
+#include "core/durable_file.h"
 
 namespace asyncps::ps {
 namespace {

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "ps/durable_file.h"
+#include "core/durable_file.h"
 
 namespace asyncps::ps {
 namespace {

@@ -1,4 +1,4 @@
-#include "ps/durable_file.h"
+#include "core/durable_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace asyncps::ps {
+namespace asyncps {
 namespace {
 
 absl::Status ErrnoStatus(absl::string_view what, const std::string& path, int err) {
@@ -190,4 +190,4 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, uint64_t m
   return out;
 }
 
-}  // namespace asyncps::ps
+}  // namespace asyncps

@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_PS_DURABLE_FILE_H_
-#define ASYNCPS_PS_DURABLE_FILE_H_
+#ifndef ASYNCPS_CORE_DURABLE_FILE_H_
+#define ASYNCPS_CORE_DURABLE_FILE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace asyncps::ps {
+namespace asyncps {
 
 // CRC-32 (zlib's, the one Python's zlib.crc32 computes) of `n` bytes, continuing from `crc`
 // (start with 0).
@@ -70,6 +70,6 @@ absl::StatusOr<std::pair<uint64_t, uint32_t>> DigestFile(const std::string& path
 // Reads `n` bytes at `offset` into `out`; OutOfRange when the file is shorter.
 absl::Status ReadAt(const std::string& path, uint64_t offset, void* out, size_t n);
 
-}  // namespace asyncps::ps
+}  // namespace asyncps
 
-#endif  // ASYNCPS_PS_DURABLE_FILE_H_
+#endif  // ASYNCPS_CORE_DURABLE_FILE_H_
