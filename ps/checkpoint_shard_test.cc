@@ -12,37 +12,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "core/durable_file.h"
+#include "ps/test_temp_dir.h"
 
 namespace asyncps::ps {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Removes the test's directory when the test ends.
-class DirCleaner : public ::testing::EmptyTestEventListener {
-  void OnTestEnd(const ::testing::TestInfo&) override {
-    for (const auto& d : dirs) std::filesystem::remove_all(d);
-    dirs.clear();
-  }
-
- public:
-  static inline std::vector<std::string> dirs;
-};
-
-std::string TempDir() {
-  static const bool registered = [] {
-    ::testing::UnitTest::GetInstance()->listeners().Append(new DirCleaner);
-    return true;
-  }();
-  (void)registered;
-  const std::string dir =
-      absl::StrCat(::testing::TempDir(), "/checkpoint_shard_test_", getpid(), "_",
-                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  DirCleaner::dirs.push_back(dir);
-  return dir;
-}
+std::string TempDir() { return TestTempDir("checkpoint_shard_test"); }
 
 OptimizerConfig Adam() {
   OptimizerConfig c;
