@@ -15,6 +15,7 @@
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
 #include "ps/ps_wire.h"
+#include "ps/read_wire_testing.h"
 
 namespace asyncps::ps {
 namespace {
@@ -97,18 +98,9 @@ class PsServiceTest : public ::testing::Test {
   }
 
   absl::StatusOr<std::vector<Tensor>> Read(const std::vector<std::string>& names) {
-    net::OutMessage req;
-    auto list = req.InitRequestBody<wire::ReadRequest>().initNames(static_cast<unsigned>(names.size()));
-    for (unsigned i = 0; i < names.size(); ++i) list.set(i, names[i]);
-    auto resp = Call("ps.Read", std::move(req));
+    auto resp = Call("ps.Read", ReadRequestFor(names));
     if (!resp.ok()) return resp.status();
-    std::vector<Tensor> out;
-    for (auto ref : resp->ResponseBody<wire::ReadResponse>().getTensors()) {
-      auto t = resp->TensorAt(ref);
-      if (!t.ok()) return t.status();
-      out.push_back(t->Clone());
-    }
-    return out;
+    return ReadResponseTensors(*resp);
   }
 
   Tensor ReadOne(const std::string& name) {

@@ -34,10 +34,7 @@ class CoordinatorRecoveryTest : public ::testing::Test {
   }
 
   void StartCoordinator() {
-    ClusterCoordinator::Options co;
-    co.heartbeat_interval = absl::Milliseconds(200);
-    co.heartbeat_timeout = absl::Seconds(2);
-    co.max_recovery_backoff = absl::Milliseconds(200);
+    ClusterCoordinator::Options co = testing::FastFailureDetection();
     coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, co);
   }
 

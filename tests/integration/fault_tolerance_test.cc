@@ -46,11 +46,8 @@ class FaultToleranceTest : public ::testing::TestWithParam<ClusterSize> {
 
   void StartCoordinator(int closures_per_worker) {
     coordinator_.reset();
-    ClusterCoordinator::Options co;
+    ClusterCoordinator::Options co = testing::FastFailureDetection();
     co.closures_per_worker = closures_per_worker;
-    co.heartbeat_interval = absl::Milliseconds(200);
-    co.heartbeat_timeout = absl::Seconds(2);
-    co.max_recovery_backoff = absl::Milliseconds(200);
     coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, co);
   }
 

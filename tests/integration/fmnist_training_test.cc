@@ -38,10 +38,7 @@ TEST(FashionMnistTrainingTest, WorkerKilledAndRestartedMidTrainingStillReachesTh
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto strategy = (*cluster)->MakeStrategy();
   const Program program = fmnist::MakeProgram();
-  ClusterCoordinator::Options co;
-  co.heartbeat_interval = absl::Milliseconds(200);
-  co.heartbeat_timeout = absl::Seconds(2);
-  co.max_recovery_backoff = absl::Milliseconds(200);
+  ClusterCoordinator::Options co = testing::FastFailureDetection();
   auto coordinator = std::make_unique<ClusterCoordinator>(*strategy, program, co);
 
   fmnist::Options options;

@@ -23,6 +23,7 @@
 #include "ps/initializer.h"
 #include "ps/optimizer.h"
 #include "ps/ps_wire.h"
+#include "ps/read_wire_testing.h"
 #include "tests/testing/local_cluster.h"
 
 namespace asyncps {
@@ -102,18 +103,9 @@ class HostileRequestsTest : public ::testing::Test {
   }
 
   absl::StatusOr<std::vector<Tensor>> Read(const std::vector<std::string>& names) {
-    net::OutMessage req;
-    auto list = req.InitRequestBody<wire::ReadRequest>().initNames(static_cast<unsigned>(names.size()));
-    for (unsigned i = 0; i < names.size(); ++i) list.set(i, names[i]);
-    auto resp = Call("ps.Read", std::move(req));
+    auto resp = Call("ps.Read", ps::ReadRequestFor(names));
     if (!resp.ok()) return resp.status();
-    std::vector<Tensor> out;
-    for (auto ref : resp->ResponseBody<wire::ReadResponse>().getTensors()) {
-      auto t = resp->TensorAt(ref);
-      if (!t.ok()) return t.status();
-      out.push_back(t->Clone());
-    }
-    return out;
+    return ps::ReadResponseTensors(*resp);
   }
 
   Tensor ReadOne(const std::string& name) {

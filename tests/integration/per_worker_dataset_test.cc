@@ -28,10 +28,7 @@ class PerWorkerDatasetTest : public ::testing::Test {
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
     strategy_ = cluster_->MakeStrategy();
-    ClusterCoordinator::Options co;
-    co.heartbeat_interval = absl::Milliseconds(200);
-    co.heartbeat_timeout = absl::Seconds(2);
-    co.max_recovery_backoff = absl::Milliseconds(200);
+    ClusterCoordinator::Options co = testing::FastFailureDetection();
     coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, co);
     // Datasets created while every worker is up are built at once, so a factory error reaches
     // CreatePerWorkerDataset (a worker still starting builds them when it is admitted).

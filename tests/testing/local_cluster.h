@@ -8,11 +8,22 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/cluster_spec.h"
 #include "core/subprocess.h"
 
 namespace asyncps::testing {
+
+// Coordinator options for tests that kill and restart workers: a dead or hung worker is noticed
+// within about 2 s and probed every 200 ms, instead of the production defaults (5 s, 2 s).
+inline ClusterCoordinator::Options FastFailureDetection() {
+  ClusterCoordinator::Options o;
+  o.heartbeat_interval = absl::Milliseconds(200);
+  o.heartbeat_timeout = absl::Seconds(2);
+  o.max_recovery_backoff = absl::Milliseconds(200);
+  return o;
+}
 
 // Real parameter-server and worker processes on 127.0.0.1 (ephemeral ports) for integration
 // tests, with the test process itself as the chief. Processes are killed with SIGKILL and
