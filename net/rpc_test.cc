@@ -1,4 +1,5 @@
 #include <arpa/inet.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -126,6 +127,102 @@ TEST_F(RpcTest, CallRoundTripsTensorsAndReportsServerIdentity) {
   EXPECT_EQ(client.peer().role, "ps");
   EXPECT_EQ(client.peer().task_index, 7);
   EXPECT_EQ(client.peer().incarnation, ProcessIncarnation());
+}
+
+// Forwards one TCP connection between a client and the server, recording every byte in both
+// directions, so a test can see exactly what crossed the wire.
+class RecordingRelay {
+ public:
+  explicit RecordingRelay(int server_port) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    EXPECT_EQ(listen(listen_fd_, 1), 0);
+    EXPECT_EQ(getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, server_port] { Run(server_port); });
+  }
+  ~RecordingRelay() {
+    Stop();
+    close(listen_fd_);
+  }
+  int port() const { return port_; }
+  // Everything relayed; call after the relay's connection ended (Stop).
+  const std::string& bytes() const { return bytes_; }
+  void Stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run(int server_port) {
+    pollfd accept_poll{listen_fd_, POLLIN, 0};
+    while (!stop_.load() && poll(&accept_poll, 1, 50) == 0) {
+    }
+    if (stop_.load()) return;
+    const int client = accept(listen_fd_, nullptr, nullptr);
+    const int server = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(server_port));
+    if (client < 0 || connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return;
+    pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+    char buf[65536];
+    bool open = true;
+    while (open && !stop_.load()) {
+      if (poll(fds, 2, 50) <= 0) continue;
+      for (int i = 0; i < 2 && open; ++i) {
+        if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+        if (n <= 0) {
+          open = false;
+          break;
+        }
+        bytes_.append(buf, static_cast<size_t>(n));
+        const int to = fds[1 - i].fd;
+        for (ssize_t done = 0; done < n;) {
+          const ssize_t w = write(to, buf + done, static_cast<size_t>(n - done));
+          if (w <= 0) {
+            open = false;
+            break;
+          }
+          done += w;
+        }
+      }
+    }
+    close(client);
+    close(server);
+  }
+
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::string bytes_;  // written by the relay thread only; read after Stop() joined it
+  std::thread thread_;
+};
+
+// The README's claim: the cluster token never crosses the wire (HMAC challenge-response).
+TEST_F(RpcTest, TokenNeverCrossesTheWire) {
+  RecordingRelay relay(server_->port());
+  RpcClient::Options options;
+  options.address = "127.0.0.1:" + std::to_string(relay.port());
+  options.role = "worker";
+  options.task_index = 1;
+  options.token = kToken;
+  auto client = std::make_unique<RpcClient>(loop_, options);
+  auto y = Scale(*client, {1, 2, 3}, 2.0f);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(*y, (std::vector<float>{2, 4, 6}));
+  client.reset();  // closes the connection, which ends the relay's loop
+  relay.Stop();
+  // The recording saw the whole exchange (the method name travels in clear)...
+  EXPECT_NE(relay.bytes().find("test.Scale"), std::string::npos);
+  // ...and not the token, in either direction.
+  EXPECT_EQ(relay.bytes().find(kToken), std::string::npos);
 }
 
 TEST_F(RpcTest, HandlerErrorReachesCaller) {
