@@ -11,22 +11,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "core/sync.h"
+#include "worker/split_binding.h"
 
 namespace asyncps {
 
-// One batch of dynamic sharding, as bound to a closure: element `batch` of the pipeline over
-// records [begin, end) of the source (split `split`) in epoch `epoch`.
-struct SplitBinding {
-  int64_t epoch = 0;
-  int64_t split = 0;
-  int64_t begin = 0;
-  int64_t end = 0;
-  int64_t batch = 0;
-
-  bool operator==(const SplitBinding& o) const {
-    return epoch == o.epoch && split == o.split && begin == o.begin && end == o.end && batch == o.batch;
-  }
-};
+// Coordinator-state key prefix of a dataset's cursor in a checkpoint ("split_cursor/<dataset>").
+inline constexpr char kSplitCursorStatePrefix[] = "split_cursor/";
 
 // The coordinator's position in one epoch of a dynamically sharded dataset
 // (ShardingPolicy::kDynamic). The source's records are cut into splits of `records_per_split`

@@ -15,7 +15,7 @@ absl::StatusOr<Tensor> StepContext::arg(size_t i) const {
 }
 
 absl::StatusOr<data::Element> StepContext::Next(size_t i) {
-  absl::StatusOr<IteratorResource*> iterator = resource<IteratorResource>(i);
+  absl::StatusOr<ElementSource*> iterator = resource<ElementSource>(i);
   if (!iterator.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("argument ", i, " is not a per-worker iterator"));
   }
