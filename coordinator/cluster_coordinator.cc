@@ -93,7 +93,7 @@ absl::StatusOr<RemoteValue> ClusterCoordinator::Schedule(const std::string& func
     }
   }
   auto closure = std::make_shared<coordinator::Closure>();
-  closure->id = RandomId();
+  closure_ids_.Assign(closure);
   closure->function = function;
   closure->payload = std::make_shared<const ClosureArgs>(ClosureArgs{std::move(args), absl::Now()});
   RemoteValue output = closure->output;
@@ -245,6 +245,10 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
   body.setFunction(closure->function);
   body.setClosureId(closure->id);
   body.setIncarnation(incarnation);
+  if (options_.deduplicate_updates) {
+    body.setCoordinator(closure_ids_.first_id());
+    body.setWatermark(closure_ids_.Watermark());
+  }
   auto args = body.initArgs(static_cast<unsigned>(payload.args.size()));
   for (unsigned i = 0; i < payload.args.size(); ++i) {
     const auto& v = payload.args[i].value();
