@@ -108,7 +108,7 @@ absl::StatusOr<RemoteValue> ClusterCoordinator::Schedule(const std::string& func
     }
   }
   auto closure = std::make_shared<coordinator::Closure>();
-  closure->id = RandomId();
+  closure_ids_.Assign(closure);
   closure->function = function;
   closure->payload = std::make_shared<const ClosureArgs>(ClosureArgs{std::move(args), absl::Now()});
   RemoteValue output = closure->output;
@@ -370,6 +370,10 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
   body.setFunction(closure->function);
   body.setClosureId(closure->id);
   body.setIncarnation(incarnation);
+  if (options_.deduplicate_updates) {
+    body.setCoordinator(closure_ids_.first_id());
+    body.setWatermark(closure_ids_.Watermark());
+  }
   auto args = body.initArgs(static_cast<unsigned>(payload.args.size()));
   for (unsigned i = 0; i < payload.args.size(); ++i) {
     const auto& v = payload.args[i].value();
@@ -432,7 +436,7 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     // again, under a new id, so that the parameter servers' update window does not take the
     // updates it makes with its new batch for repeats of this attempt's.
     cursor->PastEnd(closure->id, outcome == SplitOutcome::kBeyondSource);
-    closure->id = RandomId();
+    closure_ids_.Assign(closure);
     queue_.PutBack(closure);
     return;
   }

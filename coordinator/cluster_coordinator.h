@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "coordinator/arg.h"
 #include "coordinator/closure_queue.h"
+#include "coordinator/closure_watermark.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "coordinator/per_worker_dataset.h"
 #include "coordinator/remote_value.h"
@@ -53,6 +54,12 @@ class ClusterCoordinator {
     absl::Duration max_recovery_backoff = absl::Seconds(2);
     // How long the destructor lets running closures stop cooperatively after cancelling them.
     absl::Duration shutdown_grace = absl::Milliseconds(500);
+    // Exactly-once updates: every update and gradient push a closure makes is applied at
+    // most once by its PS, however often the closure runs (ps/update_dedup.h). Off gives
+    // TensorFlow's at-least-once behaviour: a closure re-run after its worker failed applies
+    // again what the failed attempt had applied. The chief's own updates (outside closures)
+    // are never deduplicated.
+    bool deduplicate_updates = true;
   };
 
   // `strategy` and `program` must outlive the coordinator. `program` is used to reject
@@ -139,6 +146,7 @@ class ClusterCoordinator {
   const Options options_;
   std::unique_ptr<CoordinatorMetrics> metrics_;
   coordinator::ClosureQueue queue_;
+  coordinator::ClosureWatermark closure_ids_;
   std::vector<std::unique_ptr<WorkerHandle>> workers_;
 
   Mutex resources_mu_;

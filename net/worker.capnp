@@ -38,8 +38,12 @@ struct RunRequest {
   # The worker incarnation the coordinator prepared (directory, resources); a restarted worker
   # refuses the closure until the coordinator has brought it up to date. 0 = any.
   incarnation @3 :UInt64;
+  # Exactly-once updates (ps/update_dedup.h): the coordinator's identity (its first closure
+  # id; 0 = do not tag updates) and the lowest id of its closures not finished yet.
+  coordinator @4 :UInt64;
+  watermark @5 :UInt64;
   # Dynamic sharding: the batch the closure reads from its per-worker iterator (absent: none).
-  split @4 :SplitBinding;
+  split @6 :SplitBinding;
 }
 
 # Element `batch` of the pipeline of per-worker iterator `resource` over records [begin, end)

@@ -55,9 +55,17 @@ absl::Status StepContext::AssignSub(const std::string& name, const Tensor& value
   return Update({{name, ps::UpdateKind::kSub, value, std::nullopt}});
 }
 
+ps::UpdateTag StepContext::NextTag() {
+  if (!closure_.tagged()) return {};
+  ++closure_.sequence;
+  return closure_;
+}
+
 absl::Status StepContext::Update(const std::vector<VariableUpdate>& updates) {
+  // Numbered before anything can fail, so every attempt numbers its calls alike.
+  const ps::UpdateTag tag = NextTag();
   if (absl::Status s = CheckCancelled(); !s.ok()) return s;
-  return Track(ps_.Update(updates));
+  return Track(ps_.Update(updates, tag));
 }
 
 absl::StatusOr<Tensor> StepContext::Gather(const std::string& name, const Tensor& ids) {
@@ -71,8 +79,9 @@ absl::Status StepContext::Scatter(ps::UpdateKind kind, const std::string& name, 
 }
 
 absl::Status StepContext::PushGradients(const std::vector<GradientUpdate>& gradients) {
+  const ps::UpdateTag tag = NextTag();
   if (absl::Status s = CheckCancelled(); !s.ok()) return s;
-  return Track(ps_.PushGradients(gradients));
+  return Track(ps_.PushGradients(gradients, tag));
 }
 
 }  // namespace asyncps

@@ -95,6 +95,9 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
   }
   const ClosureCancellation::Attempt attempt = cancellation_.Start(closure_id);
   StepContext ctx(worker_index_, std::move(args), ps_, attempt.cancelled);
+  if (req.getCoordinator() != 0) {
+    ctx.TagUpdates(ps::UpdateTag{req.getCoordinator(), closure_id, /*sequence=*/0, req.getWatermark()});
+  }
   absl::StatusOr<Values> result;
   try {
     result = (*fn)(ctx);

@@ -131,6 +131,18 @@ Program MakeTestProgram() {
     ASSIGN_OR_RETURN(data::Element element, ctx.Next(0));
     return Values{Tensor::Scalar<int64_t>(ctx.worker_index()), element.at(0)};
   });
+  program.AddFunction("add_to_row", [](StepContext& ctx) -> absl::StatusOr<Values> {
+    ASSIGN_OR_RETURN(Tensor row, ctx.arg(0));
+    ASSIGN_OR_RETURN(Tensor ms, ctx.arg(1));
+    RETURN_IF_ERROR(ctx.Scatter(ps::UpdateKind::kAdd, "rows", Tensor::FromVector<int64_t>({1}, {row.data<int64_t>()[0]}),
+                                Tensor::FromVector<int64_t>({1}, {1})));
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
+    while (std::chrono::steady_clock::now() < end) {
+      if (ctx.cancelled()) return absl::CancelledError("cancelled");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return Values{};
+  });
   program.AddDataset("range", [](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
     ASSIGN_OR_RETURN(int64_t n, ctx.IntArg("n"));
     return data::Dataset::Range(0, n).Shard(ctx.num_workers(), ctx.worker_index());

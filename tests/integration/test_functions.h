@@ -22,6 +22,9 @@ namespace asyncps::testing {
 //   "sparse_regression_step"  arg0 is a "regression_data" resource: one SGD step of a sparse
 //                      linear model "w" [kVocab, 1] towards TrueWeight, pushed as row gradients
 //   "next_element"     arg0 is an iterator: returns [worker index, its next element's first tensor]
+//   "add_to_row"       adds 1 to row arg0 (i64) of the i64 vector "rows", then works for arg1
+//                      (i64 ms) in 2 ms slices, so a worker killed then has applied the update
+//                      but not answered (exactly-once tests)
 // Datasets: "range" (args n: 0..n-1 sharded by worker), "idx_file" (args path: records of an
 // IDX file).
 // Resources: "counter" (a per-worker counter with a random instance id), "picky_counter" (a
