@@ -4,6 +4,11 @@
 // With the coordinator handing out the batches and the parameter servers' update window, every
 // row ends at exactly 1. Without the window re-runs apply twice (rows above 1: the test can
 // fail); with kOff every worker reads everything (rows equal to the number of workers).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <set>
@@ -13,6 +18,8 @@
 
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
+#include "absl/strings/str_cat.h"
+#include "core/subprocess.h"
 #include "core/sync.h"
 #include "gtest/gtest.h"
 #include "metrics/process_metrics.h"
@@ -281,6 +288,49 @@ TEST_F(DynamicShardingTest, StaticDataShardingSplitsTheIdsByWorker) {
   }
   ASSERT_EQ(static_cast<int>(ended.size()), kWorkers);
   ASSERT_EQ(Mismatches(Counts(), 1), "");  // each id in exactly one worker's shard
+}
+
+// The coordinator is a separate process (dynamic_sharding_chief) that checkpoints the counter
+// and its split cursor after every joined round. It is SIGKILLed mid-epoch and started again:
+// it restores the counter and the cursor and finishes the epoch — every row exactly 1, and the
+// second chief counts only what the first had not checkpointed.
+TEST_F(DynamicShardingTest, CoordinatorRestartedFromACheckpointFinishesTheEpoch) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/dynamic_sharding_test_", getpid());
+  std::filesystem::remove_all(dir);
+  Subprocess::Options o;
+  o.argv = {LocalCluster::BinaryPath("dynamic_sharding_chief")};
+  o.env = {{"TF_CONFIG", cluster_->chief_spec().ToTfConfig(TaskType::kChief, 0)},
+           {"ASYNCPS_CLUSTER_TOKEN", cluster_->token()},
+           {"ASYNCPS_METRICS_PORT", "-1"},
+           {"DS_DIR", dir},
+           {"DS_IDS", std::to_string(kIds)},
+           {"DS_BATCH", std::to_string(kBatch)},
+           {"DS_RECORDS_PER_SPLIT", std::to_string(kRecordsPerSplit)},
+           {"DS_LINGER_MS", "5"}};
+  auto first = Subprocess::Start(o);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto saved = (*first)->WaitForLine("checkpoint 5 saved", absl::Seconds(120));
+  ASSERT_TRUE(saved.ok()) << saved.status() << "\n" << (*first)->output();
+  (*first)->Signal(SIGKILL);
+  ASSERT_TRUE((*first)->Wait(absl::Seconds(30)).ok());
+  ASSERT_EQ((*first)->output().find("epoch complete"), std::string::npos) << "killed too late to test anything";
+
+  auto second = Subprocess::Start(o);
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto exit_code = (*second)->Wait(absl::Seconds(180));
+  const std::string output = (*second)->output();
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status() << "\n" << output;
+  ASSERT_EQ(*exit_code, 0) << output;
+  EXPECT_NE(output.find("restored checkpoint"), std::string::npos) << output;
+  EXPECT_NE(output.find("continuing epoch 0 from the restored split cursor"), std::string::npos) << output;
+  // The second chief counted only the batches after the checkpoint it restored.
+  const size_t at = output.find("epoch complete: counted ");
+  ASSERT_NE(at, std::string::npos) << output;
+  const int64_t counted = std::stoll(output.substr(at + std::strlen("epoch complete: counted ")));
+  EXPECT_GT(counted, 0);
+  EXPECT_LT(counted, kIds - 5 * 16 * kBatch + 1);
+  ASSERT_EQ(Mismatches(Counts(), 1), "");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
