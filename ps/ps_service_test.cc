@@ -575,6 +575,21 @@ TEST_F(PsServiceTest, AClosuresGradientPushRepeatedMovesTheOptimizerOnce) {
   EXPECT_EQ((*listed)[0].iterations, 1);
 }
 
+TEST_F(PsServiceTest, ClosuresFinishingInOrderEachApplyTheirPush) {
+  OptimizerConfig sgd;
+  sgd.type = "sgd";
+  sgd.learning_rate = 1.0f;
+  CreateWith("w", {2}, {0, 0}, &sgd);
+  const std::vector<GradientSpec> push = {{"w", Tensor::FromVector<float>({2}, {1, 2}), std::nullopt}};
+  // Each dispatched once every earlier closure finished: the watermark is its own id.
+  for (uint64_t c = 1; c <= 5; ++c) {
+    ASSERT_TRUE(Push(push, ClosureCall(c, 1, kCoordinator + c)).ok());
+    EXPECT_EQ(already_applied_, 0);
+  }
+  EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{-5, -10}));
+  EXPECT_LE(service_->dedup().entries(), 1u);
+}
+
 TEST_F(PsServiceTest, AZombieOfAFinishedClosureChangesNothing) {
   CreateWith("w", {1}, {0});
   const std::vector<UpdateSpec> add = {{"w", UpdateKind::kAdd, Tensor::FromVector<float>({1}, {1}), std::nullopt}};
