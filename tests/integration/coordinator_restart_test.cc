@@ -7,11 +7,16 @@
 // incarnation of its own choosing (the test process's ClusterCoordinator is the successor).
 // The whole restart, with a real chief process SIGKILLed and started again, is
 // fmnist_resume_test.
+#include <unistd.h>
+
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/checkpoint_manager.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/incarnation.h"
@@ -171,6 +176,52 @@ TEST(CoordinatorRestartTest, WorkerDropsThePredecessorsStateAndRefusesIt) {
   const std::string log = (*cluster)->worker_output(0);
   EXPECT_NE(log.find("a new coordinator (incarnation"), std::string::npos) << log;
   EXPECT_NE(log.find("dropped its predecessor's 1 per-worker resource(s)"), std::string::npos) << log;
+}
+
+// The chief's side of a restart, with the library calls a program makes: the new chief
+// creates its variables again (idempotent: the running PS keep theirs, trained past the
+// checkpoint), RestoreLatest rolls them back to the checkpoint's step, and training goes on
+// from there.
+TEST(CoordinatorRestartTest, NewChiefRecreatesVariablesAndContinuesFromTheCheckpoint) {
+  testing::LocalCluster::Options o;
+  o.num_ps = 2;
+  o.num_workers = 1;
+  auto cluster = testing::LocalCluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/coordinator_restart_", getpid());
+  std::filesystem::remove_all(dir);
+  const Program program = testing::MakeTestProgram();
+  auto iterations = [](ParameterServerStrategy& strategy) -> int64_t {
+    auto values = strategy.ps().Read({"iterations"});
+    EXPECT_TRUE(values.ok()) << values.status();
+    return values.ok() ? (*values)[0].data<int64_t>()[0] : -1;
+  };
+  auto increment = [&](ClusterCoordinator& coordinator, int n) {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(coordinator.Schedule("increment").ok());
+    ASSERT_TRUE(coordinator.Join().ok());
+  };
+  {
+    auto strategy = (*cluster)->MakeStrategy();
+    ASSERT_TRUE(strategy->CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
+    ClusterCoordinator coordinator(*strategy, program, testing::FastFailureDetection());
+    CheckpointManager checkpoints(*strategy, dir, 2);
+    increment(coordinator, 5);
+    ASSERT_TRUE(checkpoints.Save(5).ok());
+    increment(coordinator, 3);  // lost with the chief: after the last checkpoint
+    ASSERT_EQ(iterations(*strategy), 8);
+  }
+  auto strategy = (*cluster)->MakeStrategy();
+  ASSERT_TRUE(strategy->CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
+  EXPECT_EQ(iterations(*strategy), 8) << "creating it again must not reset the PS's variable";
+  CheckpointManager checkpoints(*strategy, dir, 2);
+  auto step = checkpoints.RestoreLatest();
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 5);
+  EXPECT_EQ(iterations(*strategy), 5);
+  ClusterCoordinator coordinator(*strategy, program, testing::FastFailureDetection());
+  increment(coordinator, 1);
+  EXPECT_EQ(iterations(*strategy), 6);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
