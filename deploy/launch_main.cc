@@ -29,6 +29,7 @@
 #include "core/sync.h"
 #include "absl/time/time.h"
 #include "core/cluster_spec.h"
+#include "core/exit_code.h"
 #include "core/incarnation.h"
 #include "core/subprocess.h"
 
@@ -43,7 +44,7 @@ constexpr char kUsage[] =
     "ASYNCPS_CLUSTER_TOKEN set to a shared token (--token, else $ASYNCPS_CLUSTER_TOKEN, else a\n"
     "random one). Output lines are prefixed with their task: [ps:0], [worker:1], [chief].\n"
     "When the chief exits, the other tasks are stopped and the launcher exits with the chief's\n"
-    "exit code. SIGINT or SIGTERM stops every task and exits with 130.\n";
+    "exit code. SIGINT or SIGTERM stops every task and exits with 128 + the signal (130, 143).\n";
 
 // Upper bound on tasks per job: a local cluster larger than this is a typo, not a plan.
 constexpr int kMaxTasksPerJob = 256;
@@ -175,7 +176,7 @@ class Launcher {
     absl::StatusOr<std::vector<int>> ports = PickPorts(total);
     if (!ports.ok()) {
       Print("launcher", absl::StrCat("error: ", ports.status().ToString()));
-      return 1;
+      return ExitCodeForStatus(ports.status());
     }
     std::map<TaskType, std::vector<std::string>> jobs;
     size_t next_port = 0;
@@ -248,7 +249,7 @@ class Launcher {
       if (chief_done_) {
         code = chief_code_;
       } else if (signals_ > 0) {
-        code = 130;
+        code = ExitCodeForSignal(first_signal_);  // retryable: the launcher was stopped
       }
     }
     StopAll();
@@ -325,7 +326,7 @@ class Launcher {
           if (signal_thread_done_) return;
           continue;
         }
-        ++signals_;
+        if (++signals_ == 1) first_signal_ = sig;
         Print("launcher", absl::StrCat("got ", sig == SIGINT ? "SIGINT" : "SIGTERM",
                                        signals_ == 1 ? "; stopping all tasks" : "; killing all tasks"));
       }
@@ -361,6 +362,7 @@ class Launcher {
   bool chief_done_ ABSL_GUARDED_BY(mu_) = false;
   int chief_code_ ABSL_GUARDED_BY(mu_) = -1;
   int signals_ ABSL_GUARDED_BY(mu_) = 0;
+  int first_signal_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool signal_thread_done_ ABSL_GUARDED_BY(mu_) = false;
 
@@ -379,7 +381,7 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "asyncps_launch: %s\n\n%s", std::string(args.status().message()).c_str(),
                  asyncps::kUsage);
-    return 2;
+    return asyncps::kExitUsage;
   }
 
   // Signals are taken by one thread with sigwait, so they must be blocked before any thread

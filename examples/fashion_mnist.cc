@@ -18,6 +18,7 @@
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/cluster_spec.h"
+#include "core/exit_code.h"
 #include "core/logging.h"
 #include "examples/fmnist_training.h"
 #include "worker/serve.h"
@@ -107,7 +108,7 @@ int main(int argc, char** argv) {
   auto result = asyncps::fmnist::Train(strategy, coordinator, flags.train);
   if (!result.ok()) {
     std::fprintf(stderr, "fashion_mnist failed: %s\n", result.status().ToString().c_str());
-    return 1;
+    return asyncps::ExitCodeForStatus(result.status());  // a lost PS is retryable (>= 128)
   }
   std::printf("trained %lld steps (%lld examples) in %.1f s, %.0f examples/s, final loss %.4f\n",
               static_cast<long long>(result->steps), static_cast<long long>(result->examples), result->seconds,
