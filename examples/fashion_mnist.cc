@@ -20,6 +20,7 @@
 #include "core/cluster_spec.h"
 #include "core/exit_code.h"
 #include "core/logging.h"
+#include "examples/fmnist_evaluator.h"
 #include "examples/fmnist_training.h"
 #include "worker/serve.h"
 
@@ -96,6 +97,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   asyncps::fmnist::SetTorchThreads(flags.torch_threads);
+  if (cluster->task_type() == asyncps::TaskType::kEvaluator) {
+    return asyncps::fmnist::RunEvaluator(*cluster, flags.train, argc, argv);
+  }
   asyncps::Program program = asyncps::fmnist::MakeProgram();
   if (!cluster->is_chief()) return asyncps::Serve(*cluster, program);
 
