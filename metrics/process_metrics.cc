@@ -16,6 +16,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "absl/strings/str_cat.h"
+#include "metrics/thread_stacks.h"
 
 namespace asyncps::metrics {
 
@@ -37,8 +38,9 @@ absl::StatusOr<std::unique_ptr<ProcessMetrics>> ProcessMetrics::Create(
           "listening_ports", listen_address, "num_threads", std::to_string(http.threads),
           "request_timeout_ms", std::to_string(http.request_timeout_ms)});
     } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot serve /metrics on ", listen_address, ": ", e.what()));
+      return absl::UnavailableError(absl::StrCat(
+          "cannot serve /metrics on ", listen_address, ": ", e.what(),
+          TlsAwareStacksInstalled() ? "" : " (pthread_attr_setstacksize is not the TLS-aware one; see metrics/thread_stacks.h)"));
     }
     m->exposer_->RegisterCollectable(m->registry_);
     auto ports = m->exposer_->GetListeningPorts();
