@@ -95,11 +95,6 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Known issue: with LibTorch loaded (libtorch_cpu 1.13), civetweb's server start fails
-  // ("null context when constructing CivetServer") and a ps/worker that cannot serve /metrics
-  // exits. Until that is understood, this program serves no /metrics endpoint unless asked to
-  // with ASYNCPS_METRICS_PORT (the counters are still kept in every process).
-  setenv("ASYNCPS_METRICS_PORT", "-1", /*overwrite=*/0);
   Flags flags;
   if (absl::Status s = ParseFlags(argc, argv, &flags); !s.ok()) {
     if (!absl::IsCancelled(s)) std::fprintf(stderr, "fashion_mnist: %s\n", s.ToString().c_str());
