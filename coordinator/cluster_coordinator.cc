@@ -46,6 +46,11 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
     o.metrics = &strategy.rpc_metrics();
     workers_.push_back(std::make_unique<WorkerHandle>(i, std::make_unique<net::RpcClient>(strategy.loop(), o)));
   }
+  if (options_.ps_recovery.enabled) {
+    ps_recovery_ = std::make_unique<PsRecovery>(
+        queue_, PsRecovery::MakeClusterPsRepair(strategy, options_.ps_recovery.checkpoints), metrics_.get(),
+        options_.ps_recovery);
+  }
   queue_.SetInFlightCancellationHook([this] {
     for (auto& w : workers_) w->CancelRunning();
   });
@@ -58,6 +63,7 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
 }
 
 ClusterCoordinator::~ClusterCoordinator() {
+  if (ps_recovery_ != nullptr) ps_recovery_->Stop();  // a repair in progress stops at its next step
   queue_.Stop();  // nothing new is handed out; queued closures are cancelled
   // Cooperative functions stop within the grace and report normally.
   for (auto& w : workers_) w->CancelRunning();
@@ -69,6 +75,11 @@ ClusterCoordinator::~ClusterCoordinator() {
   // is left blocked on the network, so the joins return at once.
   for (auto& w : workers_) w->Stop();
   for (auto& t : threads_) t.join();
+  ps_recovery_.reset();
+}
+
+PsRecovery::Stats ClusterCoordinator::ps_recovery_stats() const {
+  return ps_recovery_ != nullptr ? ps_recovery_->stats() : PsRecovery::Stats();
 }
 
 int ClusterCoordinator::workers_up() const {
@@ -400,11 +411,11 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
   absl::Status status;
   ErrorSource source = ErrorSource::kFunction;
   Values values;
-  SplitOutcome outcome = SplitOutcome::kUnread;
+  SplitOutcome split_outcome = SplitOutcome::kUnread;
   if (rpc.ok()) {
     rpc = net::CatchDecodeErrors([&]() -> absl::Status {
       auto r = response->ResponseBody<wire::RunResponse>();
-      outcome = static_cast<SplitOutcome>(r.getSplit());
+      split_outcome = static_cast<SplitOutcome>(r.getSplit());
       if (r.getCode() != 0) {
         status = absl::Status(static_cast<absl::StatusCode>(r.getCode()), r.getMessage().cStr());
         switch (r.getErrorSource()) {
@@ -431,27 +442,24 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
   }
 
   if (cursor != nullptr && rpc.ok() &&
-      (outcome == SplitOutcome::kPastEnd || outcome == SplitOutcome::kBeyondSource)) {
+      (split_outcome == SplitOutcome::kPastEnd || split_outcome == SplitOutcome::kBeyondSource)) {
     // Its batch lies past its split's end, so it read nothing (whatever it returned): bind it
     // again, under a new id, so that the parameter servers' update window does not take the
     // updates it makes with its new batch for repeats of this attempt's.
-    cursor->PastEnd(closure->id, outcome == SplitOutcome::kBeyondSource);
+    cursor->PastEnd(closure->id, split_outcome == SplitOutcome::kBeyondSource);
     closure_ids_.Assign(closure);
     queue_.PutBack(closure);
     return;
   }
-  const ClosureOutcome classified = ClassifyClosure(rpc, status, source);
-  if (cursor != nullptr) {
-    if (classified == ClosureOutcome::kSucceeded) {
-      cursor->Complete(closure->id, outcome == SplitOutcome::kLast);
-    } else if (classified != ClosureOutcome::kWorkerFailure) {
-      // Failed or cancelled: the batch goes to a later closure. (A worker failure keeps it:
-      // the closure runs again, bound to the same batch.)
-      cursor->Release(closure->id);
-    }
+  const ClosureOutcome outcome = ClassifyClosure(rpc, status, source);
+  // A closure that runs again (its worker failed, or a PS is being repaired) keeps its batch;
+  // one that failed or was cancelled gives it to a later closure.
+  if (cursor != nullptr && outcome == ClosureOutcome::kSucceeded) {
+    cursor->Complete(closure->id, split_outcome == SplitOutcome::kLast);
   }
-  switch (classified) {
+  switch (outcome) {
     case ClosureOutcome::kSucceeded:
+      if (ps_recovery_ != nullptr) ps_recovery_->NoteCompleted();
       closure->output.SetReady(std::move(values));
       metrics_->completed.Increment();
       metrics_->closure_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - payload.scheduled));
@@ -460,6 +468,7 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     case ClosureOutcome::kWorkerFailure:
       return put_back(rpc);
     case ClosureOutcome::kCancelled:
+      if (cursor != nullptr) cursor->Release(closure->id);
       closure->output.SetCancelled("cancelled after another closure failed");
       metrics_->cancelled.Increment();
       queue_.MarkFinished();
@@ -478,7 +487,14 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     case ClosureOutcome::kFunctionError:
       break;
   }
+  if (outcome != ClosureOutcome::kFunctionError && ps_recovery_ != nullptr && ps_recovery_->OnPsFailure(status)) {
+    // Dispatch is paused; the closure runs again once the PS are repaired.
+    metrics_->retried.Increment();
+    queue_.PutBack(closure);
+    return;
+  }
   spdlog::warn("closure '{}' failed on worker {}: {}", closure->function, worker.index(), status.ToString());
+  if (cursor != nullptr) cursor->Release(closure->id);
   closure->output.SetFailed(status);
   metrics_->failed.Increment();
   queue_.MarkFailed(status);
