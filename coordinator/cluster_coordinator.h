@@ -41,6 +41,11 @@ using coordinator::RemoteValue;
 //     Done return Unavailable. Opt-in instead: automatic PS recovery (Options::ps_recovery;
 //     see coordinator/ps_recovery.h) pauses dispatch, waits for the PS to come back, restores
 //     the latest checkpoint onto every PS and re-runs the failed closures by itself.
+//   * Dynamic sharding (ShardingPolicy::kDynamic, see PerWorkerDataset): each closure that
+//     takes such an iterator is bound, when dispatched, to one batch, and a re-run reads the
+//     same batch. Closures dispatched after an epoch's last batch was handed out read nothing
+//     (their RemoteValues say OutOfRange) and cancel nothing; Join/Done then return
+//     OutOfRange once, after the closures holding batches finished.
 // Workers are watched by heartbeats as well as by failed calls, so a hung or partitioned worker
 // is noticed too. A down worker is probed with backoff; when it answers, its per-worker
 // resources and the variable directory are rebuilt on it before it is given closures again.
