@@ -3,7 +3,7 @@
 //
 //   build/bin/asyncps_launch --ps 2 --workers 2 -- build/bin/fashion_mnist [--model mlp|cnn]
 //       [--epochs N] [--batch_size N] [--data_dir DIR] [--torch_threads N] [--eval_every EPOCHS]
-//       [--checkpoint_dir DIR [--checkpoint_every_steps N] [--max_to_keep N]]
+//       [--checkpoint_dir DIR [--checkpoint_every_steps N] [--max_to_keep N]] [--sharding off|dynamic]
 //
 // Every process runs this binary; TF_CONFIG says which role it plays. Workers read their shard
 // of the 60,000 training images themselves (a per-worker dataset, rebuilt if a worker
@@ -15,6 +15,10 @@
 // keeping the newest --max_to_keep (default 3). Started again with the same command line — the
 // chief alone after it died, or the whole cluster — it restores the newest good checkpoint
 // and continues from its step ("resumed from checkpoint step N").
+//
+// --sharding dynamic: the chief hands out the training set (ShardingPolicy::kDynamic), so each
+// epoch visits every example exactly once, even when workers die (--sharding off: each worker
+// reads its static shard, repeated).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -42,6 +46,7 @@ constexpr char kUsage[] =
     "fashion_mnist [--model mlp|cnn] [--epochs N] [--batch_size N] [--data_dir DIR]\n"
     "              [--torch_threads N] [--eval_every EPOCHS] [--seed N]\n"
     "              [--checkpoint_dir DIR] [--checkpoint_every_steps N] [--max_to_keep N]\n"
+    "              [--sharding off|dynamic]\n"
     "Run it under build/bin/asyncps_launch --ps 2 --workers 2 -- (cluster flags pass through).\n";
 
 // Our flags, "--name=value" or "--name value"; cluster flags (--ps_hosts, ...) are left to
@@ -81,6 +86,9 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
       ok = !value.empty();
     } else if (name == "checkpoint_every_steps") {
       ok = absl::SimpleAtoi(value, &flags->train.checkpoint_every_steps) && flags->train.checkpoint_every_steps >= 1;
+    } else if (name == "sharding") {
+      ok = value == "dynamic" || value == "off";
+      flags->train.dynamic_sharding = value == "dynamic";
     } else if (name == "max_to_keep") {
       ok = absl::SimpleAtoi(value, &flags->train.max_to_keep);
     } else {

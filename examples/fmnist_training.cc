@@ -125,12 +125,13 @@ absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
   ASSIGN_OR_RETURN(int64_t batch, ctx.IntArg("batch"));
   ASSIGN_OR_RETURN(int64_t seed, ctx.IntArg("seed"));
   if (batch < 1) return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
-  return data::Dataset::Zip({data::Dataset::IdxFile(images), data::Dataset::IdxFile(labels)})
-      .Shard(ctx.num_workers(), ctx.worker_index())
-      .Shuffle(10'000, static_cast<uint64_t>(seed) + static_cast<uint64_t>(ctx.worker_index()))
-      .Repeat()
-      .Batch(batch, /*drop_remainder=*/true)
-      .Prefetch(4);
+  // Under dynamic sharding the chief makes the epochs (no Repeat) and the shard (worker 0 of 1).
+  const bool repeat = ctx.IntArg("repeat").value_or(1) != 0;
+  data::Dataset examples = data::Dataset::Zip({data::Dataset::IdxFile(images), data::Dataset::IdxFile(labels)})
+                               .Shard(ctx.num_workers(), ctx.worker_index())
+                               .Shuffle(10'000, static_cast<uint64_t>(seed) + static_cast<uint64_t>(ctx.worker_index()));
+  if (repeat) examples = examples.Repeat();
+  return examples.Batch(batch, /*drop_remainder=*/true).Prefetch(4);
 }
 
 absl::StatusOr<Values> TrainStep(StepContext& ctx) {
@@ -189,7 +190,8 @@ std::map<std::string, std::string> DatasetArgs(const Options& options, int64_t s
   return {{"images", options.data_dir + "/train-images-idx3-ubyte.gz"},
           {"labels", options.data_dir + "/train-labels-idx1-ubyte.gz"},
           {"batch", absl::StrCat(options.batch_size)},
-          {"seed", absl::StrCat(options.seed + static_cast<uint64_t>(start_step))}};
+          {"seed", absl::StrCat(options.seed + static_cast<uint64_t>(start_step))},
+          {"repeat", options.dynamic_sharding ? "0" : "1"}};
 }
 
 absl::Status CheckOptions(const Options& options) {
@@ -329,8 +331,14 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   while (coordinator.workers_up() < coordinator.num_workers() && absl::Now() < deadline) {
     Notification().WaitForNotificationWithTimeout(absl::Milliseconds(20));  // poll pacing
   }
+  // Dynamic splits of whole batches (about 8 per epoch), so an epoch has the same
+  // kTrainExamples / batch_size steps: one iterator per epoch, every example once.
+  const int64_t records_per_split =
+      options.batch_size * ((kTrainExamples + 8 * options.batch_size - 1) / (8 * options.batch_size));
   ASSIGN_OR_RETURN(PerWorkerDataset dataset,
-                   coordinator.CreatePerWorkerDataset("fmnist_train", DatasetArgs(options, start_step)));
+                   coordinator.CreatePerWorkerDataset(
+                       "fmnist_train", DatasetArgs(options, start_step),
+                       options.dynamic_sharding ? ShardingPolicy::kDynamic : ShardingPolicy::kOff, records_per_split));
   ASSIGN_OR_RETURN(PerWorkerValues iterators, dataset.MakeIterator());
   ASSIGN_OR_RETURN(PerWorkerValues models, coordinator.CreatePerWorkerResource("fmnist_model", {{"model", options.model}}));
 
@@ -371,6 +379,9 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   bool stop = false;
   while (tracker.steps() < total_steps && !stop) {
     while (!stop && scheduled < std::min(total_steps, next_checkpoint) && pending.size() < window) {
+      if (options.dynamic_sharding && scheduled > start_step && scheduled % steps_per_epoch == 0) {
+        ASSIGN_OR_RETURN(iterators, dataset.MakeIterator());  // the next epoch
+      }
       ASSIGN_OR_RETURN(RemoteValue v, coordinator.Schedule("fmnist_train_step", {iterators, models}));
       pending.push_back(std::move(v));
       ++scheduled;

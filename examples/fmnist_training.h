@@ -42,6 +42,10 @@ struct Options {
   std::string checkpoint_dir;
   int64_t checkpoint_every_steps = 500;
   int max_to_keep = 3;
+  // Dynamic sharding (ShardingPolicy::kDynamic): the chief hands out the training set in splits
+  // and each step reads exactly the batch it was bound to, so every epoch visits every example
+  // once, also when workers die. Off: each worker reads its static shard, repeated.
+  bool dynamic_sharding = false;
   // Called on the chief after each completed step (1-based); for tests that inject failures.
   std::function<void(int64_t step)> on_step;
 };
