@@ -32,9 +32,27 @@ absl::StatusOr<data::Element> DynamicIteratorResource::Read(const SplitBinding& 
   *outcome = SplitOutcome::kUnread;
   MutexLock lock(&mu_);
   ++uses_;
-  auto it = std::find_if(positions_.begin(), positions_.end(), [&](const Position& p) {
-    return p.epoch == b.epoch && p.split == b.split && p.next_batch == b.batch;
-  });
+  // A kept pipeline of this split at or before the batch (closest first): skipping forward
+  // there is cheaper than building the split's pipeline again (two workers sharing a split at
+  // the end of an epoch take turns).
+  auto it = positions_.end();
+  for (auto p = positions_.begin(); p != positions_.end(); ++p) {
+    if (p->epoch == b.epoch && p->split == b.split && p->next_batch <= b.batch &&
+        (it == positions_.end() || p->next_batch > it->next_batch)) {
+      it = p;
+    }
+  }
+  for (; it != positions_.end() && it->next_batch < b.batch; ++it->next_batch) {
+    absl::StatusOr<data::Element> skipped = it->peeked.has_value() ? std::move(*it->peeked) : it->iterator->Next();
+    it->peeked.reset();
+    if (!skipped.ok()) {
+      if (data::IsEndOfData(skipped.status())) {
+        *outcome = it->beyond_source->load() ? SplitOutcome::kBeyondSource : SplitOutcome::kPastEnd;
+      }
+      positions_.erase(it);
+      return skipped.status();
+    }
+  }
   if (it == positions_.end()) {
     // Not where a kept pipeline stands: build the split's pipeline and skip to the batch.
     // The seed depends on the split only, so every worker reads the same order.

@@ -57,6 +57,19 @@ TEST_F(DynamicIteratorResourceTest, AnyBatchReadsTheSameRecordsAsInOrder) {
   EXPECT_NE(Ids(*next_epoch), in_order[0]);
 }
 
+TEST_F(DynamicIteratorResourceTest, ABatchAheadIsReachedBySkippingNotRebuilding) {
+  SplitOutcome outcome;
+  DynamicIteratorResource fresh(data::Dataset::Range(0, 35).Shuffle(10, 3).Batch(4));
+  const std::vector<int64_t> third = Ids(*fresh.Read(Binding(1, 2), &outcome));
+  ASSERT_TRUE(resource_.Read(Binding(1, 0), &outcome).ok());
+  // Batch 1 went to another worker; this one reads batch 2 from its kept pipeline.
+  auto skipped_to = resource_.Read(Binding(1, 2), &outcome);
+  ASSERT_TRUE(skipped_to.ok());
+  EXPECT_EQ(Ids(*skipped_to), third);
+  EXPECT_EQ(outcome, SplitOutcome::kLast);
+  EXPECT_EQ(resource_.pipelines_built(), 1);
+}
+
 TEST_F(DynamicIteratorResourceTest, ReportsSplitsPastTheData) {
   SplitOutcome outcome;
   auto last = resource_.Read(Binding(3, 1), &outcome);  // records 30..34: batches of 4 and 1
