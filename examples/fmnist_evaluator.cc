@@ -13,13 +13,18 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/checkpoint_follower.h"
+#include "coordinator/checkpoint_manager.h"
 #include "core/exit_code.h"
 #include "core/logging.h"
 #include "core/process_options.h"
+#include "core/status_macros.h"
 #include "metrics/process_metrics.h"
 
 namespace asyncps::fmnist {
 namespace {
+
+// Checkpoints FinishCheckpoints' manager keeps (it only ever adds the final one).
+constexpr int kFinalMaxToKeep = 1000;
 
 // The evaluator's metric families, children labelled with the process's role and task.
 struct EvaluatorMetrics {
@@ -75,16 +80,28 @@ absl::StatusOr<EvaluatorFlags> ParseEvaluatorFlags(int argc, char** argv) {
       flags.idle_timeout = n == 0 ? absl::InfiniteDuration() : absl::Seconds(n);
     }
   }
-  if (flags.checkpoint_dir.empty()) {
-    return absl::InvalidArgumentError("the evaluator needs --checkpoint_dir (the chief's checkpoint directory)");
-  }
   return flags;
+}
+
+absl::Status FinishCheckpoints(ParameterServerStrategy& strategy, const std::string& checkpoint_dir, int64_t step) {
+  CheckpointManager manager(strategy, checkpoint_dir, kFinalMaxToKeep);
+  absl::StatusOr<std::string> latest = manager.Latest(CheckpointCheck::kStructure);
+  absl::StatusOr<CheckpointManifest> manifest =
+      latest.ok() ? ReadManifest(*latest) : absl::StatusOr<CheckpointManifest>(latest.status());
+  if (!manifest.ok() || manifest->step != step) {
+    ASSIGN_OR_RETURN(std::string path, manager.Save(step));
+    spdlog::info("final checkpoint {}", path);
+  }
+  return MarkFinalCheckpoint(checkpoint_dir, step);
 }
 
 int RunEvaluator(const ClusterSpec& cluster, const Options& train, int argc, char** argv) {
   const ProcessOptions process = ProcessOptions::FromEnvAndFlags(argc, argv);
   InitLogging("evaluator", cluster.task_index(), process.log_level);
   absl::StatusOr<EvaluatorFlags> flags = ParseEvaluatorFlags(argc, argv);
+  if (flags.ok() && flags->checkpoint_dir.empty()) {
+    flags = absl::InvalidArgumentError("the evaluator needs --checkpoint_dir (the chief's checkpoint directory)");
+  }
   if (!flags.ok()) {
     spdlog::error("{}", flags.status().ToString());
     return kExitUsage;

@@ -110,5 +110,33 @@ TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUp
   std::filesystem::remove_all(dir);
 }
 
+// The README's way: asyncps_launch --evaluator runs the whole job; the chief, given
+// --checkpoint_dir, ends with a checkpoint marked final; the launcher waits for the evaluator,
+// which reports that checkpoint's accuracy (the chief's own final figure) and exits 0.
+TEST(FashionMnistEvaluatorTest, LaunchedWithAnEvaluatorTheJobEndsAfterItsLastEvaluation) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/fmnist_launch_evaluator_", getpid());
+  std::filesystem::remove_all(dir);
+  Subprocess::Options o;
+  o.argv = {testing::LocalCluster::BinaryPath("asyncps_launch"), "--ps", "1", "--workers", "1", "--evaluator", "--",
+            testing::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=1", "--batch_size=512",
+            absl::StrCat("--checkpoint_dir=", dir), "--eval_poll_ms=50"};
+  auto launcher = Subprocess::Start(o);
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  auto code = (*launcher)->Wait(absl::Seconds(180));
+  ASSERT_TRUE(code.ok()) << code.status() << "\n" << (*launcher)->output();
+  const std::string out = (*launcher)->output();
+  EXPECT_EQ(*code, 0) << out;
+  // 60,000 / 512 = 117 steps; the chief's final accuracy, and the evaluator's on ckpt-117.
+  const size_t chief_at = out.find("[chief] test accuracy ");
+  ASSERT_NE(chief_at, std::string::npos) << out;
+  const std::string accuracy = out.substr(chief_at + 22, 6);
+  EXPECT_NE(out.find(absl::StrCat("[evaluator] evaluator: checkpoint step 117 test accuracy ", accuracy)),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[launcher] evaluator exited with code 0"), std::string::npos) << out;
+  EXPECT_EQ(*ReadFinalCheckpointMarker(dir), 117);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace asyncps
