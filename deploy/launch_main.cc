@@ -32,12 +32,14 @@
 #include "core/exit_code.h"
 #include "core/incarnation.h"
 #include "core/subprocess.h"
+#include "deploy/file_sd.h"
 
 namespace asyncps {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: asyncps_launch --ps N --workers M [--evaluator] [--token T] -- PROGRAM [ARGS...]\n"
+    "usage: asyncps_launch --ps N --workers M [--evaluator] [--token T] [--file_sd PATH]\n"
+    "                      -- PROGRAM [ARGS...]\n"
     "\n"
     "Starts a local cluster on 127.0.0.1: N parameter servers, M workers, one chief (and one\n"
     "evaluator with --evaluator), each running PROGRAM with TF_CONFIG set for its task and\n"
@@ -45,7 +47,13 @@ constexpr char kUsage[] =
     "random one). Output lines are prefixed with their task: [ps:0], [worker:1], [chief].\n"
     "When the chief exits, the other tasks are stopped and the launcher exits with the chief's\n"
     "exit code; if it succeeded, an evaluator is first left to finish its last evaluation (its\n"
-    "failure is then the launcher's exit code). SIGINT or SIGTERM stops every task and exits with 128 + the signal (130, 143).\n";
+    "failure is then the launcher's exit code). SIGINT or SIGTERM stops every task and exits with\n"
+    "128 + the signal (130, 143).\n"
+    "\n"
+    "Every task serves /metrics on a port of its own (ASYNCPS_METRICS_PORT; the chief's also\n"
+    "serves the status page /status); --file_sd PATH writes them as a Prometheus file_sd\n"
+    "targets file before any task starts. ASYNCPS_METRICS_PORT=-1 in the launcher's\n"
+    "environment turns the endpoints off.\n";
 
 // Upper bound on tasks per job: a local cluster larger than this is a typo, not a plan.
 constexpr int kMaxTasksPerJob = 256;
@@ -57,6 +65,7 @@ struct LaunchArgs {
   int num_workers = 0;
   bool evaluator = false;
   std::string token;
+  std::string file_sd;  // Prometheus targets file to write; empty: none
   std::vector<std::string> program;
 };
 
@@ -108,6 +117,10 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
       status = take_value();
       if (status.ok() && value.empty()) status = absl::InvalidArgumentError("--token must not be empty");
       args.token = value;
+    } else if (name == "--file_sd") {
+      status = take_value();
+      if (status.ok() && value.empty()) status = absl::InvalidArgumentError("--file_sd must not be empty");
+      args.file_sd = value;
     } else if (name == "--evaluator" && !has_value) {
       args.evaluator = true;
     } else {
@@ -174,7 +187,14 @@ class Launcher {
 
   int RunCluster() {
     const int total = 1 + args_.num_ps + args_.num_workers + (args_.evaluator ? 1 : 0);
-    absl::StatusOr<std::vector<int>> ports = PickPorts(total);
+    const char* metrics_env = std::getenv("ASYNCPS_METRICS_PORT");
+    const bool serve_metrics = metrics_env == nullptr || std::string(metrics_env) != "-1";
+    if (!serve_metrics && !args_.file_sd.empty()) {
+      Print("launcher", "error: --file_sd needs metrics endpoints, but ASYNCPS_METRICS_PORT=-1");
+      return 1;
+    }
+    // One RPC port per task, then (when served) one metrics port per task.
+    absl::StatusOr<std::vector<int>> ports = PickPorts(serve_metrics ? 2 * total : total);
     if (!ports.ok()) {
       Print("launcher", absl::StrCat("error: ", ports.status().ToString()));
       return ExitCodeForStatus(ports.status());
@@ -211,6 +231,24 @@ class Launcher {
     tasks_.push_back({TaskType::kChief, 0, "chief", {}, {}});
     chief_ = static_cast<int>(tasks_.size()) - 1;
 
+    std::map<std::string, int> metrics_ports;  // by task label
+    if (serve_metrics) {
+      std::vector<deploy::ScrapeTarget> targets;
+      for (const Task& task : tasks_) {
+        const int port = (*ports)[next_port++];
+        metrics_ports[task.label] = port;
+        targets.push_back({absl::StrCat("127.0.0.1:", port), std::string(TaskTypeName(task.type)), task.index});
+      }
+      if (!args_.file_sd.empty()) {
+        if (absl::Status s = deploy::WriteFileSd(args_.file_sd, targets); !s.ok()) {
+          Print("launcher", absl::StrCat("error: cannot write --file_sd: ", s.ToString()));
+          return 1;
+        }
+        Print("launcher", absl::StrCat("prometheus targets in ", args_.file_sd));
+      }
+      Print("launcher", absl::StrCat("status page http://127.0.0.1:", metrics_ports["chief"], "/status"));
+    }
+
     Print("launcher", absl::StrCat("cluster: chief ", spec->chief(), ", ps ", absl::StrJoin(spec->ps(), " "),
                                    ", worker ", absl::StrJoin(spec->workers(), " "),
                                    args_.evaluator ? absl::StrCat(", evaluator ", spec->evaluator()) : ""));
@@ -228,6 +266,7 @@ class Launcher {
       Subprocess::Options options;
       options.argv = args_.program;
       options.env = {{"TF_CONFIG", spec->ToTfConfig(task.type, task.index)}, {"ASYNCPS_CLUSTER_TOKEN", token}};
+      if (serve_metrics) options.env["ASYNCPS_METRICS_PORT"] = std::to_string(metrics_ports[task.label]);
       options.keep_lines = false;  // printed as they come; keeping them would grow without bound
       options.on_line = [this, label = task.label](const std::string& line) { Print(label, line); };
       absl::StatusOr<std::unique_ptr<Subprocess>> proc = Subprocess::Start(std::move(options));

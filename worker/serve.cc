@@ -27,7 +27,8 @@ int RunWorker(const ClusterSpec& cluster, const Program& program, const ProcessO
   }
   VariableDirectory directory;
   PsClient ps(ps_ptrs, directory);
-  WorkerService service(program, cluster.task_index(), cluster.num_workers(), ps, directory);
+  WorkerMetrics metrics((*process)->process_metrics());
+  WorkerService service(program, cluster.task_index(), cluster.num_workers(), ps, directory, &metrics);
   service.RegisterWith((*process)->server().methods());
   return (*process)->ServeUntilSignal();
 }
