@@ -13,7 +13,8 @@ namespace asyncps {
 TrainingCheckpoints::TrainingCheckpoints(ParameterServerStrategy& strategy, Options options)
     : options_(std::move(options)) {
   if (options_.directory.empty()) return;
-  manager_ = std::make_unique<CheckpointManager>(strategy, options_.directory, options_.max_to_keep);
+  manager_ =
+      std::make_unique<CheckpointManager>(strategy, options_.directory, options_.max_to_keep);
 }
 
 TrainingCheckpoints::~TrainingCheckpoints() = default;
@@ -25,8 +26,8 @@ absl::StatusOr<int64_t> TrainingCheckpoints::RestoreLatest() {
   RETURN_IF_ERROR(latest.status());
   absl::StatusOr<int64_t> step = manager_->Restore(*latest);
   if (!step.ok()) {
-    return absl::Status(step.status().code(),
-                        absl::StrCat("cannot resume from ", *latest, ": ", step.status().message()));
+    return absl::Status(step.status().code(), absl::StrCat("cannot resume from ", *latest, ": ",
+                                                           step.status().message()));
   }
   return step;
 }
