@@ -25,7 +25,9 @@
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/cluster_spec.h"
+#include "core/exit_code.h"
 #include "core/logging.h"
+#include "examples/fmnist_evaluator.h"
 #include "examples/fmnist_training.h"
 #include "worker/serve.h"
 
@@ -93,11 +95,6 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Known issue: with LibTorch loaded (libtorch_cpu 1.13), civetweb's server start fails
-  // ("null context when constructing CivetServer") and a ps/worker that cannot serve /metrics
-  // exits. Until that is understood, this program serves no /metrics endpoint unless asked to
-  // with ASYNCPS_METRICS_PORT (the counters are still kept in every process).
-  setenv("ASYNCPS_METRICS_PORT", "-1", /*overwrite=*/0);
   Flags flags;
   if (absl::Status s = ParseFlags(argc, argv, &flags); !s.ok()) {
     if (!absl::IsCancelled(s)) std::fprintf(stderr, "fashion_mnist: %s\n", s.ToString().c_str());
@@ -110,6 +107,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   asyncps::fmnist::SetTorchThreads(flags.torch_threads);
+  if (cluster->task_type() == asyncps::TaskType::kEvaluator) {
+    return asyncps::fmnist::RunEvaluator(*cluster, flags.train, argc, argv);
+  }
   asyncps::Program program = asyncps::fmnist::MakeProgram();
   if (!cluster->is_chief()) return asyncps::Serve(*cluster, program);
 
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
   auto result = asyncps::fmnist::Train(strategy, coordinator, flags.train);
   if (!result.ok()) {
     std::fprintf(stderr, "fashion_mnist failed: %s\n", result.status().ToString().c_str());
-    return 1;
+    return asyncps::ExitCodeForStatus(result.status());  // a lost PS is retryable (>= 128)
   }
   std::printf("trained %lld steps (%lld examples) in %.1f s, %.0f examples/s, final loss %.4f\n",
               static_cast<long long>(result->steps), static_cast<long long>(result->examples), result->seconds,

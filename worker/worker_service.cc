@@ -16,8 +16,13 @@
 namespace asyncps {
 
 WorkerService::WorkerService(const Program& program, int worker_index, int num_workers, PsClient& ps,
-                             VariableDirectory& directory)
-    : program_(program), worker_index_(worker_index), num_workers_(num_workers), ps_(ps), directory_(directory) {}
+                             VariableDirectory& directory, WorkerMetrics* metrics)
+    : program_(program),
+      worker_index_(worker_index),
+      num_workers_(num_workers),
+      ps_(ps),
+      directory_(directory),
+      metrics_(metrics) {}
 
 void WorkerService::RegisterWith(net::MethodTable& server) {
   auto bind = [this](absl::Status (WorkerService::*method)(const net::InMessage&, net::OutMessage*)) {
@@ -95,6 +100,7 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
   }
   const ClosureCancellation::Attempt attempt = cancellation_.Start(closure_id);
   StepContext ctx(worker_index_, std::move(args), ps_, attempt.cancelled);
+  const absl::Time start = absl::Now();
   absl::StatusOr<Values> result;
   try {
     result = (*fn)(ctx);
@@ -102,6 +108,10 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
     result = absl::InternalError(absl::StrCat("function '", function_name, "' threw: ", e.what()));
   }
   cancellation_.Finish(attempt);
+  if (metrics_ != nullptr) {
+    metrics_->RecordStep(function_name, result.ok(), absl::ToDoubleSeconds(absl::Now() - start),
+                         absl::ToDoubleSeconds(ctx.input_wait()), ctx.examples());
+  }
   if (!result.ok()) {
     body.setCode(static_cast<int>(result.status().code()));
     body.setMessage(std::string(result.status().message()));

@@ -11,6 +11,7 @@
 #include "worker/program.h"
 #include "worker/ps_client.h"
 #include "worker/variable_directory.h"
+#include "worker/worker_metrics.h"
 
 namespace asyncps {
 
@@ -39,8 +40,9 @@ namespace asyncps {
 // Thread-safe. `program` and `ps` must outlive the server it is registered with.
 class WorkerService {
  public:
+  // `metrics` (optional, not owned) must outlive the service.
   WorkerService(const Program& program, int worker_index, int num_workers, PsClient& ps,
-                VariableDirectory& directory);
+                VariableDirectory& directory, WorkerMetrics* metrics = nullptr);
 
   void RegisterWith(net::MethodTable& server);
 
@@ -60,6 +62,7 @@ class WorkerService {
   const int num_workers_;
   PsClient& ps_;
   VariableDirectory& directory_;
+  WorkerMetrics* const metrics_;
 
   Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Resource>> resources_ ABSL_GUARDED_BY(mu_);
