@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/checkpoint_follower.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/checkpoint_reader.h"
 #include "core/status_macros.h"
@@ -21,6 +22,7 @@ TrainingCheckpoints::~TrainingCheckpoints() = default;
 
 absl::StatusOr<int64_t> TrainingCheckpoints::RestoreLatest() {
   if (!enabled()) return 0;
+  RETURN_IF_ERROR(ClearFinalCheckpointMarker(manager_->directory()));
   absl::StatusOr<std::string> latest = manager_->Latest();
   if (absl::IsNotFound(latest.status())) return 0;
   RETURN_IF_ERROR(latest.status());
@@ -42,6 +44,11 @@ absl::StatusOr<std::string> TrainingCheckpoints::Save(int64_t step) {
   absl::StatusOr<std::string> dir = manager_->Save(step);
   if (absl::IsAlreadyExists(dir.status())) return std::string();
   return dir;
+}
+
+absl::Status TrainingCheckpoints::MarkFinal(int64_t step) {
+  if (!enabled()) return absl::OkStatus();
+  return MarkFinalCheckpoint(manager_->directory(), step);
 }
 
 }  // namespace asyncps

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "coordinator/checkpoint_follower.h"
 #include "core/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/testing/local_cluster.h"
@@ -107,6 +108,10 @@ TEST(FashionMnistResumeTest, ChiefKilledAfterACheckpointResumesFromItsStepAndRea
         << "worker " << w << ":\n"
         << log;
   }
+  // Marked final for evaluators following the directory.
+  auto final_step = ReadFinalCheckpointMarker(dir.string());
+  ASSERT_TRUE(final_step.ok()) << final_step.status();
+  EXPECT_EQ(*final_step, 12 * (60'000 / 128));
   // max_to_keep=2: only the two newest checkpoints are left.
   int committed = 0;
   for (const auto& entry : fs::directory_iterator(dir))
