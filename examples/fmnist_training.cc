@@ -395,8 +395,12 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   }
   RETURN_IF_ERROR(coordinator.Join());
   // The end of training is a checkpoint too, so the same command started again has nothing
-  // left to train (no-op when the last step was just saved, or restored).
-  if (checkpoints.enabled()) RETURN_IF_ERROR(save(tracker.steps()));
+  // left to train (no-op when the last step was just saved, or restored), marked final for
+  // evaluators following the directory.
+  if (checkpoints.enabled()) {
+    RETURN_IF_ERROR(save(tracker.steps()));
+    RETURN_IF_ERROR(checkpoints.MarkFinal(tracker.steps()));
+  }
   ASSIGN_OR_RETURN(bool unused, EvaluateInto(options, net, test, load, start, tracker.steps(), &eval_time, &result));
   (void)unused;
   Finish(tracker, start, eval_time, &result);
