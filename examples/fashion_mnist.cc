@@ -22,7 +22,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/checkpoint_follower.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/cluster_spec.h"
@@ -120,21 +119,8 @@ int main(int argc, char** argv) {
   std::printf("training a %s on Fashion-MNIST: %d epochs, batch %d, %d workers, %d parameter servers\n",
               flags.train.model.c_str(), flags.train.epochs, flags.train.batch_size, cluster->num_workers(),
               cluster->num_ps());
-  // With --checkpoint_dir the run ends with a checkpoint marked final, for evaluators.
-  const auto evaluation = asyncps::fmnist::ParseEvaluatorFlags(argc, argv);
-  const std::string checkpoint_dir = evaluation.ok() ? evaluation->checkpoint_dir : "";
-  if (!checkpoint_dir.empty()) {
-    if (absl::Status s = asyncps::ClearFinalCheckpointMarker(checkpoint_dir); !s.ok()) {
-      std::fprintf(stderr, "fashion_mnist: %s\n", s.ToString().c_str());
-      return asyncps::ExitCodeForStatus(s);
-    }
-  }
+  // With --checkpoint_dir, Train ends with a checkpoint marked final, which ends evaluators.
   auto result = asyncps::fmnist::Train(strategy, coordinator, flags.train);
-  if (result.ok() && !checkpoint_dir.empty()) {
-    if (absl::Status s = asyncps::fmnist::FinishCheckpoints(strategy, checkpoint_dir, result->steps); !s.ok()) {
-      result = s;
-    }
-  }
   if (!result.ok()) {
     std::fprintf(stderr, "fashion_mnist failed: %s\n", result.status().ToString().c_str());
     return asyncps::ExitCodeForStatus(result.status());  // a lost PS is retryable (>= 128)

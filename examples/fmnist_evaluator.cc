@@ -13,18 +13,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/checkpoint_follower.h"
-#include "coordinator/checkpoint_manager.h"
 #include "core/exit_code.h"
 #include "core/logging.h"
 #include "core/process_options.h"
-#include "core/status_macros.h"
 #include "metrics/process_metrics.h"
 
 namespace asyncps::fmnist {
 namespace {
-
-// Checkpoints FinishCheckpoints' manager keeps (it only ever adds the final one).
-constexpr int kFinalMaxToKeep = 1000;
 
 // The evaluator's metric families, children labelled with the process's role and task.
 struct EvaluatorMetrics {
@@ -81,18 +76,6 @@ absl::StatusOr<EvaluatorFlags> ParseEvaluatorFlags(int argc, char** argv) {
     }
   }
   return flags;
-}
-
-absl::Status FinishCheckpoints(ParameterServerStrategy& strategy, const std::string& checkpoint_dir, int64_t step) {
-  CheckpointManager manager(strategy, checkpoint_dir, kFinalMaxToKeep);
-  absl::StatusOr<std::string> latest = manager.Latest(CheckpointCheck::kStructure);
-  absl::StatusOr<CheckpointManifest> manifest =
-      latest.ok() ? ReadManifest(*latest) : absl::StatusOr<CheckpointManifest>(latest.status());
-  if (!manifest.ok() || manifest->step != step) {
-    ASSIGN_OR_RETURN(std::string path, manager.Save(step));
-    spdlog::info("final checkpoint {}", path);
-  }
-  return MarkFinalCheckpoint(checkpoint_dir, step);
 }
 
 int RunEvaluator(const ClusterSpec& cluster, const Options& train, int argc, char** argv) {

@@ -7,9 +7,8 @@
 // no task of the cluster, so a slow or dead evaluator never holds training up.
 //
 // Its own flags ("--name=value" or "--name value"; other arguments are ignored):
-//   --checkpoint_dir=DIR        the chief's checkpoint directory (required; the chief given it
-//                               clears the final marker when it starts and, after training,
-//                               saves and marks the final checkpoint: FinishCheckpoints)
+//   --checkpoint_dir=DIR        the chief's checkpoint directory (required; the chief's Train
+//                               marks its last checkpoint final there)
 //   --eval_poll_ms=N            how often DIR is scanned while nothing is new (500)
 //   --eval_idle_timeout_s=N     give up after N s without a new checkpoint; 0 = never (0)
 // Output, one line per checkpoint (and nothing else on stdout):
@@ -18,7 +17,6 @@
 // asyncps_evaluator_evaluations_total, asyncps_evaluator_failures_total,
 // asyncps_evaluator_evaluation_seconds (the last evaluation).
 
-#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -38,10 +36,6 @@ struct EvaluatorFlags {
 // --checkpoint_dir is not given.
 absl::StatusOr<EvaluatorFlags> ParseEvaluatorFlags(int argc, char** argv);
 
-// The chief, after training to `step` (Train returned: nothing in flight): makes sure
-// ckpt-<step> exists under `checkpoint_dir` (saves it unless the latest checkpoint already is
-// that step) and marks it final, which ends the evaluators following the directory.
-absl::Status FinishCheckpoints(ParameterServerStrategy& strategy, const std::string& checkpoint_dir, int64_t step);
 
 // Runs the evaluator until the final checkpoint was evaluated and returns the process exit code
 // (core/exit_code.h): 0 then; 2 for bad flags; 1 when the test set cannot be read; 200 when
