@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
   std::printf("training a %s on Fashion-MNIST: %d epochs, batch %d, %d workers, %d parameter servers\n",
               flags.train.model.c_str(), flags.train.epochs, flags.train.batch_size, cluster->num_workers(),
               cluster->num_ps());
+  // With --checkpoint_dir, Train ends with a checkpoint marked final, which ends evaluators.
   auto result = asyncps::fmnist::Train(strategy, coordinator, flags.train);
   if (!result.ok()) {
     std::fprintf(stderr, "fashion_mnist failed: %s\n", result.status().ToString().c_str());

@@ -75,9 +75,6 @@ absl::StatusOr<EvaluatorFlags> ParseEvaluatorFlags(int argc, char** argv) {
       flags.idle_timeout = n == 0 ? absl::InfiniteDuration() : absl::Seconds(n);
     }
   }
-  if (flags.checkpoint_dir.empty()) {
-    return absl::InvalidArgumentError("the evaluator needs --checkpoint_dir (the chief's checkpoint directory)");
-  }
   return flags;
 }
 
@@ -85,6 +82,9 @@ int RunEvaluator(const ClusterSpec& cluster, const Options& train, int argc, cha
   const ProcessOptions process = ProcessOptions::FromEnvAndFlags(argc, argv);
   InitLogging("evaluator", cluster.task_index(), process.log_level);
   absl::StatusOr<EvaluatorFlags> flags = ParseEvaluatorFlags(argc, argv);
+  if (flags.ok() && flags->checkpoint_dir.empty()) {
+    flags = absl::InvalidArgumentError("the evaluator needs --checkpoint_dir (the chief's checkpoint directory)");
+  }
   if (!flags.ok()) {
     spdlog::error("{}", flags.status().ToString());
     return kExitUsage;

@@ -7,7 +7,8 @@
 // no task of the cluster, so a slow or dead evaluator never holds training up.
 //
 // Its own flags ("--name=value" or "--name value"; other arguments are ignored):
-//   --checkpoint_dir=DIR        the chief's checkpoint directory (required)
+//   --checkpoint_dir=DIR        the chief's checkpoint directory (required; the chief's Train
+//                               marks its last checkpoint final there)
 //   --eval_poll_ms=N            how often DIR is scanned while nothing is new (500)
 //   --eval_idle_timeout_s=N     give up after N s without a new checkpoint; 0 = never (0)
 // Output, one line per checkpoint (and nothing else on stdout):
@@ -31,8 +32,10 @@ struct EvaluatorFlags {
   absl::Duration idle_timeout = absl::InfiniteDuration();
 };
 
-// InvalidArgument naming the flag when one is malformed or --checkpoint_dir is missing.
+// InvalidArgument naming the flag when one is malformed. checkpoint_dir is empty when
+// --checkpoint_dir is not given.
 absl::StatusOr<EvaluatorFlags> ParseEvaluatorFlags(int argc, char** argv);
+
 
 // Runs the evaluator until the final checkpoint was evaluated and returns the process exit code
 // (core/exit_code.h): 0 then; 2 for bad flags; 1 when the test set cannot be read; 200 when

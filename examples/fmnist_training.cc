@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "coordinator/checkpoint_reader.h"
+#include "torch/checkpoint_loader.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/optimizers.h"
 #include "coordinator/parameter_server_strategy.h"
@@ -406,8 +406,12 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   }
   RETURN_IF_ERROR(coordinator.Join());
   // The end of training is a checkpoint too, so the same command started again has nothing
-  // left to train (no-op when the last step was just saved, or restored).
-  if (checkpoints.enabled()) RETURN_IF_ERROR(save(tracker.steps()));
+  // left to train (no-op when the last step was just saved, or restored), marked final for
+  // evaluators following the directory.
+  if (checkpoints.enabled()) {
+    RETURN_IF_ERROR(save(tracker.steps()));
+    RETURN_IF_ERROR(checkpoints.MarkFinal(tracker.steps()));
+  }
   ASSIGN_OR_RETURN(bool unused, EvaluateInto(options, net, test, load, start, tracker.steps(), &eval_time, &result));
   (void)unused;
   Finish(tracker, start, eval_time, &result);
@@ -420,22 +424,7 @@ absl::StatusOr<CheckpointEvaluator> MakeCheckpointEvaluator(const Options& optio
   auto test = std::make_shared<TestSet>(std::move(loaded));
   auto net = std::make_shared<Net>(std::move(made));
   return [test, net](const std::string& checkpoint_dir) -> absl::StatusOr<double> {
-    ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(checkpoint_dir));
-    RETURN_IF_ERROR(CatchTorch([&]() -> absl::Status {
-      torch::NoGradGuard no_grad;
-      for (auto& item : net->module->named_parameters()) {
-        const std::string& name = item.key();
-        torch::Tensor& param = item.value();
-        ASSIGN_OR_RETURN(Tensor value, reader->Read(name));
-        ASSIGN_OR_RETURN(torch::Tensor t, torch_bridge::ToTorch(value));
-        if (t.sizes() != param.sizes() || t.scalar_type() != param.scalar_type()) {
-          return absl::FailedPreconditionError(absl::StrCat("variable '", name, "' in ", checkpoint_dir,
-                                                            " does not fit the model's parameter"));
-        }
-        param.copy_(t);
-      }
-      return absl::OkStatus();
-    }));
+    RETURN_IF_ERROR(torch_bridge::LoadCheckpoint(checkpoint_dir, *net->module).status());
     return Accuracy(*net, *test);
   };
 }

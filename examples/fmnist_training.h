@@ -91,9 +91,9 @@ absl::StatusOr<Result> TrainLocal(const Options& options);
 
 // The side-car evaluator's model: loads the 10,000 test images and a model of options.model
 // once, and returns a function that reads the checkpoint in `checkpoint_dir` (the variables
-// Train creates, with CheckpointReader: no cluster) into that model and returns its test
-// accuracy. FailedPrecondition when a variable's shape does not match the model. The function
-// is not thread-safe (it reuses one model).
+// Train creates, with torch_bridge::LoadCheckpoint: no cluster) into that model and returns its
+// test accuracy; LoadCheckpoint's errors otherwise (a torn file, a shape that does not match).
+// The function is not thread-safe (it reuses one model).
 using CheckpointEvaluator = std::function<absl::StatusOr<double>(const std::string& checkpoint_dir)>;
 absl::StatusOr<CheckpointEvaluator> MakeCheckpointEvaluator(const Options& options);
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/checkpoint_follower.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/checkpoint_reader.h"
 #include "core/status_macros.h"
@@ -13,20 +14,22 @@ namespace asyncps {
 TrainingCheckpoints::TrainingCheckpoints(ParameterServerStrategy& strategy, Options options)
     : options_(std::move(options)) {
   if (options_.directory.empty()) return;
-  manager_ = std::make_unique<CheckpointManager>(strategy, options_.directory, options_.max_to_keep);
+  manager_ =
+      std::make_unique<CheckpointManager>(strategy, options_.directory, options_.max_to_keep);
 }
 
 TrainingCheckpoints::~TrainingCheckpoints() = default;
 
 absl::StatusOr<int64_t> TrainingCheckpoints::RestoreLatest() {
   if (!enabled()) return 0;
+  RETURN_IF_ERROR(ClearFinalCheckpointMarker(manager_->directory()));
   absl::StatusOr<std::string> latest = manager_->Latest();
   if (absl::IsNotFound(latest.status())) return 0;
   RETURN_IF_ERROR(latest.status());
   absl::StatusOr<int64_t> step = manager_->Restore(*latest);
   if (!step.ok()) {
-    return absl::Status(step.status().code(),
-                        absl::StrCat("cannot resume from ", *latest, ": ", step.status().message()));
+    return absl::Status(step.status().code(), absl::StrCat("cannot resume from ", *latest, ": ",
+                                                           step.status().message()));
   }
   return step;
 }
@@ -41,6 +44,11 @@ absl::StatusOr<std::string> TrainingCheckpoints::Save(int64_t step) {
   absl::StatusOr<std::string> dir = manager_->Save(step);
   if (absl::IsAlreadyExists(dir.status())) return std::string();
   return dir;
+}
+
+absl::Status TrainingCheckpoints::MarkFinal(int64_t step) {
+  if (!enabled()) return absl::OkStatus();
+  return MarkFinalCheckpoint(manager_->directory(), step);
 }
 
 }  // namespace asyncps

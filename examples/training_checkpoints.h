@@ -17,7 +17,8 @@ class ParameterServerStrategy;
 // the newest good checkpoint. The step is the manifest's.
 //
 // Save at a join point (nothing in flight) so the checkpoint is a consistent cut and its step
-// counts exactly the updates it holds; see CheckpointManager.
+// counts exactly the updates it holds; see CheckpointManager. Side-car evaluators following the
+// directory (coordinator/checkpoint_follower.h) learn that training is over from MarkFinal.
 //
 // Not thread-safe: the chief's training thread uses it.
 class TrainingCheckpoints {
@@ -37,7 +38,8 @@ class TrainingCheckpoints {
   // Restores the newest good checkpoint into the strategy's variables (create them first) and
   // returns its step; 0 when there is none yet (or checkpoints are off). A checkpoint that is
   // there but cannot be restored (a PS unreachable, a shape that no longer matches) is an
-  // error, never a silent fresh start.
+  // error, never a silent fresh start. Also removes the final-checkpoint marker an earlier
+  // run left (this run writes more), so followers keep following.
   absl::StatusOr<int64_t> RestoreLatest();
 
   // The first step after `step` at which a checkpoint is due (a multiple of every_steps); a
@@ -47,6 +49,9 @@ class TrainingCheckpoints {
   // Saves checkpoint `step` unless it is already committed (a run that resumed from it and
   // stopped there). Returns the checkpoint's directory, or "" when nothing was written.
   absl::StatusOr<std::string> Save(int64_t step);
+
+  // Records that checkpoint `step` (saved) is this run's last (MarkFinalCheckpoint).
+  absl::Status MarkFinal(int64_t step);
 
  private:
   const Options options_;

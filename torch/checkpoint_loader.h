@@ -32,12 +32,13 @@ namespace asyncps::torch_bridge {
 // variable (naming both); FailedPrecondition when a variable's dtype or shape differs from its
 // parameter's (naming both); DataLoss when a file is torn or corrupt (its CRC-32, size or
 // header; see CheckpointReader).
-absl::StatusOr<int64_t> LoadCheckpoint(const std::string& checkpoint_dir, ::torch::nn::Module& module,
-                                       const std::string& prefix = "");
+absl::StatusOr<int64_t> LoadCheckpoint(const std::string& checkpoint_dir,
+                                       ::torch::nn::Module& module, const std::string& prefix = "");
 
 // LoadCheckpoint of the newest good checkpoint under `directory` (a CheckpointManager's
 // directory); torn or corrupt newer ones are skipped. NotFound when there is none.
-absl::StatusOr<int64_t> LoadLatestCheckpoint(const std::string& directory, ::torch::nn::Module& module,
+absl::StatusOr<int64_t> LoadLatestCheckpoint(const std::string& directory,
+                                             ::torch::nn::Module& module,
                                              const std::string& prefix = "");
 
 }  // namespace asyncps::torch_bridge

@@ -73,7 +73,8 @@ int Code(const InMessage& response) { return response.envelope().getResponse().g
 
 std::vector<uint64_t> Resources(const InMessage& heartbeat) {
   std::vector<uint64_t> ids;
-  for (uint64_t id : heartbeat.ResponseBody<wire::HeartbeatResponse>().getResources()) ids.push_back(id);
+  for (uint64_t id : heartbeat.ResponseBody<wire::HeartbeatResponse>().getResources())
+    ids.push_back(id);
   return ids;
 }
 
@@ -159,7 +160,8 @@ TEST(CoordinatorRestartTest, WorkerDropsThePredecessorsStateAndRefusesIt) {
   auto run = old_chief.Read();
   ASSERT_TRUE(run.ok()) << run.status();
   if (Code(*run) == 0) {
-    EXPECT_EQ(run->ResponseBody<wire::RunResponse>().getErrorSource(), wire::ErrorSource::CANCELLED);
+    EXPECT_EQ(run->ResponseBody<wire::RunResponse>().getErrorSource(),
+              wire::ErrorSource::CANCELLED);
   } else {
     EXPECT_EQ(Code(*run), static_cast<int>(absl::StatusCode::kFailedPrecondition));
   }
@@ -175,7 +177,8 @@ TEST(CoordinatorRestartTest, WorkerDropsThePredecessorsStateAndRefusesIt) {
   EXPECT_EQ(Resources(*now), std::vector<uint64_t>{counter->id()});
   const std::string log = (*cluster)->worker_output(0);
   EXPECT_NE(log.find("a new coordinator (incarnation"), std::string::npos) << log;
-  EXPECT_NE(log.find("dropped its predecessor's 1 per-worker resource(s)"), std::string::npos) << log;
+  EXPECT_NE(log.find("dropped its predecessor's 1 per-worker resource(s)"), std::string::npos)
+      << log;
 }
 
 // The chief's side of a restart, with the library calls a program makes: the new chief

@@ -3,8 +3,13 @@
 // trains one epoch and saves a checkpoint every 60 steps and at the end, then marks the last
 // one final. The evaluator, frozen with SIGSTOP for most of the run, must not hold training up;
 // once resumed it reports a test accuracy for every checkpoint, in order, the last equal to
-// the chief's own final evaluation, and exits 0.
+// the chief's own final evaluation (also on its /metrics), and exits 0 once the final marker
+// is written.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <memory>
@@ -24,6 +29,34 @@
 
 namespace asyncps {
 namespace {
+
+// GET http://127.0.0.1:port/path with a plain socket; "" when nothing answers.
+std::string HttpGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  (void)!write(fd, request.data(), request.size());
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+// The value of the first sample of `family` in a Prometheus text exposition; -1 when absent.
+double Sample(const std::string& text, const std::string& family) {
+  const size_t at = text.find("\n" + family + "{");
+  if (at == std::string::npos) return -1;
+  const size_t space = text.find("} ", at);
+  return std::stod(text.substr(space + 2));
+}
 
 TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUpAndStopsAfterTheFinalOne) {
   testing::LocalCluster::Options o;
@@ -49,10 +82,15 @@ TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUp
   Subprocess::Options eo;
   eo.argv = {testing::LocalCluster::BinaryPath("fashion_mnist"), "--checkpoint_dir", dir, "--eval_poll_ms=20",
              "--eval_idle_timeout_s=120"};
-  eo.env = {{"TF_CONFIG", spec->ToTfConfig(TaskType::kEvaluator, 0)}, {"ASYNCPS_METRICS_PORT", "-1"}};
+  eo.env = {{"TF_CONFIG", spec->ToTfConfig(TaskType::kEvaluator, 0)}, {"ASYNCPS_METRICS_PORT", "0"}};
   auto evaluator = Subprocess::Start(eo);
   ASSERT_TRUE(evaluator.ok()) << evaluator.status();
-  ASSERT_TRUE((*evaluator)->WaitForLine("evaluator following", absl::Seconds(60)).ok()) << (*evaluator)->output();
+  auto following = (*evaluator)->WaitForLine("evaluator following", absl::Seconds(60));
+  ASSERT_TRUE(following.ok()) << following.status() << (*evaluator)->output();
+  const size_t port_at = following->find("metrics on port ");
+  ASSERT_NE(port_at, std::string::npos) << *following;
+  const int metrics_port = std::stoi(following->substr(port_at + 16));
+  ASSERT_GT(metrics_port, 0) << *following;
 
   auto strategy = (*cluster)->MakeStrategy();
   const Program program = fmnist::MakeProgram();
@@ -82,10 +120,21 @@ TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUp
   ASSERT_TRUE(save_status.ok()) << save_status;
   ASSERT_TRUE(checkpoints.Save(result->steps).ok());
   saved.push_back(result->steps);
-  ASSERT_TRUE(MarkFinalCheckpoint(dir, result->steps).ok());
   EXPECT_TRUE(frozen_through_training);
   (*evaluator)->Signal(SIGCONT);
+  // Caught up but not told the end yet, it waits; its /metrics shows the last evaluation.
+  ASSERT_TRUE((*evaluator)->WaitForLine(absl::StrCat("checkpoint step ", result->steps, " test"), absl::Seconds(60)).ok())
+      << (*evaluator)->output();
+  const std::string scrape = HttpGet(metrics_port, "/metrics");
+  EXPECT_EQ(Sample(scrape, "asyncps_evaluator_checkpoint_step"), static_cast<double>(result->steps)) << scrape;
+  EXPECT_EQ(Sample(scrape, "asyncps_evaluator_evaluations_total"), 4) << scrape;
+  EXPECT_NEAR(Sample(scrape, "asyncps_evaluator_accuracy"), result->test_accuracy, 1e-4) << scrape;
+  EXPECT_TRUE((*evaluator)->running());
+  ASSERT_TRUE(MarkFinalCheckpoint(dir, result->steps).ok());
 
+  // Subprocess::Wait returns once the child is reaped, possibly before its last lines are read;
+  // a needle no line contains waits until the output has been drained.
+  (void)(*evaluator)->WaitForLine("\n", absl::Seconds(60));
   auto code = (*evaluator)->Wait(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << code.status() << "\n" << (*evaluator)->output();
   const std::string out = (*evaluator)->output();
@@ -107,6 +156,37 @@ TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUp
   EXPECT_NE(out.find("evaluator: done after 4 checkpoints"), std::string::npos) << out;
   EXPECT_GE(result->test_accuracy, 0.75);  // one epoch of the MLP
   coordinator.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// The README's way: asyncps_launch --evaluator runs the whole job; the chief, given
+// --checkpoint_dir, ends with a checkpoint marked final; the launcher waits for the evaluator,
+// which reports that checkpoint's accuracy (the chief's own final figure) and exits 0.
+TEST(FashionMnistEvaluatorTest, LaunchedWithAnEvaluatorTheJobEndsAfterItsLastEvaluation) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/fmnist_launch_evaluator_", getpid());
+  std::filesystem::remove_all(dir);
+  Subprocess::Options o;
+  o.argv = {testing::LocalCluster::BinaryPath("asyncps_launch"), "--ps", "1", "--workers", "1", "--evaluator", "--",
+            testing::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=1", "--batch_size=512",
+            absl::StrCat("--checkpoint_dir=", dir), "--eval_poll_ms=50"};
+  auto launcher = Subprocess::Start(o);
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  // Subprocess::Wait returns once the child is reaped, possibly before its last lines are read;
+  // a needle no line contains waits until the output has been drained.
+  (void)(*launcher)->WaitForLine("\n", absl::Seconds(180));
+  auto code = (*launcher)->Wait(absl::Seconds(180));
+  ASSERT_TRUE(code.ok()) << code.status() << "\n" << (*launcher)->output();
+  const std::string out = (*launcher)->output();
+  EXPECT_EQ(*code, 0) << out;
+  // 60,000 / 512 = 117 steps; the chief's final accuracy, and the evaluator's on ckpt-117.
+  const size_t chief_at = out.find("[chief] test accuracy ");
+  ASSERT_NE(chief_at, std::string::npos) << out;
+  const std::string accuracy = out.substr(chief_at + 22, 6);
+  EXPECT_NE(out.find(absl::StrCat("[evaluator] evaluator: checkpoint step 117 test accuracy ", accuracy)),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[launcher] evaluator exited with code 0"), std::string::npos) << out;
+  EXPECT_EQ(*ReadFinalCheckpointMarker(dir), 117);
   std::filesystem::remove_all(dir);
 }
 

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "coordinator/checkpoint_follower.h"
 #include "core/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/testing/local_cluster.h"
@@ -73,7 +74,8 @@ TEST(FashionMnistResumeTest, ChiefKilledAfterACheckpointResumesFromItsStepAndRea
   ASSERT_TRUE(killed.ok()) << killed.status();
   EXPECT_EQ(*killed, 128 + SIGKILL);
   const std::string first_output = (*first)->output();
-  EXPECT_EQ(first_output.find("test accuracy"), std::string::npos) << "the chief finished before it was killed";
+  EXPECT_EQ(first_output.find("test accuracy"), std::string::npos)
+      << "the chief finished before it was killed";
   // Normally 2000; later if it committed another one before the signal landed.
   const int64_t last_saved = LastSavedStep(first_output);
   ASSERT_GE(last_saved, 2000) << first_output;
@@ -90,22 +92,30 @@ TEST(FashionMnistResumeTest, ChiefKilledAfterACheckpointResumesFromItsStepAndRea
   EXPECT_EQ(*exit_code, 0) << (*second)->output();
 
   const std::string output = (*second)->output();
-  std::printf("first chief: last checkpoint step %lld\nsecond chief: %s\n%s\n", static_cast<long long>(last_saved),
-              resumed->c_str(), accuracy_line->c_str());
+  std::printf("first chief: last checkpoint step %lld\nsecond chief: %s\n%s\n",
+              static_cast<long long>(last_saved), resumed->c_str(), accuracy_line->c_str());
   // Every step of the 12 epochs was trained exactly once across the two chiefs' lifetimes:
   // the second one counts on from the checkpoint to 12 * 468.
   EXPECT_EQ(NumberAfter(output, "trained "), 12 * (60'000 / 128)) << output;
   double accuracy = 0;
-  ASSERT_TRUE(absl::SimpleAtod(accuracy_line->substr(accuracy_line->rfind(' ') + 1), &accuracy)) << *accuracy_line;
+  ASSERT_TRUE(absl::SimpleAtod(accuracy_line->substr(accuracy_line->rfind(' ') + 1), &accuracy))
+      << *accuracy_line;
   EXPECT_GE(accuracy, 0.88) << output;
   EXPECT_EQ(LastSavedStep(output), 12 * (60'000 / 128)) << "the end of training is a checkpoint";
   for (int w = 0; w < 2; ++w) {
     const std::string log = (*cluster)->worker_output(w);
-    EXPECT_NE(log.find("a new coordinator (incarnation"), std::string::npos) << "worker " << w << ":\n" << log;
+    EXPECT_NE(log.find("a new coordinator (incarnation"), std::string::npos)
+        << "worker " << w << ":\n"
+        << log;
   }
+  // Marked final for evaluators following the directory.
+  auto final_step = ReadFinalCheckpointMarker(dir.string());
+  ASSERT_TRUE(final_step.ok()) << final_step.status();
+  EXPECT_EQ(*final_step, 12 * (60'000 / 128));
   // max_to_keep=2: only the two newest checkpoints are left.
   int committed = 0;
-  for (const auto& entry : fs::directory_iterator(dir)) committed += fs::exists(entry.path() / "manifest.json");
+  for (const auto& entry : fs::directory_iterator(dir))
+    committed += fs::exists(entry.path() / "manifest.json");
   EXPECT_EQ(committed, 2);
   fs::remove_all(dir);
 }
