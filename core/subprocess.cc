@@ -416,7 +416,13 @@ void Subprocess::Signal(int signal) {
 absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
   MutexLock lock(&mu_);
   TryReapLocked();
-  if (!mu_.AwaitWithTimeout(absl::Condition(&reaped_), timeout)) {
+  // Reaped is not enough: callers read output() next, so also wait until the reader has
+  // taken in everything the child wrote before it exited (with a pidfd it always will).
+  auto exited_and_read = [this]() {
+    mu_.AssertReaderHeld();
+    return reaped_ && (exited_and_drained_ || pid_fd_ < 0);
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&exited_and_read), timeout)) {
     return absl::DeadlineExceededError(
         absl::StrCat("process ", pid_, " still running after ", absl::FormatDuration(timeout)));
   }

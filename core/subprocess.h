@@ -48,7 +48,8 @@ class Subprocess {
   void Signal(int signal);
 
   // Waits for exit up to `timeout`; returns the exit code (128+signal when killed by a
-  // signal) or DeadlineExceeded.
+  // signal) or DeadlineExceeded. On return every line the process printed before it exited is
+  // in output() and has been passed to on_line.
   absl::StatusOr<int> Wait(absl::Duration timeout);
 
   // True until the process has exited and been reaped.

@@ -68,6 +68,25 @@ TEST(SubprocessTest, WaitReturnsExitCode) {
   EXPECT_EQ(*ok->Wait(kTimeout), 0);
 }
 
+TEST(SubprocessTest, WaitReturnsOnlyAfterEveryLineIsRead) {
+  // The last lines are written just before exit; Wait used to return once the child was
+  // reaped, and output() read right after it could miss them. Repeat to give the race room.
+  for (int round = 0; round < 20; ++round) {
+    auto proc = StartShell("i=0; while [ $i -lt 200 ]; do echo line$i; i=$((i+1)); done; echo last; exit 4");
+    ASSERT_NE(proc, nullptr);
+    // Poll running() first: it reaps the child as soon as it exits, the order that lost lines.
+    const absl::Time deadline = absl::Now() + kTimeout;
+    while (proc->running() && absl::Now() < deadline) {
+    }
+    absl::StatusOr<int> code = proc->Wait(kTimeout);
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 4);
+    std::vector<std::string> lines = absl::StrSplit(proc->output(), '\n');
+    ASSERT_EQ(lines.size(), 201u) << "round " << round;
+    EXPECT_EQ(lines.back(), "last");
+  }
+}
+
 TEST(SubprocessTest, KilledBySignalGives128PlusSignal) {
   auto proc = StartShell("echo up; exec sleep 60");
   ASSERT_NE(proc, nullptr);
