@@ -48,6 +48,18 @@ PsMetrics::PsMetrics(metrics::ProcessMetrics& metrics) {
                         .Labels(labels)
                         .Register(registry)
                         .Add({});
+  variables_ = &prometheus::BuildGauge()
+                    .Name("asyncps_ps_variables")
+                    .Help("Variables held by this parameter server")
+                    .Labels(labels)
+                    .Register(registry)
+                    .Add({});
+  rows_updated_ = &prometheus::BuildCounter()
+                       .Name("asyncps_ps_rows_updated_total")
+                       .Help("Rows written by gradient pushes and updates (dense ones count every row)")
+                       .Labels(labels)
+                       .Register(registry)
+                       .Add({});
 }
 
 void PsMetrics::RecordRejected(RejectReason reason) { rejected_[static_cast<int>(reason)]->Increment(); }
@@ -61,5 +73,8 @@ void PsMetrics::RecordDedupSkipped(DedupSkip reason, uint64_t updates) {
 }
 
 void PsMetrics::SetDedupEntries(uint64_t entries) { dedup_entries_->Set(static_cast<double>(entries)); }
+void PsMetrics::SetVariables(uint64_t count) { variables_->Set(static_cast<double>(count)); }
+
+void PsMetrics::AddRowsUpdated(uint64_t rows) { rows_updated_->Increment(static_cast<double>(rows)); }
 
 }  // namespace asyncps::ps

@@ -35,6 +35,10 @@ enum class DedupSkip {
 //   asyncps_ps_dedup_skipped_total{reason}      closure updates (one per variable of a
 //                                               request) answered "already applied" (DedupSkip)
 //   asyncps_ps_dedup_window_entries             keys the update window holds (UpdateDedup)
+//   asyncps_ps_variables                        variables this server holds
+//   asyncps_ps_rows_updated_total               rows written by pushes and updates (a dense
+//                                               update counts every row of its value)
+// Per-method latency and bytes in/out are the RPC families (metrics/rpc_metrics.h).
 //
 // Thread-safe. `metrics` must outlive this object.
 class PsMetrics {
@@ -46,6 +50,8 @@ class PsMetrics {
   void SetVariableBytes(uint64_t bytes);
   void RecordDedupSkipped(DedupSkip reason, uint64_t updates);
   void SetDedupEntries(uint64_t entries);
+  void SetVariables(uint64_t count);
+  void AddRowsUpdated(uint64_t rows);
 
  private:
   prometheus::Counter* rejected_[4];
@@ -53,6 +59,8 @@ class PsMetrics {
   prometheus::Gauge* dedup_entries_;
   prometheus::Counter* nonfinite_;
   prometheus::Gauge* variable_bytes_;
+  prometheus::Gauge* variables_;
+  prometheus::Counter* rows_updated_;
 };
 
 }  // namespace asyncps::ps

@@ -114,7 +114,10 @@ absl::Status PsService::CreateVariable(const net::InMessage& request, net::OutMe
     RETURN_IF_ERROR(Named(name, initial.status()));
     ASSIGN_OR_RETURN(auto variable, Variable::Create(name, std::move(*initial), optimizer.get()));
     ASSIGN_OR_RETURN(created, store_.Insert(std::move(variable), std::move(*reservation)));
-    if (options_.metrics != nullptr) options_.metrics->SetVariableBytes(store_.bytes());
+    if (options_.metrics != nullptr) {
+      options_.metrics->SetVariableBytes(store_.bytes());
+      options_.metrics->SetVariables(store_.List().size());
+    }
   }
   response->InitResponseBody<wire::CreateVariableResponse>().setCreated(created);
   return absl::OkStatus();
@@ -155,10 +158,24 @@ absl::StatusOr<UpdateDedup::Admission> Admit(UpdateDedup& dedup, const Reader& r
   if (!request.hasTag()) return UpdateDedup::Admission();
   const UpdateTag tag = UpdateTagFromWire(request.getTag());
   if (!tag.tagged()) return UpdateDedup::Admission();
-  std::vector<absl::string_view> names;
-  names.reserve(prepared.size());
-  for (const Prepared& p : prepared) names.push_back(p.variable->name());
-  return dedup.Admit(tag, names);
+  std::vector<UpdateDedup::Target> targets;
+  targets.reserve(prepared.size());
+  for (const Prepared& p : prepared) targets.push_back({p.variable->name(), p.variable->restores()});
+  return dedup.Admit(tag, targets);
+}
+
+// Rows an update wrote: its ids, or every row of a dense value (a scalar is one row).
+uint64_t RowsOf(const Prepared& p) {
+  if (p.ids) return static_cast<uint64_t>(p.ids->num_elements());
+  return p.value.shape().empty() ? 1 : static_cast<uint64_t>(p.value.shape()[0]);
+}
+
+// Counts the rows of the updates `admission` applied (not those answered "already applied").
+void CountRows(PsMetrics* metrics, const std::vector<Prepared>& prepared, const UpdateDedup::Admission& admission) {
+  if (metrics == nullptr) return;
+  uint64_t rows = 0;
+  for (size_t i = 0; i < prepared.size(); ++i) rows += admission.apply(i) ? RowsOf(prepared[i]) : 0;
+  metrics->AddRowsUpdated(rows);
 }
 
 }  // namespace
@@ -190,6 +207,7 @@ absl::Status PsService::Update(const net::InMessage& request, net::OutMessage* r
                           : p.variable->Update(p.kind, p.value));
   }
   admission.Commit();
+  CountRows(options_.metrics, prepared, admission);
   response->InitResponseBody<wire::UpdateResponse>().setAlreadyApplied(admission.already_applied());
   return absl::OkStatus();
 }
@@ -227,6 +245,7 @@ absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMes
                           : p.variable->ApplyGradient(p.value));
   }
   admission.Commit();
+  CountRows(options_.metrics, prepared, admission);
   response->InitResponseBody<wire::UpdateResponse>().setAlreadyApplied(admission.already_applied());
   return absl::OkStatus();
 }
