@@ -46,22 +46,14 @@ constexpr char kUsage[] =
     "ASYNCPS_CLUSTER_TOKEN set to a shared token (--token, else $ASYNCPS_CLUSTER_TOKEN, else a\n"
     "random one). Output lines are prefixed with their task: [ps:0], [worker:1], [chief].\n"
     "When the chief exits, the other tasks are stopped and the launcher exits with the chief's\n"
-    "exit code; if it succeeded, an evaluator is first left to finish its last evaluation (its
-"
-    "failure is then the launcher's exit code). SIGINT or SIGTERM stops every task and exits with
-"
-    "128 + the signal (130, 143).
-"
-    "
-"
-    "Every task serves /metrics on a port of its own (ASYNCPS_METRICS_PORT; the chief's also
-"
-    "serves the status page /status); --file_sd PATH writes them as a Prometheus file_sd
-"
-    "targets file before any task starts. ASYNCPS_METRICS_PORT=-1 in the launcher's
-"
-    "environment turns the endpoints off.
-";
+    "exit code; if it succeeded, an evaluator is first left to finish its last evaluation (its\n"
+    "failure is then the launcher's exit code). SIGINT or SIGTERM stops every task and exits with\n"
+    "128 + the signal (130, 143).\n"
+    "\n"
+    "Every task serves /metrics on a port of its own (ASYNCPS_METRICS_PORT; the chief's also\n"
+    "serves the status page /status); --file_sd PATH writes them as a Prometheus file_sd\n"
+    "targets file before any task starts. ASYNCPS_METRICS_PORT=-1 in the launcher's\n"
+    "environment turns the endpoints off.\n";
 
 // Upper bound on tasks per job: a local cluster larger than this is a typo, not a plan.
 constexpr int kMaxTasksPerJob = 256;
