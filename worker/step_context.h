@@ -12,8 +12,8 @@
 #include "absl/time/time.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
-#include "worker/program.h"
 #include "ps/update_tag.h"
+#include "worker/program.h"
 #include "worker/ps_client.h"
 
 namespace asyncps {
