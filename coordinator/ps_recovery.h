@@ -56,9 +56,12 @@ class ParameterServerStrategy;
 // re-initialising, the closures completed since the start (or the previous re-initialisation)
 // are counted: their effects on the lost PS's variables are gone.
 //
-// Every closure of the coordinator is at-least-once, and so are re-runs here: a closure that
-// updated one PS and then failed on the lost one is run again; the restore undoes its first
-// run only when a checkpoint was restored.
+// A closure that updated one PS and then failed on the lost one is run again. With
+// exactly-once updates (ClusterCoordinator::Options::deduplicate_updates, the default) a PS
+// that kept its values answers the re-run's repeated updates "already applied", while a
+// variable restored from the checkpoint (or re-created) takes them again: each update ends up
+// applied once. Without it, re-runs are at-least-once: the restore undoes the first run only
+// when a checkpoint was restored.
 //
 // Thread-safe. The recovery runs on a thread of its own.
 class PsRecovery {

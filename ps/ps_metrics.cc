@@ -73,7 +73,6 @@ void PsMetrics::RecordDedupSkipped(DedupSkip reason, uint64_t updates) {
 }
 
 void PsMetrics::SetDedupEntries(uint64_t entries) { dedup_entries_->Set(static_cast<double>(entries)); }
-
 void PsMetrics::SetVariables(uint64_t count) { variables_->Set(static_cast<double>(count)); }
 
 void PsMetrics::AddRowsUpdated(uint64_t rows) { rows_updated_->Increment(static_cast<double>(rows)); }

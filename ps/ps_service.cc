@@ -158,10 +158,10 @@ absl::StatusOr<UpdateDedup::Admission> Admit(UpdateDedup& dedup, const Reader& r
   if (!request.hasTag()) return UpdateDedup::Admission();
   const UpdateTag tag = UpdateTagFromWire(request.getTag());
   if (!tag.tagged()) return UpdateDedup::Admission();
-  std::vector<absl::string_view> names;
-  names.reserve(prepared.size());
-  for (const Prepared& p : prepared) names.push_back(p.variable->name());
-  return dedup.Admit(tag, names);
+  std::vector<UpdateDedup::Target> targets;
+  targets.reserve(prepared.size());
+  for (const Prepared& p : prepared) targets.push_back({p.variable->name(), p.variable->restores()});
+  return dedup.Admit(tag, targets);
 }
 
 // Rows an update wrote: its ids, or every row of a dense value (a scalar is one row).
@@ -170,10 +170,11 @@ uint64_t RowsOf(const Prepared& p) {
   return p.value.shape().empty() ? 1 : static_cast<uint64_t>(p.value.shape()[0]);
 }
 
-void CountRows(PsMetrics* metrics, const std::vector<Prepared>& prepared) {
+// Counts the rows of the updates `admission` applied (not those answered "already applied").
+void CountRows(PsMetrics* metrics, const std::vector<Prepared>& prepared, const UpdateDedup::Admission& admission) {
   if (metrics == nullptr) return;
   uint64_t rows = 0;
-  for (const Prepared& p : prepared) rows += RowsOf(p);
+  for (size_t i = 0; i < prepared.size(); ++i) rows += admission.apply(i) ? RowsOf(prepared[i]) : 0;
   metrics->AddRowsUpdated(rows);
 }
 
@@ -205,8 +206,8 @@ absl::Status PsService::Update(const net::InMessage& request, net::OutMessage* r
     RETURN_IF_ERROR(p.ids ? p.variable->UpdateRows(p.kind, *p.ids, p.value)
                           : p.variable->Update(p.kind, p.value));
   }
-  CountRows(options_.metrics, prepared);
   admission.Commit();
+  CountRows(options_.metrics, prepared, admission);
   response->InitResponseBody<wire::UpdateResponse>().setAlreadyApplied(admission.already_applied());
   return absl::OkStatus();
 }
@@ -243,8 +244,8 @@ absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMes
     RETURN_IF_ERROR(p.ids ? p.variable->ApplyRowGradients(*p.ids, p.value)
                           : p.variable->ApplyGradient(p.value));
   }
-  CountRows(options_.metrics, prepared);
   admission.Commit();
+  CountRows(options_.metrics, prepared, admission);
   response->InitResponseBody<wire::UpdateResponse>().setAlreadyApplied(admission.already_applied());
   return absl::OkStatus();
 }

@@ -590,6 +590,23 @@ TEST_F(PsServiceTest, ClosuresFinishingInOrderEachApplyTheirPush) {
   EXPECT_LE(service_->dedup().entries(), 1u);
 }
 
+TEST_F(PsServiceTest, AClosureReRunAfterARestoreAppliesAgain) {
+  CreateWith("w", {1}, {0});
+  const std::vector<UpdateSpec> add = {{"w", UpdateKind::kAdd, Tensor::FromVector<float>({1}, {1}), std::nullopt}};
+  auto w = store_->Find("w");
+  ASSERT_TRUE(w.ok());
+  const Variable::State checkpoint = (*w)->CheckpointState();
+  ASSERT_TRUE(Update(add, ClosureCall(1, 1)).ok());
+  // Automatic PS recovery restores the checkpoint (undoing the update) and re-runs the closure.
+  ASSERT_TRUE((*w)->RestoreState(checkpoint).ok());
+  ASSERT_TRUE(Update(add, ClosureCall(1, 1)).ok());
+  EXPECT_EQ(already_applied_, 0);
+  EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{1}));
+  ASSERT_TRUE(Update(add, ClosureCall(1, 1)).ok());
+  EXPECT_EQ(already_applied_, 1);
+  EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{1}));
+}
+
 TEST_F(PsServiceTest, AZombieOfAFinishedClosureChangesNothing) {
   CreateWith("w", {1}, {0});
   const std::vector<UpdateSpec> add = {{"w", UpdateKind::kAdd, Tensor::FromVector<float>({1}, {1}), std::nullopt}};

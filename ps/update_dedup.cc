@@ -78,6 +78,13 @@ void UpdateDedup::PublishEntries() {
 
 absl::StatusOr<UpdateDedup::Admission> UpdateDedup::Admit(const UpdateTag& tag,
                                                           absl::Span<const absl::string_view> variables) {
+  std::vector<Target> targets;
+  targets.reserve(variables.size());
+  for (absl::string_view name : variables) targets.push_back({name, 0});
+  return Admit(tag, targets);
+}
+
+absl::StatusOr<UpdateDedup::Admission> UpdateDedup::Admit(const UpdateTag& tag, absl::Span<const Target> variables) {
   Admission admission;
   if (!tag.tagged()) return admission;
   if (tag.sequence == 0 || tag.closure < tag.coordinator || tag.watermark > tag.closure) {
@@ -89,7 +96,8 @@ absl::StatusOr<UpdateDedup::Admission> UpdateDedup::Admit(const UpdateTag& tag,
   std::vector<Key> keys;
   std::vector<size_t> slot(variables.size());
   for (size_t i = 0; i < variables.size(); ++i) {
-    const Key key{tag.closure, tag.sequence, absl::Hash<absl::string_view>{}(variables[i])};
+    const Key key{tag.closure, tag.sequence,
+                  absl::Hash<std::pair<absl::string_view, uint64_t>>{}({variables[i].name, variables[i].generation})};
     auto found = std::find(keys.begin(), keys.end(), key);
     slot[i] = static_cast<size_t>(found - keys.begin());
     if (found == keys.end()) keys.push_back(key);

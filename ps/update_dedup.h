@@ -50,8 +50,11 @@ namespace asyncps::ps {
 // chief itself (ParameterServerStrategy, ShardedVariable), or by a coordinator with
 // ClusterCoordinator::Options::deduplicate_updates off. Reads are never affected.
 //
-// Variables are keyed by a 64-bit hash of their (shard) name: two names of one request
-// colliding would have probability about 2^-64.
+// Variables are keyed by a 64-bit hash of their (shard) name and generation: two names of one
+// request colliding would have probability about 2^-64. The generation counts the
+// variable's restores from a checkpoint (Variable::restores): a restore undoes the updates
+// applied before it, so a closure re-run after the restore (automatic PS recovery re-runs
+// the closures a PS failure interrupted) applies its update again, once.
 //
 // Thread-safe.
 class UpdateDedup {
@@ -65,11 +68,17 @@ class UpdateDedup {
     PsMetrics* metrics = nullptr;  // optional; not owned; must outlive this object
   };
 
+  // One variable (shard) a request updates.
+  struct Target {
+    absl::string_view name;
+    uint64_t generation = 0;  // Variable::restores()
+  };
+
   // Key of one (closure attempt's call, variable).
   struct Key {
     uint64_t closure = 0;
     uint64_t sequence = 0;
-    uint64_t variable = 0;  // hash of the shard name
+    uint64_t variable = 0;  // hash of the shard name and generation
     friend bool operator<(const Key& a, const Key& b) {
       if (a.closure != b.closure) return a.closure < b.closure;
       if (a.sequence != b.sequence) return a.sequence < b.sequence;
@@ -117,7 +126,7 @@ class UpdateDedup {
   UpdateDedup(const UpdateDedup&) = delete;
   UpdateDedup& operator=(const UpdateDedup&) = delete;
 
-  // Decides which of `variables` (the shard names a request updates; a name may repeat, its
+  // Decides which of `variables` (the shards a request updates; a shard may repeat, its
   // updates are then one unit) the request tagged `tag` applies, advances the watermark of
   // tag.coordinator to tag.watermark (never back), drops keys below it, and claims the keys
   // the request will apply. An untagged tag admits everything and records nothing.
@@ -126,6 +135,8 @@ class UpdateDedup {
   //     watermark above the closure's own id — its coordinator never sends one);
   //   * ResourceExhausted, claiming nothing, when the window would hold more than
   //     max_entries keys.
+  absl::StatusOr<Admission> Admit(const UpdateTag& tag, absl::Span<const Target> variables);
+  // Same, every variable at generation 0.
   absl::StatusOr<Admission> Admit(const UpdateTag& tag, absl::Span<const absl::string_view> variables);
 
   // Keys held now (claimed or applied), over all coordinators.

@@ -75,6 +75,20 @@ TEST(UpdateDedupTest, OtherCallsVariablesAndClosuresAreNotRepeats) {
   EXPECT_EQ(dedup.coordinators(), 2u);
 }
 
+TEST(UpdateDedupTest, AVariableRestoredSinceIsUpdatedAgain) {
+  UpdateDedup dedup;
+  const std::vector<UpdateDedup::Target> before = {{"w", 0}, {"b", 0}};
+  auto first = dedup.Admit(Tag(kCoordinator, 1), before);
+  ASSERT_TRUE(first.ok());
+  first->Commit();
+  // "w" was restored from a checkpoint meanwhile: its first update was undone, so the
+  // closure's re-run applies it again; "b" was not.
+  const std::vector<UpdateDedup::Target> after = {{"w", 1}, {"b", 0}};
+  auto rerun = dedup.Admit(Tag(kCoordinator, 1), after);
+  ASSERT_TRUE(rerun.ok());
+  EXPECT_EQ(Applied(*rerun, 2), (std::vector<bool>{true, false}));
+}
+
 TEST(UpdateDedupTest, AVariableNamedTwiceInOneRequestIsOneUnit) {
   UpdateDedup dedup;
   EXPECT_EQ(ApplyOnce(dedup, Tag(kCoordinator, 1), {"w", "w", "b"}), (std::vector<bool>{true, true, true}));

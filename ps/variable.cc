@@ -277,6 +277,7 @@ absl::Status Variable::RestoreState(const State& state) {
     std::memcpy(slots_[i].raw_data(), state.slots[i].raw_data(), slots_[i].num_bytes());
   }
   iterations_.store(state.iterations, std::memory_order_relaxed);
+  restores_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 

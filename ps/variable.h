@@ -123,6 +123,9 @@ class Variable {
   // Replaces value, slots (parallel to slot_names()) and step counter under the exclusive
   // lock. Everything is validated first (dtype, shape, slot count): on error nothing changes.
   absl::Status RestoreState(const State& state);
+  // How many times RestoreState succeeded. A restore undoes the updates applied before it, so
+  // the PS's record of applied closure updates (UpdateDedup) keys on it.
+  uint64_t restores() const { return restores_.load(std::memory_order_relaxed); }
 
  private:
   Variable() = default;
@@ -141,6 +144,7 @@ class Variable {
   Tensor value_;
   std::vector<Tensor> slots_;
   std::atomic<int64_t> iterations_{0};
+  std::atomic<uint64_t> restores_{0};
 };
 
 // False when a float tensor holds a NaN or an infinity; true for other dtypes.

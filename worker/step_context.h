@@ -12,8 +12,8 @@
 #include "absl/time/time.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
-#include "worker/program.h"
 #include "ps/update_tag.h"
+#include "worker/program.h"
 #include "worker/ps_client.h"
 
 namespace asyncps {
@@ -112,9 +112,9 @@ class StepContext {
   std::shared_ptr<const std::atomic<bool>> cancelled_;
   bool ps_unreachable_ = false;
   bool ps_state_lost_ = false;
+  ps::UpdateTag closure_;  // sequence: the calls made so far
   absl::Duration input_wait_;
   int64_t examples_ = 0;
-  ps::UpdateTag closure_;  // sequence: the calls made so far
 };
 
 }  // namespace asyncps
