@@ -3,8 +3,8 @@
 // checkpoint mid-training, while its 2 PS and 2 workers keep running; the same command line
 // started again resumes from that checkpoint's step (the newest the dead chief committed),
 // the workers drop the dead chief's datasets and models, and training still reaches the main
-// job's target, 0.88, in the example's 12 epochs (as fmnist_training_test does after a worker
-// kill). About a minute on two cores.
+// job's target, 0.88 (fmnist_training_test asks the same after a worker kill). About a minute
+// on two cores.
 #include <signal.h>
 #include <unistd.h>
 
@@ -47,6 +47,10 @@ int64_t LastSavedStep(const std::string& output) {
   return last;
 }
 
+// 15 epochs of 468 steps: three more than the example's 12-epoch target run, for margin
+// over the run-to-run spread of asynchronous training (0.8826 seen at 12 epochs).
+constexpr int64_t kTotalSteps = 15 * (60'000 / 128);
+
 TEST(FashionMnistResumeTest, ChiefKilledAfterACheckpointResumesFromItsStepAndReachesTheTarget) {
   testing::LocalCluster::Options o;
   o.num_ps = 2;
@@ -58,7 +62,7 @@ TEST(FashionMnistResumeTest, ChiefKilledAfterACheckpointResumesFromItsStepAndRea
   const fs::path dir = fs::path(::testing::TempDir()) / absl::StrCat("fmnist_resume_", getpid());
   fs::remove_all(dir);
   Subprocess::Options chief;
-  chief.argv = {testing::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=12",
+  chief.argv = {testing::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=15",
                 absl::StrCat("--checkpoint_dir=", dir.string()), "--checkpoint_every_steps=1000",
                 "--max_to_keep=2"};
   chief.env = {{"TF_CONFIG", (*cluster)->chief_spec().ToTfConfig(TaskType::kChief, 0)},
@@ -94,14 +98,14 @@ TEST(FashionMnistResumeTest, ChiefKilledAfterACheckpointResumesFromItsStepAndRea
   const std::string output = (*second)->output();
   std::printf("first chief: last checkpoint step %lld\nsecond chief: %s\n%s\n",
               static_cast<long long>(last_saved), resumed->c_str(), accuracy_line->c_str());
-  // Every step of the 12 epochs was trained exactly once across the two chiefs' lifetimes:
-  // the second one counts on from the checkpoint to 12 * 468.
-  EXPECT_EQ(NumberAfter(output, "trained "), 12 * (60'000 / 128)) << output;
+  // Every step of the 15 epochs was trained exactly once across the two chiefs' lifetimes:
+  // the second one counts on from the checkpoint to 15 * 468.
+  EXPECT_EQ(NumberAfter(output, "trained "), kTotalSteps) << output;
   double accuracy = 0;
   ASSERT_TRUE(absl::SimpleAtod(accuracy_line->substr(accuracy_line->rfind(' ') + 1), &accuracy))
       << *accuracy_line;
   EXPECT_GE(accuracy, 0.88) << output;
-  EXPECT_EQ(LastSavedStep(output), 12 * (60'000 / 128)) << "the end of training is a checkpoint";
+  EXPECT_EQ(LastSavedStep(output), kTotalSteps) << "the end of training is a checkpoint";
   for (int w = 0; w < 2; ++w) {
     const std::string log = (*cluster)->worker_output(w);
     EXPECT_NE(log.find("a new coordinator (incarnation"), std::string::npos)
@@ -111,7 +115,7 @@ TEST(FashionMnistResumeTest, ChiefKilledAfterACheckpointResumesFromItsStepAndRea
   // Marked final for evaluators following the directory.
   auto final_step = ReadFinalCheckpointMarker(dir.string());
   ASSERT_TRUE(final_step.ok()) << final_step.status();
-  EXPECT_EQ(*final_step, 12 * (60'000 / 128));
+  EXPECT_EQ(*final_step, kTotalSteps);
   // max_to_keep=2: only the two newest checkpoints are left.
   int committed = 0;
   for (const auto& entry : fs::directory_iterator(dir))
