@@ -4,6 +4,7 @@
 //   build/bin/asyncps_launch --ps 2 --workers 2 -- build/bin/fashion_mnist [--model mlp|cnn]
 //       [--epochs N] [--batch_size N] [--data_dir DIR] [--torch_threads N] [--eval_every EPOCHS]
 //       [--checkpoint_dir DIR [--checkpoint_every_steps N] [--max_to_keep N]] [--sharding off|dynamic]
+//       [--stop_at_accuracy A]   (stop once an evaluation, e.g. every --eval_every epochs, reaches A)
 //
 // Every process runs this binary; TF_CONFIG says which role it plays. Workers read their shard
 // of the 60,000 training images themselves (a per-worker dataset, rebuilt if a worker
@@ -46,7 +47,7 @@ constexpr char kUsage[] =
     "fashion_mnist [--model mlp|cnn] [--epochs N] [--batch_size N] [--data_dir DIR]\n"
     "              [--torch_threads N] [--eval_every EPOCHS] [--seed N]\n"
     "              [--checkpoint_dir DIR] [--checkpoint_every_steps N] [--max_to_keep N]\n"
-    "              [--sharding off|dynamic]\n"
+    "              [--sharding off|dynamic] [--stop_at_accuracy A]\n"
     "Run it under build/bin/asyncps_launch --ps 2 --workers 2 -- (cluster flags pass through).\n";
 
 // Our flags, "--name=value" or "--name value"; cluster flags (--ps_hosts, ...) are left to
@@ -89,6 +90,9 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
     } else if (name == "sharding") {
       ok = value == "dynamic" || value == "off";
       flags->train.dynamic_sharding = value == "dynamic";
+    } else if (name == "stop_at_accuracy") {
+      ok = absl::SimpleAtod(value, &flags->train.stop_at_accuracy) && flags->train.stop_at_accuracy >= 0 &&
+           flags->train.stop_at_accuracy <= 1;
     } else if (name == "max_to_keep") {
       ok = absl::SimpleAtoi(value, &flags->train.max_to_keep);
     } else {
