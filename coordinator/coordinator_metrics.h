@@ -1,6 +1,8 @@
 #ifndef ASYNCPS_COORDINATOR_COORDINATOR_METRICS_H_
 #define ASYNCPS_COORDINATOR_COORDINATOR_METRICS_H_
 
+#include <cstdint>
+
 #include "metrics/process_metrics.h"
 
 namespace prometheus {
@@ -13,8 +15,9 @@ namespace asyncps {
 
 // The coordinator's own metric families (all asyncps_coordinator_*): closures scheduled,
 // completed, failed, retried and cancelled; queue depth and closures in flight; workers up
-// and worker failures; closures that found a PS restarted empty; per-worker resources
-// (datasets, iterators) rebuilt on workers that came back; closure latency from Schedule to result.
+// and worker failures; workers recovered (admitted again after being down); closures that
+// found a PS restarted empty; per-worker resources (datasets, iterators) rebuilt on workers
+// that came back; closure latency from Schedule to result.
 //
 // Thread-safe. `metrics` must outlive this object.
 class CoordinatorMetrics {
@@ -27,12 +30,32 @@ class CoordinatorMetrics {
   prometheus::Counter& retried;
   prometheus::Counter& cancelled;
   prometheus::Counter& worker_failures;
+  prometheus::Counter& worker_recoveries;
   prometheus::Counter& ps_state_lost;
   prometheus::Counter& resources_rebuilt;
   prometheus::Gauge& queue_depth;
   prometheus::Gauge& in_flight;
   prometheus::Gauge& workers_up;
   prometheus::Histogram& closure_seconds;
+};
+
+// Checkpoint saves of the chief (asyncps_checkpoint_*): saves committed and failed, how long a
+// committed save took, its bytes and its step.
+//
+// Thread-safe. `metrics` must outlive this object.
+class CheckpointMetrics {
+ public:
+  explicit CheckpointMetrics(metrics::ProcessMetrics& metrics);
+
+  void RecordSaved(double seconds, uint64_t bytes, int64_t step);
+  void RecordFailed();
+
+ private:
+  prometheus::Counter& saved_;
+  prometheus::Counter& failed_;
+  prometheus::Histogram& seconds_;
+  prometheus::Gauge& bytes_;
+  prometheus::Gauge& last_step_;
 };
 
 }  // namespace asyncps
