@@ -175,6 +175,7 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step) {
   strategy_.checkpoint_metrics().RecordSaved(seconds, bytes, step);
   strategy_.status_board().AddEvent(
       "checkpoint_saved", absl::StrCat("step ", step, ": ", bytes, " bytes in ", absl::StrFormat("%.2f", seconds), " s"));
+  for (const auto& [id, listener] : listeners_) listener(step);
 
   // Only now that the new checkpoint is durable: drop the oldest beyond max_to_keep and the
   // leftovers of crashed saves older than this one.
@@ -193,6 +194,17 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step) {
     }
   }
   return dir;
+}
+
+int CheckpointManager::AddCommitListener(std::function<void(int64_t step)> listener) {
+  MutexLock lock(&mu_);
+  listeners_[next_listener_] = std::move(listener);
+  return next_listener_++;
+}
+
+void CheckpointManager::RemoveCommitListener(int id) {
+  MutexLock lock(&mu_);
+  listeners_.erase(id);
 }
 
 absl::StatusOr<std::string> CheckpointManager::Latest(CheckpointCheck check) const {

@@ -26,7 +26,8 @@ WorkerService::WorkerService(const Program& program, int worker_index, int num_w
 
 void WorkerService::RegisterWith(net::MethodTable& server) {
   auto bind = [this](absl::Status (WorkerService::*method)(const net::InMessage&, net::OutMessage*)) {
-    return [this, method](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
+    return [this, method](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
+      RETURN_IF_ERROR(AdmitCoordinator(ctx.peer.incarnation));
       return (this->*method)(req, resp);
     };
   };
@@ -36,6 +37,33 @@ void WorkerService::RegisterWith(net::MethodTable& server) {
   server.Register<wire::SetDirectoryRequest>("worker.SetDirectory", net::WorkerCallers(), bind(&WorkerService::SetDirectory));
   server.Register<wire::CancelRequest>("worker.Cancel", net::WorkerCallers(), bind(&WorkerService::Cancel), net::Dispatch::kInline);
   server.Register<wire::Empty>("worker.Heartbeat", net::WorkerCallers(), bind(&WorkerService::Heartbeat), net::Dispatch::kInline);
+}
+
+absl::Status WorkerService::AdmitCoordinator(uint64_t incarnation) {
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Resource>> dropped;  // released after the lock
+  {
+    MutexLock lock(&mu_);
+    switch (fence_.Admit(incarnation)) {
+      case CoordinatorFence::Verdict::kCurrent:
+        return absl::OkStatus();
+      case CoordinatorFence::Verdict::kSuperseded:
+        return absl::FailedPreconditionError(absl::StrCat("worker ", worker_index_, " now serves coordinator ",
+                                                          fence_.current(), "; coordinator ", incarnation,
+                                                          " was replaced by it"));
+      case CoordinatorFence::Verdict::kNewCoordinator:
+        break;
+    }
+    // Still under mu_: no call of the new chief (admitted as kCurrent from now on) may create
+    // a resource or set the directory before this drop is complete.
+    dropped.swap(resources_);
+    directory_.Reset({}, 0);
+    const size_t cancelled = cancellation_.CancelAll();
+    spdlog::warn(
+        "worker {}: a new coordinator (incarnation {}) took over; dropped its predecessor's {} per-worker "
+        "resource(s) and variable directory, cancelled {} running closure(s)",
+        worker_index_, incarnation, dropped.size(), cancelled);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* response) {
