@@ -9,6 +9,9 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/coordinator_metrics.h"
+#include "metrics/status_board.h"
 #include "core/status_macros.h"
 #include "net/ps.capnp.h"
 #include "net/rpc_client.h"
@@ -151,6 +154,9 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step,
                   : absl::StatusOr<CheckpointManifest>(failed);
   if (!manifest.ok()) {
     spdlog::error("checkpoint {} not committed: {}", dir, manifest.status().ToString());
+    strategy_.checkpoint_metrics().RecordFailed();
+    strategy_.status_board().AddEvent("checkpoint_failed",
+                                      absl::StrCat("step ", step, ": ", manifest.status().message()));
     RemoveBestEffort(dir);
     return absl::Status(
         manifest.status().code(),
@@ -170,6 +176,9 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("checkpoint {} committed: {} variables, {} files, {} bytes in {:.3f} s", dir,
                manifest->variables.size(), manifest->files.size(), bytes, seconds);
+  strategy_.checkpoint_metrics().RecordSaved(seconds, bytes, step);
+  strategy_.status_board().AddEvent(
+      "checkpoint_saved", absl::StrCat("step ", step, ": ", bytes, " bytes in ", absl::StrFormat("%.2f", seconds), " s"));
   for (const auto& [id, listener] : listeners_) listener(step);
 
   // Only now that the new checkpoint is durable: drop the oldest beyond max_to_keep and the

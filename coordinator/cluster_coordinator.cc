@@ -15,6 +15,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "core/incarnation.h"
 #include "core/status_macros.h"
+#include "metrics/status_board.h"
 #include "net/envelope.capnp.h"
 #include "net/worker.capnp.h"
 #include "worker/worker_service.h"
@@ -51,6 +52,16 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
         queue_, PsRecovery::MakeClusterPsRepair(strategy, options_.ps_recovery.checkpoints), metrics_.get(),
         options_.ps_recovery);
   }
+  metrics::StatusBoard& board = strategy_.status_board();
+  for (auto& w : workers_) board.SetMember("worker", w->index(), w->address(), "starting", 0);
+  board.SetValuesSource([this] {
+    return std::map<std::string, double>{
+        {"closures_completed", metrics_->completed.Value()}, {"closures_failed", metrics_->failed.Value()},
+        {"closures_retried", metrics_->retried.Value()},     {"queue_depth", static_cast<double>(queue_.queued())},
+        {"closures_in_flight", static_cast<double>(queue_.in_flight())},
+        {"workers_up", static_cast<double>(workers_up())},  {"workers", static_cast<double>(workers_.size())},
+        {"worker_recoveries", metrics_->worker_recoveries.Value()}};
+  });
   queue_.SetInFlightCancellationHook([this] {
     for (auto& w : workers_) w->CancelRunning();
   });
@@ -64,6 +75,8 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
 
 ClusterCoordinator::~ClusterCoordinator() {
   if (ps_recovery_ != nullptr) ps_recovery_->Stop();  // a repair in progress stops at its next step
+  // Waits for a status request reading this coordinator; later ones see no values.
+  strategy_.status_board().ClearValuesSource();
   queue_.Stop();  // nothing new is handed out; queued closures are cancelled
   // Cooperative functions stop within the grace and report normally.
   for (auto& w : workers_) w->CancelRunning();
@@ -263,11 +276,16 @@ void ClusterCoordinator::WorkerFailed(WorkerHandle& worker, uint64_t incarnation
   if (worker.MarkDown(incarnation, reason)) {
     metrics_->worker_failures.Increment();
     UpdateWorkerGauge();
+    strategy_.status_board().SetMember("worker", worker.index(), worker.address(), "down", 0);
+    strategy_.status_board().AddEvent("worker_down",
+                                      absl::StrCat("worker ", worker.index(), ": ", reason.ToString()));
   }
 }
 
 void ClusterCoordinator::MonitorLoop(WorkerHandle& worker) {
   absl::Duration backoff = absl::Milliseconds(50);
+  metrics::StatusBoard& board = strategy_.status_board();
+  bool admitted_before = false;  // a later admission is a recovery
   while (true) {
     if (worker.up()) {
       backoff = absl::Milliseconds(50);
@@ -282,12 +300,25 @@ void ClusterCoordinator::MonitorLoop(WorkerHandle& worker) {
         MutexLock lock(&resources_mu_);
         resources = resources_;
       }
+      if (admitted_before) board.SetMember("worker", worker.index(), worker.address(), "recovering", 0);
       absl::Status s = worker.Recover(strategy_.directory(), resources, options_.rpc_timeout);
       if (s.ok()) {
         UpdateWorkerGauge();
-        metrics_->resources_rebuilt.Increment(static_cast<double>(worker.TakeResourcesRebuilt()));
+        const int64_t rebuilt = worker.TakeResourcesRebuilt();
+        metrics_->resources_rebuilt.Increment(static_cast<double>(rebuilt));
+        board.SetMember("worker", worker.index(), worker.address(), "up", worker.incarnation());
+        if (admitted_before) {
+          metrics_->worker_recoveries.Increment();
+          board.AddEvent("worker_rebuilt", absl::StrCat("worker ", worker.index(), " admitted again as incarnation ",
+                                                        absl::Hex(worker.incarnation()), ", ", rebuilt,
+                                                        " resources rebuilt"));
+        } else {
+          board.AddEvent("worker_up", absl::StrCat("worker ", worker.index(), " admitted"));
+        }
+        admitted_before = true;
         continue;
       }
+      if (admitted_before) board.SetMember("worker", worker.index(), worker.address(), "down", 0);
       if (s.code() == absl::StatusCode::kCancelled) return;
       if (s.code() != absl::StatusCode::kUnavailable && s.code() != absl::StatusCode::kDeadlineExceeded) {
         spdlog::error("cannot prepare worker {}: {}", worker.index(), s.ToString());

@@ -32,6 +32,8 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::ProcessMetrics& m)
                       "Closures put back on the queue because their worker failed")),
       cancelled(Counter(m, "asyncps_coordinator_closures_cancelled_total", "Closures cancelled by an error")),
       worker_failures(Counter(m, "asyncps_coordinator_worker_failures_total", "Times a worker was marked down")),
+      worker_recoveries(Counter(m, "asyncps_coordinator_worker_recoveries_total",
+                                "Times a worker that was down was rebuilt and admitted again")),
       ps_state_lost(Counter(m, "asyncps_coordinator_ps_state_lost_total",
                             "Closures that failed because a PS no longer held a variable (it restarted empty)")),
       resources_rebuilt(Counter(m, "asyncps_coordinator_resources_rebuilt_total",
@@ -51,5 +53,26 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::ProcessMetrics& m)
                           .Labels(Labels(m))
                           .Register(m.registry())
                           .Add({}, metrics::LatencyBuckets())) {}
+
+CheckpointMetrics::CheckpointMetrics(metrics::ProcessMetrics& m)
+    : saved_(Counter(m, "asyncps_checkpoint_saves_total", "Checkpoints committed")),
+      failed_(Counter(m, "asyncps_checkpoint_save_failures_total", "Checkpoint saves that did not commit")),
+      seconds_(prometheus::BuildHistogram()
+                   .Name("asyncps_checkpoint_save_seconds")
+                   .Help("Time a committed checkpoint save took")
+                   .Labels(Labels(m))
+                   .Register(m.registry())
+                   .Add({}, metrics::LatencyBuckets())),
+      bytes_(Gauge(m, "asyncps_checkpoint_last_bytes", "Bytes of the last committed checkpoint")),
+      last_step_(Gauge(m, "asyncps_checkpoint_last_step", "Step of the last committed checkpoint")) {}
+
+void CheckpointMetrics::RecordSaved(double seconds, uint64_t bytes, int64_t step) {
+  saved_.Increment();
+  seconds_.Observe(seconds);
+  bytes_.Set(static_cast<double>(bytes));
+  last_step_.Set(static_cast<double>(step));
+}
+
+void CheckpointMetrics::RecordFailed() { failed_.Increment(); }
 
 }  // namespace asyncps

@@ -4,8 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "coordinator/coordinator_metrics.h"
 #include "metrics/process_metrics.h"
 #include "metrics/rpc_metrics.h"
+#include "metrics/status_board.h"
 #include "net/event_loop.h"
 #include "net/rpc_client.h"
 #include "partitioners/div_partition.h"
@@ -30,6 +32,14 @@ ParameterServerStrategy::ParameterServerStrategy(const ClusterSpec& cluster,
   metrics_ = std::move(*m);
   if (metrics_->port() > 0) spdlog::info("coordinator metrics on port {}", metrics_->port());
   rpc_metrics_ = std::make_unique<metrics::RpcMetrics>(*metrics_);
+  status_board_ = std::make_unique<metrics::StatusBoard>(*metrics_);
+  checkpoint_metrics_ = std::make_unique<CheckpointMetrics>(*metrics_);
+  for (int i = 0; i < cluster_.num_ps(); ++i) {
+    // The chief does not watch parameter servers between calls (Prometheus's `up` does).
+    status_board_->SetMember("ps", i, cluster_.ps()[i], "unwatched", 0);
+  }
+  status_board_->Serve();
+  if (metrics_->port() > 0) spdlog::info("status page on http://127.0.0.1:{}/status", metrics_->port());
   loop_ = std::make_unique<net::EventLoop>();
   std::vector<net::RpcClient*> ptrs;
   for (const std::string& address : cluster_.ps()) {
@@ -43,6 +53,10 @@ ParameterServerStrategy::ParameterServerStrategy(const ClusterSpec& cluster,
     ptrs.push_back(ps_clients_.back().get());
   }
   ps_client_ = std::make_unique<PsClient>(ptrs, directory_, PsClient::Options{options_.rpc_timeout});
+}
+
+absl::Status ParameterServerStrategy::ReportScalar(const std::string& name, int64_t step, double value) {
+  return status_board_->ReportScalar(name, step, value);
 }
 
 ParameterServerStrategy::~ParameterServerStrategy() {

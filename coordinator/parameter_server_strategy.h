@@ -21,9 +21,11 @@
 #include "worker/variable_directory.h"
 
 namespace asyncps {
+class CheckpointMetrics;
 namespace metrics {
 class ProcessMetrics;
 class RpcMetrics;
+class StatusBoard;
 }  // namespace metrics
 namespace net {
 class EventLoop;
@@ -80,6 +82,17 @@ class ParameterServerStrategy {
   net::EventLoop& loop() { return *loop_; }
   metrics::ProcessMetrics& process_metrics() { return *metrics_; }
   metrics::RpcMetrics& rpc_metrics() { return *rpc_metrics_; }
+  // The chief's status page (/status, /status.json beside /metrics): members, events, scalars.
+  metrics::StatusBoard& status_board() { return *status_board_; }
+  // Checkpoint save metrics, created with the strategy so that their series exist (at 0) in
+  // every chief, whether or not it checkpoints.
+  CheckpointMetrics& checkpoint_metrics() { return *checkpoint_metrics_; }
+
+  // Reports a training scalar (loss, accuracy, ...) at `step`: exported as
+  // asyncps_scalar{name} and plotted on the status page. InvalidArgument for a name that is
+  // not a short identifier ([a-z0-9_]), a non-finite value, or too many names (see
+  // metrics::StatusBoard). Thread-safe.
+  absl::Status ReportScalar(const std::string& name, int64_t step, double value);
   // The connection to PS `i` (0 <= i < cluster().num_ps()), for services beyond PsClient's
   // (checkpoints).
   net::RpcClient& ps_rpc(int i);
@@ -91,8 +104,11 @@ class ParameterServerStrategy {
   const ClusterSpec cluster_;
   const std::shared_ptr<const Partitioner> partitioner_;
   const Options options_;
+  // Declared before metrics_ so that it outlives the HTTP server whose handlers use it.
+  std::unique_ptr<metrics::StatusBoard> status_board_;
   std::unique_ptr<metrics::ProcessMetrics> metrics_;
   std::unique_ptr<metrics::RpcMetrics> rpc_metrics_;
+  std::unique_ptr<CheckpointMetrics> checkpoint_metrics_;
   std::unique_ptr<net::EventLoop> loop_;
   std::vector<std::unique_ptr<net::RpcClient>> ps_clients_;
   VariableDirectory directory_;

@@ -374,6 +374,15 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   };
   auto workers = [&] { return absl::StrFormat("  workers %d/%d", coordinator.workers_up(), coordinator.num_workers()); };
 
+  // Loss and accuracy go to the chief's status page and to Prometheus (asyncps_scalar{name}).
+  auto report = [&](const char* name, double value) {
+    absl::Status s = strategy.ReportScalar(name, tracker.steps(), value);
+    if (!s.ok()) std::fprintf(stderr, "%s\n", s.ToString().c_str());  // e.g. a NaN loss: training goes on
+  };
+  auto report_accuracy = [&] {
+    if (!result.evaluations.empty()) report("accuracy", result.evaluations.back().accuracy);
+  };
+
   std::deque<RemoteValue> pending;
   int64_t scheduled = start_step;
   bool stop = false;
@@ -389,10 +398,12 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
     ASSIGN_OR_RETURN(Values out, pending.front().Fetch());
     pending.pop_front();
     tracker.Step(out.at(0).ScalarAsDouble(), static_cast<int64_t>(out.at(1).ScalarAsDouble()));
+    report("loss", out.at(0).ScalarAsDouble());
     if (options.on_step) options.on_step(tracker.steps());
     tracker.MaybeReport(workers);
     if (tracker.EvaluationDue()) {
       ASSIGN_OR_RETURN(stop, EvaluateInto(options, net, test, load, start, tracker.steps(), &eval_time, &result));
+      report_accuracy();
     }
     if (tracker.steps() == next_checkpoint) {
       RETURN_IF_ERROR(save(tracker.steps()));
@@ -414,6 +425,7 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   }
   ASSIGN_OR_RETURN(bool unused, EvaluateInto(options, net, test, load, start, tracker.steps(), &eval_time, &result));
   (void)unused;
+  report_accuracy();
   Finish(tracker, start, eval_time, &result);
   return result;
 }

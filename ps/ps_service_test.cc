@@ -361,6 +361,10 @@ TEST_F(PsServiceTest, PushGradientsAppliesDenseAndSparseThroughTheOptimizer) {
                   .ok());
   EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{0.5f, 0, -0.5f, -1}));
   EXPECT_EQ(Values<float>(ReadOne("emb")), (std::vector<float>{0, 0, -4, -4, 0, 0, -2, -2}));
+  // Rows written: every row of the dense push (2) and one per id (3).
+  const std::string labels = "{role=\"ps\",task=\"0\"} ";
+  EXPECT_NE(metrics_->Serialize().find("asyncps_ps_rows_updated_total" + labels + "5"), std::string::npos);
+  EXPECT_NE(metrics_->Serialize().find("asyncps_ps_variables" + labels + "3"), std::string::npos);
 
   // No optimizer; an invalid second gradient; an out-of-range id: nothing is applied.
   EXPECT_EQ(Push({{"frozen", Tensor::FromVector<float>({2}, {1, 1}), std::nullopt}}).code(),
@@ -377,6 +381,8 @@ TEST_F(PsServiceTest, PushGradientsAppliesDenseAndSparseThroughTheOptimizer) {
   EXPECT_EQ(Values<float>(ReadOne("frozen")), (std::vector<float>{1, 1}));
 
   ASSERT_TRUE(Push({{"emb", Tensor::FromVector<float>({1, 2}, {1, 1}), Ids32({0})}}).ok());
+  // The refused pushes wrote nothing.
+  EXPECT_NE(metrics_->Serialize().find("asyncps_ps_rows_updated_total" + labels + "6"), std::string::npos);
   auto list = List();
   ASSERT_TRUE(list.ok()) << list.status();
   ASSERT_EQ(list->size(), 3u);

@@ -12,6 +12,9 @@ packages=(
   # LibTorch for the models on the workers. OpenBLAS is not optional in practice: LibTorch
   # calls the system BLAS, and Debian's default reference BLAS makes training ~10x slower.
   libtorch-dev libopenblas0-pthread
+  # Operating a job: tests/integration/observability_test starts a real Prometheus and renders
+  # the chief's status page in headless Chromium.
+  prometheus chromium
 )
 # kubectl parses deploy/k8s/*.yaml offline in k8s_manifests_test. Any kubectl will do, and
 # Debian's kubernetes-client cannot be installed beside another package that ships
@@ -45,5 +48,28 @@ sudo=""
 [[ $(id -u) -eq 0 ]] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
+# Debian's prometheus package starts a daemon on :9090 where an init system runs services.
+# Tests start their own Prometheus on an ephemeral port; a policy-rc.d that refuses every
+# service start (exit 101) keeps the package from starting one. An existing policy is left
+# alone, and ours is removed again afterwards.
+policy=/usr/sbin/policy-rc.d
+own_policy=0
+if [[ ! -e $policy ]]; then
+  printf '#!/bin/sh\n# installed by asyncps scripts/install_deps.sh for the duration of apt-get\nexit 101\n' |
+    $sudo tee "$policy" >/dev/null
+  $sudo chmod 755 "$policy"
+  own_policy=1
+  trap '$sudo rm -f "$policy"' EXIT
+fi
 $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+if ((own_policy)); then
+  $sudo rm -f "$policy"
+  trap - EXIT
+fi
+# systemd ignores policy-rc.d for units it starts itself: stop only what the package started.
+if command -v systemctl >/dev/null && [[ -d /run/systemd/system ]] && [[ " ${missing[*]} " == *" prometheus "* ]]; then
+  for unit in prometheus prometheus-node-exporter; do
+    $sudo systemctl disable --now "$unit" 2>/dev/null || true
+  done
+fi
 check_blas

@@ -3,14 +3,18 @@
 // The test process is the chief. Cluster sizes as in TF: (2 workers, 2 PS) and (1, 1).
 #include <signal.h>
 
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "gtest/gtest.h"
 #include "metrics/process_metrics.h"
+#include "metrics/status_board.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testing/local_cluster.h"
 
@@ -104,6 +108,48 @@ TEST_P(FaultToleranceTest, WorkerKilledBetweenFunctionsAndRestarted) {
   Schedule("increment", 2);
   ASSERT_TRUE(coordinator_->Join().ok());
   EXPECT_EQ(Iterations(), 4);
+}
+
+// What a person watching sees of it: on the status page a worker_down and a worker_rebuilt
+// event, the worker up again under a new incarnation; in /metrics one recovery counted.
+TEST_P(FaultToleranceTest, WorkerRestartShowsOnStatusBoardAndInMetrics) {
+  auto worker0 = [&] {
+    const auto doc = nlohmann::json::parse(strategy_->status_board().Json());
+    for (const auto& m : doc["members"]) {
+      if (m["role"] == "worker" && m["index"] == 0) return m;
+    }
+    return nlohmann::json();
+  };
+  auto has_event = [&](const std::string& kind) {
+    const auto doc = nlohmann::json::parse(strategy_->status_board().Json());
+    for (const auto& e : doc["events"]) {
+      if (e["kind"] == kind) return true;
+    }
+    return false;
+  };
+  auto wait_until = [](const std::function<bool()>& done) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (!done() && absl::Now() < deadline) {
+      Notification().WaitForNotificationWithTimeout(absl::Milliseconds(10));  // poll pacing
+    }
+    return done();
+  };
+  Schedule("increment", 2);
+  ASSERT_TRUE(coordinator_->Join().ok());
+  ASSERT_TRUE(wait_until([&] { return worker0()["state"] == "up"; })) << strategy_->status_board().Json();
+  const std::string first = worker0()["incarnation"];
+  EXPECT_FALSE(first.empty());
+  EXPECT_EQ(CoordinatorCounter("asyncps_coordinator_worker_recoveries_total"), 0);
+  ASSERT_TRUE(cluster_->KillWorker(0).ok());
+  ASSERT_TRUE(cluster_->RestartWorker(0).ok());
+  Schedule("increment", 2);
+  ASSERT_TRUE(coordinator_->Join().ok());
+  ASSERT_TRUE(wait_until([&] { return has_event("worker_rebuilt"); })) << strategy_->status_board().Json();
+  EXPECT_TRUE(has_event("worker_down"));
+  EXPECT_EQ(worker0()["state"], "up");
+  EXPECT_NE(worker0()["incarnation"], first);
+  EXPECT_EQ(CoordinatorCounter("asyncps_coordinator_worker_recoveries_total"), 1);
+  EXPECT_GE(CoordinatorCounter("asyncps_coordinator_worker_failures_total"), 1);
 }
 
 // TF testWorkerPreemptionMidstFunction.
