@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
 #include "worker/program.h"
@@ -80,6 +81,11 @@ class StepContext {
   // restarted empty; see IsPsStateLost).
   bool ps_state_lost() const { return ps_state_lost_; }
 
+  // Time this step spent inside Next, and the examples (rows of each element's first
+  // component) it took: the worker's input metrics.
+  absl::Duration input_wait() const { return input_wait_; }
+  int64_t examples() const { return examples_; }
+
  private:
   absl::Status Track(absl::Status status);
   template <typename T>
@@ -95,6 +101,8 @@ class StepContext {
   std::shared_ptr<const std::atomic<bool>> cancelled_;
   bool ps_unreachable_ = false;
   bool ps_state_lost_ = false;
+  absl::Duration input_wait_;
+  int64_t examples_ = 0;
 };
 
 }  // namespace asyncps
