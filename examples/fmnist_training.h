@@ -16,6 +16,7 @@
 #include "worker/program.h"
 
 namespace asyncps {
+class CheckpointManager;
 class ClusterCoordinator;
 class ParameterServerStrategy;
 }  // namespace asyncps
@@ -42,6 +43,11 @@ struct Options {
   std::string checkpoint_dir;
   int64_t checkpoint_every_steps = 500;
   int max_to_keep = 3;
+  // Saves and restores through this manager (on checkpoint_dir) instead of one of Train's own:
+  // the one the coordinator's automatic PS recovery restores from (fashion_mnist
+  // --ps_recovery=auto). Steps a recovery loses (ClusterCoordinator::ps_recovery_stats) are
+  // trained again, so the step count always equals the updates in the model. Not owned.
+  CheckpointManager* checkpoint_manager = nullptr;
   // Called on the chief after each completed step (1-based); for tests that inject failures.
   std::function<void(int64_t step)> on_step;
 };
