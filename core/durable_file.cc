@@ -87,30 +87,8 @@ absl::Status DurableFileWriter::Append(const void* data, size_t n) {
     bytes_ += chunk;
     p += chunk;
     n -= chunk;
-    WriteBack();
   }
   return absl::OkStatus();
-}
-
-void DurableFileWriter::WriteBack() {
-  // Large files are written back while they are written instead of all at Commit's fsync:
-  // the disk works in parallel with the writer, and the dirty pages stay few (a writer that
-  // piles up hundreds of MiB of them gets throttled by the kernel, and slows every other
-  // writer on the machine). Writeback of the newest bytes is started; the writer waits only
-  // for bytes more than kWindow behind, so the disk always has a window queued.
-  // sync_file_range is a hint for speed only — errors are ignored (a file system may not
-  // support it); Commit's fsync is what makes the file durable, and reports any I/O error.
-  constexpr uint64_t kStartEvery = uint64_t{8} << 20;
-  constexpr uint64_t kWindow = uint64_t{64} << 20;
-  if (bytes_ - writeback_started_ < kStartEvery) return;
-  sync_file_range(fd_, static_cast<off_t>(writeback_started_),
-                  static_cast<off_t>(bytes_ - writeback_started_), SYNC_FILE_RANGE_WRITE);
-  writeback_started_ = bytes_;
-  if (bytes_ - written_back_ <= kWindow) return;
-  const uint64_t until = bytes_ - kWindow;
-  sync_file_range(fd_, static_cast<off_t>(written_back_), static_cast<off_t>(until - written_back_),
-                  SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-  written_back_ = until;
 }
 
 absl::Status DurableFileWriter::Commit() {

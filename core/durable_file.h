@@ -20,8 +20,7 @@ uint32_t Crc32(uint32_t crc, const void* data, size_t n);
 // process dies or the machine loses power at any point: the bytes go to "<path>.tmp", which
 // Commit() fsyncs, renames to `path` and makes durable by fsyncing the directory. A writer
 // destroyed (or failing) before Commit() removes its temporary file. The CRC-32 and size of
-// everything written are kept on the way. Large files are written back to the disk while they
-// are appended (sync_file_range), so Commit's fsync has little left to do.
+// everything written are kept on the way.
 //
 // Errors name the file and the system call. Not thread-safe.
 class DurableFileWriter {
@@ -45,16 +44,12 @@ class DurableFileWriter {
  private:
   DurableFileWriter(std::string path, int fd);
   void Abort();
-  // Starts writing back what was appended, waiting for all but the newest bytes.
-  void WriteBack();
 
   std::string path_;
   std::string temp_path_;
   int fd_ = -1;
   uint64_t bytes_ = 0;
   uint32_t crc_ = 0;
-  uint64_t writeback_started_ = 0;  // bytes whose writeback was started
-  uint64_t written_back_ = 0;       // bytes whose writeback was waited for
 };
 
 // fsync of a directory, so that renames and unlinks inside it survive a crash.
