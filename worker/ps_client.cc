@@ -262,7 +262,7 @@ absl::StatusOr<std::vector<Tensor>> PsClient::Read(const std::vector<std::string
   return out;
 }
 
-absl::Status PsClient::Update(const std::vector<VariableUpdate>& updates) {
+absl::Status PsClient::Update(const std::vector<VariableUpdate>& updates, const ps::UpdateTag& tag) {
   std::map<int, std::vector<ShardPiece>> by_ps;
   for (const VariableUpdate& u : updates) {
     ASSIGN_OR_RETURN(auto p, directory_.Find(u.name));
@@ -271,7 +271,9 @@ absl::Status PsClient::Update(const std::vector<VariableUpdate>& updates) {
   std::vector<Outgoing> calls;
   for (auto& [ps, pieces] : by_ps) {
     Outgoing call{ps, net::OutMessage()};
-    auto list = call.message.InitRequestBody<wire::UpdateRequest>().initUpdates(static_cast<unsigned>(pieces.size()));
+    auto body = call.message.InitRequestBody<wire::UpdateRequest>();
+    if (tag.tagged()) ps::UpdateTagToWire(tag, body.initTag());
+    auto list = body.initUpdates(static_cast<unsigned>(pieces.size()));
     for (unsigned i = 0; i < pieces.size(); ++i) {
       list[i].setName(pieces[i].shard_name);
       list[i].setKind(ps::UpdateKindToWire(pieces[i].kind));
@@ -286,7 +288,7 @@ absl::Status PsClient::Update(const std::vector<VariableUpdate>& updates) {
   return FirstError(CallAll(ps_, "ps.Update", std::move(calls), {options_.timeout, std::nullopt}));
 }
 
-absl::Status PsClient::PushGradients(const std::vector<GradientUpdate>& gradients) {
+absl::Status PsClient::PushGradients(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag) {
   std::map<int, std::vector<ShardPiece>> by_ps;
   for (const GradientUpdate& g : gradients) {
     ASSIGN_OR_RETURN(auto p, directory_.Find(g.name));
@@ -295,8 +297,9 @@ absl::Status PsClient::PushGradients(const std::vector<GradientUpdate>& gradient
   std::vector<Outgoing> calls;
   for (auto& [ps, pieces] : by_ps) {
     Outgoing call{ps, net::OutMessage()};
-    auto list = call.message.InitRequestBody<wire::PushGradientsRequest>().initGradients(
-        static_cast<unsigned>(pieces.size()));
+    auto body = call.message.InitRequestBody<wire::PushGradientsRequest>();
+    if (tag.tagged()) ps::UpdateTagToWire(tag, body.initTag());
+    auto list = body.initGradients(static_cast<unsigned>(pieces.size()));
     for (unsigned i = 0; i < pieces.size(); ++i) {
       list[i].setName(pieces[i].shard_name);
       call.message.AddTensor(pieces[i].value, list[i].initValue());

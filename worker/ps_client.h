@@ -13,6 +13,7 @@
 #include "ps/initializer.h"
 #include "ps/optimizer.h"
 #include "ps/update_kind.h"
+#include "ps/update_tag.h"
 #include "worker/variable_directory.h"
 
 namespace asyncps {
@@ -67,8 +68,11 @@ class PsClient {
   // Current values of `names`, in order (a sharded variable comes back whole).
   absl::StatusOr<std::vector<Tensor>> Read(const std::vector<std::string>& names);
 
-  absl::Status Update(const std::vector<VariableUpdate>& updates);
-  absl::Status PushGradients(const std::vector<GradientUpdate>& gradients);
+  // With a tagged `tag` (a closure's call; see ps::UpdateDedup), every PS applies its part
+  // at most once for that tag: sending the same call again (a closure's re-run) is answered
+  // OK without applying anything twice. Without one, every call is applied.
+  absl::Status Update(const std::vector<VariableUpdate>& updates, const ps::UpdateTag& tag = {});
+  absl::Status PushGradients(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag = {});
 
   // Rows `ids` (global, duplicates allowed) of `name`, in id order: [len(ids), row dims...].
   absl::StatusOr<Tensor> Gather(const std::string& name, const Tensor& ids);

@@ -15,7 +15,7 @@ absl::StatusOr<Tensor> StepContext::arg(size_t i) const {
 }
 
 absl::StatusOr<data::Element> StepContext::Next(size_t i) {
-  absl::StatusOr<IteratorResource*> iterator = resource<IteratorResource>(i);
+  absl::StatusOr<ElementSource*> iterator = resource<ElementSource>(i);
   if (!iterator.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("argument ", i, " is not a per-worker iterator"));
   }
@@ -61,9 +61,17 @@ absl::Status StepContext::AssignSub(const std::string& name, const Tensor& value
   return Update({{name, ps::UpdateKind::kSub, value, std::nullopt}});
 }
 
+ps::UpdateTag StepContext::NextTag() {
+  if (!closure_.tagged()) return {};
+  ++closure_.sequence;
+  return closure_;
+}
+
 absl::Status StepContext::Update(const std::vector<VariableUpdate>& updates) {
+  // Numbered before anything can fail, so every attempt numbers its calls alike.
+  const ps::UpdateTag tag = NextTag();
   if (absl::Status s = CheckCancelled(); !s.ok()) return s;
-  return Track(ps_.Update(updates));
+  return Track(ps_.Update(updates, tag));
 }
 
 absl::StatusOr<Tensor> StepContext::Gather(const std::string& name, const Tensor& ids) {
@@ -77,8 +85,9 @@ absl::Status StepContext::Scatter(ps::UpdateKind kind, const std::string& name, 
 }
 
 absl::Status StepContext::PushGradients(const std::vector<GradientUpdate>& gradients) {
+  const ps::UpdateTag tag = NextTag();
   if (absl::Status s = CheckCancelled(); !s.ok()) return s;
-  return Track(ps_.PushGradients(gradients));
+  return Track(ps_.PushGradients(gradients, tag));
 }
 
 }  // namespace asyncps
