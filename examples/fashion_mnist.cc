@@ -4,6 +4,7 @@
 //   build/bin/asyncps_launch --ps 2 --workers 2 -- build/bin/fashion_mnist [--model mlp|cnn]
 //       [--epochs N] [--batch_size N] [--data_dir DIR] [--torch_threads N] [--eval_every EPOCHS]
 //       [--checkpoint_dir DIR [--checkpoint_every_steps N] [--max_to_keep N]] [--sharding off|dynamic]
+//       [--ps_recovery auto|off]
 //       [--stop_at_accuracy A]   (stop once an evaluation, e.g. every --eval_every epochs, reaches A)
 //
 // Every process runs this binary; TF_CONFIG says which role it plays. Workers read their shard
@@ -20,13 +21,20 @@
 // --sharding dynamic: the chief hands out the training set (ShardingPolicy::kDynamic), so each
 // epoch visits every example exactly once, even when workers die (--sharding off: each worker
 // reads its static shard, repeated).
+// --ps_recovery auto: a parameter server that dies and is restarted (same address) no longer
+// ends the run with Unavailable (the default, TensorFlow's contract): the chief pauses, waits
+// for it, restores the newest checkpoint onto every PS (without --checkpoint_dir: re-creates
+// the lost variables from their initial values), re-runs the failed steps and trains the
+// undone ones again ("a parameter server was lost and recovered: N step(s) undone").
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/checkpoint_manager.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/cluster_spec.h"
@@ -41,13 +49,14 @@ namespace {
 struct Flags {
   asyncps::fmnist::Options train;
   int torch_threads = 1;
+  bool ps_recovery = false;
 };
 
 constexpr char kUsage[] =
     "fashion_mnist [--model mlp|cnn] [--epochs N] [--batch_size N] [--data_dir DIR]\n"
     "              [--torch_threads N] [--eval_every EPOCHS] [--seed N]\n"
     "              [--checkpoint_dir DIR] [--checkpoint_every_steps N] [--max_to_keep N]\n"
-    "              [--sharding off|dynamic] [--stop_at_accuracy A]\n"
+    "              [--sharding off|dynamic] [--stop_at_accuracy A] [--ps_recovery auto|off]\n"
     "Run it under build/bin/asyncps_launch --ps 2 --workers 2 -- (cluster flags pass through).\n";
 
 // Our flags, "--name=value" or "--name value"; cluster flags (--ps_hosts, ...) are left to
@@ -93,6 +102,9 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
     } else if (name == "stop_at_accuracy") {
       ok = absl::SimpleAtod(value, &flags->train.stop_at_accuracy) && flags->train.stop_at_accuracy >= 0 &&
            flags->train.stop_at_accuracy <= 1;
+    } else if (name == "ps_recovery") {
+      ok = value == "auto" || value == "off";
+      flags->ps_recovery = value == "auto";
     } else if (name == "max_to_keep") {
       ok = absl::SimpleAtoi(value, &flags->train.max_to_keep);
     } else {
@@ -127,7 +139,20 @@ int main(int argc, char** argv) {
 
   asyncps::InitLogging("chief", cluster->task_index());
   asyncps::ParameterServerStrategy strategy(*cluster);
-  asyncps::ClusterCoordinator coordinator(strategy, program);
+  // With automatic PS recovery the coordinator restores from the very manager training saves
+  // through, so it sees every commit (and counts the steps a recovery undoes exactly).
+  std::unique_ptr<asyncps::CheckpointManager> checkpoints;
+  asyncps::ClusterCoordinator::Options coordinator_options;
+  if (flags.ps_recovery) {
+    if (!flags.train.checkpoint_dir.empty()) {
+      checkpoints = std::make_unique<asyncps::CheckpointManager>(strategy, flags.train.checkpoint_dir,
+                                                                 flags.train.max_to_keep);
+      flags.train.checkpoint_manager = checkpoints.get();
+    }
+    coordinator_options.ps_recovery.enabled = true;
+    coordinator_options.ps_recovery.checkpoints = checkpoints.get();
+  }
+  asyncps::ClusterCoordinator coordinator(strategy, program, coordinator_options);
   std::printf("training a %s on Fashion-MNIST: %d epochs, batch %d, %d workers, %d parameter servers\n",
               flags.train.model.c_str(), flags.train.epochs, flags.train.batch_size, cluster->num_workers(),
               cluster->num_ps());

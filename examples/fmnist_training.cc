@@ -242,6 +242,9 @@ class Tracker {
     return steps_ % every == 0 && steps_ < total_steps_;
   }
 
+  // `steps` completed steps were undone (a lost PS was restored from a checkpoint).
+  void Rewind(int64_t steps) { steps_ -= steps; }
+
   int64_t steps() const { return steps_; }
   int64_t examples() const { return examples_; }
   double recent_loss() const { return recent_loss_; }
@@ -323,7 +326,7 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   // Idempotent: a restarted chief finds them on the running PS (and restores them below).
   RETURN_IF_ERROR(torch_bridge::CreateVariables(strategy, *net.module, opt::Adam(options.learning_rate)));
   TrainingCheckpoints checkpoints(strategy, {options.checkpoint_dir, options.checkpoint_every_steps,
-                                             options.max_to_keep});
+                                             options.max_to_keep, options.checkpoint_manager});
   ASSIGN_OR_RETURN(const int64_t start_step, checkpoints.RestoreLatest());
   // Per-worker datasets are built at once on the workers that are up, so a bad data path is
   // reported here; wait (bounded) for the workers to be admitted first.
@@ -385,6 +388,7 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
 
   std::deque<RemoteValue> pending;
   int64_t scheduled = start_step;
+  int64_t recoveries = 0, steps_lost = 0;  // as last seen in coordinator.ps_recovery_stats()
   bool stop = false;
   while (tracker.steps() < total_steps && !stop) {
     while (!stop && scheduled < std::min(total_steps, next_checkpoint) && pending.size() < window) {
@@ -399,6 +403,18 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
     pending.pop_front();
     tracker.Step(out.at(0).ScalarAsDouble(), static_cast<int64_t>(out.at(1).ScalarAsDouble()));
     report("loss", out.at(0).ScalarAsDouble());
+    if (const PsRecovery::Stats recovery = coordinator.ps_recovery_stats(); recovery.recoveries > recoveries) {
+      // Automatic PS recovery rolled the model back: train the undone steps again, so the step
+      // count (and every checkpoint's step) is the number of updates the model holds.
+      const int64_t undone = recovery.steps_lost - steps_lost;
+      tracker.Rewind(undone);
+      scheduled -= undone;
+      std::printf("a parameter server was lost and recovered: %lld step(s) undone, training on from step %lld\n",
+                  static_cast<long long>(undone), static_cast<long long>(tracker.steps()));
+      std::fflush(stdout);
+      recoveries = recovery.recoveries;
+      steps_lost = recovery.steps_lost;
+    }
     if (options.on_step) options.on_step(tracker.steps());
     tracker.MaybeReport(workers);
     if (tracker.EvaluationDue()) {

@@ -16,6 +16,7 @@
 #include "worker/program.h"
 
 namespace asyncps {
+class CheckpointManager;
 class ClusterCoordinator;
 class ParameterServerStrategy;
 }  // namespace asyncps
@@ -46,6 +47,11 @@ struct Options {
   // and each step reads exactly the batch it was bound to, so every epoch visits every example
   // once, also when workers die. Off: each worker reads its static shard, repeated.
   bool dynamic_sharding = false;
+  // Saves and restores through this manager (on checkpoint_dir) instead of one of Train's own:
+  // the one the coordinator's automatic PS recovery restores from (fashion_mnist
+  // --ps_recovery=auto). Steps a recovery loses (ClusterCoordinator::ps_recovery_stats) are
+  // trained again, so the step count always equals the updates in the model. Not owned.
+  CheckpointManager* checkpoint_manager = nullptr;
   // Called on the chief after each completed step (1-based); for tests that inject failures.
   std::function<void(int64_t step)> on_step;
 };

@@ -13,9 +13,13 @@ namespace asyncps {
 
 TrainingCheckpoints::TrainingCheckpoints(ParameterServerStrategy& strategy, Options options)
     : options_(std::move(options)) {
+  if (options_.manager != nullptr) {
+    manager_ = options_.manager;
+    return;
+  }
   if (options_.directory.empty()) return;
-  manager_ =
-      std::make_unique<CheckpointManager>(strategy, options_.directory, options_.max_to_keep);
+  owned_ = std::make_unique<CheckpointManager>(strategy, options_.directory, options_.max_to_keep);
+  manager_ = owned_.get();
 }
 
 TrainingCheckpoints::~TrainingCheckpoints() = default;

@@ -27,6 +27,11 @@ class TrainingCheckpoints {
     std::string directory;  // empty: no checkpoints, every call below is a no-op
     int64_t every_steps = 500;
     int max_to_keep = 3;
+    // Saves and restores through this manager instead of one of its own (then `directory`
+    // and `max_to_keep` are the manager's): e.g. the one the coordinator's automatic PS
+    // recovery restores from, which must see every commit to count the steps a recovery
+    // loses. Not owned; must outlive this.
+    CheckpointManager* manager = nullptr;
   };
 
   // `strategy` must outlive this.
@@ -55,7 +60,8 @@ class TrainingCheckpoints {
 
  private:
   const Options options_;
-  std::unique_ptr<CheckpointManager> manager_;
+  std::unique_ptr<CheckpointManager> owned_;
+  CheckpointManager* manager_ = nullptr;
 };
 
 }  // namespace asyncps
