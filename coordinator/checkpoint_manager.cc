@@ -166,6 +166,7 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("checkpoint {} committed: {} variables, {} files, {} bytes in {:.3f} s", dir,
                manifest->variables.size(), manifest->files.size(), bytes, seconds);
+  for (const auto& [id, listener] : listeners_) listener(step);
 
   // Only now that the new checkpoint is durable: drop the oldest beyond max_to_keep and the
   // leftovers of crashed saves older than this one.
@@ -184,6 +185,17 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step) {
     }
   }
   return dir;
+}
+
+int CheckpointManager::AddCommitListener(std::function<void(int64_t step)> listener) {
+  MutexLock lock(&mu_);
+  listeners_[next_listener_] = std::move(listener);
+  return next_listener_++;
+}
+
+void CheckpointManager::RemoveCommitListener(int id) {
+  MutexLock lock(&mu_);
+  listeners_.erase(id);
 }
 
 absl::StatusOr<std::string> CheckpointManager::Latest(CheckpointCheck check) const {

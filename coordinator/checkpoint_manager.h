@@ -2,6 +2,8 @@
 #define ASYNCPS_COORDINATOR_CHECKPOINT_MANAGER_H_
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -77,11 +79,20 @@ class CheckpointManager {
 
   const std::string& directory() const { return directory_; }
 
+  // Calls `listener(step)` after each checkpoint Save commits (on the saving thread, with this
+  // manager's lock held: the listener must not call the manager). Automatic PS recovery uses
+  // it to know how much work each checkpoint holds. Returns an id for RemoveCommitListener.
+  int AddCommitListener(std::function<void(int64_t step)> listener);
+  // After this returns, the listener is not running and is never called again.
+  void RemoveCommitListener(int id);
+
  private:
   ParameterServerStrategy& strategy_;
   const std::string directory_;
   const Options options_;
   Mutex mu_;  // one Save or Restore at a time
+  std::map<int, std::function<void(int64_t)>> listeners_ ABSL_GUARDED_BY(mu_);
+  int next_listener_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace asyncps

@@ -69,14 +69,22 @@ void ClosureQueue::MarkFailed(absl::Status error) {
   std::function<void()> hook;
   {
     MutexLock lock(&mu_);
-    DecrementInFlight();
-    if (!error_.ok()) return;  // the first error wins
-    error_ = std::move(error);
-    CancelQueued(CancelReason());
-    hook = cancellation_hook_;
+    if (error_.ok()) {  // the first error wins
+      error_ = std::move(error);
+      CancelQueued(CancelReason());
+      hook = cancellation_hook_;
+    }
+    if (!hook) {
+      DecrementInFlight();
+      return;
+    }
   }
-  // Outside the lock: the hook talks to workers and may call back into the queue.
-  if (hook) hook();
+  // Outside the lock: the hook talks to workers and may call back into the queue. This
+  // closure stays in flight until the hook has returned, so the error cannot be raised —
+  // and a closure scheduled after that be running — while the hook picks what to cancel.
+  hook();
+  MutexLock lock(&mu_);
+  DecrementInFlight();
 }
 
 void ClosureQueue::SetInFlightCancellationHook(std::function<void()> hook) {

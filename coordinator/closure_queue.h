@@ -82,7 +82,9 @@ class ClosureQueue {
   void MarkFailed(absl::Status error);
 
   // Called, without the queue lock, each time an error starts cancellation, so the dispatcher
-  // can ask workers to abort closures in flight. Set it before dispatch starts.
+  // can ask workers to abort closures in flight. The failed closure counts as in flight until
+  // the hook returns, so the error is raised (and later closures dispatched) only after it.
+  // Set it before dispatch starts.
   void SetInFlightCancellationHook(std::function<void()> hook);
 
   // Join: blocks until nothing is queued or in flight, or an error is pending. With a pending

@@ -443,7 +443,8 @@ TEST(ClosureQueueTest, InFlightCancellationHookCalledOncePerErrorWithoutTheLock)
 
   queue.MarkFailed(absl::InternalError("first"));
   EXPECT_EQ(calls.load(), 1);
-  EXPECT_EQ(in_flight_seen.load(), 1u);  // the hook is for the closure still running
+  // The closure still running, and the failed one until the hook returns.
+  EXPECT_EQ(in_flight_seen.load(), 2u);
   queue.MarkFailed(absl::InternalError("second"));
   EXPECT_EQ(calls.load(), 1);
   EXPECT_EQ(queue.Wait(), absl::InternalError("first"));
@@ -454,6 +455,31 @@ TEST(ClosureQueueTest, InFlightCancellationHookCalledOncePerErrorWithoutTheLock)
   queue.MarkFailed(absl::InternalError("third"));
   EXPECT_EQ(calls.load(), 2);
   EXPECT_EQ(queue.Done().status(), absl::InternalError("third"));
+}
+
+// The hook picks which running closures to cancel; if the error could be raised before it
+// ran, a closure scheduled after the raise could be running by then and be cancelled too.
+TEST(ClosureQueueTest, ErrorIsRaisedOnlyAfterTheCancellationHookReturned) {
+  ClosureQueue queue(10);
+  Notification in_hook;
+  Notification release;
+  queue.SetInFlightCancellationHook([&] {
+    in_hook.Notify();
+    release.WaitForNotification();
+  });
+  ASSERT_TRUE(queue.Put(MakeClosure(1)).ok());
+  ASSERT_NE(queue.Get(), nullptr);
+  Async<bool> fail([&] {
+    queue.MarkFailed(absl::InternalError("boom"));
+    return true;
+  });
+  ASSERT_TRUE(in_hook.WaitForNotificationWithTimeout(kEventually));
+  Async<absl::Status> wait([&] { return queue.Wait(); });
+  EXPECT_FALSE(wait.ReturnedWithin(kBriefly));
+  release.Notify();
+  ASSERT_TRUE(wait.ReturnedWithin(kEventually));
+  EXPECT_EQ(wait.result(), absl::InternalError("boom"));
+  ASSERT_TRUE(fail.ReturnedWithin(kEventually));
 }
 
 TEST(ClosureQueueTest, MarkFailedWithOkStatusIsRecordedAsInternal) {

@@ -43,6 +43,11 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
     o.metrics = &strategy.rpc_metrics();
     workers_.push_back(std::make_unique<WorkerHandle>(i, std::make_unique<net::RpcClient>(strategy.loop(), o)));
   }
+  if (options_.ps_recovery.enabled) {
+    ps_recovery_ = std::make_unique<PsRecovery>(
+        queue_, PsRecovery::MakeClusterPsRepair(strategy, options_.ps_recovery.checkpoints), metrics_.get(),
+        options_.ps_recovery);
+  }
   queue_.SetInFlightCancellationHook([this] {
     for (auto& w : workers_) w->CancelRunning();
   });
@@ -55,6 +60,7 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
 }
 
 ClusterCoordinator::~ClusterCoordinator() {
+  if (ps_recovery_ != nullptr) ps_recovery_->Stop();  // a repair in progress stops at its next step
   queue_.Stop();  // nothing new is handed out; queued closures are cancelled
   // Cooperative functions stop within the grace and report normally.
   for (auto& w : workers_) w->CancelRunning();
@@ -66,6 +72,11 @@ ClusterCoordinator::~ClusterCoordinator() {
   // is left blocked on the network, so the joins return at once.
   for (auto& w : workers_) w->Stop();
   for (auto& t : threads_) t.join();
+  ps_recovery_.reset();
+}
+
+PsRecovery::Stats ClusterCoordinator::ps_recovery_stats() const {
+  return ps_recovery_ != nullptr ? ps_recovery_->stats() : PsRecovery::Stats();
 }
 
 int ClusterCoordinator::workers_up() const {
@@ -298,8 +309,10 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     });
   }
 
-  switch (ClassifyClosure(rpc, status, source)) {
+  const ClosureOutcome outcome = ClassifyClosure(rpc, status, source);
+  switch (outcome) {
     case ClosureOutcome::kSucceeded:
+      if (ps_recovery_ != nullptr) ps_recovery_->NoteCompleted();
       closure->output.SetReady(std::move(values));
       metrics_->completed.Increment();
       metrics_->closure_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - payload.scheduled));
@@ -325,6 +338,12 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     }
     case ClosureOutcome::kFunctionError:
       break;
+  }
+  if (outcome != ClosureOutcome::kFunctionError && ps_recovery_ != nullptr && ps_recovery_->OnPsFailure(status)) {
+    // Dispatch is paused; the closure runs again once the PS are repaired.
+    metrics_->retried.Increment();
+    queue_.PutBack(closure);
+    return;
   }
   spdlog::warn("closure '{}' failed on worker {}: {}", closure->function, worker.index(), status.ToString());
   closure->output.SetFailed(status);

@@ -13,6 +13,7 @@
 #include "coordinator/closure_queue.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "coordinator/per_worker_dataset.h"
+#include "coordinator/ps_recovery.h"
 #include "coordinator/remote_value.h"
 #include "coordinator/worker_handle.h"
 #include "core/sync.h"
@@ -33,7 +34,11 @@ using coordinator::RemoteValue;
 //     one was returned, then clear it. When an error happens, queued closures are cancelled
 //     (their RemoteValues say Cancelled), running ones are asked to stop (StepContext::
 //     cancelled), and Join/Done return only once none is running. The coordinator stays usable.
-//   * A closure that could not reach a parameter server fails with Unavailable.
+//   * A closure that could not reach a parameter server, or found that one lost its variables
+//     (it restarted empty), fails with Unavailable (TensorFlow's contract), so Schedule/Join/
+//     Done return Unavailable. Opt-in instead: automatic PS recovery (Options::ps_recovery;
+//     see coordinator/ps_recovery.h) pauses dispatch, waits for the PS to come back, restores
+//     the latest checkpoint onto every PS and re-runs the failed closures by itself.
 // Workers are watched by heartbeats as well as by failed calls, so a hung or partitioned worker
 // is noticed too. A down worker is probed with backoff; when it answers, its per-worker
 // resources and the variable directory are rebuilt on it before it is given closures again.
@@ -52,6 +57,9 @@ class ClusterCoordinator {
     absl::Duration max_recovery_backoff = absl::Seconds(2);
     // How long the destructor lets running closures stop cooperatively after cancelling them.
     absl::Duration shutdown_grace = absl::Milliseconds(500);
+    // Off by default (a lost PS is reported as Unavailable). Set enabled (and checkpoints) to
+    // have the coordinator repair a lost PS by itself.
+    PsRecovery::Options ps_recovery;
   };
 
   // `strategy` and `program` must outlive the coordinator. `program` is used to reject
@@ -99,6 +107,9 @@ class ClusterCoordinator {
   int num_workers() const { return static_cast<int>(workers_.size()); }
   int workers_up() const;
 
+  // What automatic PS recovery did so far (all zero when it is off).
+  PsRecovery::Stats ps_recovery_stats() const;
+
  private:
   struct ClosureArgs;
   void DispatchLoop(WorkerHandle& worker);
@@ -116,6 +127,7 @@ class ClusterCoordinator {
   std::unique_ptr<CoordinatorMetrics> metrics_;
   coordinator::ClosureQueue queue_;
   std::vector<std::unique_ptr<WorkerHandle>> workers_;
+  std::unique_ptr<PsRecovery> ps_recovery_;  // null unless options_.ps_recovery.enabled
 
   Mutex resources_mu_;
   std::vector<ResourceSpec> resources_ ABSL_GUARDED_BY(resources_mu_);

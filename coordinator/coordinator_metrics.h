@@ -14,7 +14,9 @@ namespace asyncps {
 // The coordinator's own metric families (all asyncps_coordinator_*): closures scheduled,
 // completed, failed, retried and cancelled; queue depth and closures in flight; workers up
 // and worker failures; closures that found a PS restarted empty; per-worker resources
-// (datasets, iterators) rebuilt on workers that came back; closure latency from Schedule to result.
+// (datasets, iterators) rebuilt on workers that came back; closure latency from Schedule to result;
+// automatic PS recovery: repairs done, closures whose effects they undid, and whether dispatch
+// is paused for one now.
 //
 // Thread-safe. `metrics` must outlive this object.
 class CoordinatorMetrics {
@@ -29,6 +31,9 @@ class CoordinatorMetrics {
   prometheus::Counter& worker_failures;
   prometheus::Counter& ps_state_lost;
   prometheus::Counter& resources_rebuilt;
+  prometheus::Counter& ps_recoveries;
+  prometheus::Counter& ps_recovery_steps_lost;
+  prometheus::Gauge& dispatch_paused;
   prometheus::Gauge& queue_depth;
   prometheus::Gauge& in_flight;
   prometheus::Gauge& workers_up;

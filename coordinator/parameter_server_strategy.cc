@@ -101,12 +101,32 @@ absl::StatusOr<ShardedVariable> ParameterServerStrategy::CreateVariable(
                                                     /*wait_for_ready=*/true);
   {
     MutexLock lock(&mu_);
-    if (created.ok()) directory_.Add(placement);
+    if (created.ok()) {
+      directory_.Add(placement);
+      recipes_[name] = Recipe{init.spec, optimizer};
+    }
     creating_.erase(name);
   }
   RETURN_IF_ERROR(created);
   ASSIGN_OR_RETURN(auto stored, directory_.Find(name));
   return ShardedVariable(std::move(stored), ps_client_.get());
+}
+
+absl::Status ParameterServerStrategy::RecreateVariables() {
+  std::vector<std::pair<std::shared_ptr<const VariablePlacement>, Recipe>> todo;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& placement : directory_.All()) {
+      auto it = recipes_.find(placement->name);
+      if (it != recipes_.end()) todo.emplace_back(placement, it->second);
+    }
+  }
+  for (const auto& [placement, recipe] : todo) {
+    RETURN_IF_ERROR(ps_client_->CreateVariable(*placement, recipe.init,
+                                               recipe.optimizer ? &*recipe.optimizer : nullptr,
+                                               /*wait_for_ready=*/false));
+  }
+  return absl::OkStatus();
 }
 
 net::RpcClient& ParameterServerStrategy::ps_rpc(int i) { return *ps_clients_[static_cast<size_t>(i)]; }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -62,6 +63,13 @@ class ParameterServerStrategy {
   absl::StatusOr<ShardedVariable> CreateVariable(const std::string& name, const VariableInit& init,
                                                  std::optional<ps::OptimizerConfig> optimizer = std::nullopt);
 
+  // Creates again, on its PS, every variable this strategy created that a PS no longer holds
+  // (it restarted empty), from the variable's initializer and optimizer. Variables a PS still
+  // holds keep their values: creation is idempotent on the PS. Automatic PS recovery uses
+  // this when there is no checkpoint to restore. Keeping the initializers means a variable
+  // made with init::FromTensor keeps a reference to that tensor for the strategy's lifetime.
+  absl::Status RecreateVariables();
+
   // The variable created as `name`; NotFound otherwise.
   absl::StatusOr<ShardedVariable> GetVariable(const std::string& name) const;
 
@@ -93,6 +101,12 @@ class ParameterServerStrategy {
   int next_ps_ ABSL_GUARDED_BY(mu_) = 0;
   // Names whose creation is in progress (claimed under mu_, created on the PS without it).
   absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(mu_);
+  // How each created variable was made, for RecreateVariables.
+  struct Recipe {
+    ps::InitializerSpec init;
+    std::optional<ps::OptimizerConfig> optimizer;
+  };
+  absl::flat_hash_map<std::string, Recipe> recipes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

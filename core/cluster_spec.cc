@@ -308,10 +308,13 @@ absl::StatusOr<ClusterSpec> ClusterSpec::Create(std::map<TaskType, std::vector<s
     return it == jobs.end() ? kEmpty : it->second;
   };
 
-  if (job(TaskType::kPs).empty()) {
+  // The evaluator is not part of the training cluster: TensorFlow's side-car form lists only
+  // the evaluator, and Kubeflow's TFJob operator leaves it out of the cluster it injects.
+  const bool evaluator_task = task_type == TaskType::kEvaluator;
+  if (job(TaskType::kPs).empty() && !evaluator_task) {
     return absl::InvalidArgumentError("cluster.ps is missing or empty; a cluster needs at least one ps");
   }
-  if (job(TaskType::kWorker).empty()) {
+  if (job(TaskType::kWorker).empty() && !evaluator_task) {
     return absl::InvalidArgumentError("cluster.worker is missing or empty; a cluster needs at least one worker");
   }
   if (job(TaskType::kChief).size() > 1) {
@@ -325,11 +328,16 @@ absl::StatusOr<ClusterSpec> ClusterSpec::Create(std::map<TaskType, std::vector<s
   }
 
   const std::vector<std::string>& own_job = job(task_type);
-  if (own_job.empty()) {
+  if (evaluator_task && own_job.empty()) {
+    if (task_index != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("task.index ", task_index, " is out of range for job 'evaluator' (at most one)"));
+    }
+  } else if (own_job.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("task.type '", TaskTypeName(task_type),
                                                    "' has no job in the cluster"));
   }
-  if (task_index < 0 || task_index >= static_cast<int>(own_job.size())) {
+  if (!(evaluator_task && own_job.empty()) && (task_index < 0 || task_index >= static_cast<int>(own_job.size()))) {
     return absl::InvalidArgumentError(absl::StrCat("task.index ", task_index, " is out of range for job '",
                                                    TaskTypeName(task_type), "' with ", own_job.size(),
                                                    own_job.size() == 1 ? " task" : " tasks"));

@@ -24,7 +24,10 @@ absl::StatusOr<TaskType> TaskTypeFromName(absl::string_view name);  // accepts "
 // Rules (TensorFlow / Kubeflow TFJob): "master" is the legacy name of "chief"; with no chief,
 // worker 0 is the chief (its task type reads as kChief for this process when the task is
 // worker 0, and the worker list keeps it, so `workers()` still lists it); a cluster has at least
-// one ps and one worker, at most one chief and at most one evaluator; unknown job names, a task
+// one ps and one worker, at most one chief and at most one evaluator. The evaluator is not part
+// of the training cluster: an evaluator task also accepts a cluster without ps and workers
+// (TensorFlow's side-car form, {"evaluator": [..]}) or without an evaluator job (what Kubeflow's
+// TFJob operator injects; its self_address() is then empty). Unknown job names, a task
 // index out of range, a task type with no job in the cluster, duplicate addresses, or
 // addresses that are not "host:port" with a port in 1..65535 are errors. Hosts without a port
 // get the default port 2222.
@@ -63,7 +66,7 @@ class ClusterSpec {
   const std::string& chief() const { return chief_; }
   const std::string& evaluator() const { return evaluator_; }
 
-  // This task's own "host:port".
+  // This task's own "host:port" (empty for an evaluator the cluster does not list).
   const std::string& self_address() const;
 
   // Serialises back to TF_CONFIG JSON for the given task (used by the local launcher).

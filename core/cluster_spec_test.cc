@@ -245,8 +245,30 @@ TEST(ClusterSpecInvalidTest, TaskIndexOutOfRange) {
                 "task.index");
 }
 
+TEST(ClusterSpecTest, EvaluatorOutsideTheTrainingCluster) {
+  // Kubeflow's TFJob operator: the training cluster, without the evaluator job.
+  absl::StatusOr<ClusterSpec> kubeflow = ClusterSpec::FromTfConfig(WithTask(kSmallCluster, "evaluator", 0));
+  ASSERT_TRUE(kubeflow.ok()) << kubeflow.status();
+  EXPECT_EQ(kubeflow->task_type(), TaskType::kEvaluator);
+  EXPECT_FALSE(kubeflow->is_chief());
+  EXPECT_THAT(kubeflow->self_address(), IsEmpty());
+  EXPECT_EQ(kubeflow->num_ps(), 1);
+  // TensorFlow's side-car form: only the evaluator.
+  absl::StatusOr<ClusterSpec> sidecar = ClusterSpec::FromTfConfig(WithTask(R"({"evaluator":["e:1"]})", "evaluator", 0));
+  ASSERT_TRUE(sidecar.ok()) << sidecar.status();
+  EXPECT_EQ(sidecar->self_address(), "e:1");
+  EXPECT_EQ(sidecar->num_ps(), 0);
+  EXPECT_EQ(sidecar->num_workers(), 0);
+  // The evaluator is never a worker of the training cluster.
+  absl::StatusOr<ClusterSpec> full = ClusterSpec::FromTfConfig(
+      WithTask(R"({"chief":["c:1"],"ps":["p:1"],"worker":["w:1"],"evaluator":["e:1"]})", "worker", 0));
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_THAT(full->workers(), ::testing::ElementsAre("w:1"));
+  ExpectInvalid(WithTask(kSmallCluster, "evaluator", 1), "task.index");
+  ExpectInvalid(WithTask(R"({"evaluator":["e:1"]})", "worker", 0), "cluster.ps");
+}
+
 TEST(ClusterSpecInvalidTest, TaskTypeWithNoJob) {
-  ExpectInvalid(WithTask(kSmallCluster, "evaluator", 0), "evaluator");
   ExpectInvalid(WithTask(R"({"ps":["p:1"],"worker":["w:1"]})", "chief", 0), "chief");
 }
 

@@ -29,21 +29,31 @@
 #include "core/sync.h"
 #include "absl/time/time.h"
 #include "core/cluster_spec.h"
+#include "core/exit_code.h"
 #include "core/incarnation.h"
 #include "core/subprocess.h"
+#include "deploy/file_sd.h"
 
 namespace asyncps {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: asyncps_launch --ps N --workers M [--evaluator] [--token T] -- PROGRAM [ARGS...]\n"
+    "usage: asyncps_launch --ps N --workers M [--evaluator] [--token T] [--file_sd PATH]\n"
+    "                      -- PROGRAM [ARGS...]\n"
     "\n"
     "Starts a local cluster on 127.0.0.1: N parameter servers, M workers, one chief (and one\n"
     "evaluator with --evaluator), each running PROGRAM with TF_CONFIG set for its task and\n"
     "ASYNCPS_CLUSTER_TOKEN set to a shared token (--token, else $ASYNCPS_CLUSTER_TOKEN, else a\n"
     "random one). Output lines are prefixed with their task: [ps:0], [worker:1], [chief].\n"
     "When the chief exits, the other tasks are stopped and the launcher exits with the chief's\n"
-    "exit code. SIGINT or SIGTERM stops every task and exits with 130.\n";
+    "exit code; if it succeeded, an evaluator is first left to finish its last evaluation (its\n"
+    "failure is then the launcher's exit code). SIGINT or SIGTERM stops every task and exits with\n"
+    "128 + the signal (130, 143).\n"
+    "\n"
+    "Every task serves /metrics on a port of its own (ASYNCPS_METRICS_PORT; the chief's also\n"
+    "serves the status page /status); --file_sd PATH writes them as a Prometheus file_sd\n"
+    "targets file before any task starts. ASYNCPS_METRICS_PORT=-1 in the launcher's\n"
+    "environment turns the endpoints off.\n";
 
 // Upper bound on tasks per job: a local cluster larger than this is a typo, not a plan.
 constexpr int kMaxTasksPerJob = 256;
@@ -55,6 +65,7 @@ struct LaunchArgs {
   int num_workers = 0;
   bool evaluator = false;
   std::string token;
+  std::string file_sd;  // Prometheus targets file to write; empty: none
   std::vector<std::string> program;
 };
 
@@ -106,6 +117,10 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
       status = take_value();
       if (status.ok() && value.empty()) status = absl::InvalidArgumentError("--token must not be empty");
       args.token = value;
+    } else if (name == "--file_sd") {
+      status = take_value();
+      if (status.ok() && value.empty()) status = absl::InvalidArgumentError("--file_sd must not be empty");
+      args.file_sd = value;
     } else if (name == "--evaluator" && !has_value) {
       args.evaluator = true;
     } else {
@@ -172,10 +187,17 @@ class Launcher {
 
   int RunCluster() {
     const int total = 1 + args_.num_ps + args_.num_workers + (args_.evaluator ? 1 : 0);
-    absl::StatusOr<std::vector<int>> ports = PickPorts(total);
+    const char* metrics_env = std::getenv("ASYNCPS_METRICS_PORT");
+    const bool serve_metrics = metrics_env == nullptr || std::string(metrics_env) != "-1";
+    if (!serve_metrics && !args_.file_sd.empty()) {
+      Print("launcher", "error: --file_sd needs metrics endpoints, but ASYNCPS_METRICS_PORT=-1");
+      return 1;
+    }
+    // One RPC port per task, then (when served) one metrics port per task.
+    absl::StatusOr<std::vector<int>> ports = PickPorts(serve_metrics ? 2 * total : total);
     if (!ports.ok()) {
       Print("launcher", absl::StrCat("error: ", ports.status().ToString()));
-      return 1;
+      return ExitCodeForStatus(ports.status());
     }
     std::map<TaskType, std::vector<std::string>> jobs;
     size_t next_port = 0;
@@ -202,9 +224,30 @@ class Launcher {
     for (int i = 0; i < args_.num_workers; ++i) {
       tasks_.push_back({TaskType::kWorker, i, absl::StrCat("worker:", i), {}, {}});
     }
-    if (args_.evaluator) tasks_.push_back({TaskType::kEvaluator, 0, "evaluator", {}, {}});
+    if (args_.evaluator) {
+      tasks_.push_back({TaskType::kEvaluator, 0, "evaluator", {}, {}});
+      evaluator_ = static_cast<int>(tasks_.size()) - 1;
+    }
     tasks_.push_back({TaskType::kChief, 0, "chief", {}, {}});
     chief_ = static_cast<int>(tasks_.size()) - 1;
+
+    std::map<std::string, int> metrics_ports;  // by task label
+    if (serve_metrics) {
+      std::vector<deploy::ScrapeTarget> targets;
+      for (const Task& task : tasks_) {
+        const int port = (*ports)[next_port++];
+        metrics_ports[task.label] = port;
+        targets.push_back({absl::StrCat("127.0.0.1:", port), std::string(TaskTypeName(task.type)), task.index});
+      }
+      if (!args_.file_sd.empty()) {
+        if (absl::Status s = deploy::WriteFileSd(args_.file_sd, targets); !s.ok()) {
+          Print("launcher", absl::StrCat("error: cannot write --file_sd: ", s.ToString()));
+          return 1;
+        }
+        Print("launcher", absl::StrCat("prometheus targets in ", args_.file_sd));
+      }
+      Print("launcher", absl::StrCat("status page http://127.0.0.1:", metrics_ports["chief"], "/status"));
+    }
 
     Print("launcher", absl::StrCat("cluster: chief ", spec->chief(), ", ps ", absl::StrJoin(spec->ps(), " "),
                                    ", worker ", absl::StrJoin(spec->workers(), " "),
@@ -223,6 +266,7 @@ class Launcher {
       Subprocess::Options options;
       options.argv = args_.program;
       options.env = {{"TF_CONFIG", spec->ToTfConfig(task.type, task.index)}, {"ASYNCPS_CLUSTER_TOKEN", token}};
+      if (serve_metrics) options.env["ASYNCPS_METRICS_PORT"] = std::to_string(metrics_ports[task.label]);
       options.keep_lines = false;  // printed as they come; keeping them would grow without bound
       options.on_line = [this, label = task.label](const std::string& line) { Print(label, line); };
       absl::StatusOr<std::unique_ptr<Subprocess>> proc = Subprocess::Start(std::move(options));
@@ -245,10 +289,22 @@ class Launcher {
         };
         mu_.Await(absl::Condition(&chief_done_or_signalled));
       }
-      if (chief_done_) {
+      // The evaluator ends by itself after the final checkpoint (which a chief that succeeded
+      // has marked): give it that time, as TFJob does; the other tasks are stopped after it.
+      if (chief_done_ && chief_code_ == 0 && evaluator_ >= 0 && !evaluator_done_ && signals_ == 0) {
+        Print("launcher", "chief succeeded; waiting for the evaluator to finish");
+        auto evaluator_done_or_signalled = [this]() {
+          mu_.AssertReaderHeld();
+          return evaluator_done_ || signals_ > 0;
+        };
+        mu_.Await(absl::Condition(&evaluator_done_or_signalled));
+      }
+      if (chief_done_ && chief_code_ == 0 && evaluator_done_ && evaluator_code_ != 0) {
+        code = evaluator_code_;
+      } else if (chief_done_) {
         code = chief_code_;
       } else if (signals_ > 0) {
-        code = 130;
+        code = ExitCodeForSignal(first_signal_);  // retryable: the launcher was stopped
       }
     }
     StopAll();
@@ -260,18 +316,25 @@ class Launcher {
     absl::StatusOr<int> code = tasks_[t].proc->Wait(absl::InfiniteDuration());
     const int exit_code = code.ok() ? *code : -1;
     bool early = false;
+    bool evaluator_finished = false;
     {
       MutexLock lock(&mu_);
       ++exited_;
       if (static_cast<int>(t) == chief_) {
         chief_done_ = true;
         chief_code_ = exit_code;
+      } else if (static_cast<int>(t) == evaluator_ && !stopping_) {
+        evaluator_done_ = true;
+        evaluator_code_ = exit_code;
+        evaluator_finished = true;
       } else {
         early = !stopping_;
       }
     }
     if (static_cast<int>(t) == chief_) {
       Print("launcher", absl::StrCat("chief exited with code ", exit_code));
+    } else if (evaluator_finished) {
+      Print("launcher", absl::StrCat("evaluator exited with code ", exit_code));
     } else if (early) {
       Print("launcher", absl::StrCat(tasks_[t].label, " exited early with code ", exit_code,
                                      "; leaving it to the chief whether to go on"));
@@ -325,7 +388,7 @@ class Launcher {
           if (signal_thread_done_) return;
           continue;
         }
-        ++signals_;
+        if (++signals_ == 1) first_signal_ = sig;
         Print("launcher", absl::StrCat("got ", sig == SIGINT ? "SIGINT" : "SIGTERM",
                                        signals_ == 1 ? "; stopping all tasks" : "; killing all tasks"));
       }
@@ -354,13 +417,17 @@ class Launcher {
   const LaunchArgs args_;
   std::vector<Task> tasks_;  // filled before any waiter thread starts; fixed afterwards
   int chief_ = -1;
+  int evaluator_ = -1;  // -1: no evaluator
   std::thread signal_thread_;
 
   Mutex mu_;
   int exited_ ABSL_GUARDED_BY(mu_) = 0;
   bool chief_done_ ABSL_GUARDED_BY(mu_) = false;
   int chief_code_ ABSL_GUARDED_BY(mu_) = -1;
+  bool evaluator_done_ ABSL_GUARDED_BY(mu_) = false;
+  int evaluator_code_ ABSL_GUARDED_BY(mu_) = -1;
   int signals_ ABSL_GUARDED_BY(mu_) = 0;
+  int first_signal_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool signal_thread_done_ ABSL_GUARDED_BY(mu_) = false;
 
@@ -379,7 +446,7 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "asyncps_launch: %s\n\n%s", std::string(args.status().message()).c_str(),
                  asyncps::kUsage);
-    return 2;
+    return asyncps::kExitUsage;
   }
 
   // Signals are taken by one thread with sigwait, so they must be blocked before any thread

@@ -3,11 +3,18 @@
 //
 //   build/bin/asyncps_launch --ps 2 --workers 2 -- build/bin/fashion_mnist [--model mlp|cnn]
 //       [--epochs N] [--batch_size N] [--data_dir DIR] [--torch_threads N] [--eval_every EPOCHS]
+//       [--checkpoint_dir DIR [--checkpoint_every_steps N] [--max_to_keep N]]
 //
 // Every process runs this binary; TF_CONFIG says which role it plays. Workers read their shard
 // of the 60,000 training images themselves (a per-worker dataset, rebuilt if a worker
 // restarts); the chief schedules one closure per batch, prints progress at most once a second
 // and finally evaluates the variables on the 10,000 test images.
+//
+// With --checkpoint_dir (a directory the chief and every PS can reach under that path), the
+// chief saves a checkpoint every --checkpoint_every_steps steps (default 500) and at the end,
+// keeping the newest --max_to_keep (default 3). Started again with the same command line — the
+// chief alone after it died, or the whole cluster — it restores the newest good checkpoint
+// and continues from its step ("resumed from checkpoint step N").
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -18,7 +25,9 @@
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/cluster_spec.h"
+#include "core/exit_code.h"
 #include "core/logging.h"
+#include "examples/fmnist_evaluator.h"
 #include "examples/fmnist_training.h"
 #include "worker/serve.h"
 
@@ -32,6 +41,7 @@ struct Flags {
 constexpr char kUsage[] =
     "fashion_mnist [--model mlp|cnn] [--epochs N] [--batch_size N] [--data_dir DIR]\n"
     "              [--torch_threads N] [--eval_every EPOCHS] [--seed N]\n"
+    "              [--checkpoint_dir DIR] [--checkpoint_every_steps N] [--max_to_keep N]\n"
     "Run it under build/bin/asyncps_launch --ps 2 --workers 2 -- (cluster flags pass through).\n";
 
 // Our flags, "--name=value" or "--name value"; cluster flags (--ps_hosts, ...) are left to
@@ -66,6 +76,13 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
       ok = absl::SimpleAtod(value, &flags->train.eval_every_epochs) && flags->train.eval_every_epochs >= 0;
     } else if (name == "seed") {
       ok = absl::SimpleAtoi(value, &flags->train.seed);
+    } else if (name == "checkpoint_dir") {
+      flags->train.checkpoint_dir = value;
+      ok = !value.empty();
+    } else if (name == "checkpoint_every_steps") {
+      ok = absl::SimpleAtoi(value, &flags->train.checkpoint_every_steps) && flags->train.checkpoint_every_steps >= 1;
+    } else if (name == "max_to_keep") {
+      ok = absl::SimpleAtoi(value, &flags->train.max_to_keep);
     } else {
       used = false;  // a cluster or process flag
     }
@@ -78,11 +95,6 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Known issue: with LibTorch loaded (libtorch_cpu 1.13), civetweb's server start fails
-  // ("null context when constructing CivetServer") and a ps/worker that cannot serve /metrics
-  // exits. Until that is understood, this program serves no /metrics endpoint unless asked to
-  // with ASYNCPS_METRICS_PORT (the counters are still kept in every process).
-  setenv("ASYNCPS_METRICS_PORT", "-1", /*overwrite=*/0);
   Flags flags;
   if (absl::Status s = ParseFlags(argc, argv, &flags); !s.ok()) {
     if (!absl::IsCancelled(s)) std::fprintf(stderr, "fashion_mnist: %s\n", s.ToString().c_str());
@@ -95,6 +107,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   asyncps::fmnist::SetTorchThreads(flags.torch_threads);
+  if (cluster->task_type() == asyncps::TaskType::kEvaluator) {
+    return asyncps::fmnist::RunEvaluator(*cluster, flags.train, argc, argv);
+  }
   asyncps::Program program = asyncps::fmnist::MakeProgram();
   if (!cluster->is_chief()) return asyncps::Serve(*cluster, program);
 
@@ -107,7 +122,7 @@ int main(int argc, char** argv) {
   auto result = asyncps::fmnist::Train(strategy, coordinator, flags.train);
   if (!result.ok()) {
     std::fprintf(stderr, "fashion_mnist failed: %s\n", result.status().ToString().c_str());
-    return 1;
+    return asyncps::ExitCodeForStatus(result.status());  // a lost PS is retryable (>= 128)
   }
   std::printf("trained %lld steps (%lld examples) in %.1f s, %.0f examples/s, final loss %.4f\n",
               static_cast<long long>(result->steps), static_cast<long long>(result->examples), result->seconds,

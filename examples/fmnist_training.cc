@@ -11,12 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "coordinator/checkpoint_reader.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/optimizers.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/status_macros.h"
 #include "core/sync.h"
 #include "data/dataset.h"
+#include "examples/training_checkpoints.h"
 #include "torch/module_variables.h"
 #include "torch/tensor_bridge.h"
 #include "worker/step_context.h"
@@ -180,25 +182,30 @@ absl::StatusOr<double> Accuracy(Net& net, const TestSet& test) {
   });
 }
 
-std::map<std::string, std::string> DatasetArgs(const Options& options) {
+// `start_step`: a resumed run's workers start their data over (the input position is not in
+// the checkpoint), so their shuffle seed moves on with the step instead of replaying the
+// batches the run began with.
+std::map<std::string, std::string> DatasetArgs(const Options& options, int64_t start_step = 0) {
   return {{"images", options.data_dir + "/train-images-idx3-ubyte.gz"},
           {"labels", options.data_dir + "/train-labels-idx1-ubyte.gz"},
           {"batch", absl::StrCat(options.batch_size)},
-          {"seed", absl::StrCat(options.seed)}};
+          {"seed", absl::StrCat(options.seed + static_cast<uint64_t>(start_step))}};
 }
 
 absl::Status CheckOptions(const Options& options) {
   if (options.epochs < 1 || options.batch_size < 1 || options.batch_size > kTrainExamples) {
     return absl::InvalidArgumentError("epochs must be >= 1 and batch size in 1..60000");
   }
+  if (options.checkpoint_every_steps < 1) return absl::InvalidArgumentError("checkpoint_every_steps must be >= 1");
   return absl::OkStatus();
 }
 
 // Progress of a run: losses, examples, and when evaluations are due.
 class Tracker {
  public:
-  Tracker(const Options& options, int64_t steps_per_epoch, int64_t total_steps)
-      : options_(options), steps_per_epoch_(steps_per_epoch), total_steps_(total_steps) {}
+  // `start_step`: the step a resumed run continues from (its epoch and evaluations count on).
+  Tracker(const Options& options, int64_t steps_per_epoch, int64_t total_steps, int64_t start_step = 0)
+      : options_(options), steps_per_epoch_(steps_per_epoch), total_steps_(total_steps), steps_(start_step) {}
 
   void Step(double loss, int64_t examples) {
     ++steps_;
@@ -241,7 +248,7 @@ class Tracker {
   const Options& options_;
   const int64_t steps_per_epoch_;
   const int64_t total_steps_;
-  int64_t steps_ = 0;
+  int64_t steps_;
   int64_t examples_ = 0;
   int64_t reported_examples_ = 0;
   double window_loss_ = 0;
@@ -311,34 +318,59 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   ASSIGN_OR_RETURN(TestSet test, LoadTestSet(options.data_dir));
   ASSIGN_OR_RETURN(Net net, CatchTorch([&] { return MakeNet(options.model, options.seed); }));
   // The chief's model gives the variables their initial values.
+  // Idempotent: a restarted chief finds them on the running PS (and restores them below).
   RETURN_IF_ERROR(torch_bridge::CreateVariables(strategy, *net.module, opt::Adam(options.learning_rate)));
+  TrainingCheckpoints checkpoints(strategy, {options.checkpoint_dir, options.checkpoint_every_steps,
+                                             options.max_to_keep});
+  ASSIGN_OR_RETURN(const int64_t start_step, checkpoints.RestoreLatest());
   // Per-worker datasets are built at once on the workers that are up, so a bad data path is
   // reported here; wait (bounded) for the workers to be admitted first.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (coordinator.workers_up() < coordinator.num_workers() && absl::Now() < deadline) {
     Notification().WaitForNotificationWithTimeout(absl::Milliseconds(20));  // poll pacing
   }
-  ASSIGN_OR_RETURN(PerWorkerDataset dataset, coordinator.CreatePerWorkerDataset("fmnist_train", DatasetArgs(options)));
+  ASSIGN_OR_RETURN(PerWorkerDataset dataset,
+                   coordinator.CreatePerWorkerDataset("fmnist_train", DatasetArgs(options, start_step)));
   ASSIGN_OR_RETURN(PerWorkerValues iterators, dataset.MakeIterator());
   ASSIGN_OR_RETURN(PerWorkerValues models, coordinator.CreatePerWorkerResource("fmnist_model", {{"model", options.model}}));
 
   const int64_t steps_per_epoch = kTrainExamples / options.batch_size;
   const int64_t total_steps = steps_per_epoch * options.epochs;
+  if (start_step > 0 && options.progress) {
+    std::printf("resumed from checkpoint step %lld (epoch %lld/%d, step %lld of %lld)\n",
+                static_cast<long long>(start_step),
+                static_cast<long long>(std::min<int64_t>(options.epochs, start_step / steps_per_epoch + 1)),
+                options.epochs, static_cast<long long>(start_step), static_cast<long long>(total_steps));
+    std::fflush(stdout);
+  }
   // Enough closures in flight that no worker waits for the chief, few enough that the
   // progress line and the stop at a target accuracy stay close to the truth.
   const size_t window = static_cast<size_t>(4 * std::max(1, coordinator.num_workers()));
-  Tracker tracker(options, steps_per_epoch, total_steps);
+  Tracker tracker(options, steps_per_epoch, total_steps, start_step);
   Result result;
+  result.resumed_from_step = start_step;
   const absl::Time start = absl::Now();
   absl::Duration eval_time;
   auto load = [&] { return torch_bridge::ReadVariables(strategy, *net.module); };
+  // Nothing is scheduled past a due checkpoint, so when the tracker reaches it nothing is in
+  // flight: the checkpoint is a consistent cut and its step counts exactly its updates.
+  int64_t next_checkpoint = checkpoints.NextAfter(start_step);
+  auto save = [&](int64_t step) -> absl::Status {
+    RETURN_IF_ERROR(coordinator.Join());
+    ASSIGN_OR_RETURN(std::string dir, checkpoints.Save(step));
+    if (!dir.empty() && options.progress) {
+      std::printf("saved checkpoint step %lld (%s)\n", static_cast<long long>(step), dir.c_str());
+      std::fflush(stdout);
+    }
+    return absl::OkStatus();
+  };
   auto workers = [&] { return absl::StrFormat("  workers %d/%d", coordinator.workers_up(), coordinator.num_workers()); };
 
   std::deque<RemoteValue> pending;
-  int64_t scheduled = 0;
+  int64_t scheduled = start_step;
   bool stop = false;
   while (tracker.steps() < total_steps && !stop) {
-    while (!stop && scheduled < total_steps && pending.size() < window) {
+    while (!stop && scheduled < std::min(total_steps, next_checkpoint) && pending.size() < window) {
       ASSIGN_OR_RETURN(RemoteValue v, coordinator.Schedule("fmnist_train_step", {iterators, models}));
       pending.push_back(std::move(v));
       ++scheduled;
@@ -351,6 +383,10 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
     if (tracker.EvaluationDue()) {
       ASSIGN_OR_RETURN(stop, EvaluateInto(options, net, test, load, start, tracker.steps(), &eval_time, &result));
     }
+    if (tracker.steps() == next_checkpoint) {
+      RETURN_IF_ERROR(save(tracker.steps()));
+      next_checkpoint = checkpoints.NextAfter(tracker.steps());
+    }
   }
   // Whatever is still in flight (after an early stop) finishes before the final evaluation.
   for (RemoteValue& v : pending) {
@@ -358,10 +394,39 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
     tracker.Step(out.at(0).ScalarAsDouble(), static_cast<int64_t>(out.at(1).ScalarAsDouble()));
   }
   RETURN_IF_ERROR(coordinator.Join());
+  // The end of training is a checkpoint too, so the same command started again has nothing
+  // left to train (no-op when the last step was just saved, or restored).
+  if (checkpoints.enabled()) RETURN_IF_ERROR(save(tracker.steps()));
   ASSIGN_OR_RETURN(bool unused, EvaluateInto(options, net, test, load, start, tracker.steps(), &eval_time, &result));
   (void)unused;
   Finish(tracker, start, eval_time, &result);
   return result;
+}
+
+absl::StatusOr<CheckpointEvaluator> MakeCheckpointEvaluator(const Options& options) {
+  ASSIGN_OR_RETURN(TestSet loaded, LoadTestSet(options.data_dir));
+  ASSIGN_OR_RETURN(Net made, CatchTorch([&] { return MakeNet(options.model, options.seed); }));
+  auto test = std::make_shared<TestSet>(std::move(loaded));
+  auto net = std::make_shared<Net>(std::move(made));
+  return [test, net](const std::string& checkpoint_dir) -> absl::StatusOr<double> {
+    ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(checkpoint_dir));
+    RETURN_IF_ERROR(CatchTorch([&]() -> absl::Status {
+      torch::NoGradGuard no_grad;
+      for (auto& item : net->module->named_parameters()) {
+        const std::string& name = item.key();
+        torch::Tensor& param = item.value();
+        ASSIGN_OR_RETURN(Tensor value, reader->Read(name));
+        ASSIGN_OR_RETURN(torch::Tensor t, torch_bridge::ToTorch(value));
+        if (t.sizes() != param.sizes() || t.scalar_type() != param.scalar_type()) {
+          return absl::FailedPreconditionError(absl::StrCat("variable '", name, "' in ", checkpoint_dir,
+                                                            " does not fit the model's parameter"));
+        }
+        param.copy_(t);
+      }
+      return absl::OkStatus();
+    }));
+    return Accuracy(*net, *test);
+  };
 }
 
 absl::StatusOr<Result> TrainLocal(const Options& options) {

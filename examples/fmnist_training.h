@@ -35,6 +35,13 @@ struct Options {
   double stop_at_accuracy = 0;
   // Progress lines on stdout, at most one a second.
   bool progress = true;
+  // Checkpoints (examples/training_checkpoints.h): with a directory, the variables and
+  // optimizer state are saved every checkpoint_every_steps steps (at a join point) and at the
+  // end, keeping the newest max_to_keep; a chief started again with the same options restores
+  // the newest good checkpoint and continues from its step. Empty: no checkpoints.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every_steps = 500;
+  int max_to_keep = 3;
   // Called on the chief after each completed step (1-based); for tests that inject failures.
   std::function<void(int64_t step)> on_step;
 };
@@ -47,8 +54,9 @@ struct Evaluation {
 
 struct Result {
   double test_accuracy = 0;
-  int64_t steps = 0;
-  int64_t examples = 0;
+  int64_t steps = 0;            // the step reached, counting those restored from a checkpoint
+  int64_t resumed_from_step = 0;  // the checkpoint's step this run started from (0: none)
+  int64_t examples = 0;         // trained by this run (not those of the restored steps)
   double seconds = 0;          // wall time of the whole run, evaluations included
   double train_seconds = 0;    // seconds minus the time spent evaluating
   double examples_per_second = 0;  // examples / train_seconds
@@ -76,6 +84,14 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
 // The same model, data pipeline and step in this process with torch::optim::Adam: no network,
 // no parameter server.
 absl::StatusOr<Result> TrainLocal(const Options& options);
+
+// The side-car evaluator's model: loads the 10,000 test images and a model of options.model
+// once, and returns a function that reads the checkpoint in `checkpoint_dir` (the variables
+// Train creates, with CheckpointReader: no cluster) into that model and returns its test
+// accuracy. FailedPrecondition when a variable's shape does not match the model. The function
+// is not thread-safe (it reuses one model).
+using CheckpointEvaluator = std::function<absl::StatusOr<double>(const std::string& checkpoint_dir)>;
+absl::StatusOr<CheckpointEvaluator> MakeCheckpointEvaluator(const Options& options);
 
 // LibTorch threads of this process (see torch_bridge::SetNumThreads).
 void SetTorchThreads(int threads);

@@ -13,6 +13,7 @@
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/cluster_spec.h"
+#include "core/exit_code.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
 #include "worker/serve.h"
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
   auto cluster = asyncps::ClusterSpec::FromEnvOrFlags(argc, argv);
   if (!cluster.ok()) {
     std::fprintf(stderr, "remote_value: %s\n", cluster.status().ToString().c_str());
-    return 2;
+    return asyncps::kExitUsage;
   }
   asyncps::Program program = MakeProgram();
   if (!cluster->is_chief()) return asyncps::Serve(*cluster, program);
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
   absl::Status status = RunChief(*cluster, program);
   if (!status.ok()) {
     std::fprintf(stderr, "remote_value failed: %s\n", status.ToString().c_str());
-    return 1;
+    return asyncps::ExitCodeForStatus(status);
   }
   return 0;
 }

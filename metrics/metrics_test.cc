@@ -109,6 +109,23 @@ TEST(ProcessMetricsTest, StaysReachableWithManyIdleConnectionsOpen) {
               absl::FormatDuration(absl::Now() - start).c_str());
 }
 
+TEST(ProcessMetricsTest, ServesAddedPagesBesideMetrics) {
+  auto metrics = ProcessMetrics::Create("chief", 0, "127.0.0.1:0");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  int calls = 0;  // handlers run on civetweb threads; HttpGet returns after the answer
+  (*metrics)->AddHandler("/status.json", [&calls] {
+    ++calls;
+    return ProcessMetrics::HttpResponse{200, "application/json", "{\"ok\":true}"};
+  });
+  const std::string page = HttpGet((*metrics)->port(), "/status.json");
+  EXPECT_NE(page.find("200 OK"), std::string::npos) << page;
+  EXPECT_NE(page.find("Content-Type: application/json"), std::string::npos) << page;
+  EXPECT_NE(page.find("{\"ok\":true}"), std::string::npos) << page;
+  EXPECT_EQ(calls, 1);
+  EXPECT_NE(HttpGet((*metrics)->port(), "/metrics").find("asyncps_build_info"), std::string::npos);
+  EXPECT_NE(HttpGet((*metrics)->port(), "/nothing").find("404"), std::string::npos);
+}
+
 TEST(ProcessMetricsTest, UnbindableAddressIsAnError) {
   auto metrics = ProcessMetrics::Create("ps", 0, "256.1.1.1:1");
   EXPECT_FALSE(metrics.ok());

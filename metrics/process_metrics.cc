@@ -10,14 +10,46 @@
 #include <exception>
 #include <thread>
 
-#include <prometheus/exposer.h>
+#include <CivetServer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
 #include "absl/strings/str_cat.h"
+#include "metrics/thread_stacks.h"
 
 namespace asyncps::metrics {
+namespace {
+
+void Respond(mg_connection* conn, const ProcessMetrics::HttpResponse& r) {
+  const char* reason = r.status == 200 ? "OK" : r.status == 404 ? "Not Found" : "Error";
+  mg_printf(conn,
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n"
+            "Connection: close\r\n\r\n",
+            r.status, reason, r.content_type.c_str(), r.body.size());
+  mg_write(conn, r.body.data(), r.body.size());
+}
+
+class FunctionHandler : public CivetHandler {
+ public:
+  explicit FunctionHandler(ProcessMetrics::HttpHandler fn) : fn_(std::move(fn)) {}
+  bool handleGet(CivetServer* /*server*/, mg_connection* conn) override {
+    // Civetweb threads are C code: nothing may escape into them.
+    ProcessMetrics::HttpResponse response;
+    try {
+      response = fn_();
+    } catch (const std::exception& e) {
+      response = {500, "text/plain; charset=utf-8", std::string("internal error: ") + e.what()};
+    }
+    Respond(conn, response);
+    return true;
+  }
+
+ private:
+  const ProcessMetrics::HttpHandler fn_;
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ProcessMetrics>> ProcessMetrics::Create(
     const std::string& role, int task_index, const std::string& listen_address, const HttpOptions& http) {
@@ -33,22 +65,26 @@ absl::StatusOr<std::unique_ptr<ProcessMetrics>> ProcessMetrics::Create(
       .Set(1);
   if (!listen_address.empty()) {
     try {
-      m->exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+      m->server_ = std::make_unique<CivetServer>(std::vector<std::string>{
           "listening_ports", listen_address, "num_threads", std::to_string(http.threads),
           "request_timeout_ms", std::to_string(http.request_timeout_ms)});
     } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot serve /metrics on ", listen_address, ": ", e.what()));
+      return absl::UnavailableError(absl::StrCat(
+          "cannot serve /metrics on ", listen_address, ": ", e.what(),
+          TlsAwareStacksInstalled() ? "" : " (pthread_attr_setstacksize is not the TLS-aware one; see metrics/thread_stacks.h)"));
     }
-    m->exposer_->RegisterCollectable(m->registry_);
-    auto ports = m->exposer_->GetListeningPorts();
+    ProcessMetrics* self = m.get();
+    m->AddHandler("/metrics", [self] {
+      return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", self->Serialize()};
+    });
+    auto ports = m->server_->getListeningPorts();
     if (!ports.empty()) m->port_ = ports.front();
   }
   return m;
 }
 
 ProcessMetrics::~ProcessMetrics() {
-  if (exposer_ == nullptr) return;
+  if (server_ == nullptr) return;
   // civetweb's stop waits for its accept thread, which polls in 2 s quanta; a connection
   // wakes that poll so the process exits at once instead of up to 2 s later.
   std::atomic<bool> stopped{false};
@@ -65,9 +101,17 @@ ProcessMetrics::~ProcessMetrics() {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
-  exposer_.reset();
+  server_.reset();
   stopped.store(true);
   waker.join();
+}
+
+void ProcessMetrics::AddHandler(const std::string& path, HttpHandler handler) {
+  if (server_ == nullptr) return;
+  auto h = std::make_unique<FunctionHandler>(std::move(handler));
+  MutexLock lock(&handlers_mu_);
+  server_->addHandler(path, h.get());
+  handlers_.push_back(std::move(h));
 }
 
 std::string ProcessMetrics::Serialize() const {

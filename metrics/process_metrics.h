@@ -1,13 +1,18 @@
 #ifndef ASYNCPS_METRICS_PROCESS_METRICS_H_
 #define ASYNCPS_METRICS_PROCESS_METRICS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/sync.h"
+
+class CivetHandler;
+class CivetServer;
 
 namespace prometheus {
-class Exposer;
 class Registry;
 }  // namespace prometheus
 
@@ -42,6 +47,19 @@ class ProcessMetrics {
   }
   ~ProcessMetrics();
 
+  // A page served beside /metrics on the same HTTP server (GET only).
+  struct HttpResponse {
+    int status = 200;
+    std::string content_type = "text/plain; charset=utf-8";
+    std::string body;
+  };
+  using HttpHandler = std::function<HttpResponse()>;
+
+  // Serves GET `path` (an exact path such as "/status.json") with `handler`, called on one of
+  // the HTTP server's threads for each request; it must be thread-safe and must not block for
+  // long. A no-op when there is no endpoint. Replaces an earlier handler for the same path.
+  void AddHandler(const std::string& path, HttpHandler handler);
+
   // The port /metrics is served on; 0 when there is no endpoint.
   int port() const { return port_; }
   prometheus::Registry& registry() { return *registry_; }
@@ -57,7 +75,11 @@ class ProcessMetrics {
   std::string task_;
   int port_ = 0;
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  // Handlers outlive the server (members are destroyed in reverse order); they are only
+  // added, so requests in flight never see one freed.
+  Mutex handlers_mu_;
+  std::vector<std::unique_ptr<CivetHandler>> handlers_ ABSL_GUARDED_BY(handlers_mu_);
+  std::unique_ptr<CivetServer> server_;
 };
 
 }  // namespace asyncps::metrics

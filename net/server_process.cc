@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/exit_code.h"
 
 namespace asyncps::net {
 
@@ -62,7 +63,7 @@ RpcClient::Options ServerProcess::ClientOptions(const std::string& address) cons
 int ServerProcess::ServeUntilSignal() {
   if (absl::Status s = server_->Start(); !s.ok()) {
     spdlog::error("{}", s.ToString());
-    return 1;
+    return ExitCodeForStatus(s);
   }
   const char* role = cluster_.task_type() == TaskType::kPs ? "parameter server" : "worker";
   spdlog::info("{} {} ready on {} (metrics on port {})", role, cluster_.task_index(), cluster_.self_address(),
@@ -70,7 +71,9 @@ int ServerProcess::ServeUntilSignal() {
   const int signal = WaitForTerminationSignal();
   spdlog::info("signal {}: shutting down", signal);
   server_->Shutdown();
-  return 0;
+  // 128 + signal, as if the signal had killed the process: under Kubeflow's ExitCode restart
+  // policy a preempted (SIGTERM'd) ps or worker is restarted, not counted as finished.
+  return ExitCodeForSignal(signal);
 }
 
 }  // namespace asyncps::net

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/cluster_spec.h"
+#include "core/exit_code.h"
 #include "core/logging.h"
 #include "core/process_options.h"
 #include "ps/ps_server.h"
@@ -14,12 +15,12 @@ int main(int argc, char** argv) {
   if (!cluster.ok()) {
     asyncps::InitLogging("ps", 0, options.log_level);
     spdlog::error("{}", cluster.status().ToString());
-    return 2;
+    return asyncps::kExitUsage;
   }
   asyncps::InitLogging("ps", cluster->task_index(), options.log_level);
   if (cluster->task_type() != asyncps::TaskType::kPs) {
     spdlog::error("asyncps_ps runs only as a ps task, not {}", cluster->TaskLabel());
-    return 2;
+    return asyncps::kExitUsage;
   }
   return asyncps::ps::RunParameterServer(*cluster, options);
 }

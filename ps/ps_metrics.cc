@@ -34,6 +34,18 @@ PsMetrics::PsMetrics(metrics::ProcessMetrics& metrics) {
                          .Labels(labels)
                          .Register(registry)
                          .Add({});
+  variables_ = &prometheus::BuildGauge()
+                    .Name("asyncps_ps_variables")
+                    .Help("Variables held by this parameter server")
+                    .Labels(labels)
+                    .Register(registry)
+                    .Add({});
+  rows_updated_ = &prometheus::BuildCounter()
+                       .Name("asyncps_ps_rows_updated_total")
+                       .Help("Rows written by gradient pushes and updates (dense ones count every row)")
+                       .Labels(labels)
+                       .Register(registry)
+                       .Add({});
 }
 
 void PsMetrics::RecordRejected(RejectReason reason) { rejected_[static_cast<int>(reason)]->Increment(); }
@@ -41,5 +53,9 @@ void PsMetrics::RecordRejected(RejectReason reason) { rejected_[static_cast<int>
 void PsMetrics::RecordNonfiniteGradient() { nonfinite_->Increment(); }
 
 void PsMetrics::SetVariableBytes(uint64_t bytes) { variable_bytes_->Set(static_cast<double>(bytes)); }
+
+void PsMetrics::SetVariables(uint64_t count) { variables_->Set(static_cast<double>(count)); }
+
+void PsMetrics::AddRowsUpdated(uint64_t rows) { rows_updated_->Increment(static_cast<double>(rows)); }
 
 }  // namespace asyncps::ps

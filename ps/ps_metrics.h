@@ -24,6 +24,10 @@ enum class RejectReason {
 //   asyncps_ps_nonfinite_gradients_total        gradients (one per variable of a push) that
 //                                               held NaN or Inf, refused or allowed
 //   asyncps_ps_variable_bytes                   bytes the variables hold against the cap
+//   asyncps_ps_variables                        variables this server holds
+//   asyncps_ps_rows_updated_total               rows written by pushes and updates (a dense
+//                                               update counts every row of its value)
+// Per-method latency and bytes in/out are the RPC families (metrics/rpc_metrics.h).
 //
 // Thread-safe. `metrics` must outlive this object.
 class PsMetrics {
@@ -33,11 +37,15 @@ class PsMetrics {
   void RecordRejected(RejectReason reason);
   void RecordNonfiniteGradient();
   void SetVariableBytes(uint64_t bytes);
+  void SetVariables(uint64_t count);
+  void AddRowsUpdated(uint64_t rows);
 
  private:
   prometheus::Counter* rejected_[3];
   prometheus::Counter* nonfinite_;
   prometheus::Gauge* variable_bytes_;
+  prometheus::Gauge* variables_;
+  prometheus::Counter* rows_updated_;
 };
 
 }  // namespace asyncps::ps

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/exit_code.h"
 #include "net/server_process.h"
 #include "ps/ps_metrics.h"
 #include "ps/checkpoint_service.h"
@@ -14,7 +15,7 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   auto process = net::ServerProcess::Create(cluster, options, /*handler_threads=*/4);
   if (!process.ok()) {
     spdlog::error("{}", process.status().ToString());
-    return 1;
+    return ExitCodeForStatus(process.status());
   }
   PsMetrics metrics((*process)->process_metrics());
   VariableStore store(options.ps_max_variable_bytes);

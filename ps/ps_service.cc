@@ -112,7 +112,10 @@ absl::Status PsService::CreateVariable(const net::InMessage& request, net::OutMe
     RETURN_IF_ERROR(Named(name, initial.status()));
     ASSIGN_OR_RETURN(auto variable, Variable::Create(name, std::move(*initial), optimizer.get()));
     ASSIGN_OR_RETURN(created, store_.Insert(std::move(variable), std::move(*reservation)));
-    if (options_.metrics != nullptr) options_.metrics->SetVariableBytes(store_.bytes());
+    if (options_.metrics != nullptr) {
+      options_.metrics->SetVariableBytes(store_.bytes());
+      options_.metrics->SetVariables(store_.List().size());
+    }
   }
   response->InitResponseBody<wire::CreateVariableResponse>().setCreated(created);
   return absl::OkStatus();
@@ -146,6 +149,19 @@ struct Prepared {
   std::optional<Tensor> ids;
 };
 
+// Rows an update wrote: its ids, or every row of a dense value (a scalar is one row).
+uint64_t RowsOf(const Prepared& p) {
+  if (p.ids) return static_cast<uint64_t>(p.ids->num_elements());
+  return p.value.shape().empty() ? 1 : static_cast<uint64_t>(p.value.shape()[0]);
+}
+
+void CountRows(PsMetrics* metrics, const std::vector<Prepared>& prepared) {
+  if (metrics == nullptr) return;
+  uint64_t rows = 0;
+  for (const Prepared& p : prepared) rows += RowsOf(p);
+  metrics->AddRowsUpdated(rows);
+}
+
 }  // namespace
 
 absl::Status PsService::Update(const net::InMessage& request, net::OutMessage*) {
@@ -170,6 +186,7 @@ absl::Status PsService::Update(const net::InMessage& request, net::OutMessage*) 
     RETURN_IF_ERROR(p.ids ? p.variable->UpdateRows(p.kind, *p.ids, p.value)
                           : p.variable->Update(p.kind, p.value));
   }
+  CountRows(options_.metrics, prepared);
   return absl::OkStatus();
 }
 
@@ -201,6 +218,7 @@ absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMes
     RETURN_IF_ERROR(p.ids ? p.variable->ApplyRowGradients(*p.ids, p.value)
                           : p.variable->ApplyGradient(p.value));
   }
+  CountRows(options_.metrics, prepared);
   return absl::OkStatus();
 }
 

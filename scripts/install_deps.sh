@@ -13,6 +13,10 @@ packages=(
   # calls the system BLAS, and Debian's default reference BLAS makes training ~10x slower.
   libtorch-dev libopenblas0-pthread
 )
+# kubectl parses deploy/k8s/*.yaml offline in k8s_manifests_test. Any kubectl will do, and
+# Debian's kubernetes-client cannot be installed beside another package that ships
+# /usr/bin/kubectl (e.g. Google's), so it is only added when there is none.
+command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -34,6 +34,18 @@ void ClosureCancellation::Cancel(absl::Span<const uint64_t> closure_ids) {
   }
 }
 
+size_t ClosureCancellation::CancelAll() {
+  MutexLock lock(&mu_);
+  size_t n = 0;
+  for (auto& [id, attempts] : running_) {
+    for (auto& [token, flag] : attempts) {
+      flag->store(true);
+      ++n;
+    }
+  }
+  return n;
+}
+
 size_t ClosureCancellation::running() const {
   MutexLock lock(&mu_);
   size_t n = 0;

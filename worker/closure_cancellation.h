@@ -45,6 +45,9 @@ class ClosureCancellation {
   void Finish(const Attempt& attempt);
   // Sets the flag of every running attempt of each id and remembers the ids.
   void Cancel(absl::Span<const uint64_t> closure_ids);
+  // Sets the flag of every attempt running now (their coordinator was replaced); returns how
+  // many. Remembers no ids: attempts that start later are not affected.
+  size_t CancelAll();
 
   // Attempts registered now (for tests and metrics).
   size_t running() const;

@@ -84,5 +84,25 @@ TEST(ClosureCancellationTest, ConcurrentAttemptsOfOneClosure) {
   EXPECT_EQ(c.running(), 0u);
 }
 
+// A replaced coordinator's closures: every running attempt is stopped, and nothing is
+// remembered, so the new coordinator's closures (even with a colliding id) run.
+TEST(ClosureCancellationTest, CancelAllStopsEveryRunningAttemptOnly) {
+  ClosureCancellation c;
+  auto a = c.Start(1);
+  auto b = c.Start(1);
+  auto other = c.Start(2);
+  EXPECT_EQ(c.CancelAll(), 3u);
+  EXPECT_TRUE(a.cancelled->load());
+  EXPECT_TRUE(b.cancelled->load());
+  EXPECT_TRUE(other.cancelled->load());
+  c.Finish(a);
+  c.Finish(b);
+  c.Finish(other);
+  auto later = c.Start(1);
+  EXPECT_FALSE(later.cancelled->load());
+  EXPECT_EQ(c.CancelAll(), 1u);
+  EXPECT_TRUE(later.cancelled->load());
+}
+
 }  // namespace
 }  // namespace asyncps

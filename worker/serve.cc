@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/exit_code.h"
 #include "core/logging.h"
 #include "net/server_process.h"
 #include "ps/ps_server.h"
@@ -16,7 +17,7 @@ int RunWorker(const ClusterSpec& cluster, const Program& program, const ProcessO
   auto process = net::ServerProcess::Create(cluster, options, /*handler_threads=*/8);
   if (!process.ok()) {
     spdlog::error("{}", process.status().ToString());
-    return 1;
+    return ExitCodeForStatus(process.status());
   }
   std::vector<std::unique_ptr<net::RpcClient>> ps_clients;
   std::vector<net::RpcClient*> ps_ptrs;
@@ -26,7 +27,8 @@ int RunWorker(const ClusterSpec& cluster, const Program& program, const ProcessO
   }
   VariableDirectory directory;
   PsClient ps(ps_ptrs, directory);
-  WorkerService service(program, cluster.task_index(), cluster.num_workers(), ps, directory);
+  WorkerMetrics metrics((*process)->process_metrics());
+  WorkerService service(program, cluster.task_index(), cluster.num_workers(), ps, directory, &metrics);
   service.RegisterWith((*process)->server().methods());
   return (*process)->ServeUntilSignal();
 }
@@ -46,7 +48,7 @@ int Serve(const ClusterSpec& cluster, const Program& program, const ProcessOptio
       break;
   }
   spdlog::error("Serve() does not run {} tasks", cluster.TaskLabel());
-  return 2;
+  return kExitUsage;
 }
 
 }  // namespace asyncps

@@ -21,7 +21,13 @@ absl::StatusOr<data::Element> StepContext::Next(size_t i) {
   if (!iterator.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("argument ", i, " is not a per-worker iterator"));
   }
-  return (*iterator)->Next();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<data::Element> element = (*iterator)->Next();
+  input_wait_ += absl::Now() - start;
+  if (element.ok() && !element->empty() && !element->front().shape().empty()) {
+    examples_ += element->front().shape()[0];
+  }
+  return element;
 }
 
 void StepContext::Failures::Track(const absl::Status& status) {

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
 #include "worker/program.h"
@@ -89,6 +90,11 @@ class StepContext {
   // restarted empty; see IsPsStateLost).
   bool ps_state_lost() const { return failures_->state_lost.load(std::memory_order_acquire); }
 
+  // Time this step spent inside Next, and the examples (rows of each element's first
+  // component) it took: the worker's input metrics.
+  absl::Duration input_wait() const { return input_wait_; }
+  int64_t examples() const { return examples_; }
+
  private:
   // Set by operations' results, which asynchronous ones deliver on the RPC loop thread
   // (possibly after this context is gone: hence shared).
@@ -114,6 +120,8 @@ class StepContext {
   PsClient& ps_;
   std::shared_ptr<const std::atomic<bool>> cancelled_;
   const std::shared_ptr<Failures> failures_ = std::make_shared<Failures>();
+  absl::Duration input_wait_;
+  int64_t examples_ = 0;
 };
 
 }  // namespace asyncps

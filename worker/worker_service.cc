@@ -16,12 +16,18 @@
 namespace asyncps {
 
 WorkerService::WorkerService(const Program& program, int worker_index, int num_workers, PsClient& ps,
-                             VariableDirectory& directory)
-    : program_(program), worker_index_(worker_index), num_workers_(num_workers), ps_(ps), directory_(directory) {}
+                             VariableDirectory& directory, WorkerMetrics* metrics)
+    : program_(program),
+      worker_index_(worker_index),
+      num_workers_(num_workers),
+      ps_(ps),
+      directory_(directory),
+      metrics_(metrics) {}
 
 void WorkerService::RegisterWith(net::MethodTable& server) {
   auto bind = [this](absl::Status (WorkerService::*method)(const net::InMessage&, net::OutMessage*)) {
-    return [this, method](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
+    return [this, method](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
+      RETURN_IF_ERROR(AdmitCoordinator(ctx.peer.incarnation));
       return (this->*method)(req, resp);
     };
   };
@@ -31,6 +37,33 @@ void WorkerService::RegisterWith(net::MethodTable& server) {
   server.Register<wire::SetDirectoryRequest>("worker.SetDirectory", net::WorkerCallers(), bind(&WorkerService::SetDirectory));
   server.Register<wire::CancelRequest>("worker.Cancel", net::WorkerCallers(), bind(&WorkerService::Cancel), net::Dispatch::kInline);
   server.Register<wire::Empty>("worker.Heartbeat", net::WorkerCallers(), bind(&WorkerService::Heartbeat), net::Dispatch::kInline);
+}
+
+absl::Status WorkerService::AdmitCoordinator(uint64_t incarnation) {
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Resource>> dropped;  // released after the lock
+  {
+    MutexLock lock(&mu_);
+    switch (fence_.Admit(incarnation)) {
+      case CoordinatorFence::Verdict::kCurrent:
+        return absl::OkStatus();
+      case CoordinatorFence::Verdict::kSuperseded:
+        return absl::FailedPreconditionError(absl::StrCat("worker ", worker_index_, " now serves coordinator ",
+                                                          fence_.current(), "; coordinator ", incarnation,
+                                                          " was replaced by it"));
+      case CoordinatorFence::Verdict::kNewCoordinator:
+        break;
+    }
+    // Still under mu_: no call of the new chief (admitted as kCurrent from now on) may create
+    // a resource or set the directory before this drop is complete.
+    dropped.swap(resources_);
+    directory_.Reset({}, 0);
+    const size_t cancelled = cancellation_.CancelAll();
+    spdlog::warn(
+        "worker {}: a new coordinator (incarnation {}) took over; dropped its predecessor's {} per-worker "
+        "resource(s) and variable directory, cancelled {} running closure(s)",
+        worker_index_, incarnation, dropped.size(), cancelled);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* response) {
@@ -67,6 +100,7 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
   }
   const ClosureCancellation::Attempt attempt = cancellation_.Start(closure_id);
   StepContext ctx(worker_index_, std::move(args), ps_, attempt.cancelled);
+  const absl::Time start = absl::Now();
   absl::StatusOr<Values> result;
   try {
     result = (*fn)(ctx);
@@ -74,6 +108,10 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
     result = absl::InternalError(absl::StrCat("function '", function_name, "' threw: ", e.what()));
   }
   cancellation_.Finish(attempt);
+  if (metrics_ != nullptr) {
+    metrics_->RecordStep(function_name, result.ok(), absl::ToDoubleSeconds(absl::Now() - start),
+                         absl::ToDoubleSeconds(ctx.input_wait()), ctx.examples());
+  }
   if (!result.ok()) {
     body.setCode(static_cast<int>(result.status().code()));
     body.setMessage(std::string(result.status().message()));

@@ -161,12 +161,13 @@ class HostileRequestsTest : public ::testing::Test {
     EXPECT_TRUE(Health().ok());
   }
 
-  // SIGTERM ends the PS, promptly and cleanly.
+  // SIGTERM ends the PS, promptly and cleanly, with 128 + SIGTERM (retryable under Kubeflow's
+  // ExitCode restart policy: a preempted PS is restarted).
   void ExpectStopsOnSigterm() {
     cluster_->ps_process(0).Signal(SIGTERM);
     auto code = cluster_->ps_process(0).Wait(absl::Seconds(10));
     ASSERT_TRUE(code.ok()) << "the PS did not stop within 10 s of SIGTERM: " << code.status();
-    EXPECT_EQ(*code, 0) << cluster_->ps_process(0).output();
+    EXPECT_EQ(*code, 128 + SIGTERM) << cluster_->ps_process(0).output();
   }
 
   net::EventLoop loop_;

@@ -98,6 +98,17 @@ Program MakeTestProgram() {
     RETURN_IF_ERROR(ctx.AssignAdd("iterations", Tensor::Scalar<int64_t>(1)));
     return Values{Tensor::Scalar<int64_t>(ctx.worker_index())};
   });
+  program.AddFunction("slow_increment_then_mirror", [](StepContext& ctx) -> absl::StatusOr<Values> {
+    ASSIGN_OR_RETURN(Tensor ms, ctx.arg(0));
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
+    while (std::chrono::steady_clock::now() < end) {
+      if (ctx.cancelled()) return absl::CancelledError("cancelled");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    RETURN_IF_ERROR(ctx.AssignAdd("iterations", Tensor::Scalar<int64_t>(1)));
+    RETURN_IF_ERROR(ctx.AssignAdd("mirror", Tensor::Scalar<int64_t>(1)));
+    return Values{};
+  });
   program.AddFunction("fail", [](StepContext&) -> absl::StatusOr<Values> {
     return absl::InvalidArgumentError("intentional failure");
   });

@@ -11,6 +11,9 @@ namespace asyncps::testing {
 //   "increment"        iterations += 1
 //   "slow_increment"   works for arg0 (i64 ms) in 2 ms slices, then iterations += 1;
 //                      returns Cancelled early if the coordinator cancels it
+//   "slow_increment_then_mirror"  like slow_increment, then mirror += 1 in a second request
+//                      sent only once the first succeeded: a closure that fails on the PS
+//                      holding "iterations" never touches "mirror" (on another PS)
 //   "fail"             returns InvalidArgument
 //   "noop"             returns nothing
 //   "use_counter"      arg0 is a "counter" resource: bumps it and returns

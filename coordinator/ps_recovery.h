@@ -1,0 +1,178 @@
+#ifndef ASYNCPS_COORDINATOR_PS_RECOVERY_H_
+#define ASYNCPS_COORDINATOR_PS_RECOVERY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/closure_queue.h"
+#include "core/sync.h"
+
+namespace asyncps {
+
+class CheckpointManager;
+class CoordinatorMetrics;
+class ParameterServerStrategy;
+
+// Automatic recovery from a lost parameter server (opt-in; see ClusterCoordinator::Options).
+//
+// TensorFlow's contract — and this coordinator's default — is that a closure which cannot
+// reach a PS, or finds that a PS lost its variables (it restarted empty), fails with
+// Unavailable, and Schedule/Join/Done return that error. With automatic recovery the
+// coordinator repairs the cluster instead and the user never sees the failure:
+//   1. The first closure that fails because of a PS pauses dispatch (no closure is handed to
+//      a worker) and is put back on the queue, like a closure whose worker died; so is every
+//      closure that fails the same way meanwhile. They run again after the repair: closures
+//      lost to the PS failure are re-run, not reported as errors.
+//   2. Once no closure is running, recovery waits until every PS answers (the lost one comes
+//      back at the same address as a new incarnation) and asks each which variables it holds.
+//   3. When every PS still holds all of its variables, the PS was only unreachable for a
+//      while: dispatch resumes with nothing restored.
+//   4. Otherwise the latest good checkpoint of `checkpoints` is restored onto every PS (the
+//      lost PS's variables are created by the restore), so all PS are back at one cut.
+//      With no checkpoint yet (or no CheckpointManager), the variables the lost PS held are
+//      created again from their initializers and every other PS keeps its values; this is
+//      logged as a warning: that PS's part of the model restarts from scratch.
+//   5. Dispatch resumes. The recovery is logged, counted (asyncps_coordinator_ps_recoveries_total)
+//      and its lost work reported (see Stats; asyncps_coordinator_ps_recovery_steps_lost_total).
+// A failed step is retried (every `probe_interval`) until `timeout` has passed since the
+// failure; then recovery gives up: dispatch resumes, the closures fail with Unavailable as in
+// the default mode, and automatic recovery stays off for the rest of the coordinator's life
+// (logged as an error). A restore that fails for any reason other than an unreachable PS (a
+// checkpoint that lacks a variable created after it, say) gives up at once.
+//
+// Steps lost are counted in closures: those that completed after the restored checkpoint was
+// committed (through options.checkpoints) or last restored, and before this restore, whose
+// effects the restore undid. Exact when checkpoints are saved at a join point (nothing
+// running); a closure completing while a Save runs counts as saved. For a checkpoint whose
+// commit this recovery did not see (written by an earlier run or another manager), every
+// closure this coordinator completed is counted and Event says it is an upper bound. When
+// re-initialising, the closures completed since the start (or the previous re-initialisation)
+// are counted: their effects on the lost PS's variables are gone.
+//
+// Every closure of the coordinator is at-least-once, and so are re-runs here: a closure that
+// updated one PS and then failed on the lost one is run again; the restore undoes its first
+// run only when a checkpoint was restored.
+//
+// Thread-safe. The recovery runs on a thread of its own.
+class PsRecovery {
+ public:
+  struct Options {
+    bool enabled = false;
+    // Where to restore from; nullptr: always re-initialise lost variables. Not owned; must
+    // outlive the coordinator.
+    CheckpointManager* checkpoints = nullptr;
+    // How long after a failure the lost PS may take to come back before recovery gives up.
+    absl::Duration timeout = absl::Minutes(10);
+    // Pause between attempts while a PS does not answer or a restore fails.
+    absl::Duration probe_interval = absl::Milliseconds(200);
+  };
+
+  // What one recovery did.
+  struct Event {
+    absl::Time time;
+    std::string reason;        // the closure error that started it
+    std::vector<int> lost_ps;  // PS that had lost variables (empty: only unreachable)
+    std::string checkpoint;    // restored checkpoint directory; empty when none was restored
+    int64_t checkpoint_step = -1;
+    bool reinitialized = false;  // lost variables re-created from their initializers
+    int64_t steps_lost = 0;      // closures whose effects were undone (see the class comment)
+    bool steps_lost_upper_bound = false;
+    absl::Duration paused;  // how long dispatch was held
+  };
+
+  struct Stats {
+    int64_t recoveries = 0;  // repairs that restored or re-initialised something
+    int64_t transient = 0;   // PS unreachable for a while, nothing lost, nothing restored
+    int64_t steps_lost = 0;  // sum over recoveries
+    bool gave_up = false;
+    std::vector<Event> events;  // every recovery and transient outage, oldest first
+  };
+
+  // What recovery does to the cluster; MakeClusterPsRepair talks to the real PS, tests may
+  // substitute their own. Called from the recovery thread only.
+  class Repair {
+   public:
+    virtual ~Repair() = default;
+    // OK once every PS answers within `timeout`.
+    virtual absl::Status ProbeAll(absl::Duration timeout) = 0;
+    // The PS that no longer hold every variable the strategy placed on them.
+    virtual absl::StatusOr<std::vector<int>> PsMissingVariables() = 0;
+    // The newest good checkpoint's directory; NotFound when there is none.
+    virtual absl::StatusOr<std::string> LatestCheckpoint() = 0;
+    // Restores checkpoint `path` onto every PS; its step.
+    virtual absl::StatusOr<int64_t> Restore(const std::string& path) = 0;
+    // Re-creates missing variables from their initializers.
+    virtual absl::Status Reinitialize() = 0;
+  };
+
+  // Repair against `strategy`'s parameter servers, restoring from `checkpoints` (nullable).
+  static std::unique_ptr<Repair> MakeClusterPsRepair(ParameterServerStrategy& strategy,
+                                                     CheckpointManager* checkpoints);
+
+  // `queue` (the coordinator's) and `metrics` (nullable) must outlive this object. Registers
+  // with options.checkpoints (when set) to learn of checkpoint commits. Starts the recovery
+  // thread.
+  PsRecovery(coordinator::ClosureQueue& queue, std::unique_ptr<Repair> repair,
+             CoordinatorMetrics* metrics, Options options);
+  // Stop() and joins the recovery thread; a restore in progress is waited for (bounded by the
+  // CheckpointManager's rpc_timeout).
+  ~PsRecovery();
+
+  // A dispatcher's closure failed with `error` because of a PS. Returns true when recovery
+  // takes it over: dispatch is paused (before this returns) and the caller must put the
+  // closure back on the queue. False once recovery gave up: the caller reports the error.
+  bool OnPsFailure(const absl::Status& error);
+
+  // A closure completed (for the steps-lost count). Cheap; any thread.
+  void NoteCompleted();
+  // Checkpoint `step` was committed now.
+  void NoteCheckpoint(int64_t step);
+
+  Stats stats() const;
+
+  // Ends recovery: the thread stops at its next step; waits on PS are abandoned. Does not
+  // resume dispatch (the coordinator is shutting down).
+  void Stop();
+
+ private:
+  enum class Result { kDone, kGaveUp, kStopped };
+
+  void Loop();
+  Result Recover(const absl::Status& reason, absl::Time started);
+  // Waits `timeout` unless stopped first; false when stopping.
+  bool Pace(absl::Duration timeout);
+  bool stopping() const;
+  void Resume();
+
+  coordinator::ClosureQueue& queue_;
+  std::unique_ptr<Repair> repair_;
+  CoordinatorMetrics* const metrics_;
+  const Options options_;
+  int listener_id_ = -1;
+  std::atomic<int64_t> completed_{0};
+
+  mutable Mutex mu_;
+  bool recovering_ ABSL_GUARDED_BY(mu_) = false;  // dispatch paused, repair pending or running
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool gave_up_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status reason_ ABSL_GUARDED_BY(mu_);
+  absl::Time failed_at_ ABSL_GUARDED_BY(mu_);
+  // Closures completed when each checkpoint step was committed (or last restored).
+  std::map<int64_t, int64_t> marks_ ABSL_GUARDED_BY(mu_);
+  // Closures completed at the last re-initialisation (0: the start).
+  int64_t reinit_mark_ ABSL_GUARDED_BY(mu_) = 0;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+
+  std::thread thread_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COORDINATOR_PS_RECOVERY_H_

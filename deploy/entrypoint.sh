@@ -1,0 +1,87 @@
+#!/bin/sh
+# Container entrypoint: gives the program the TF_CONFIG of its pod, then execs it.
+#
+#   entrypoint.sh PROGRAM [ARGS...]
+#
+# Under Kubeflow's TFJob operator TF_CONFIG is already set: it is passed through untouched.
+# Without the operator (deploy/k8s/statefulsets.yaml) each role is a StatefulSet behind a
+# headless Service of the same name, so pod N of role R in job J is named J-R-N and reachable
+# as J-R-N.J-R; this script reads J, R and N from the pod's hostname and builds TF_CONFIG from:
+#   ASYNCPS_NUM_PS       parameter servers (required)
+#   ASYNCPS_NUM_WORKERS  workers (required)
+#   ASYNCPS_CHIEF        1 when there is a chief StatefulSet (default 1; 0: worker 0 is chief)
+#   ASYNCPS_PORT         the port every task listens on (default 2222)
+#   ASYNCPS_DNS_SUFFIX   appended to each service name, e.g. ".team.svc.cluster.local" (default "")
+#   ASYNCPS_POD_NAME     the pod's name (default: $HOSTNAME, else `hostname`)
+# The evaluator ("J-evaluator-0") is given the training cluster without itself, as the operator
+# does. Bad settings exit 2 (permanent under restartPolicy ExitCode); the program's own exit
+# code is the container's (exec), and signals go straight to it.
+set -eu
+
+die() {
+  echo "entrypoint: $*" >&2
+  exit 2
+}
+
+[ "$#" -ge 1 ] || die "usage: entrypoint.sh PROGRAM [ARGS...]"
+
+if [ -n "${TF_CONFIG:-}" ]; then
+  exec "$@"
+fi
+
+pod="${ASYNCPS_POD_NAME:-${HOSTNAME:-$(hostname)}}"
+# JOB-ROLE-ORDINAL; the job name may itself contain dashes.
+role_and_index=$(printf '%s\n' "$pod" | sed -n 's/^.*-\(chief\|ps\|worker\|evaluator\)-\([0-9][0-9]*\)$/\1 \2/p')
+[ -n "$role_and_index" ] || die "pod name '$pod' is not JOB-ROLE-N with ROLE chief, ps, worker or evaluator"
+role=${role_and_index% *}
+index=${role_and_index#* }
+job=${pod%-"$role"-"$index"}
+
+is_count() {
+  case "$1" in
+    '' | *[!0-9]*) return 1 ;;
+  esac
+}
+num_ps="${ASYNCPS_NUM_PS:-}"
+num_workers="${ASYNCPS_NUM_WORKERS:-}"
+chief="${ASYNCPS_CHIEF:-1}"
+port="${ASYNCPS_PORT:-2222}"
+suffix="${ASYNCPS_DNS_SUFFIX:-}"
+is_count "$num_ps" && [ "$num_ps" -ge 1 ] || die "ASYNCPS_NUM_PS must be a number >= 1, got '$num_ps'"
+is_count "$num_workers" && [ "$num_workers" -ge 1 ] ||
+  die "ASYNCPS_NUM_WORKERS must be a number >= 1, got '$num_workers'"
+[ "$chief" = 0 ] || [ "$chief" = 1 ] || die "ASYNCPS_CHIEF must be 0 or 1, got '$chief'"
+is_count "$port" && [ "$port" -ge 1 ] && [ "$port" -le 65535 ] || die "ASYNCPS_PORT must be in 1..65535, got '$port'"
+case "$suffix" in
+  '' | .*) ;;
+  *) die "ASYNCPS_DNS_SUFFIX must be empty or start with '.', got '$suffix'" ;;
+esac
+
+# Range of the pod's own ordinal (a StatefulSet scaled past the counts above is a mistake).
+case "$role" in
+  ps) limit=$num_ps ;;
+  worker) limit=$num_workers ;;
+  chief) limit=$chief ;;
+  evaluator) limit=1 ;;
+esac
+[ "$index" -lt "$limit" ] || die "pod '$pod' is $role $index but the job has $limit $role task(s)"
+
+# "J-R-0.J-R<suffix>:port","J-R-1.J-R<suffix>:port",...
+addresses() {
+  r=$1
+  n=$2
+  i=0
+  out=""
+  while [ "$i" -lt "$n" ]; do
+    [ -z "$out" ] || out="$out,"
+    out="$out\"$job-$r-$i.$job-$r$suffix:$port\""
+    i=$((i + 1))
+  done
+  printf '%s' "$out"
+}
+
+cluster="\"ps\":[$(addresses ps "$num_ps")],\"worker\":[$(addresses worker "$num_workers")]"
+[ "$chief" = 0 ] || cluster="\"chief\":[$(addresses chief 1)],$cluster"
+TF_CONFIG="{\"cluster\":{$cluster},\"task\":{\"type\":\"$role\",\"index\":$index},\"environment\":\"cloud\"}"
+export TF_CONFIG
+exec "$@"

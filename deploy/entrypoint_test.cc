@@ -1,0 +1,144 @@
+// deploy/entrypoint.sh run as a pod would run it: the pod's hostname and the StatefulSet's
+// environment in, the TF_CONFIG the program sees out, parsed by the real ClusterSpec parser.
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/cluster_spec.h"
+#include "core/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace asyncps {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+const std::string kEntrypoint = absl::StrCat(ASYNCPS_SOURCE_DIR, "/deploy/entrypoint.sh");
+
+struct Outcome {
+  int code = -1;
+  std::string output;
+};
+
+// Runs the entrypoint with `env` (on top of a pod's: no TF_CONFIG) and a program that prints
+// the TF_CONFIG it was given and its arguments.
+Outcome RunEntrypoint(std::map<std::string, std::string> env) {
+  Subprocess::Options o;
+  o.argv = {kEntrypoint, "/bin/sh", "-c", "printf '%s\\n' \"$TF_CONFIG\"; echo \"args: $*\"", "sh", "--epochs=1",
+            "two words"};
+  o.env = std::move(env);
+  o.env.emplace("TF_CONFIG", "");
+  Outcome out;
+  auto proc = Subprocess::Start(std::move(o));
+  EXPECT_TRUE(proc.ok()) << proc.status();
+  if (!proc.ok()) return out;
+  auto code = (*proc)->Wait(absl::Seconds(30));
+  EXPECT_TRUE(code.ok()) << code.status();
+  out.code = code.ok() ? *code : -1;
+  out.output = (*proc)->output();
+  return out;
+}
+
+// The TF_CONFIG line the program printed, parsed.
+absl::StatusOr<ClusterSpec> Parsed(const Outcome& out) {
+  EXPECT_EQ(out.code, 0) << out.output;
+  return ClusterSpec::FromTfConfig(out.output.substr(0, out.output.find('\n')));
+}
+
+std::map<std::string, std::string> Pod(const std::string& hostname) {
+  return {{"HOSTNAME", hostname}, {"ASYNCPS_NUM_PS", "2"}, {"ASYNCPS_NUM_WORKERS", "3"}};
+}
+
+TEST(EntrypointTest, WorkerPodGetsTheWholeClusterAndItsOwnIndex) {
+  Outcome out = RunEntrypoint(Pod("fmnist-worker-2"));
+  auto spec = Parsed(out);
+  ASSERT_TRUE(spec.ok()) << spec.status() << "\n" << out.output;
+  EXPECT_EQ(spec->task_type(), TaskType::kWorker);
+  EXPECT_EQ(spec->task_index(), 2);
+  EXPECT_EQ(spec->chief(), "fmnist-chief-0.fmnist-chief:2222");
+  EXPECT_THAT(spec->ps(), ElementsAre("fmnist-ps-0.fmnist-ps:2222", "fmnist-ps-1.fmnist-ps:2222"));
+  EXPECT_THAT(spec->workers(), ElementsAre("fmnist-worker-0.fmnist-worker:2222", "fmnist-worker-1.fmnist-worker:2222",
+                                           "fmnist-worker-2.fmnist-worker:2222"));
+  EXPECT_EQ(spec->self_address(), "fmnist-worker-2.fmnist-worker:2222");
+  EXPECT_TRUE(spec->evaluator().empty());
+  // The program is exec'ed with its arguments intact.
+  EXPECT_THAT(out.output, HasSubstr("args: --epochs=1 two words"));
+}
+
+TEST(EntrypointTest, ChiefPsAndEvaluatorPods) {
+  auto chief = Parsed(RunEntrypoint(Pod("fmnist-chief-0")));
+  ASSERT_TRUE(chief.ok()) << chief.status();
+  EXPECT_TRUE(chief->is_chief());
+  EXPECT_EQ(chief->self_address(), "fmnist-chief-0.fmnist-chief:2222");
+
+  auto ps = Parsed(RunEntrypoint(Pod("fmnist-ps-1")));
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  EXPECT_EQ(ps->task_type(), TaskType::kPs);
+  EXPECT_EQ(ps->self_address(), "fmnist-ps-1.fmnist-ps:2222");
+
+  // Like the operator: the evaluator gets the training cluster, without itself in it.
+  auto evaluator = Parsed(RunEntrypoint(Pod("fmnist-evaluator-0")));
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+  EXPECT_EQ(evaluator->task_type(), TaskType::kEvaluator);
+  EXPECT_EQ(evaluator->num_workers(), 3);
+  EXPECT_EQ(evaluator->num_ps(), 2);
+}
+
+TEST(EntrypointTest, DashedJobNamePortSuffixAndNoChief) {
+  std::map<std::string, std::string> env = Pod("big-run-2-worker-0");
+  env["ASYNCPS_CHIEF"] = "0";
+  env["ASYNCPS_PORT"] = "5000";
+  env["ASYNCPS_DNS_SUFFIX"] = ".team.svc.cluster.local";
+  auto spec = Parsed(RunEntrypoint(env));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  // Without a chief, worker 0 is the chief (TF_CONFIG's rule, applied by the parser).
+  EXPECT_TRUE(spec->is_chief());
+  EXPECT_TRUE(spec->chief().empty());
+  EXPECT_EQ(spec->self_address(), "big-run-2-worker-0.big-run-2-worker.team.svc.cluster.local:5000");
+  EXPECT_EQ(spec->ps()[1], "big-run-2-ps-1.big-run-2-ps.team.svc.cluster.local:5000");
+}
+
+TEST(EntrypointTest, OperatorsTfConfigPassesThroughUntouched) {
+  const std::string injected =
+      R"({"cluster":{"ps":["x-ps-0.ns.svc:2222"],"worker":["x-worker-0.ns.svc:2222"]},"task":{"type":"ps","index":0}})";
+  std::map<std::string, std::string> env = {{"HOSTNAME", "not-a-statefulset-pod"}, {"TF_CONFIG", injected}};
+  Outcome out = RunEntrypoint(env);
+  EXPECT_EQ(out.code, 0) << out.output;
+  EXPECT_EQ(out.output.substr(0, out.output.find('\n')), injected);
+}
+
+TEST(EntrypointTest, BadSettingsArePermanentFailuresNamingTheProblem) {
+  struct Case {
+    std::map<std::string, std::string> env;
+    std::string message;
+  };
+  auto with = [](const std::string& host, const std::string& key, const std::string& value) {
+    std::map<std::string, std::string> env = Pod(host);
+    if (value.empty()) {
+      env.erase(key);
+    } else {
+      env[key] = value;
+    }
+    return env;
+  };
+  const Case cases[] = {
+      {Pod("fmnist-trainer-0"), "is not JOB-ROLE-N"},
+      {Pod("fmnist-worker-3"), "worker 3 but the job has 3"},
+      {Pod("fmnist-evaluator-1"), "evaluator 1"},
+      {with("fmnist-ps-0", "ASYNCPS_NUM_PS", ""), "ASYNCPS_NUM_PS"},
+      {with("fmnist-ps-0", "ASYNCPS_NUM_WORKERS", "two"), "ASYNCPS_NUM_WORKERS"},
+      {with("fmnist-ps-0", "ASYNCPS_PORT", "70000"), "ASYNCPS_PORT"},
+      {with("fmnist-chief-0", "ASYNCPS_CHIEF", "0"), "chief 0 but the job has 0"},
+      {with("fmnist-ps-0", "ASYNCPS_DNS_SUFFIX", "svc"), "ASYNCPS_DNS_SUFFIX"},
+  };
+  for (const Case& c : cases) {
+    Outcome out = RunEntrypoint(c.env);
+    EXPECT_EQ(out.code, 2) << c.message << "\n" << out.output;
+    EXPECT_THAT(out.output, HasSubstr(c.message));
+  }
+}
+
+}  // namespace
+}  // namespace asyncps

@@ -1,0 +1,195 @@
+// deploy/k8s/*.yaml, checked offline. kubectl (Debian's kubernetes-client) cannot dry-run
+// `apply` without an API server (it needs discovery), but `kubectl label --local` parses every
+// document, decodes the built-in kinds into their typed structs (a wrong type fails) and prints
+// them as JSON. On that JSON this test checks what a server would not: the manifests agree with
+// each other and with deploy/entrypoint.sh — every pod of the StatefulSets and Jobs, run through
+// the entrypoint with its own name and environment, gets a TF_CONFIG that ClusterSpec parses
+// into the cluster the replica counts describe.
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/cluster_spec.h"
+#include "core/subprocess.h"
+#include "gtest/gtest.h"
+
+namespace asyncps {
+namespace {
+
+using nlohmann::json;
+
+const std::string kSource = ASYNCPS_SOURCE_DIR;
+
+// The binaries deploy/Dockerfile installs in /opt/asyncps/bin.
+const std::set<std::string> kImageBinaries = {"/opt/asyncps/bin/asyncps_ps", "/opt/asyncps/bin/fashion_mnist",
+                                              "/opt/asyncps/bin/asyncps_launch"};
+
+bool HaveKubectl() { return std::system("command -v kubectl >/dev/null 2>&1") == 0; }
+
+// Every object of `file` as kubectl decoded it.
+std::vector<json> Decode(const std::string& file) {
+  Subprocess::Options o;
+  o.argv = {"kubectl", "label", "--local", "-f", absl::StrCat(kSource, "/deploy/k8s/", file), "asyncps/checked=yes",
+            "-o", "json"};
+  auto proc = Subprocess::Start(std::move(o));
+  EXPECT_TRUE(proc.ok()) << proc.status();
+  if (!proc.ok()) return {};
+  auto code = (*proc)->Wait(absl::Seconds(60));
+  EXPECT_TRUE(code.ok() && *code == 0) << file << ": kubectl failed:\n" << (*proc)->output();
+  std::istringstream in((*proc)->output());
+  std::vector<json> objects;
+  while ((in >> std::ws).peek() != EOF) {
+    json j;
+    try {
+      in >> j;
+    } catch (const json::exception& e) {
+      ADD_FAILURE() << file << ": " << e.what() << "\n" << (*proc)->output();
+      break;
+    }
+    objects.push_back(std::move(j));
+  }
+  return objects;
+}
+
+std::map<std::string, json> ByKindAndName(const std::vector<json>& objects) {
+  std::map<std::string, json> out;
+  for (const json& o : objects) out[absl::StrCat(o["kind"].get<std::string>(), "/", o["metadata"]["name"].get<std::string>())] = o;
+  return out;
+}
+
+// name=value environment of a container (valueFrom entries are the pod's secrets: skipped).
+std::map<std::string, std::string> PlainEnv(const json& container) {
+  std::map<std::string, std::string> env;
+  for (const json& e : container.value("env", json::array())) {
+    if (e.contains("value")) env[e["name"].get<std::string>()] = e["value"].get<std::string>();
+  }
+  return env;
+}
+
+absl::StatusOr<ClusterSpec> TfConfigOfPod(const std::string& hostname, std::map<std::string, std::string> env) {
+  Subprocess::Options o;
+  o.argv = {kSource + "/deploy/entrypoint.sh", "/bin/sh", "-c", "printf '%s' \"$TF_CONFIG\""};
+  o.env = std::move(env);
+  o.env["HOSTNAME"] = hostname;
+  o.env["TF_CONFIG"] = "";
+  auto proc = Subprocess::Start(std::move(o));
+  if (!proc.ok()) return proc.status();
+  auto code = (*proc)->Wait(absl::Seconds(30));
+  if (!code.ok()) return code.status();
+  if (*code != 0) return absl::InternalError(absl::StrCat("entrypoint exited ", *code, ": ", (*proc)->output()));
+  return ClusterSpec::FromTfConfig((*proc)->output());
+}
+
+TEST(K8sManifestsTest, TfJobRunsEveryRoleUnderTheOperatorsContract) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed (scripts/install_deps.sh installs it)";
+  auto objects = ByKindAndName(Decode("tfjob.yaml"));
+  ASSERT_EQ(objects.size(), 1u);
+  const json& job = objects.at("TFJob/fmnist");
+  EXPECT_EQ(job["apiVersion"], "kubeflow.org/v1");
+  const json& replicas = job["spec"]["tfReplicaSpecs"];
+  std::vector<std::string> checkpoint_dirs;
+  for (const char* role : {"Chief", "PS", "Worker", "Evaluator"}) {
+    SCOPED_TRACE(role);
+    ASSERT_TRUE(replicas.contains(role));
+    const json& spec = replicas[role];
+    EXPECT_EQ(spec["restartPolicy"], "ExitCode");
+    const json& container = spec["template"]["spec"]["containers"][0];
+    EXPECT_EQ(container["name"], "tensorflow") << "the operator injects TF_CONFIG into this container only";
+    EXPECT_EQ(container["ports"][0]["containerPort"], 2222);
+    EXPECT_EQ(container["ports"][0]["name"], "tfjob-port");
+    EXPECT_TRUE(kImageBinaries.count(container["args"][0].get<std::string>())) << container["args"][0];
+    for (const json& a : container["args"]) {
+      if (absl::StartsWith(a.get<std::string>(), "--checkpoint_dir=")) checkpoint_dirs.push_back(a);
+    }
+  }
+  EXPECT_EQ(replicas["Chief"]["replicas"], 1);
+  EXPECT_EQ(replicas["Evaluator"]["replicas"], 1);
+  // The evaluator follows the directory the chief writes.
+  ASSERT_EQ(checkpoint_dirs.size(), 2u);
+  EXPECT_EQ(checkpoint_dirs[0], checkpoint_dirs[1]);
+}
+
+TEST(K8sManifestsTest, StorageIsSharedByChiefPsAndEvaluator) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed (scripts/install_deps.sh installs it)";
+  auto objects = ByKindAndName(Decode("storage.yaml"));
+  ASSERT_TRUE(objects.count("PersistentVolumeClaim/fmnist-checkpoints"));
+  EXPECT_EQ(objects["PersistentVolumeClaim/fmnist-checkpoints"]["spec"]["accessModes"][0], "ReadWriteMany");
+}
+
+TEST(K8sManifestsTest, EveryStatefulSetAndJobPodGetsAConsistentTfConfig) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed (scripts/install_deps.sh installs it)";
+  auto objects = ByKindAndName(Decode("statefulsets.yaml"));
+  for (const char* name : {"Service/fmnist-ps", "Service/fmnist-worker", "Service/fmnist-chief",
+                           "Service/fmnist-evaluator", "StatefulSet/fmnist-ps", "StatefulSet/fmnist-worker",
+                           "Job/fmnist-chief", "Job/fmnist-evaluator"}) {
+    EXPECT_TRUE(objects.count(name)) << name;
+  }
+  if (::testing::Test::HasFailure()) return;
+  const int64_t num_ps = objects["StatefulSet/fmnist-ps"]["spec"]["replicas"];
+  const int64_t num_workers = objects["StatefulSet/fmnist-worker"]["spec"]["replicas"];
+
+  // Headless services whose selectors pick their role's pods.
+  auto service_for = [&](const std::string& name, const json& pod_labels) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(objects.count("Service/" + name));
+    const json& svc = objects["Service/" + name]["spec"];
+    EXPECT_EQ(svc["clusterIP"], "None");
+    EXPECT_EQ(svc["ports"][0]["port"], 2222);
+    for (auto& [key, value] : svc["selector"].items()) EXPECT_EQ(pod_labels.value(key, json()), value) << key;
+  };
+
+  struct Pod {
+    std::string hostname;
+    std::string service;
+    TaskType type;
+    int index;
+    json container;
+  };
+  std::vector<Pod> pods;
+  for (auto& [name, role, type] : std::vector<std::tuple<std::string, std::string, TaskType>>{
+           {"fmnist-ps", "ps", TaskType::kPs}, {"fmnist-worker", "worker", TaskType::kWorker}}) {
+    const json& set = objects["StatefulSet/" + name];
+    EXPECT_EQ(set["spec"]["serviceName"], name);
+    service_for(name, set["spec"]["template"]["metadata"]["labels"]);
+    for (int i = 0; i < set["spec"]["replicas"].get<int>(); ++i) {
+      pods.push_back({absl::StrCat(name, "-", i), name, type, i, set["spec"]["template"]["spec"]["containers"][0]});
+    }
+  }
+  for (auto& [name, type] :
+       std::vector<std::pair<std::string, TaskType>>{{"fmnist-chief", TaskType::kChief},
+                                                     {"fmnist-evaluator", TaskType::kEvaluator}}) {
+    const json& job = objects["Job/" + name]["spec"];
+    const json& pod = job["template"]["spec"];
+    EXPECT_EQ(pod["subdomain"], name);
+    EXPECT_EQ(pod["hostname"], name + "-0");
+    EXPECT_EQ(pod["restartPolicy"], "Never");
+    service_for(name, job["template"]["metadata"]["labels"]);
+    pods.push_back({pod["hostname"], name, type, 0, pod["containers"][0]});
+  }
+
+  for (const Pod& pod : pods) {
+    SCOPED_TRACE(pod.hostname);
+    EXPECT_EQ(pod.container["command"][0], "/opt/asyncps/entrypoint.sh");
+    EXPECT_TRUE(kImageBinaries.count(pod.container["args"][0].get<std::string>())) << pod.container["args"][0];
+    auto spec = TfConfigOfPod(pod.hostname, PlainEnv(pod.container));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->task_type(), pod.type);
+    EXPECT_EQ(spec->task_index(), pod.index);
+    EXPECT_EQ(spec->num_ps(), num_ps) << "ASYNCPS_NUM_PS disagrees with the ps StatefulSet";
+    EXPECT_EQ(spec->num_workers(), num_workers) << "ASYNCPS_NUM_WORKERS disagrees with the worker StatefulSet";
+    if (pod.type != TaskType::kEvaluator) {
+      // The address peers dial is the pod's DNS name under its headless service.
+      EXPECT_EQ(spec->self_address(), absl::StrCat(pod.hostname, ".", pod.service, ":2222"));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace asyncps

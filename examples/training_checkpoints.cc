@@ -1,0 +1,46 @@
+#include "examples/training_checkpoints.h"
+
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/checkpoint_manager.h"
+#include "coordinator/checkpoint_reader.h"
+#include "core/status_macros.h"
+
+namespace asyncps {
+
+TrainingCheckpoints::TrainingCheckpoints(ParameterServerStrategy& strategy, Options options)
+    : options_(std::move(options)) {
+  if (options_.directory.empty()) return;
+  manager_ = std::make_unique<CheckpointManager>(strategy, options_.directory, options_.max_to_keep);
+}
+
+TrainingCheckpoints::~TrainingCheckpoints() = default;
+
+absl::StatusOr<int64_t> TrainingCheckpoints::RestoreLatest() {
+  if (!enabled()) return 0;
+  absl::StatusOr<std::string> latest = manager_->Latest();
+  if (absl::IsNotFound(latest.status())) return 0;
+  RETURN_IF_ERROR(latest.status());
+  absl::StatusOr<int64_t> step = manager_->Restore(*latest);
+  if (!step.ok()) {
+    return absl::Status(step.status().code(),
+                        absl::StrCat("cannot resume from ", *latest, ": ", step.status().message()));
+  }
+  return step;
+}
+
+int64_t TrainingCheckpoints::NextAfter(int64_t step) const {
+  if (!enabled() || options_.every_steps <= 0) return std::numeric_limits<int64_t>::max();
+  return (step / options_.every_steps + 1) * options_.every_steps;
+}
+
+absl::StatusOr<std::string> TrainingCheckpoints::Save(int64_t step) {
+  if (!enabled()) return std::string();
+  absl::StatusOr<std::string> dir = manager_->Save(step);
+  if (absl::IsAlreadyExists(dir.status())) return std::string();
+  return dir;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,143 @@
+#include "metrics/status_board.h"
+
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace asyncps::metrics {
+namespace {
+
+bool ValidScalarName(const std::string& name) {
+  if (name.empty() || name.size() > 32) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+StatusBoard::StatusBoard(ProcessMetrics& metrics) : metrics_(metrics), started_(absl::Now()) {
+  const std::map<std::string, std::string> labels = {{"role", metrics.role()}, {"task", metrics.task()}};
+  scalar_ = &prometheus::BuildGauge()
+                 .Name("asyncps_scalar")
+                 .Help("Last value of a scalar the training program reported (loss, accuracy, ...)")
+                 .Labels(labels)
+                 .Register(metrics.registry());
+  scalar_step_ = &prometheus::BuildGauge()
+                      .Name("asyncps_scalar_step")
+                      .Help("Training step of the last value of each reported scalar")
+                      .Labels(labels)
+                      .Register(metrics.registry());
+}
+
+StatusBoard::~StatusBoard() = default;
+
+void StatusBoard::Serve() {
+  metrics_.AddHandler("/status", [] {
+    return ProcessMetrics::HttpResponse{200, "text/html; charset=utf-8", StatusPageHtml()};
+  });
+  metrics_.AddHandler("/status.json", [this] {
+    return ProcessMetrics::HttpResponse{200, "application/json", Json()};
+  });
+}
+
+void StatusBoard::SetMember(const std::string& role, int index, const std::string& address,
+                            const std::string& state, uint64_t incarnation) {
+  MutexLock lock(&mu_);
+  members_[{role, index}] = Member{address, state, incarnation};
+}
+
+void StatusBoard::AddEvent(const std::string& kind, const std::string& text) {
+  MutexLock lock(&mu_);
+  events_.push_back(Event{absl::Now(), kind, text});
+  while (events_.size() > kMaxEvents) events_.pop_front();
+}
+
+absl::Status StatusBoard::ReportScalar(const std::string& name, int64_t step, double value) {
+  if (!ValidScalarName(name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scalar name '", name, "' is not a short identifier ([a-z0-9_], 1..32 characters)"));
+  }
+  if (!std::isfinite(value)) return absl::InvalidArgumentError(absl::StrCat("scalar '", name, "' is not finite"));
+  {
+    MutexLock lock(&mu_);
+    auto it = series_.find(name);
+    if (it == series_.end()) {
+      if (series_.size() >= static_cast<size_t>(kMaxScalars)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("scalar '", name, "' would be name ", kMaxScalars + 1, "; at most ", kMaxScalars));
+      }
+      it = series_.emplace(name, std::vector<std::pair<int64_t, double>>()).first;
+    }
+    auto& points = it->second;
+    points.emplace_back(step, value);
+    if (points.size() > kMaxPointsPerScalar) {
+      // Halve the resolution, keeping the whole run's shape and the latest point.
+      std::vector<std::pair<int64_t, double>> kept;
+      for (size_t i = 0; i < points.size(); i += 2) kept.push_back(points[i]);
+      if (kept.back() != points.back()) kept.push_back(points.back());
+      points = std::move(kept);
+    }
+  }
+  scalar_->Add({{"name", name}}).Set(value);
+  scalar_step_->Add({{"name", name}}).Set(static_cast<double>(step));
+  return absl::OkStatus();
+}
+
+void StatusBoard::SetValuesSource(std::function<std::map<std::string, double>()> source) {
+  MutexLock lock(&source_mu_);
+  source_ = std::move(source);
+}
+
+void StatusBoard::ClearValuesSource() {
+  MutexLock lock(&source_mu_);
+  source_ = nullptr;
+}
+
+std::string StatusBoard::Json() {
+  nlohmann::json doc;
+  doc["role"] = metrics_.role();
+  doc["now"] = absl::ToUnixMillis(absl::Now()) / 1000.0;
+  doc["started"] = absl::ToUnixMillis(started_) / 1000.0;
+  nlohmann::json values = nlohmann::json::object();
+  {
+    MutexLock lock(&source_mu_);
+    if (source_) {
+      for (const auto& [name, value] : source_()) values[name] = value;
+    }
+  }
+  doc["values"] = values;
+  MutexLock lock(&mu_);
+  nlohmann::json members = nlohmann::json::array();
+  for (const auto& [key, m] : members_) {
+    members.push_back({{"role", key.first},
+                       {"index", key.second},
+                       {"address", m.address},
+                       {"state", m.state},
+                       // Hex: a 64-bit id does not survive JavaScript's doubles.
+                       {"incarnation", m.incarnation == 0 ? "" : absl::StrCat(absl::Hex(m.incarnation))}});
+  }
+  doc["members"] = members;
+  nlohmann::json series = nlohmann::json::object();
+  for (const auto& [name, points] : series_) {
+    nlohmann::json p = nlohmann::json::array();
+    for (const auto& [step, value] : points) p.push_back({step, value});
+    series[name] = p;
+  }
+  doc["series"] = series;
+  nlohmann::json events = nlohmann::json::array();
+  for (const Event& e : events_) {
+    events.push_back({{"time", absl::ToUnixMillis(e.time) / 1000.0}, {"kind", e.kind}, {"text", e.text}});
+  }
+  doc["events"] = events;
+  // Event texts carry error messages: bytes that are not UTF-8 are replaced, never thrown on.
+  return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace asyncps::metrics

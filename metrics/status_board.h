@@ -1,0 +1,101 @@
+#ifndef ASYNCPS_METRICS_STATUS_BOARD_H_
+#define ASYNCPS_METRICS_STATUS_BOARD_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "core/sync.h"
+#include "metrics/process_metrics.h"
+
+namespace prometheus {
+class Gauge;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace asyncps::metrics {
+
+// What the chief shows a person at a glance: cluster members and their state, recent events,
+// live values (queue depth, closures completed, ...) and user scalars (loss, accuracy) over
+// steps. Served as JSON at /status.json and as a page at /status (Serve) on the process's
+// metrics endpoint. User scalars are also exported to Prometheus as
+//   asyncps_scalar{name}        the last value reported
+//   asyncps_scalar_step{name}   the step it was reported at
+// `name` is a metric label, so it must be a short identifier ([a-z0-9_], at most 32
+// characters) from a small fixed set (at most kMaxScalars names).
+//
+// Thread-safe. `metrics` must outlive the board.
+class StatusBoard {
+ public:
+  static constexpr int kMaxScalars = 16;
+  static constexpr size_t kMaxPointsPerScalar = 1000;  // then every other point is dropped
+  static constexpr size_t kMaxEvents = 100;            // the oldest go first
+
+  explicit StatusBoard(ProcessMetrics& metrics);
+  ~StatusBoard();
+
+  // Registers GET /status (the page) and /status.json on the metrics endpoint.
+  void Serve();
+
+  // A cluster member's state as the chief sees it: "up", "down", "recovering", "starting",
+  // or anything short; `incarnation` 0 when unknown. Adds or replaces (role, index).
+  void SetMember(const std::string& role, int index, const std::string& address, const std::string& state,
+                 uint64_t incarnation);
+  // `kind` is a word ("worker_down", "worker_rebuilt", "checkpoint_saved", ...).
+  void AddEvent(const std::string& kind, const std::string& text);
+
+  // A user scalar at a training step. InvalidArgument for a bad name, a non-finite value or a
+  // new name past kMaxScalars.
+  absl::Status ReportScalar(const std::string& name, int64_t step, double value);
+
+  // Live values read at each /status.json request (closures completed, queue depth, ...). The
+  // source runs on an HTTP thread; ClearValuesSource waits for a call in progress, so an
+  // owner can clear it and then be destroyed.
+  void SetValuesSource(std::function<std::map<std::string, double>()> source);
+  void ClearValuesSource();
+
+  // The JSON document /status.json returns.
+  std::string Json();
+
+ private:
+  struct Member {
+    std::string address;
+    std::string state;
+    uint64_t incarnation = 0;
+  };
+  struct Event {
+    absl::Time time;
+    std::string kind;
+    std::string text;
+  };
+
+  ProcessMetrics& metrics_;
+  const absl::Time started_;
+  prometheus::Family<prometheus::Gauge>* scalar_;
+  prometheus::Family<prometheus::Gauge>* scalar_step_;
+
+  Mutex source_mu_;
+  std::function<std::map<std::string, double>()> source_ ABSL_GUARDED_BY(source_mu_);
+
+  Mutex mu_;
+  std::map<std::pair<std::string, int>, Member> members_ ABSL_GUARDED_BY(mu_);
+  std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
+  // Points (step, value) per scalar name.
+  std::map<std::string, std::vector<std::pair<int64_t, double>>> series_ ABSL_GUARDED_BY(mu_);
+};
+
+// The status page: plain HTML and a little JavaScript that polls status.json (relative to the
+// page) and draws members, values, events and one SVG plot per scalar. Nothing is fetched
+// from elsewhere.
+const char* StatusPageHtml();
+
+}  // namespace asyncps::metrics
+
+#endif  // ASYNCPS_METRICS_STATUS_BOARD_H_

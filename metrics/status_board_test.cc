@@ -1,0 +1,73 @@
+#include "metrics/status_board.h"
+
+#include <cmath>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gtest/gtest.h"
+
+namespace asyncps::metrics {
+namespace {
+
+TEST(StatusBoardTest, JsonCarriesMembersValuesSeriesAndEvents) {
+  auto metrics = ProcessMetrics::Create("chief", 0, "");
+  ASSERT_TRUE(metrics.ok());
+  StatusBoard board(**metrics);
+  board.SetMember("worker", 1, "127.0.0.1:5", "up", 0xabcdef0123456789ULL);
+  board.SetMember("worker", 0, "127.0.0.1:4", "down", 0);
+  board.SetMember("worker", 0, "127.0.0.1:4", "recovering", 0);  // replaces
+  board.AddEvent("worker_down", "worker 0: connection reset");
+  ASSERT_TRUE(board.ReportScalar("loss", 10, 2.5).ok());
+  ASSERT_TRUE(board.ReportScalar("loss", 20, 1.5).ok());
+  board.SetValuesSource([] { return std::map<std::string, double>{{"queue_depth", 7}}; });
+
+  const auto doc = nlohmann::json::parse(board.Json());
+  ASSERT_EQ(doc["members"].size(), 2u);
+  EXPECT_EQ(doc["members"][0]["state"], "recovering");
+  EXPECT_EQ(doc["members"][1]["incarnation"], "abcdef0123456789");
+  EXPECT_EQ(doc["values"]["queue_depth"], 7);
+  ASSERT_EQ(doc["series"]["loss"].size(), 2u);
+  EXPECT_EQ(doc["series"]["loss"][1][0], 20);
+  EXPECT_EQ(doc["series"]["loss"][1][1], 1.5);
+  EXPECT_EQ(doc["events"][0]["kind"], "worker_down");
+
+  board.ClearValuesSource();
+  EXPECT_TRUE(nlohmann::json::parse(board.Json())["values"].empty());
+  const std::string text = (*metrics)->Serialize();
+  EXPECT_NE(text.find("asyncps_scalar{role=\"chief\",task=\"0\",name=\"loss\"} 1.5"), std::string::npos) << text;
+  EXPECT_NE(text.find("asyncps_scalar_step{role=\"chief\",task=\"0\",name=\"loss\"} 20"), std::string::npos);
+}
+
+TEST(StatusBoardTest, RejectsBadScalarsAndBoundsWhatItKeeps) {
+  auto metrics = ProcessMetrics::Create("chief", 0, "");
+  ASSERT_TRUE(metrics.ok());
+  StatusBoard board(**metrics);
+  EXPECT_FALSE(board.ReportScalar("Loss{x=\"1\"}", 1, 1).ok());
+  EXPECT_FALSE(board.ReportScalar("", 1, 1).ok());
+  EXPECT_FALSE(board.ReportScalar("loss", 1, std::nan("")).ok());
+  for (int i = 0; i < StatusBoard::kMaxScalars; ++i) {
+    ASSERT_TRUE(board.ReportScalar("s" + std::to_string(i), 0, i).ok());
+  }
+  EXPECT_FALSE(board.ReportScalar("one_too_many", 0, 1).ok());
+  for (int step = 0; step < 5000; ++step) ASSERT_TRUE(board.ReportScalar("s0", step, step).ok());
+  for (int i = 0; i < 500; ++i) board.AddEvent("e", std::string("bad utf8 \xff ") + std::to_string(i));
+  const auto doc = nlohmann::json::parse(board.Json());
+  const auto& points = doc["series"]["s0"];
+  EXPECT_LE(points.size(), StatusBoard::kMaxPointsPerScalar);
+  EXPECT_GT(points.size(), StatusBoard::kMaxPointsPerScalar / 4);
+  EXPECT_EQ(points[points.size() - 1][0], 4999);  // the latest point is kept
+  EXPECT_EQ(doc["events"].size(), StatusBoard::kMaxEvents);
+  EXPECT_NE(doc["events"][StatusBoard::kMaxEvents - 1]["text"].get<std::string>().find("499"), std::string::npos);
+}
+
+TEST(StatusBoardTest, PageIsSelfContained) {
+  const std::string page = StatusPageHtml();
+  EXPECT_NE(page.find("status.json"), std::string::npos);
+  EXPECT_EQ(page.find("http://"), page.find("http://www.w3.org/2000/svg"));  // only the SVG namespace
+  EXPECT_EQ(page.find("https://"), std::string::npos);
+  EXPECT_EQ(page.find("<script src"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace asyncps::metrics

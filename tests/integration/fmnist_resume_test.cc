@@ -1,0 +1,114 @@
+// Coordinator restart in the main job, with every process real: the Fashion-MNIST chief
+// (examples/fashion_mnist, checkpointing every 1000 steps) is SIGKILLed after it has saved a
+// checkpoint mid-training, while its 2 PS and 2 workers keep running; the same command line
+// started again resumes from that checkpoint's step (the newest the dead chief committed),
+// the workers drop the dead chief's datasets and models, and training still reaches the main
+// job's target, 0.88, in the example's 12 epochs (as fmnist_training_test does after a worker
+// kill). About a minute on two cores.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/subprocess.h"
+#include "gtest/gtest.h"
+#include "tests/testing/local_cluster.h"
+
+namespace asyncps {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The number after `prefix` in `line` ("... saved checkpoint step 2000 (...)" -> 2000), or -1.
+int64_t NumberAfter(const std::string& line, const std::string& prefix) {
+  const size_t at = line.find(prefix);
+  if (at == std::string::npos) return -1;
+  std::string rest = line.substr(at + prefix.size());
+  rest = rest.substr(0, rest.find_first_not_of("0123456789."));
+  double value = -1;
+  return absl::SimpleAtod(rest, &value) ? static_cast<int64_t>(value) : -1;
+}
+
+// The last step the chief reported saving in `output`; -1 when none.
+int64_t LastSavedStep(const std::string& output) {
+  int64_t last = -1;
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    const int64_t step = NumberAfter(std::string(line), "saved checkpoint step ");
+    if (step >= 0) last = step;
+  }
+  return last;
+}
+
+TEST(FashionMnistResumeTest, ChiefKilledAfterACheckpointResumesFromItsStepAndReachesTheTarget) {
+  testing::LocalCluster::Options o;
+  o.num_ps = 2;
+  o.num_workers = 2;
+  o.worker_binary = "fashion_mnist";
+  auto cluster = testing::LocalCluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+
+  const fs::path dir = fs::path(::testing::TempDir()) / absl::StrCat("fmnist_resume_", getpid());
+  fs::remove_all(dir);
+  Subprocess::Options chief;
+  chief.argv = {testing::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=12",
+                absl::StrCat("--checkpoint_dir=", dir.string()), "--checkpoint_every_steps=1000",
+                "--max_to_keep=2"};
+  chief.env = {{"TF_CONFIG", (*cluster)->chief_spec().ToTfConfig(TaskType::kChief, 0)},
+               {"ASYNCPS_CLUSTER_TOKEN", (*cluster)->token()},
+               {"ASYNCPS_METRICS_PORT", "-1"}};
+
+  auto first = Subprocess::Start(chief);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto saved = (*first)->WaitForLine("saved checkpoint step 2000", absl::Minutes(4));
+  ASSERT_TRUE(saved.ok()) << saved.status() << "\n" << (*first)->output();
+  (*first)->Signal(SIGKILL);
+  auto killed = (*first)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(killed.ok()) << killed.status();
+  EXPECT_EQ(*killed, 128 + SIGKILL);
+  const std::string first_output = (*first)->output();
+  EXPECT_EQ(first_output.find("test accuracy"), std::string::npos) << "the chief finished before it was killed";
+  // Normally 2000; later if it committed another one before the signal landed.
+  const int64_t last_saved = LastSavedStep(first_output);
+  ASSERT_GE(last_saved, 2000) << first_output;
+
+  auto second = Subprocess::Start(chief);  // the same command line
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto resumed = (*second)->WaitForLine("resumed from checkpoint step", absl::Minutes(2));
+  ASSERT_TRUE(resumed.ok()) << resumed.status() << "\n" << (*second)->output();
+  EXPECT_EQ(NumberAfter(*resumed, "resumed from checkpoint step "), last_saved) << *resumed;
+  auto accuracy_line = (*second)->WaitForLine("test accuracy", absl::Minutes(5));
+  ASSERT_TRUE(accuracy_line.ok()) << accuracy_line.status() << "\n" << (*second)->output();
+  auto exit_code = (*second)->Wait(absl::Seconds(60));
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status();
+  EXPECT_EQ(*exit_code, 0) << (*second)->output();
+
+  const std::string output = (*second)->output();
+  std::printf("first chief: last checkpoint step %lld\nsecond chief: %s\n%s\n", static_cast<long long>(last_saved),
+              resumed->c_str(), accuracy_line->c_str());
+  // Every step of the 12 epochs was trained exactly once across the two chiefs' lifetimes:
+  // the second one counts on from the checkpoint to 12 * 468.
+  EXPECT_EQ(NumberAfter(output, "trained "), 12 * (60'000 / 128)) << output;
+  double accuracy = 0;
+  ASSERT_TRUE(absl::SimpleAtod(accuracy_line->substr(accuracy_line->rfind(' ') + 1), &accuracy)) << *accuracy_line;
+  EXPECT_GE(accuracy, 0.88) << output;
+  EXPECT_EQ(LastSavedStep(output), 12 * (60'000 / 128)) << "the end of training is a checkpoint";
+  for (int w = 0; w < 2; ++w) {
+    const std::string log = (*cluster)->worker_output(w);
+    EXPECT_NE(log.find("a new coordinator (incarnation"), std::string::npos) << "worker " << w << ":\n" << log;
+  }
+  // max_to_keep=2: only the two newest checkpoints are left.
+  int committed = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) committed += fs::exists(entry.path() / "manifest.json");
+  EXPECT_EQ(committed, 2);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace asyncps
