@@ -10,7 +10,12 @@
 //   * dense pull (PsClient::Read) and dense push of a gradient with Adam applied on the PS
 //     (PsClient::PushGradients) of a [N, 1024] f32 variable of 4 MiB and 64 MiB, in GB/s;
 //   * sparse gather (PsClient::Gather) and sparse Adam push (PushGradients with ids) of
-//     64-float rows of a [100000, 64] table, 1,000 and 10,000 Zipf(1.1) ids per batch, in rows/s.
+//     64-float rows of a [100000, 64] table, 1,000 and 10,000 Zipf(1.1) ids per batch, in rows/s;
+//   * the cost of exactly-once updates: the dense push+Adam tagged as a closure's call (each
+//     iteration a new closure, so the PS records and drops a key per shard each time, as in
+//     training; ps/update_dedup.h) against the same push untagged (deduplication off),
+//     alternating iteration by iteration; the median of the paired ratios is the cost
+//     (aim <= 1.05).
 // With 2 PS every variable is split into 2 shards (FixedShardsPartitioner), one per PS, so
 // both PS work at once; the raw reference then moves the same total bytes over 2 connections
 // in parallel, driven by one client thread as PsClient's single I/O loop is.
@@ -34,6 +39,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -52,6 +58,7 @@
 #include "net/asio.h"
 #include "partitioners/partitioner.h"
 #include "ps/optimizer.h"
+#include "ps/update_tag.h"
 #include "tests/testing/local_cluster.h"
 
 namespace asyncps {
@@ -66,6 +73,8 @@ namespace asio = net::asio;
 constexpr double kDensePushAim = 0.8;
 constexpr double kDensePullAim = 0.9;
 constexpr double kSparseAim = 0.5;
+// Dense push+Adam with deduplication over the same push without it.
+constexpr double kDedupCostAim = 1.05;
 
 constexpr int64_t kDenseCols = 1024;
 constexpr int64_t kTableRows = 100000;
@@ -217,6 +226,43 @@ double AdamSeconds(size_t bytes, int iterations) {
 }
 
 // ----- measurement -------------------------------------------------------------------------------
+
+// `a` against `b`: their median seconds, and the median over iterations of a/b measured
+// back to back (the pair shares the machine's load of the moment, so on a busy machine the
+// paired ratio is steadier than the ratio of medians).
+struct PairTiming {
+  double a_seconds = 0;
+  double b_seconds = 0;
+  double ratio = 0;
+};
+
+// Alternates `a` and `b` after a warm-up, each going first every other iteration so neither
+// always follows the other. Nothing on failure.
+std::optional<PairTiming> MeasurePair(int iterations, const std::function<absl::Status()>& a,
+                                      const std::function<absl::Status()>& b) {
+  std::vector<double> a_samples;
+  std::vector<double> b_samples;
+  std::vector<double> ratios;
+  const int warmup = std::max(1, iterations / 10);
+  for (int i = 0; i < warmup + iterations; ++i) {
+    const std::function<absl::Status()>* order[2] = {&a, &b};
+    if (i % 2 == 1) std::swap(order[0], order[1]);
+    double seconds[2] = {0, 0};  // a, b
+    for (const auto* op : order) {
+      const Clock::time_point begin = Clock::now();
+      if (absl::Status s = (*op)(); !s.ok()) {
+        std::fprintf(stderr, "operation failed: %s\n", s.ToString().c_str());
+        return std::nullopt;
+      }
+      seconds[op == &a ? 0 : 1] = Seconds(begin, Clock::now());
+    }
+    if (i < warmup) continue;
+    a_samples.push_back(seconds[0]);
+    b_samples.push_back(seconds[1]);
+    ratios.push_back(seconds[0] / seconds[1]);
+  }
+  return PairTiming{Median(a_samples), Median(b_samples), Median(ratios)};
+}
 
 struct Timing {
   double op_seconds = 0;   // median per PS operation
@@ -499,6 +545,7 @@ struct Aims {
   bool dense_push = true;
   bool dense_pull = true;
   bool sparse = true;
+  bool dedup = true;
 };
 
 // Runs every selected case against a fresh cluster of `num_ps` PS processes. False on failure.
@@ -536,13 +583,19 @@ bool RunCluster(int num_ps, const Config& config, Aims& aims) {
                 num_ps, floor.op_seconds * 1e6, floor.raw_seconds * 1e6);
   }
 
+  // The dedup cases' closures: one coordinator whose closures finish in order, one per
+  // iteration (ids never restart: a closure below the watermark would be skipped as a zombie).
+  constexpr uint64_t kCoordinator = uint64_t{1} << 40;
+  uint64_t closure = kCoordinator;
+
   // Dense: pull (checked against the initial value first), then push with Adam.
   for (const auto& [rows, its] :
        {std::pair{int64_t{1024}, kDense4MiB}, std::pair{int64_t{16384}, kDense64MiB}}) {
     const size_t bytes = static_cast<size_t>(rows * kDenseCols) * sizeof(float);
     const bool pull_selected = selected("dense pull", SizeLabel(bytes));
     const bool push_selected = selected("dense push+Adam", SizeLabel(bytes));
-    if (!pull_selected && !push_selected) continue;
+    const bool dedup_selected = selected("dense push+Adam dedup", SizeLabel(bytes));
+    if (!pull_selected && !push_selected && !dedup_selected) continue;
     const std::string name = absl::StrFormat("dense_%s", SizeLabel(bytes));
     auto variable =
         strategy.CreateVariable(name, init::Constant({rows, kDenseCols}, 0.5), opt::Adam());
@@ -569,6 +622,25 @@ bool RunCluster(int num_ps, const Config& config, Aims& aims) {
       if (!adam.ok) return false;
       adam.adam_seconds = AdamSeconds(bytes, std::max(2, std::min(iterations(its), 10)));
       aims.dense_push &= ReportDense(num_ps, "dense push+Adam", bytes, adam, kDensePushAim);
+    }
+    if (dedup_selected) {
+      const std::vector<GradientUpdate> push = {{name, Gradient({rows, kDenseCols}), std::nullopt}};
+      auto tagged = [&] {
+        ++closure;
+        return ps.PushGradients(push, ps::UpdateTag{kCoordinator, closure, /*sequence=*/1, closure});
+      };
+      auto untagged = [&] { return ps.PushGradients(push); };
+      // Twice the push case's iterations: the difference sought is small beside the noise.
+      auto t = MeasurePair(2 * iterations(its), tagged, untagged);
+      if (!t) return false;
+      const bool met = t->ratio <= kDedupCostAim;
+      std::printf(
+          "ps=%d %-17s %-6s dedup on %7.2f ms | off %7.2f ms  ratio on/off %.3f (paired; of medians %.3f)  "
+          "%-10s (<= %.2f)\n",
+          num_ps, "dense push+Adam", SizeLabel(bytes).c_str(), t->a_seconds * 1e3, t->b_seconds * 1e3, t->ratio,
+          t->a_seconds / t->b_seconds, Verdict(met), kDedupCostAim);
+      std::fflush(stdout);
+      aims.dedup &= met;
     }
   }
 
@@ -634,9 +706,10 @@ int Run(const Config& config) {
     }
   }
   std::printf(
-      "aims: dense push+Adam >= %.1fx raw %s, dense pull >= %.1fx raw %s, sparse >= %.1fx raw %s\n",
+      "aims: dense push+Adam >= %.1fx raw %s, dense pull >= %.1fx raw %s, sparse >= %.1fx raw %s, "
+      "dedup on/off <= %.2f %s\n",
       kDensePushAim, Verdict(aims.dense_push), kDensePullAim, Verdict(aims.dense_pull), kSparseAim,
-      Verdict(aims.sparse));
+      Verdict(aims.sparse), kDedupCostAim, Verdict(aims.dedup));
   return 0;
 }
 

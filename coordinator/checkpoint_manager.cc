@@ -93,7 +93,10 @@ std::vector<std::string> CheckpointManager::List() const {
   return out;
 }
 
-absl::StatusOr<std::string> CheckpointManager::Save(int64_t step) {
+absl::StatusOr<std::string> CheckpointManager::Save(int64_t step) { return Save(step, {}); }
+
+absl::StatusOr<std::string> CheckpointManager::Save(int64_t step,
+                                                    const std::map<std::string, std::string>& coordinator_state) {
   if (step < 0)
     return absl::InvalidArgumentError(absl::StrCat("checkpoint step ", step, " is negative"));
   MutexLock lock(&mu_);
@@ -153,6 +156,7 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step) {
         manifest.status().code(),
         absl::StrCat("checkpoint ", dir, " not committed: ", manifest.status().message()));
   }
+  manifest->coordinator_state = coordinator_state;
   {
     const std::string json = ManifestToJson(*manifest);
     ASSIGN_OR_RETURN(auto writer,

@@ -62,6 +62,9 @@ class CheckpointManager {
   // `step` is already committed; Unavailable (naming the PS) when a PS cannot be reached or
   // dies meanwhile — the checkpoint is then not committed and the previous one stays Latest().
   absl::StatusOr<std::string> Save(int64_t step);
+  // The same, with the coordinator's own state (e.g. ClusterCoordinator::SplitCursorState) in
+  // the manifest, committed with it: read it back with ReadManifest(path)->coordinator_state.
+  absl::StatusOr<std::string> Save(int64_t step, const std::map<std::string, std::string>& coordinator_state);
 
   // Directories of committed checkpoints (those with a manifest), oldest step first. Does
   // not check them.

@@ -160,6 +160,7 @@ std::string ManifestToJson(const CheckpointManifest& m) {
                          {"shards", std::move(shards)}});
   }
   root["variables"] = std::move(variables);
+  if (!m.coordinator_state.empty()) root["coordinator_state"] = m.coordinator_state;
   return root.dump(1) + "\n";
 }
 
@@ -285,6 +286,14 @@ absl::StatusOr<CheckpointManifest> ManifestFromJson(absl::string_view text,
       return r.Error(where, absl::StrCat("shards cover rows [0, ", next_row, ") of ", v.rows()));
     }
     m.variables.push_back(std::move(v));
+  }
+  if (root.contains("coordinator_state")) {
+    const json& state = root["coordinator_state"];
+    if (!state.is_object()) return r.Error("", "coordinator_state is not an object");
+    for (const auto& [key, value] : state.items()) {
+      if (!value.is_string()) return r.Error("coordinator_state: ", absl::StrCat("'", key, "' is not a string"));
+      m.coordinator_state[key] = value.get<std::string>();
+    }
   }
   return m;
 }

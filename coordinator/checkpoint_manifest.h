@@ -30,6 +30,8 @@ namespace asyncps {
 //                               "file": "ps-0-of-2.safetensors", "tensor": "emb/part_0",
 //                               "slots": {"m": "emb/part_0/.OPTIMIZER_SLOT/m", ...},
 //                               "iterations": 42}, ...]}, ...]}
+// Optional: "coordinator_state": {"split_cursor/train": "...", ...} — opaque strings the
+// coordinator saves beside the variables (CheckpointManager::Save) and reads back on restart.
 // "rows" is the shard's range of the variable's first axis (a scalar is one row, [0, 1));
 // each tensor holds those rows; crc32 is zlib's CRC-32 of the whole file.
 
@@ -66,6 +68,7 @@ struct CheckpointManifest {
   int num_ps = 0;
   std::vector<ManifestFile> files;
   std::vector<ManifestVariable> variables;  // by name
+  std::map<std::string, std::string> coordinator_state;  // empty when absent
 
   const ManifestVariable* FindVariable(absl::string_view name) const;
   const ManifestFile* FindFile(absl::string_view name) const;

@@ -81,6 +81,25 @@ TEST(CheckpointManifestTest, RoundTripsEveryField) {
   EXPECT_EQ(ManifestToJson(*back), ManifestToJson(m));
 }
 
+TEST(CheckpointManifestTest, CoordinatorStateRoundTripsAndIsOptional) {
+  CheckpointManifest m = Sample();
+  auto without = ManifestFromJson(ManifestToJson(m), "test");
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_TRUE(without->coordinator_state.empty());
+  EXPECT_EQ(ManifestToJson(m).find("coordinator_state"), std::string::npos);  // older readers agree
+
+  m.coordinator_state = {{"split_cursor/train", R"({"epoch":3})"}, {"other", ""}};
+  auto with = ManifestFromJson(ManifestToJson(m), "test");
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_EQ(with->coordinator_state, m.coordinator_state);
+
+  nlohmann::json j = nlohmann::json::parse(ManifestToJson(m));
+  j["coordinator_state"]["other"] = 5;
+  EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(), HasSubstr("'other' is not a string"));
+  j["coordinator_state"] = "x";
+  EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(), HasSubstr("coordinator_state is not an object"));
+}
+
 TEST(CheckpointManifestTest, RejectsEveryBrokenField) {
   using nlohmann::json;
   const json good = json::parse(ManifestToJson(Sample()));

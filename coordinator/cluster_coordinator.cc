@@ -6,7 +6,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/closure_outcome.h"
 #include "coordinator/coordinator_metrics.h"
@@ -103,8 +106,20 @@ absl::StatusOr<RemoteValue> ClusterCoordinator::Schedule(const std::string& func
           "' is a RemoteValue; fetch it first (results are not fed back to workers)"));
     }
   }
+  {
+    int dynamic = 0;
+    MutexLock lock(&dynamic_mu_);
+    for (const Arg& arg : args) {
+      const auto* v = std::get_if<PerWorkerValues>(&arg.value());
+      if (v != nullptr && cursors_.contains(v->id())) ++dynamic;
+    }
+    if (dynamic > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", function, "' takes ", dynamic, " dynamically sharded iterators; a closure reads at most one"));
+    }
+  }
   auto closure = std::make_shared<coordinator::Closure>();
-  closure->id = RandomId();
+  closure_ids_.Assign(closure);
   closure->function = function;
   closure->payload = std::make_shared<const ClosureArgs>(ClosureArgs{std::move(args), absl::Now()});
   RemoteValue output = closure->output;
@@ -117,10 +132,85 @@ absl::StatusOr<RemoteValue> ClusterCoordinator::Schedule(const std::string& func
 absl::Status ClusterCoordinator::Join() {
   absl::Status s = queue_.Wait();
   UpdateQueueGauges();
+  if (s.ok()) {
+    MutexLock lock(&dynamic_mu_);
+    if (std::exchange(end_of_data_, false)) {
+      return absl::OutOfRangeError("end of data: a dynamically sharded iterator's epoch is complete");
+    }
+  }
   return s;
 }
 
-absl::StatusOr<bool> ClusterCoordinator::Done() { return queue_.Done(); }
+absl::StatusOr<bool> ClusterCoordinator::Done() {
+  ASSIGN_OR_RETURN(bool done, queue_.Done());
+  if (done) {
+    MutexLock lock(&dynamic_mu_);
+    if (std::exchange(end_of_data_, false)) {
+      return absl::OutOfRangeError("end of data: a dynamically sharded iterator's epoch is complete");
+    }
+  }
+  return done;
+}
+
+void ClusterCoordinator::RegisterDynamicDataset(const std::string& name, int64_t records_per_split) {
+  MutexLock lock(&dynamic_mu_);
+  dynamic_datasets_[name].records_per_split = records_per_split;
+}
+
+void ClusterCoordinator::StartEpoch(const std::string& name, uint64_t iterator_id) {
+  MutexLock lock(&dynamic_mu_);
+  DynamicDataset& d = dynamic_datasets_[name];
+  std::shared_ptr<SplitCursor> cursor;
+  if (auto it = restored_cursors_.find(name); it != restored_cursors_.end()) {
+    cursor = std::move(it->second);
+    restored_cursors_.erase(it);
+    spdlog::info("dataset '{}': continuing epoch {} from the restored split cursor ({} batches done)", name,
+                 cursor->epoch(), cursor->batches_completed());
+  } else {
+    cursor = std::make_shared<SplitCursor>(d.next_epoch, d.records_per_split);
+  }
+  d.next_epoch = cursor->epoch() + 1;
+  d.latest = cursor;
+  cursors_[iterator_id] = std::move(cursor);
+}
+
+std::shared_ptr<SplitCursor> ClusterCoordinator::CursorFor(const std::vector<Arg>& args, uint64_t* iterator_id) const {
+  MutexLock lock(&dynamic_mu_);
+  for (const Arg& arg : args) {
+    const auto* v = std::get_if<PerWorkerValues>(&arg.value());
+    if (v == nullptr) continue;
+    if (auto it = cursors_.find(v->id()); it != cursors_.end()) {
+      *iterator_id = v->id();
+      return it->second;
+    }
+  }
+  return nullptr;
+}
+
+std::map<std::string, std::string> ClusterCoordinator::SplitCursorState() const {
+  std::map<std::string, std::string> state;
+  MutexLock lock(&dynamic_mu_);
+  for (const auto& [name, d] : dynamic_datasets_) {
+    if (d.latest != nullptr) state[absl::StrCat(kSplitCursorStatePrefix, name)] = d.latest->SaveState();
+  }
+  return state;
+}
+
+absl::Status ClusterCoordinator::RestoreSplitCursors(const std::map<std::string, std::string>& state) {
+  std::map<std::string, std::shared_ptr<SplitCursor>> restored;
+  for (const auto& [key, value] : state) {
+    if (!absl::StartsWith(key, kSplitCursorStatePrefix)) continue;
+    const std::string name = key.substr(std::strlen(kSplitCursorStatePrefix));
+    absl::StatusOr<std::unique_ptr<SplitCursor>> cursor = SplitCursor::FromState(value);
+    if (!cursor.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("dataset '", name, "': ", cursor.status().message()));
+    }
+    restored[name] = std::move(*cursor);
+  }
+  MutexLock lock(&dynamic_mu_);
+  for (auto& [name, cursor] : restored) restored_cursors_[name] = std::move(cursor);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::vector<Values>> ClusterCoordinator::Fetch(const std::vector<RemoteValue>& values) {
   std::vector<Values> out;
@@ -228,7 +318,14 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     }
     WorkerFailed(worker, incarnation, reason);
     metrics_->retried.Increment();
+    const uint64_t id = closure->id;
     queue_.PutBack(closure);
+    // Cancelled instead of queued (an error is pending): its batch, if it had one, goes back.
+    if (closure->output.done()) {
+      uint64_t iterator_id;
+      const auto& args = std::static_pointer_cast<const ClosureArgs>(closure->payload)->args;
+      if (std::shared_ptr<SplitCursor> c = CursorFor(args, &iterator_id)) c->Release(id);
+    }
   };
   if (incarnation == 0) {  // went down between WaitUntilUp and Get: nothing to report
     queue_.PutBack(closure);
@@ -251,11 +348,43 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
       return;
     }
   }
+  // Dynamic sharding: the batch this closure reads (the same one when it runs again).
+  uint64_t iterator_id = 0;
+  const std::shared_ptr<SplitCursor> cursor = CursorFor(payload.args, &iterator_id);
+  SplitBinding binding;
+  if (cursor != nullptr) {
+    absl::StatusOr<SplitBinding> bound = cursor->Bind(closure->id, worker.index());
+    if (!bound.ok()) {
+      // Every batch of the epoch is handed out: this closure reads nothing. Not an error that
+      // cancels the others (they hold batches); Join reports the end once they are done.
+      closure->output.SetFailed(bound.status());
+      {
+        MutexLock lock(&dynamic_mu_);
+        end_of_data_ = true;
+      }
+      queue_.MarkFinished();
+      return;
+    }
+    binding = *bound;
+  }
   net::OutMessage request;
   auto body = request.InitRequestBody<wire::RunRequest>();
+  if (cursor != nullptr) {
+    auto split = body.initSplit();
+    split.setResource(iterator_id);
+    split.setEpoch(binding.epoch);
+    split.setSplit(binding.split);
+    split.setBegin(binding.begin);
+    split.setEnd(binding.end);
+    split.setBatch(binding.batch);
+  }
   body.setFunction(closure->function);
   body.setClosureId(closure->id);
   body.setIncarnation(incarnation);
+  if (options_.deduplicate_updates) {
+    body.setCoordinator(closure_ids_.first_id());
+    body.setWatermark(closure_ids_.Watermark());
+  }
   auto args = body.initArgs(static_cast<unsigned>(payload.args.size()));
   for (unsigned i = 0; i < payload.args.size(); ++i) {
     const auto& v = payload.args[i].value();
@@ -269,6 +398,7 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
   if (queue_.error_pending()) {
     // Another closure failed after this one was taken: it is cancelled without running.
     worker.RemoveRunning(closure->id);
+    if (cursor != nullptr) cursor->Release(closure->id);
     closure->output.SetCancelled("cancelled after another closure failed");
     metrics_->cancelled.Increment();
     queue_.MarkFinished();
@@ -281,9 +411,11 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
   absl::Status status;
   ErrorSource source = ErrorSource::kFunction;
   Values values;
+  SplitOutcome split_outcome = SplitOutcome::kUnread;
   if (rpc.ok()) {
     rpc = net::CatchDecodeErrors([&]() -> absl::Status {
       auto r = response->ResponseBody<wire::RunResponse>();
+      split_outcome = static_cast<SplitOutcome>(r.getSplit());
       if (r.getCode() != 0) {
         status = absl::Status(static_cast<absl::StatusCode>(r.getCode()), r.getMessage().cStr());
         switch (r.getErrorSource()) {
@@ -309,7 +441,22 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     });
   }
 
+  if (cursor != nullptr && rpc.ok() &&
+      (split_outcome == SplitOutcome::kPastEnd || split_outcome == SplitOutcome::kBeyondSource)) {
+    // Its batch lies past its split's end, so it read nothing (whatever it returned): bind it
+    // again, under a new id, so that the parameter servers' update window does not take the
+    // updates it makes with its new batch for repeats of this attempt's.
+    cursor->PastEnd(closure->id, split_outcome == SplitOutcome::kBeyondSource);
+    closure_ids_.Assign(closure);
+    queue_.PutBack(closure);
+    return;
+  }
   const ClosureOutcome outcome = ClassifyClosure(rpc, status, source);
+  // A closure that runs again (its worker failed, or a PS is being repaired) keeps its batch;
+  // one that failed or was cancelled gives it to a later closure.
+  if (cursor != nullptr && outcome == ClosureOutcome::kSucceeded) {
+    cursor->Complete(closure->id, split_outcome == SplitOutcome::kLast);
+  }
   switch (outcome) {
     case ClosureOutcome::kSucceeded:
       if (ps_recovery_ != nullptr) ps_recovery_->NoteCompleted();
@@ -321,6 +468,7 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     case ClosureOutcome::kWorkerFailure:
       return put_back(rpc);
     case ClosureOutcome::kCancelled:
+      if (cursor != nullptr) cursor->Release(closure->id);
       closure->output.SetCancelled("cancelled after another closure failed");
       metrics_->cancelled.Increment();
       queue_.MarkFinished();
@@ -346,6 +494,7 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     return;
   }
   spdlog::warn("closure '{}' failed on worker {}: {}", closure->function, worker.index(), status.ToString());
+  if (cursor != nullptr) cursor->Release(closure->id);
   closure->output.SetFailed(status);
   metrics_->failed.Increment();
   queue_.MarkFailed(status);

@@ -11,10 +11,12 @@
 #include "absl/time/time.h"
 #include "coordinator/arg.h"
 #include "coordinator/closure_queue.h"
+#include "coordinator/closure_watermark.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "coordinator/per_worker_dataset.h"
 #include "coordinator/ps_recovery.h"
 #include "coordinator/remote_value.h"
+#include "coordinator/split_cursor.h"
 #include "coordinator/worker_handle.h"
 #include "core/sync.h"
 #include "worker/program.h"
@@ -39,6 +41,11 @@ using coordinator::RemoteValue;
 //     Done return Unavailable. Opt-in instead: automatic PS recovery (Options::ps_recovery;
 //     see coordinator/ps_recovery.h) pauses dispatch, waits for the PS to come back, restores
 //     the latest checkpoint onto every PS and re-runs the failed closures by itself.
+//   * Dynamic sharding (ShardingPolicy::kDynamic, see PerWorkerDataset): each closure that
+//     takes such an iterator is bound, when dispatched, to one batch, and a re-run reads the
+//     same batch. Closures dispatched after an epoch's last batch was handed out read nothing
+//     (their RemoteValues say OutOfRange) and cancel nothing; Join/Done then return
+//     OutOfRange once, after the closures holding batches finished.
 // Workers are watched by heartbeats as well as by failed calls, so a hung or partitioned worker
 // is noticed too. A down worker is probed with backoff; when it answers, its per-worker
 // resources and the variable directory are rebuilt on it before it is given closures again.
@@ -57,6 +64,12 @@ class ClusterCoordinator {
     absl::Duration max_recovery_backoff = absl::Seconds(2);
     // How long the destructor lets running closures stop cooperatively after cancelling them.
     absl::Duration shutdown_grace = absl::Milliseconds(500);
+    // Exactly-once updates: every update and gradient push a closure makes is applied at
+    // most once by its PS, however often the closure runs (ps/update_dedup.h). Off gives
+    // TensorFlow's at-least-once behaviour: a closure re-run after its worker failed applies
+    // again what the failed attempt had applied. The chief's own updates (outside closures)
+    // are never deduplicated.
+    bool deduplicate_updates = true;
     // Off by default (a lost PS is reported as Unavailable). Set enabled (and checkpoints) to
     // have the coordinator repair a lost PS by itself.
     PsRecovery::Options ps_recovery;
@@ -103,6 +116,23 @@ class ClusterCoordinator {
   // the Program lacks; the factory's own error when it fails on a worker.
   absl::StatusOr<PerWorkerDataset> CreatePerWorkerDataset(const std::string& name,
                                                           std::map<std::string, std::string> args = {});
+  // The same with a sharding policy (see ShardingPolicy and PerWorkerDataset). Under kDynamic
+  // the sources are cut into splits of `records_per_split` records; InvalidArgument if < 1.
+  static constexpr int64_t kDefaultRecordsPerSplit = 4096;
+  absl::StatusOr<PerWorkerDataset> CreatePerWorkerDataset(const std::string& name,
+                                                          std::map<std::string, std::string> args,
+                                                          ShardingPolicy policy,
+                                                          int64_t records_per_split = kDefaultRecordsPerSplit);
+
+  // The split cursor of each kDynamic dataset's latest iterator (its epoch, next split, splits
+  // being read, batches in flight as not done), keyed "split_cursor/<dataset>": coordinator
+  // state for CheckpointManager::Save. Take it after Join (nothing in flight) for exactly once.
+  std::map<std::string, std::string> SplitCursorState() const;
+  // Restores cursors saved by SplitCursorState (keys without the prefix are ignored, so the
+  // whole coordinator state of a checkpoint can be passed): the next MakeIterator of each such
+  // kDynamic dataset continues the saved epoch; later ones start the epochs after it.
+  // InvalidArgument for a malformed state (nothing is restored then).
+  absl::Status RestoreSplitCursors(const std::map<std::string, std::string>& state);
 
   int num_workers() const { return static_cast<int>(workers_.size()); }
   int workers_up() const;
@@ -121,16 +151,37 @@ class ClusterCoordinator {
   void UpdateQueueGauges();
   void UpdateWorkerGauge();
 
+  friend class PerWorkerDataset;
+  void RegisterDynamicDataset(const std::string& name, int64_t records_per_split);
+  void StartEpoch(const std::string& name, uint64_t iterator_id);
+  // The cursor of the kDynamic iterator among `args` (null if none), and that iterator's id.
+  std::shared_ptr<SplitCursor> CursorFor(const std::vector<Arg>& args, uint64_t* iterator_id) const;
+
   ParameterServerStrategy& strategy_;
   const Program& program_;
   const Options options_;
   std::unique_ptr<CoordinatorMetrics> metrics_;
   coordinator::ClosureQueue queue_;
+  coordinator::ClosureWatermark closure_ids_;
   std::vector<std::unique_ptr<WorkerHandle>> workers_;
   std::unique_ptr<PsRecovery> ps_recovery_;  // null unless options_.ps_recovery.enabled
 
   Mutex resources_mu_;
   std::vector<ResourceSpec> resources_ ABSL_GUARDED_BY(resources_mu_);
+
+  // Dynamic sharding: per dataset, the split size, the next epoch and its latest cursor;
+  // per iterator, its cursor; cursors restored from a checkpoint until their dataset's next
+  // MakeIterator; whether a closure found its epoch's data handed out since the last Join.
+  struct DynamicDataset {
+    int64_t records_per_split = kDefaultRecordsPerSplit;
+    int64_t next_epoch = 0;
+    std::shared_ptr<SplitCursor> latest;
+  };
+  mutable Mutex dynamic_mu_;
+  std::map<std::string, DynamicDataset> dynamic_datasets_ ABSL_GUARDED_BY(dynamic_mu_);
+  std::map<uint64_t, std::shared_ptr<SplitCursor>> cursors_ ABSL_GUARDED_BY(dynamic_mu_);
+  std::map<std::string, std::shared_ptr<SplitCursor>> restored_cursors_ ABSL_GUARDED_BY(dynamic_mu_);
+  bool end_of_data_ ABSL_GUARDED_BY(dynamic_mu_) = false;
 
   std::vector<std::thread> threads_;
 };

@@ -18,6 +18,8 @@ class CacheNode : public DatasetNode, public std::enable_shared_from_this<CacheN
 
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(
       const IteratorContext& ctx) const override {
+    // One split of dynamic sharding is read once; caching it would replay it for the next.
+    if (ctx.single_pass) return MakeIteratorOf(input_, ctx);
     std::shared_ptr<const Elements> cached = Cached();
     if (cached != nullptr) return std::unique_ptr<Iterator>(new ReplayIterator(std::move(cached)));
     ASSIGN_OR_RETURN(auto input, MakeIteratorOf(input_, ctx));

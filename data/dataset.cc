@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "data/dataset_node.h"
 
 namespace asyncps::data {
@@ -42,7 +44,9 @@ absl::StatusOr<std::unique_ptr<Iterator>> MakeIteratorOf(const Dataset& dataset,
   if (dataset.node() == nullptr) {
     return absl::FailedPreconditionError("MakeIterator on a default-constructed Dataset");
   }
-  return dataset.node()->MakeIterator(ctx);
+  if (!ctx.split.has_value() || !dataset.node()->is_source()) return dataset.node()->MakeIterator(ctx);
+  ASSIGN_OR_RETURN(std::unique_ptr<Iterator> source, dataset.node()->MakeIterator(ctx));
+  return MakeSourceSplitIterator(std::move(source), *ctx.split, ctx.beyond_source);
 }
 
 }  // namespace internal
@@ -101,6 +105,36 @@ Dataset Dataset::Prefetch(int64_t buffer_size) const {
 
 absl::StatusOr<std::unique_ptr<Iterator>> Dataset::MakeIterator() const {
   return internal::MakeIteratorOf(*this, IteratorContext{});
+}
+
+namespace {
+
+absl::Status CheckSplit(const SourceSplit& split) {
+  if (split.begin < 0 || split.end < split.begin || split.stride < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("bad source split: begin ", split.begin, ", end ", split.end,
+                                                   ", stride ", split.stride));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Iterator>> Dataset::MakeSplitIterator(const SourceSplit& split) const {
+  RETURN_IF_ERROR(CheckSplit(split));
+  IteratorContext ctx;
+  ctx.split = split;
+  return internal::MakeIteratorOf(*this, ctx);
+}
+
+absl::StatusOr<std::unique_ptr<Iterator>> Dataset::MakeSinglePassSplitIterator(
+    const SourceSplit& split, uint64_t seed, std::shared_ptr<std::atomic<bool>> beyond_source) const {
+  RETURN_IF_ERROR(CheckSplit(split));
+  IteratorContext ctx;
+  ctx.epoch_key = seed;
+  ctx.split = split;
+  ctx.beyond_source = std::move(beyond_source);
+  ctx.single_pass = true;
+  return internal::MakeIteratorOf(*this, ctx);
 }
 
 }  // namespace asyncps::data

@@ -13,8 +13,10 @@
 // Invalid arguments (a zero batch size, a shard index out of range, ...) are reported by
 // MakeIterator() as InvalidArgument, so building a pipeline never fails by itself.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +48,17 @@ class Iterator {
 namespace internal {
 class DatasetNode;
 }  // namespace internal
+
+// Which records of each source a pass reads (static and dynamic sharding): records begin,
+// begin + stride, begin + 2 * stride, ... below end, counted from the source's first record
+// (for a file list, across its files). Every source of the pipeline reads the same positions,
+// so Zip-ped sources (images and labels) stay aligned. Transforms apply within the split: a
+// Shuffle shuffles the split's records, a Batch batches them.
+struct SourceSplit {
+  int64_t begin = 0;
+  int64_t end = std::numeric_limits<int64_t>::max();
+  int64_t stride = 1;
+};
 
 // A cheap-to-copy handle on a shared, immutable pipeline description. Copying, transforming
 // and calling MakeIterator() are thread-safe; every iterator is independent. Functions given
@@ -119,6 +132,20 @@ class Dataset {
 
   // Starts a pass. Files are opened here: a missing or unreadable file is an error naming it.
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator() const;
+
+  // Starts a pass over `split` of the sources (static sharding: {worker, max, num_workers}).
+  // InvalidArgument when begin < 0, end < begin or stride < 1.
+  absl::StatusOr<std::unique_ptr<Iterator>> MakeSplitIterator(const SourceSplit& split) const;
+
+  // One pass over one split of dynamic sharding: like MakeSplitIterator, but `seed` is mixed
+  // into every Shuffle (so each split of each epoch has its own, reproducible order), a Repeat
+  // in the pipeline is InvalidArgument (the coordinator makes the epochs; a repeated split
+  // would never end) and Cache is bypassed. The same pipeline, split and seed give the same
+  // elements in the same order on every machine. When a source ends before `split.begin`,
+  // *beyond_source (if given) becomes true: the split lies past the end of the data.
+  absl::StatusOr<std::unique_ptr<Iterator>> MakeSinglePassSplitIterator(
+      const SourceSplit& split, uint64_t seed,
+      std::shared_ptr<std::atomic<bool>> beyond_source = nullptr) const;
 
   const std::shared_ptr<const internal::DatasetNode>& node() const { return node_; }
 

@@ -4,8 +4,10 @@
 // The internal side of Dataset: each source or transform is a DatasetNode that makes
 // iterators. Only data/ and pipeline stages defined elsewhere include this.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "data/dataset.h"
@@ -17,6 +19,13 @@ struct IteratorContext {
   // Which pass of the enclosing Repeat(s) this iterator serves, hashed; Shuffle mixes it into
   // its seed so each pass has its own order.
   uint64_t epoch_key = 0;
+  // When set, every source reads only these records (Dataset::MakeSplitIterator).
+  std::optional<SourceSplit> split;
+  // Set true by a source that ends before split->begin: the split lies beyond the data.
+  std::shared_ptr<std::atomic<bool>> beyond_source;
+  // A split read once for dynamic sharding: Repeat is refused (the coordinator makes the
+  // epochs) and Cache is bypassed (its one cached pass would be one split's records).
+  bool single_pass = false;
 };
 
 class DatasetNode {
@@ -25,6 +34,9 @@ class DatasetNode {
   // Thread-safe: nodes are immutable and shared by every iterator.
   virtual absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(
       const IteratorContext& ctx) const = 0;
+  // True for nodes that read records (Range, files, ...): MakeIteratorOf restricts their
+  // iterators to IteratorContext::split. Transforms leave it false.
+  virtual bool is_source() const { return false; }
 };
 
 // A well-mixed 64-bit hash of (a, b) (splitmix64 finaliser), for seeds.
@@ -33,6 +45,12 @@ uint64_t MixSeed(uint64_t a, uint64_t b);
 // Makes the iterator of `dataset` with `ctx` (a default-constructed Dataset fails).
 absl::StatusOr<std::unique_ptr<Iterator>> MakeIteratorOf(const Dataset& dataset,
                                                          const IteratorContext& ctx);
+
+// `source`'s records restricted to `split` (skipping what lies outside it); sets
+// *beyond_source (if given) when the source ends before split.begin.
+std::unique_ptr<Iterator> MakeSourceSplitIterator(std::unique_ptr<Iterator> source,
+                                                  const SourceSplit& split,
+                                                  std::shared_ptr<std::atomic<bool>> beyond_source);
 
 // An iterator that returns `status` on every call.
 std::unique_ptr<Iterator> MakeErrorIterator(absl::Status status);

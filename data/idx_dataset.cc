@@ -142,6 +142,7 @@ class IdxFileNode : public DatasetNode {
  public:
   explicit IdxFileNode(std::string path) : path_(std::move(path)) {}
 
+  bool is_source() const override { return true; }
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const IteratorContext&) const override {
     ASSIGN_OR_RETURN(std::unique_ptr<InputStream> in, InputStream::Open(path_));
     auto corrupt = [&](int64_t offset, absl::string_view what) {

@@ -31,6 +31,7 @@ class RangeIterator : public Iterator {
 class RangeNode : public DatasetNode {
  public:
   RangeNode(int64_t start, int64_t stop, int64_t step) : start_(start), stop_(stop), step_(step) {}
+  bool is_source() const override { return true; }
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const IteratorContext&) const override {
     if (step_ == 0) return absl::InvalidArgumentError("Range: step must not be 0");
     return std::make_unique<RangeIterator>(start_, stop_, step_);
@@ -44,6 +45,7 @@ class TensorSlicesNode : public DatasetNode, public std::enable_shared_from_this
  public:
   explicit TensorSlicesNode(std::vector<Tensor> components) : components_(std::move(components)) {}
 
+  bool is_source() const override { return true; }
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const IteratorContext&) const override {
     if (components_.empty()) {
       return absl::InvalidArgumentError("FromTensorSlices: no components");
@@ -95,6 +97,7 @@ class TensorSlicesNode : public DatasetNode, public std::enable_shared_from_this
 class ElementsNode : public DatasetNode, public std::enable_shared_from_this<ElementsNode> {
  public:
   explicit ElementsNode(std::vector<Element> elements) : elements_(std::move(elements)) {}
+  bool is_source() const override { return true; }
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const IteratorContext&) const override {
     return std::unique_ptr<Iterator>(new ElementsIterator(shared_from_this()));
   }

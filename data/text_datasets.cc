@@ -35,6 +35,7 @@ class TextLinesIterator : public FileListIterator {
 class TextLinesNode : public DatasetNode {
  public:
   explicit TextLinesNode(std::vector<std::string> paths) : paths_(std::move(paths)) {}
+  bool is_source() const override { return true; }
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const IteratorContext&) const override {
     auto it = std::make_unique<TextLinesIterator>(paths_);
     RETURN_IF_ERROR(it->Start());
@@ -106,6 +107,7 @@ class LibSvmNode : public DatasetNode {
  public:
   LibSvmNode(std::string path, int64_t num_features)
       : path_(std::move(path)), num_features_(num_features) {}
+  bool is_source() const override { return true; }
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const IteratorContext&) const override {
     if (num_features_ < 1) {
       return absl::InvalidArgumentError(

@@ -64,6 +64,7 @@ class TFRecordIterator : public FileListIterator {
 class TFRecordNode : public DatasetNode {
  public:
   explicit TFRecordNode(std::vector<std::string> paths) : paths_(std::move(paths)) {}
+  bool is_source() const override { return true; }
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const IteratorContext&) const override {
     auto it = std::make_unique<TFRecordIterator>(paths_);
     RETURN_IF_ERROR(it->Start());

@@ -272,6 +272,10 @@ class RepeatNode : public DatasetNode {
   RepeatNode(Dataset input, int64_t count) : input_(std::move(input)), count_(count) {}
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(
       const IteratorContext& ctx) const override {
+    if (ctx.single_pass) {
+      return absl::InvalidArgumentError(
+          "Repeat in a dynamically sharded pipeline: the coordinator makes the epochs (drop the Repeat)");
+    }
     auto it = std::make_unique<RepeatIterator>(input_, count_, ctx);
     RETURN_IF_ERROR(it->Start());
     return it;

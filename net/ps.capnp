@@ -77,8 +77,23 @@ struct VariableUpdate {
   hasIds @4 :Bool;
 }
 
+# Which closure attempt sent an update or a push, so that the PS applies it at most once
+# (ps/update_dedup.h). Absent, or coordinator 0: not from a closure; applied every time.
+struct UpdateTag {
+  coordinator @0 :UInt64;      # the coordinator's identity: its first closure id
+  closure @1 :UInt64;          # the closure's id (>= coordinator; ids grow in schedule order)
+  sequence @2 :UInt64;         # the call's number within the attempt: 1, 2, ...
+  watermark @3 :UInt64;        # every closure of this coordinator with a lower id has finished
+}
+
 struct UpdateRequest {
   updates @0 :List(VariableUpdate);
+  tag @1 :UpdateTag;
+}
+
+# Answer of ps.Update and ps.PushGradients.
+struct UpdateResponse {
+  alreadyApplied @0 :UInt32;   # variables of the request skipped as applied before (UpdateTag)
 }
 
 # A gradient for the variable's optimizer: dense, or rows (ids local to the shard) when hasIds.
@@ -91,6 +106,7 @@ struct Gradient {
 
 struct PushGradientsRequest {
   gradients @0 :List(Gradient);
+  tag @1 :UpdateTag;
 }
 
 struct GatherRequest {

@@ -38,6 +38,32 @@ struct RunRequest {
   # The worker incarnation the coordinator prepared (directory, resources); a restarted worker
   # refuses the closure until the coordinator has brought it up to date. 0 = any.
   incarnation @3 :UInt64;
+  # Exactly-once updates (ps/update_dedup.h): the coordinator's identity (its first closure
+  # id; 0 = do not tag updates) and the lowest id of its closures not finished yet.
+  coordinator @4 :UInt64;
+  watermark @5 :UInt64;
+  # Dynamic sharding: the batch the closure reads from its per-worker iterator (absent: none).
+  split @6 :SplitBinding;
+}
+
+# Element `batch` of the pipeline of per-worker iterator `resource` over records [begin, end)
+# of its source (split `split` of epoch `epoch`).
+struct SplitBinding {
+  resource @0 :UInt64;
+  epoch @1 :Int64;
+  split @2 :Int64;
+  begin @3 :Int64;
+  end @4 :Int64;
+  batch @5 :Int64;
+}
+
+# What the worker found reading a SplitBinding.
+enum SplitOutcome {
+  unread @0;                   # the function did not read it (or reading failed)
+  more @1;                     # read; the split has further batches
+  last @2;                     # read; it was the split's last batch
+  pastEnd @3;                  # the split has fewer batches: nothing was read
+  beyondSource @4;             # the split starts past the end of the data: nothing was read
 }
 
 # A closure's outcome. Errors of the closure travel here with an OK RPC status, so a failed
@@ -47,6 +73,7 @@ struct RunResponse {
   code @1 :Int32;              # absl::StatusCode of the function; 0 = OK
   message @2 :Text;
   errorSource @3 :ErrorSource;
+  split @4 :SplitOutcome;      # for a RunRequest with a split
 }
 
 enum ErrorSource {

@@ -22,6 +22,7 @@ PsMetrics::PsMetrics(metrics::ProcessMetrics& metrics) {
   rejected_[static_cast<int>(RejectReason::kVariableBytes)] = &rejected.Add({{"reason", "variable_bytes"}});
   rejected_[static_cast<int>(RejectReason::kResponseBytes)] = &rejected.Add({{"reason", "response_bytes"}});
   rejected_[static_cast<int>(RejectReason::kNonfiniteGradient)] = &rejected.Add({{"reason", "nonfinite_gradient"}});
+  rejected_[static_cast<int>(RejectReason::kDedupWindowFull)] = &rejected.Add({{"reason", "dedup_window_full"}});
   nonfinite_ = &prometheus::BuildCounter()
                     .Name("asyncps_ps_nonfinite_gradients_total")
                     .Help("Pushed gradients holding NaN or Inf (refused unless --allow_nonfinite_gradients)")
@@ -34,6 +35,19 @@ PsMetrics::PsMetrics(metrics::ProcessMetrics& metrics) {
                          .Labels(labels)
                          .Register(registry)
                          .Add({});
+  auto& skipped = prometheus::BuildCounter()
+                      .Name("asyncps_ps_dedup_skipped_total")
+                      .Help("Closure updates (one per variable of a request) answered as already applied, by reason")
+                      .Labels(labels)
+                      .Register(registry);
+  dedup_skipped_[static_cast<int>(DedupSkip::kRepeat)] = &skipped.Add({{"reason", "repeat"}});
+  dedup_skipped_[static_cast<int>(DedupSkip::kBelowWatermark)] = &skipped.Add({{"reason", "below_watermark"}});
+  dedup_entries_ = &prometheus::BuildGauge()
+                        .Name("asyncps_ps_dedup_window_entries")
+                        .Help("Keys (closure, call, variable) held by this parameter server's update window")
+                        .Labels(labels)
+                        .Register(registry)
+                        .Add({});
   variables_ = &prometheus::BuildGauge()
                     .Name("asyncps_ps_variables")
                     .Help("Variables held by this parameter server")
@@ -53,6 +67,12 @@ void PsMetrics::RecordRejected(RejectReason reason) { rejected_[static_cast<int>
 void PsMetrics::RecordNonfiniteGradient() { nonfinite_->Increment(); }
 
 void PsMetrics::SetVariableBytes(uint64_t bytes) { variable_bytes_->Set(static_cast<double>(bytes)); }
+
+void PsMetrics::RecordDedupSkipped(DedupSkip reason, uint64_t updates) {
+  dedup_skipped_[static_cast<int>(reason)]->Increment(static_cast<double>(updates));
+}
+
+void PsMetrics::SetDedupEntries(uint64_t entries) { dedup_entries_->Set(static_cast<double>(entries)); }
 
 void PsMetrics::SetVariables(uint64_t count) { variables_->Set(static_cast<double>(count)); }
 

@@ -17,6 +17,14 @@ enum class RejectReason {
   kVariableBytes,      // "variable_bytes": creating it would pass --ps_max_variable_bytes
   kResponseBytes,      // "response_bytes": its answer would pass --ps_max_response_bytes
   kNonfiniteGradient,  // "nonfinite_gradient": a gradient held NaN or Inf
+  kDedupWindowFull,    // "dedup_window_full": the update window is at --ps_dedup_max_entries
+};
+
+// Why an update of a closure was answered "already applied" (the `reason` label; see
+// UpdateDedup).
+enum class DedupSkip {
+  kRepeat,          // "repeat": the same (closure, call, variable) was applied before
+  kBelowWatermark,  // "below_watermark": a zombie attempt of a closure already finished
 };
 
 // The parameter server's own metric families:
@@ -24,6 +32,9 @@ enum class RejectReason {
 //   asyncps_ps_nonfinite_gradients_total        gradients (one per variable of a push) that
 //                                               held NaN or Inf, refused or allowed
 //   asyncps_ps_variable_bytes                   bytes the variables hold against the cap
+//   asyncps_ps_dedup_skipped_total{reason}      closure updates (one per variable of a
+//                                               request) answered "already applied" (DedupSkip)
+//   asyncps_ps_dedup_window_entries             keys the update window holds (UpdateDedup)
 //   asyncps_ps_variables                        variables this server holds
 //   asyncps_ps_rows_updated_total               rows written by pushes and updates (a dense
 //                                               update counts every row of its value)
@@ -37,11 +48,15 @@ class PsMetrics {
   void RecordRejected(RejectReason reason);
   void RecordNonfiniteGradient();
   void SetVariableBytes(uint64_t bytes);
+  void RecordDedupSkipped(DedupSkip reason, uint64_t updates);
+  void SetDedupEntries(uint64_t entries);
   void SetVariables(uint64_t count);
   void AddRowsUpdated(uint64_t rows);
 
  private:
-  prometheus::Counter* rejected_[3];
+  prometheus::Counter* rejected_[4];
+  prometheus::Counter* dedup_skipped_[2];
+  prometheus::Gauge* dedup_entries_;
   prometheus::Counter* nonfinite_;
   prometheus::Gauge* variable_bytes_;
   prometheus::Gauge* variables_;

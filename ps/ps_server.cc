@@ -23,12 +23,13 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   service_options.max_response_bytes = options.ps_max_response_bytes;
   service_options.allow_nonfinite_gradients = options.allow_nonfinite_gradients;
   service_options.inline_small_updates = options.ps_inline_small_updates;
+  service_options.dedup_max_entries = static_cast<uint64_t>(options.ps_dedup_max_entries);
   service_options.metrics = &metrics;
   PsService service(store, service_options);
   service.RegisterWith((*process)->server().methods());
-  spdlog::info("limits: {} variable bytes, {} response bytes, non-finite gradients {}",
+  spdlog::info("limits: {} variable bytes, {} response bytes, non-finite gradients {}, {} update-window keys",
                options.ps_max_variable_bytes, options.ps_max_response_bytes,
-               options.allow_nonfinite_gradients ? "allowed" : "refused");
+               options.allow_nonfinite_gradients ? "allowed" : "refused", options.ps_dedup_max_entries);
   CheckpointService checkpoints(store, CheckpointService::OptionsFromEnv());
   checkpoints.RegisterWith((*process)->server().methods());
   return (*process)->ServeUntilSignal();

@@ -57,6 +57,13 @@ uint64_t SaturatingMul(uint64_t a, uint64_t b) {
 
 }  // namespace
 
+UpdateDedup::Options PsService::DedupOptions(const Options& options) {
+  UpdateDedup::Options o;
+  o.max_entries = options.dedup_max_entries;
+  o.metrics = options.metrics;
+  return o;
+}
+
 absl::Status PsService::Reject(RejectReason reason, absl::Status status) const {
   if (options_.metrics != nullptr) options_.metrics->RecordRejected(reason);
   // The RPC server logs InvalidArgument itself; the rest would go unlogged.
@@ -149,6 +156,19 @@ struct Prepared {
   std::optional<Tensor> ids;
 };
 
+// Which of `prepared` a request tagged by `tag` (absent: untagged) applies.
+template <typename Reader>
+absl::StatusOr<UpdateDedup::Admission> Admit(UpdateDedup& dedup, const Reader& request,
+                                             const std::vector<Prepared>& prepared) {
+  if (!request.hasTag()) return UpdateDedup::Admission();
+  const UpdateTag tag = UpdateTagFromWire(request.getTag());
+  if (!tag.tagged()) return UpdateDedup::Admission();
+  std::vector<absl::string_view> names;
+  names.reserve(prepared.size());
+  for (const Prepared& p : prepared) names.push_back(p.variable->name());
+  return dedup.Admit(tag, names);
+}
+
 // Rows an update wrote: its ids, or every row of a dense value (a scalar is one row).
 uint64_t RowsOf(const Prepared& p) {
   if (p.ids) return static_cast<uint64_t>(p.ids->num_elements());
@@ -164,8 +184,9 @@ void CountRows(PsMetrics* metrics, const std::vector<Prepared>& prepared) {
 
 }  // namespace
 
-absl::Status PsService::Update(const net::InMessage& request, net::OutMessage*) {
-  auto updates = request.RequestBody<wire::UpdateRequest>().getUpdates();
+absl::Status PsService::Update(const net::InMessage& request, net::OutMessage* response) {
+  auto req = request.RequestBody<wire::UpdateRequest>();
+  auto updates = req.getUpdates();
   std::vector<Prepared> prepared;
   for (auto u : updates) {
     Prepared p;
@@ -181,17 +202,23 @@ absl::Status PsService::Update(const net::InMessage& request, net::OutMessage*) 
     RETURN_IF_ERROR(p.variable->CheckUpdate(p.kind, p.ids ? &*p.ids : nullptr, p.value));
     prepared.push_back(std::move(p));
   }
+  ASSIGN_OR_RETURN(UpdateDedup::Admission admission, Admit(dedup_, req, prepared));
   // Everything is valid, so each update below succeeds (it re-checks, finding nothing wrong).
-  for (const Prepared& p : prepared) {
+  for (size_t i = 0; i < prepared.size(); ++i) {
+    if (!admission.apply(i)) continue;
+    const Prepared& p = prepared[i];
     RETURN_IF_ERROR(p.ids ? p.variable->UpdateRows(p.kind, *p.ids, p.value)
                           : p.variable->Update(p.kind, p.value));
   }
   CountRows(options_.metrics, prepared);
+  admission.Commit();
+  response->InitResponseBody<wire::UpdateResponse>().setAlreadyApplied(admission.already_applied());
   return absl::OkStatus();
 }
 
-absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMessage*) {
-  auto gradients = request.RequestBody<wire::PushGradientsRequest>().getGradients();
+absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMessage* response) {
+  auto req = request.RequestBody<wire::PushGradientsRequest>();
+  auto gradients = req.getGradients();
   std::vector<Prepared> prepared;
   for (auto g : gradients) {
     Prepared p;
@@ -214,11 +241,16 @@ absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMes
     }
     prepared.push_back(std::move(p));
   }
-  for (const Prepared& p : prepared) {
+  ASSIGN_OR_RETURN(UpdateDedup::Admission admission, Admit(dedup_, req, prepared));
+  for (size_t i = 0; i < prepared.size(); ++i) {
+    if (!admission.apply(i)) continue;
+    const Prepared& p = prepared[i];
     RETURN_IF_ERROR(p.ids ? p.variable->ApplyRowGradients(*p.ids, p.value)
                           : p.variable->ApplyGradient(p.value));
   }
   CountRows(options_.metrics, prepared);
+  admission.Commit();
+  response->InitResponseBody<wire::UpdateResponse>().setAlreadyApplied(admission.already_applied());
   return absl::OkStatus();
 }
 

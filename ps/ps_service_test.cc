@@ -109,9 +109,12 @@ class PsServiceTest : public ::testing::Test {
     return r.ok() && r->size() == 1 ? (*r)[0] : Tensor();
   }
 
-  absl::Status Update(const std::vector<UpdateSpec>& updates) {
+  // With a tagged `tag`, as a closure sends it; already_applied_ receives the answer's count.
+  absl::Status Update(const std::vector<UpdateSpec>& updates, const UpdateTag& tag = {}) {
     net::OutMessage req;
-    auto list = req.InitRequestBody<wire::UpdateRequest>().initUpdates(static_cast<unsigned>(updates.size()));
+    auto body = req.InitRequestBody<wire::UpdateRequest>();
+    if (tag.tagged()) UpdateTagToWire(tag, body.initTag());
+    auto list = body.initUpdates(static_cast<unsigned>(updates.size()));
     for (unsigned i = 0; i < updates.size(); ++i) {
       list[i].setName(updates[i].name);
       list[i].setKind(UpdateKindToWire(updates[i].kind));
@@ -121,13 +124,14 @@ class PsServiceTest : public ::testing::Test {
         req.AddTensor(*updates[i].ids, list[i].initIds());
       }
     }
-    return Call("ps.Update", std::move(req)).status();
+    return CallUpdate("ps.Update", std::move(req));
   }
 
-  absl::Status Push(const std::vector<GradientSpec>& gradients) {
+  absl::Status Push(const std::vector<GradientSpec>& gradients, const UpdateTag& tag = {}) {
     net::OutMessage req;
-    auto list =
-        req.InitRequestBody<wire::PushGradientsRequest>().initGradients(static_cast<unsigned>(gradients.size()));
+    auto body = req.InitRequestBody<wire::PushGradientsRequest>();
+    if (tag.tagged()) UpdateTagToWire(tag, body.initTag());
+    auto list = body.initGradients(static_cast<unsigned>(gradients.size()));
     for (unsigned i = 0; i < gradients.size(); ++i) {
       list[i].setName(gradients[i].name);
       req.AddTensor(gradients[i].value, list[i].initValue());
@@ -136,7 +140,15 @@ class PsServiceTest : public ::testing::Test {
         req.AddTensor(*gradients[i].ids, list[i].initIds());
       }
     }
-    return Call("ps.PushGradients", std::move(req)).status();
+    return CallUpdate("ps.PushGradients", std::move(req));
+  }
+
+  absl::Status CallUpdate(const std::string& method, net::OutMessage req) {
+    already_applied_ = -1;
+    auto resp = Call(method, std::move(req));
+    if (!resp.ok()) return resp.status();
+    already_applied_ = resp->ResponseBody<wire::UpdateResponse>().getAlreadyApplied();
+    return absl::OkStatus();
   }
 
   absl::StatusOr<std::vector<Tensor>> Gather(const std::vector<std::pair<std::string, Tensor>>& lookups) {
@@ -193,6 +205,7 @@ class PsServiceTest : public ::testing::Test {
   std::unique_ptr<PsMetrics> ps_metrics_ = std::make_unique<PsMetrics>(*metrics_);
   std::unique_ptr<VariableStore> store_;
   std::unique_ptr<PsService> service_;
+  int64_t already_applied_ = -1;  // of the latest Update or Push
   std::unique_ptr<net::RpcServer> server_;
   std::unique_ptr<net::RpcClient> client_;
 };
@@ -511,6 +524,99 @@ TEST_F(PsServiceTest, MalformedRequestsAreInvalidArgumentAndServingContinues) {
   ASSERT_TRUE(Update({{"w", UpdateKind::kAdd, Tensor::FromVector<float>({2, 3}, {1, 1, 1, 1, 1, 1}), std::nullopt}})
                   .ok());
   EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{2, 3, 4, 5, 6, 7}));
+}
+
+// ----- exactly-once updates (ps/update_dedup.h) ------------------------------------------------
+
+constexpr uint64_t kCoordinator = 1 << 20;
+
+double MetricValue(const std::string& exposition, const std::string& name, const std::string& labels);
+
+UpdateTag ClosureCall(uint64_t closure, uint64_t sequence, uint64_t watermark = kCoordinator) {
+  return UpdateTag{kCoordinator, kCoordinator + closure, sequence, watermark};
+}
+
+TEST_F(PsServiceTest, AClosuresUpdateRepeatedIsAnsweredAlreadyAppliedAndAppliedOnce) {
+  CreateWith("w", {4}, {0, 0, 0, 0});
+  CreateWith("b", {1}, {0});
+  const std::vector<UpdateSpec> call = {
+      {"w", UpdateKind::kAdd, Tensor::FromVector<float>({1}, {1}), Tensor::FromVector<int64_t>({1}, {2})},
+      {"b", UpdateKind::kAdd, Tensor::FromVector<float>({1}, {5}), std::nullopt}};
+  ASSERT_TRUE(Update(call, ClosureCall(7, 1)).ok());
+  EXPECT_EQ(already_applied_, 0);
+  // The closure's re-run sends the same call: success, nothing applied again.
+  ASSERT_TRUE(Update(call, ClosureCall(7, 1)).ok());
+  EXPECT_EQ(already_applied_, 2);
+  EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{0, 0, 1, 0}));
+  EXPECT_EQ(Values<float>(ReadOne("b")), (std::vector<float>{5}));
+  // The step's second call (another sequence number) and another closure both apply.
+  ASSERT_TRUE(Update(call, ClosureCall(7, 2)).ok());
+  ASSERT_TRUE(Update(call, ClosureCall(8, 1)).ok());
+  EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{0, 0, 3, 0}));
+  // Updates from outside a closure (the chief's) are applied every time.
+  ASSERT_TRUE(Update(call).ok());
+  ASSERT_TRUE(Update(call).ok());
+  EXPECT_EQ(already_applied_, 0);
+  EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{0, 0, 5, 0}));
+  EXPECT_EQ(MetricValue(metrics_->Serialize(), "asyncps_ps_dedup_skipped_total", "reason=\"repeat\""), 2);
+}
+
+TEST_F(PsServiceTest, AClosuresGradientPushRepeatedMovesTheOptimizerOnce) {
+  OptimizerConfig sgd;
+  sgd.type = "sgd";
+  sgd.learning_rate = 0.5f;
+  CreateWith("w", {2}, {1, 1}, &sgd);
+  const std::vector<GradientSpec> push = {{"w", Tensor::FromVector<float>({2}, {2, 4}), std::nullopt}};
+  for (int attempt = 0; attempt < 3; ++attempt) ASSERT_TRUE(Push(push, ClosureCall(1, 1)).ok());
+  EXPECT_EQ(already_applied_, 1);
+  EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{0, -1}));
+  auto listed = List();
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ((*listed)[0].iterations, 1);
+}
+
+TEST_F(PsServiceTest, ClosuresFinishingInOrderEachApplyTheirPush) {
+  OptimizerConfig sgd;
+  sgd.type = "sgd";
+  sgd.learning_rate = 1.0f;
+  CreateWith("w", {2}, {0, 0}, &sgd);
+  const std::vector<GradientSpec> push = {{"w", Tensor::FromVector<float>({2}, {1, 2}), std::nullopt}};
+  // Each dispatched once every earlier closure finished: the watermark is its own id.
+  for (uint64_t c = 1; c <= 5; ++c) {
+    ASSERT_TRUE(Push(push, ClosureCall(c, 1, kCoordinator + c)).ok());
+    EXPECT_EQ(already_applied_, 0);
+  }
+  EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{-5, -10}));
+  EXPECT_LE(service_->dedup().entries(), 1u);
+}
+
+TEST_F(PsServiceTest, AZombieOfAFinishedClosureChangesNothing) {
+  CreateWith("w", {1}, {0});
+  const std::vector<UpdateSpec> add = {{"w", UpdateKind::kAdd, Tensor::FromVector<float>({1}, {1}), std::nullopt}};
+  ASSERT_TRUE(Update(add, ClosureCall(1, 1)).ok());
+  // Closure 2 was dispatched after closure 1 finished: its requests carry watermark 2.
+  ASSERT_TRUE(Update(add, ClosureCall(2, 1, kCoordinator + 2)).ok());
+  // Closure 1's old attempt, presumed dead, goes on with a call its finished attempt never made.
+  ASSERT_TRUE(Update(add, ClosureCall(1, 2)).ok());
+  EXPECT_EQ(already_applied_, 1);
+  EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{2}));
+  EXPECT_EQ(MetricValue(metrics_->Serialize(), "asyncps_ps_dedup_skipped_total", "reason=\"below_watermark\""), 1);
+  // A malformed tag is bad input: refused, nothing applied.
+  EXPECT_EQ(Update(add, UpdateTag{kCoordinator, kCoordinator + 3, 0, kCoordinator}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{2}));
+}
+
+TEST_F(PsServiceTest, AnInvalidTaggedRequestClaimsNothing) {
+  CreateWith("w", {2}, {0, 0});
+  // Fails validation (wrong shape): nothing applied, and the call is not marked applied.
+  ASSERT_FALSE(Update({{"w", UpdateKind::kAdd, Tensor::FromVector<float>({3}, {1, 1, 1}), std::nullopt}},
+                      ClosureCall(1, 1))
+                   .ok());
+  EXPECT_EQ(service_->dedup().entries(), 0u);
+  ASSERT_TRUE(
+      Update({{"w", UpdateKind::kAdd, Tensor::FromVector<float>({2}, {1, 1}), std::nullopt}}, ClosureCall(1, 1)).ok());
+  EXPECT_EQ(Values<float>(ReadOne("w")), (std::vector<float>{1, 1}));
 }
 
 // The value of the series of `name` whose labels contain `labels` in metrics_, or -1.

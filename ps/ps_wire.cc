@@ -86,4 +86,15 @@ absl::StatusOr<UpdateKind> UpdateKindFromWire(wire::UpdateKind kind) {
   return static_cast<UpdateKind>(v);
 }
 
+void UpdateTagToWire(const UpdateTag& tag, wire::UpdateTag::Builder out) {
+  out.setCoordinator(tag.coordinator);
+  out.setClosure(tag.closure);
+  out.setSequence(tag.sequence);
+  out.setWatermark(tag.watermark);
+}
+
+UpdateTag UpdateTagFromWire(wire::UpdateTag::Reader in) {
+  return UpdateTag{in.getCoordinator(), in.getClosure(), in.getSequence(), in.getWatermark()};
+}
+
 }  // namespace asyncps::ps

@@ -7,6 +7,7 @@
 #include "ps/initializer.h"
 #include "ps/optimizer.h"
 #include "ps/update_kind.h"
+#include "ps/update_tag.h"
 
 namespace asyncps::ps {
 
@@ -25,6 +26,10 @@ absl::StatusOr<InitializerSpec> InitializerFromWire(const net::InMessage& messag
 
 wire::UpdateKind UpdateKindToWire(UpdateKind kind);
 absl::StatusOr<UpdateKind> UpdateKindFromWire(wire::UpdateKind kind);
+
+// Clients set the field only for a tagged update (UpdateTag::tagged); absent reads as untagged.
+void UpdateTagToWire(const UpdateTag& tag, wire::UpdateTag::Builder out);
+UpdateTag UpdateTagFromWire(wire::UpdateTag::Reader in);
 
 }  // namespace asyncps::ps
 

@@ -2,14 +2,101 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "data/dataset_node.h"
 
 namespace asyncps {
+
+std::string ShardingArgValue(ShardingPolicy policy) {
+  switch (policy) {
+    case ShardingPolicy::kData:
+      return "data";
+    case ShardingPolicy::kDynamic:
+      return "dynamic";
+    case ShardingPolicy::kOff:
+      break;
+  }
+  return "off";
+}
 
 absl::StatusOr<data::Element> IteratorResource::Next() {
   MutexLock lock(&mu_);
   return iterator_->Next();
+}
+
+absl::StatusOr<data::Element> DynamicIteratorResource::Read(const SplitBinding& b, SplitOutcome* outcome) {
+  *outcome = SplitOutcome::kUnread;
+  MutexLock lock(&mu_);
+  ++uses_;
+  auto it = std::find_if(positions_.begin(), positions_.end(), [&](const Position& p) {
+    return p.epoch == b.epoch && p.split == b.split && p.next_batch == b.batch;
+  });
+  if (it == positions_.end()) {
+    // Not where a kept pipeline stands: build the split's pipeline and skip to the batch.
+    // The seed depends on the split only, so every worker reads the same order.
+    Position p;
+    p.epoch = b.epoch;
+    p.split = b.split;
+    p.beyond_source = std::make_shared<std::atomic<bool>>(false);
+    const uint64_t seed = data::internal::MixSeed(static_cast<uint64_t>(b.epoch), static_cast<uint64_t>(b.split));
+    ASSIGN_OR_RETURN(p.iterator, dataset_.MakeSinglePassSplitIterator({b.begin, b.end, 1}, seed, p.beyond_source));
+    ++built_;
+    for (; p.next_batch < b.batch; ++p.next_batch) {
+      absl::StatusOr<data::Element> skipped = p.iterator->Next();
+      if (!skipped.ok()) {
+        if (data::IsEndOfData(skipped.status())) {
+          *outcome = p.beyond_source->load() ? SplitOutcome::kBeyondSource : SplitOutcome::kPastEnd;
+        }
+        return skipped.status();
+      }
+    }
+    if (positions_.size() >= kMaxPositions) {
+      positions_.erase(std::min_element(positions_.begin(), positions_.end(),
+                                        [](const Position& x, const Position& y) { return x.last_used < y.last_used; }));
+    }
+    positions_.push_back(std::move(p));
+    it = positions_.end() - 1;
+  }
+  it->last_used = uses_;
+  absl::StatusOr<data::Element> element = it->peeked.has_value() ? std::move(*it->peeked) : it->iterator->Next();
+  it->peeked.reset();
+  if (!element.ok()) {
+    if (data::IsEndOfData(element.status())) {
+      *outcome = it->beyond_source->load() ? SplitOutcome::kBeyondSource : SplitOutcome::kPastEnd;
+    }
+    positions_.erase(it);
+    return element;
+  }
+  // Look one element ahead, so the coordinator learns the split ended without sending a closure
+  // past it. An error stays for the closure that reads that batch.
+  absl::StatusOr<data::Element> next = it->iterator->Next();
+  if (data::IsEndOfData(next.status())) {
+    *outcome = SplitOutcome::kLast;
+    positions_.erase(it);
+  } else {
+    *outcome = SplitOutcome::kMore;
+    it->peeked.emplace(std::move(next));
+    it->next_batch = b.batch + 1;
+  }
+  return element;
+}
+
+int64_t DynamicIteratorResource::pipelines_built() const {
+  MutexLock lock(&mu_);
+  return built_;
+}
+
+absl::StatusOr<data::Element> BoundSplitIterator::Next() {
+  if (read_) {
+    return absl::FailedPreconditionError(
+        "a dynamically sharded iterator gives one batch per closure (it read its batch already)");
+  }
+  read_ = true;
+  return iterator_->Read(binding_, &outcome_);
 }
 
 std::string DatasetResourceName(const std::string& name) { return absl::StrCat("dataset:", name); }
@@ -17,15 +104,54 @@ std::string IteratorResourceName(const std::string& name) { return absl::StrCat(
 
 namespace {
 
-absl::StatusOr<data::Dataset> Build(const std::string& name, const DatasetFactory& factory,
-                                    const ResourceContext& ctx) {
-  absl::StatusOr<data::Dataset> dataset = factory(ctx);
-  if (!dataset.ok()) {
-    // The user's factory failed: say which dataset, keep the code.
-    return absl::Status(dataset.status().code(), absl::StrCat("dataset '", name, "' on worker ", ctx.worker_index(),
-                                                              ": ", dataset.status().message()));
+struct Built {
+  data::Dataset dataset;
+  ShardingPolicy policy = ShardingPolicy::kOff;
+};
+
+absl::Status InDataset(const std::string& name, const ResourceContext& ctx, const std::string& what,
+                       const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(what, "dataset '", name, "' on worker ", ctx.worker_index(), ": ",
+                                             s.message()));
+}
+
+// Runs the user's factory: under kDynamic as worker 0 of 1 (every worker must build the same
+// pipeline), always without the sharding argument.
+absl::StatusOr<Built> Build(const std::string& name, const DatasetFactory& factory, const ResourceContext& ctx) {
+  Built built;
+  std::map<std::string, std::string> args = ctx.args();
+  if (auto it = args.find(kShardingArg); it != args.end()) {
+    if (it->second == "data") {
+      built.policy = ShardingPolicy::kData;
+    } else if (it->second == "dynamic") {
+      built.policy = ShardingPolicy::kDynamic;
+    } else if (it->second != "off") {
+      return InDataset(name, ctx, "", absl::InvalidArgumentError(absl::StrCat("unknown sharding '", it->second, "'")));
+    }
+    args.erase(it);
   }
-  return dataset;
+  const bool dynamic = built.policy == ShardingPolicy::kDynamic;
+  const ResourceContext user_ctx(dynamic ? 0 : ctx.worker_index(), dynamic ? 1 : ctx.num_workers(), args);
+  absl::StatusOr<data::Dataset> dataset = factory(user_ctx);
+  // The user's factory failed: say which dataset, keep the code.
+  if (!dataset.ok()) return InDataset(name, ctx, "", dataset.status());
+  built.dataset = *std::move(dataset);
+  return built;
+}
+
+// Starts the pass a worker reads under `built.policy` (for kDynamic: a probe of the first
+// split, which checks the pipeline's files and rules).
+absl::StatusOr<std::unique_ptr<data::Iterator>> StartPass(const Built& built, const ResourceContext& ctx) {
+  switch (built.policy) {
+    case ShardingPolicy::kData:
+      return built.dataset.MakeSplitIterator(
+          {ctx.worker_index(), std::numeric_limits<int64_t>::max(), std::max(1, ctx.num_workers())});
+    case ShardingPolicy::kDynamic:
+      return built.dataset.MakeSinglePassSplitIterator({0, 1, 1}, 0);
+    case ShardingPolicy::kOff:
+      break;
+  }
+  return built.dataset.MakeIterator();
 }
 
 }  // namespace
@@ -33,16 +159,14 @@ absl::StatusOr<data::Dataset> Build(const std::string& name, const DatasetFactor
 ResourceFactory MakeDatasetResourceFactory(std::string name, DatasetFactory factory) {
   return [name = std::move(name), factory = std::move(factory)](
              const ResourceContext& ctx) -> absl::StatusOr<std::unique_ptr<Resource>> {
-    ASSIGN_OR_RETURN(data::Dataset dataset, Build(name, factory, ctx));
+    ASSIGN_OR_RETURN(Built built, Build(name, factory, ctx));
     // Files are opened (and arguments checked) when an iterator starts: start one now so a
     // missing file is the caller's error at creation, not the first closure's.
-    absl::StatusOr<std::unique_ptr<data::Iterator>> probe = dataset.MakeIterator();
-    if (!probe.ok()) {
-      return absl::Status(probe.status().code(), absl::StrCat("dataset '", name, "' on worker ", ctx.worker_index(),
-                                                              ": ", probe.status().message()));
-    }
-    spdlog::info("per-worker dataset '{}' built on worker {} of {}", name, ctx.worker_index(), ctx.num_workers());
-    return std::make_unique<DatasetResource>(std::move(dataset));
+    absl::StatusOr<std::unique_ptr<data::Iterator>> probe = StartPass(built, ctx);
+    if (!probe.ok()) return InDataset(name, ctx, "", probe.status());
+    spdlog::info("per-worker dataset '{}' built on worker {} of {} (sharding {})", name, ctx.worker_index(),
+                 ctx.num_workers(), ShardingArgValue(built.policy));
+    return std::make_unique<DatasetResource>(std::move(built.dataset));
   };
 }
 
@@ -51,11 +175,13 @@ ResourceFactory MakeIteratorResourceFactory(std::string name, DatasetFactory fac
              const ResourceContext& ctx) -> absl::StatusOr<std::unique_ptr<Resource>> {
     // Datasets are cheap descriptions: building it again here keeps each iterator independent
     // of the DatasetResource's lifetime.
-    ASSIGN_OR_RETURN(data::Dataset dataset, Build(name, factory, ctx));
-    absl::StatusOr<std::unique_ptr<data::Iterator>> iterator = dataset.MakeIterator();
-    if (!iterator.ok()) {
-      return absl::Status(iterator.status().code(), absl::StrCat("iterator over dataset '", name, "' on worker ",
-                                                                 ctx.worker_index(), ": ", iterator.status().message()));
+    ASSIGN_OR_RETURN(Built built, Build(name, factory, ctx));
+    absl::StatusOr<std::unique_ptr<data::Iterator>> iterator = StartPass(built, ctx);
+    if (!iterator.ok()) return InDataset(name, ctx, "iterator over ", iterator.status());
+    if (built.policy == ShardingPolicy::kDynamic) {
+      spdlog::info("per-worker iterator over dataset '{}' built on worker {} (dynamic sharding)", name,
+                   ctx.worker_index());
+      return std::make_unique<DynamicIteratorResource>(std::move(built.dataset));
     }
     spdlog::info("per-worker iterator over dataset '{}' built on worker {} (starts at the beginning)", name,
                  ctx.worker_index());

@@ -54,6 +54,23 @@ class ResourceContext {
 using StepFunction = std::function<absl::StatusOr<Values>(StepContext&)>;
 using ResourceFactory = std::function<absl::StatusOr<std::unique_ptr<Resource>>(const ResourceContext&)>;
 
+// How a per-worker dataset's records are divided between workers
+// (ClusterCoordinator::CreatePerWorkerDataset).
+enum class ShardingPolicy {
+  // Every worker reads every record, in the order its factory makes (seed a Shuffle by
+  // worker index to make the orders differ). TensorFlow's default.
+  kOff,
+  // Worker i of n reads records i, i + n, i + 2n, ... of each source (a static shard, taken
+  // at the sources, before any transform).
+  kData,
+  // The coordinator hands out the data: each closure is bound, when dispatched, to one batch
+  // of one split of the sources and reads exactly that batch, also when it runs again on
+  // another worker after a failure; one epoch per iterator. The factory must build the same
+  // pipeline on every worker, so it runs as worker 0 of 1; the pipeline may not Repeat, and
+  // each split's Shuffle is seeded by (epoch, split). See coordinator/per_worker_dataset.h.
+  kDynamic,
+};
+
 // What a dataset factory is given: worker index, number of workers, the creation arguments.
 using DatasetContext = ResourceContext;
 // Builds a worker's own input pipeline (typically sharded or seeded by the worker index). Runs

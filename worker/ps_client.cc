@@ -234,12 +234,12 @@ absl::StatusOr<std::vector<Tensor>> PsClient::Read(const std::vector<std::string
   return ReadAsync(names).Get();
 }
 
-absl::Status PsClient::Update(const std::vector<VariableUpdate>& updates) {
-  return UpdateAsync(updates).Get();
+absl::Status PsClient::Update(const std::vector<VariableUpdate>& updates, const ps::UpdateTag& tag) {
+  return UpdateAsync(updates, tag).Get();
 }
 
-absl::Status PsClient::PushGradients(const std::vector<GradientUpdate>& gradients) {
-  return PushGradientsAsync(gradients).Get();
+absl::Status PsClient::PushGradients(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag) {
+  return PushGradientsAsync(gradients, tag).Get();
 }
 
 absl::StatusOr<Tensor> PsClient::Gather(const std::string& name, const Tensor& ids) {
@@ -252,15 +252,16 @@ PsFuture<std::vector<Tensor>> PsClient::ReadAsync(const std::vector<std::string>
   return future;
 }
 
-PsFuture<void> PsClient::UpdateAsync(const std::vector<VariableUpdate>& updates) {
+PsFuture<void> PsClient::UpdateAsync(const std::vector<VariableUpdate>& updates, const ps::UpdateTag& tag) {
   auto [future, complete] = PsFuture<void>::Make();
-  UpdateAsync(updates, std::move(complete));
+  UpdateAsync(updates, std::move(complete), tag);
   return future;
 }
 
-PsFuture<void> PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients) {
+PsFuture<void> PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients,
+                                            const ps::UpdateTag& tag) {
   auto [future, complete] = PsFuture<void>::Make();
-  PushGradientsAsync(gradients, std::move(complete));
+  PushGradientsAsync(gradients, std::move(complete), tag);
   return future;
 }
 
@@ -312,14 +313,16 @@ absl::StatusOr<std::vector<Tensor>> FinishRead(const ReadPlan& plan, CallResults
   return out;
 }
 
-// One request per PS carrying `by_ps`'s pieces as an update or gradient list.
+// One request per PS carrying `by_ps`'s pieces as an update or gradient list, tagged with
+// `tag` when it is (exactly-once updates; see ps::UpdateDedup).
 template <typename Request>
-std::vector<Outgoing> PieceCalls(std::map<int, std::vector<ShardPiece>>& by_ps) {
+std::vector<Outgoing> PieceCalls(std::map<int, std::vector<ShardPiece>>& by_ps, const ps::UpdateTag& tag) {
   std::vector<Outgoing> calls;
   calls.reserve(by_ps.size());
   for (auto& [ps, pieces] : by_ps) {
     Outgoing call{ps, net::OutMessage()};
     auto body = call.message.InitRequestBody<Request>();
+    if (tag.tagged()) ps::UpdateTagToWire(tag, body.initTag());
     auto list = [&] {
       if constexpr (std::is_same_v<Request, wire::UpdateRequest>) {
         return body.initUpdates(static_cast<unsigned>(pieces.size()));
@@ -423,18 +426,20 @@ void PsClient::ReadAsync(const std::vector<std::string>& names, PsCallback<std::
                });
 }
 
-void PsClient::UpdateAsync(const std::vector<VariableUpdate>& updates, PsCallback<void> done) {
+void PsClient::UpdateAsync(const std::vector<VariableUpdate>& updates, PsCallback<void> done,
+                           const ps::UpdateTag& tag) {
   std::map<int, std::vector<ShardPiece>> by_ps;
   for (const VariableUpdate& u : updates) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(u.name);
     if (!p.ok()) return done(p.status());
     if (absl::Status s = SplitUpdate(**p, u.kind, u.value, u.ids, &by_ps); !s.ok()) return done(s);
   }
-  CallAllAsync(ps_, "ps.Update", PieceCalls<wire::UpdateRequest>(by_ps), {options_.timeout, std::nullopt},
+  CallAllAsync(ps_, "ps.Update", PieceCalls<wire::UpdateRequest>(by_ps, tag), {options_.timeout, std::nullopt},
                [done = std::move(done)](CallResults results) { done(FirstError(results)); });
 }
 
-void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, PsCallback<void> done) {
+void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, PsCallback<void> done,
+                                  const ps::UpdateTag& tag) {
   std::map<int, std::vector<ShardPiece>> by_ps;
   for (const GradientUpdate& g : gradients) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(g.name);
@@ -443,7 +448,7 @@ void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, 
       return done(s);
     }
   }
-  CallAllAsync(ps_, "ps.PushGradients", PieceCalls<wire::PushGradientsRequest>(by_ps),
+  CallAllAsync(ps_, "ps.PushGradients", PieceCalls<wire::PushGradientsRequest>(by_ps, tag),
                {options_.timeout, std::nullopt},
                [done = std::move(done)](CallResults results) { done(FirstError(results)); });
 }

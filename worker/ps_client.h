@@ -13,6 +13,7 @@
 #include "ps/initializer.h"
 #include "ps/optimizer.h"
 #include "ps/update_kind.h"
+#include "ps/update_tag.h"
 #include "worker/ps_future.h"
 #include "worker/variable_directory.h"
 
@@ -68,8 +69,11 @@ class PsClient {
   // Current values of `names`, in order (a sharded variable comes back whole).
   absl::StatusOr<std::vector<Tensor>> Read(const std::vector<std::string>& names);
 
-  absl::Status Update(const std::vector<VariableUpdate>& updates);
-  absl::Status PushGradients(const std::vector<GradientUpdate>& gradients);
+  // With a tagged `tag` (a closure's call; see ps::UpdateDedup), every PS applies its part
+  // at most once for that tag: sending the same call again (a closure's re-run) is answered
+  // OK without applying anything twice. Without one, every call is applied.
+  absl::Status Update(const std::vector<VariableUpdate>& updates, const ps::UpdateTag& tag = {});
+  absl::Status PushGradients(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag = {});
 
   // Rows `ids` (global, duplicates allowed) of `name`, in id order: [len(ids), row dims...].
   absl::StatusOr<Tensor> Gather(const std::string& name, const Tensor& ids);
@@ -88,14 +92,16 @@ class PsClient {
   // with Cancelled. Operations still in flight when this PsClient is destroyed complete
   // normally (they do not use it once sent).
   void ReadAsync(const std::vector<std::string>& names, PsCallback<std::vector<Tensor>> done);
-  void UpdateAsync(const std::vector<VariableUpdate>& updates, PsCallback<void> done);
-  void PushGradientsAsync(const std::vector<GradientUpdate>& gradients, PsCallback<void> done);
+  void UpdateAsync(const std::vector<VariableUpdate>& updates, PsCallback<void> done,
+                   const ps::UpdateTag& tag = {});
+  void PushGradientsAsync(const std::vector<GradientUpdate>& gradients, PsCallback<void> done,
+                          const ps::UpdateTag& tag = {});
   void GatherAsync(const std::string& name, const Tensor& ids, PsCallback<Tensor> done);
 
   // The future forms: the result is waited for with PsFuture::Get on any thread.
   PsFuture<std::vector<Tensor>> ReadAsync(const std::vector<std::string>& names);
-  PsFuture<void> UpdateAsync(const std::vector<VariableUpdate>& updates);
-  PsFuture<void> PushGradientsAsync(const std::vector<GradientUpdate>& gradients);
+  PsFuture<void> UpdateAsync(const std::vector<VariableUpdate>& updates, const ps::UpdateTag& tag = {});
+  PsFuture<void> PushGradientsAsync(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag = {});
   PsFuture<Tensor> GatherAsync(const std::string& name, const Tensor& ids);
 
   // Creates every shard of `placement` on its PS (in parallel), each filled by `init`

@@ -17,7 +17,7 @@ absl::StatusOr<Tensor> StepContext::arg(size_t i) const {
 }
 
 absl::StatusOr<data::Element> StepContext::Next(size_t i) {
-  absl::StatusOr<IteratorResource*> iterator = resource<IteratorResource>(i);
+  absl::StatusOr<ElementSource*> iterator = resource<ElementSource>(i);
   if (!iterator.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("argument ", i, " is not a per-worker iterator"));
   }
@@ -61,7 +61,9 @@ PsFuture<std::vector<Tensor>> StepContext::ReadManyAsync(const std::vector<std::
 }
 
 PsFuture<void> StepContext::UpdateAsync(const std::vector<VariableUpdate>& updates) {
-  return TrackedAsync<void>([&](PsCallback<void> done) { ps_.UpdateAsync(updates, std::move(done)); });
+  // Numbered at issue, like the blocking forms: the order of the calls, not of their answers.
+  const ps::UpdateTag tag = NextTag();
+  return TrackedAsync<void>([&](PsCallback<void> done) { ps_.UpdateAsync(updates, std::move(done), tag); });
 }
 
 PsFuture<Tensor> StepContext::GatherAsync(const std::string& name, const Tensor& ids) {
@@ -69,8 +71,9 @@ PsFuture<Tensor> StepContext::GatherAsync(const std::string& name, const Tensor&
 }
 
 PsFuture<void> StepContext::PushGradientsAsync(const std::vector<GradientUpdate>& gradients) {
+  const ps::UpdateTag tag = NextTag();
   return TrackedAsync<void>(
-      [&](PsCallback<void> done) { ps_.PushGradientsAsync(gradients, std::move(done)); });
+      [&](PsCallback<void> done) { ps_.PushGradientsAsync(gradients, std::move(done), tag); });
 }
 
 absl::Status StepContext::CheckCancelled() const {
@@ -100,9 +103,17 @@ absl::Status StepContext::AssignSub(const std::string& name, const Tensor& value
   return Update({{name, ps::UpdateKind::kSub, value, std::nullopt}});
 }
 
+ps::UpdateTag StepContext::NextTag() {
+  if (!closure_.tagged()) return {};
+  ++closure_.sequence;
+  return closure_;
+}
+
 absl::Status StepContext::Update(const std::vector<VariableUpdate>& updates) {
+  // Numbered before anything can fail, so every attempt numbers its calls alike.
+  const ps::UpdateTag tag = NextTag();
   if (absl::Status s = CheckCancelled(); !s.ok()) return s;
-  return Track(ps_.Update(updates));
+  return Track(ps_.Update(updates, tag));
 }
 
 absl::StatusOr<Tensor> StepContext::Gather(const std::string& name, const Tensor& ids) {
@@ -116,8 +127,9 @@ absl::Status StepContext::Scatter(ps::UpdateKind kind, const std::string& name, 
 }
 
 absl::Status StepContext::PushGradients(const std::vector<GradientUpdate>& gradients) {
+  const ps::UpdateTag tag = NextTag();
   if (absl::Status s = CheckCancelled(); !s.ok()) return s;
-  return Track(ps_.PushGradients(gradients));
+  return Track(ps_.PushGradients(gradients, tag));
 }
 
 }  // namespace asyncps

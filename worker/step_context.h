@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 #include "data/dataset.h"
 #include "worker/program.h"
+#include "ps/update_tag.h"
 #include "worker/ps_client.h"
 
 namespace asyncps {
@@ -80,6 +81,14 @@ class StepContext {
   PsFuture<Tensor> GatherAsync(const std::string& name, const Tensor& ids);
   PsFuture<void> PushGradientsAsync(const std::vector<GradientUpdate>& gradients);
 
+  // Exactly once: from now on every update and gradient push of this step carries `closure`
+  // (its coordinator, closure id and watermark) and the call's sequence number — 1 for the
+  // step's first Update/Assign*/Scatter/PushGradients call, 2 for the next — so each PS
+  // applies it at most once however often the closure runs (ps/update_dedup.h). A step that
+  // makes the same calls in the same order on every attempt (deterministic) therefore changes
+  // the variables exactly once. Called by the worker before the function runs.
+  void TagUpdates(const ps::UpdateTag& closure) { closure_ = closure; }
+
   // True once the coordinator cancelled this closure: long functions should check it and
   // return early. Variable operations fail with Cancelled from then on.
   bool cancelled() const { return cancelled_->load(std::memory_order_relaxed); }
@@ -114,6 +123,8 @@ class StepContext {
     return result;
   }
   absl::Status CheckCancelled() const;
+  // The tag of the step's next update call (untagged unless TagUpdates was called).
+  ps::UpdateTag NextTag();
 
   int worker_index_;
   std::vector<Arg> args_;
@@ -122,6 +133,7 @@ class StepContext {
   const std::shared_ptr<Failures> failures_ = std::make_shared<Failures>();
   absl::Duration input_wait_;
   int64_t examples_ = 0;
+  ps::UpdateTag closure_;  // sequence: the calls made so far
 };
 
 }  // namespace asyncps

@@ -11,9 +11,17 @@
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
 #include "net/worker.capnp.h"
+#include "worker/dataset_resources.h"
 #include "worker/step_context.h"
 
 namespace asyncps {
+
+// SplitOutcome crosses the wire by value.
+static_assert(static_cast<int>(SplitOutcome::kUnread) == static_cast<int>(wire::SplitOutcome::UNREAD) &&
+              static_cast<int>(SplitOutcome::kMore) == static_cast<int>(wire::SplitOutcome::MORE) &&
+              static_cast<int>(SplitOutcome::kLast) == static_cast<int>(wire::SplitOutcome::LAST) &&
+              static_cast<int>(SplitOutcome::kPastEnd) == static_cast<int>(wire::SplitOutcome::PAST_END) &&
+              static_cast<int>(SplitOutcome::kBeyondSource) == static_cast<int>(wire::SplitOutcome::BEYOND_SOURCE));
 
 WorkerService::WorkerService(const Program& program, int worker_index, int num_workers, PsClient& ps,
                              VariableDirectory& directory, WorkerMetrics* metrics)
@@ -73,6 +81,10 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
   if (req.getIncarnation() != 0 && req.getIncarnation() != ProcessIncarnation()) {
     return absl::FailedPreconditionError("worker restarted since the coordinator prepared it");
   }
+  // Dynamic sharding: the iterator argument the coordinator bound to one batch.
+  std::shared_ptr<BoundSplitIterator> bound;
+  const bool has_split = req.hasSplit();
+  const uint64_t split_resource = has_split ? req.getSplit().getResource() : 0;
   std::vector<StepContext::Arg> args;
   for (auto a : req.getArgs()) {
     if (a.which() == wire::Argument::TENSOR) {
@@ -88,7 +100,23 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
       return absl::FailedPreconditionError(
           absl::StrCat("per-worker resource ", a.getResource(), " does not exist on worker ", worker_index_));
     }
+    if (has_split && bound == nullptr && a.getResource() == split_resource) {
+      auto iterator = std::dynamic_pointer_cast<DynamicIteratorResource>(it->second);
+      if (iterator == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("per-worker resource ", split_resource, " is not a dynamically sharded iterator"));
+      }
+      auto w = req.getSplit();
+      bound = std::make_shared<BoundSplitIterator>(
+          std::move(iterator), SplitBinding{w.getEpoch(), w.getSplit(), w.getBegin(), w.getEnd(), w.getBatch()});
+      args.emplace_back(bound);
+      continue;
+    }
     args.emplace_back(it->second);
+  }
+  if (has_split && bound == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the split binds resource ", split_resource, ", which is not an argument of the closure"));
   }
 
   auto body = response->InitResponseBody<wire::RunResponse>();
@@ -100,6 +128,9 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
   }
   const ClosureCancellation::Attempt attempt = cancellation_.Start(closure_id);
   StepContext ctx(worker_index_, std::move(args), ps_, attempt.cancelled);
+  if (req.getCoordinator() != 0) {
+    ctx.TagUpdates(ps::UpdateTag{req.getCoordinator(), closure_id, /*sequence=*/0, req.getWatermark()});
+  }
   const absl::Time start = absl::Now();
   absl::StatusOr<Values> result;
   try {
@@ -108,6 +139,7 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
     result = absl::InternalError(absl::StrCat("function '", function_name, "' threw: ", e.what()));
   }
   cancellation_.Finish(attempt);
+  if (bound != nullptr) body.setSplit(static_cast<wire::SplitOutcome>(bound->outcome()));
   if (metrics_ != nullptr) {
     metrics_->RecordStep(function_name, result.ok(), absl::ToDoubleSeconds(absl::Now() - start),
                          absl::ToDoubleSeconds(ctx.input_wait()), ctx.examples());

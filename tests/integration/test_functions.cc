@@ -142,9 +142,47 @@ Program MakeTestProgram() {
     ASSIGN_OR_RETURN(data::Element element, ctx.Next(0));
     return Values{Tensor::Scalar<int64_t>(ctx.worker_index()), element.at(0)};
   });
+  program.AddFunction("add_to_row", [](StepContext& ctx) -> absl::StatusOr<Values> {
+    ASSIGN_OR_RETURN(Tensor row, ctx.arg(0));
+    ASSIGN_OR_RETURN(Tensor ms, ctx.arg(1));
+    RETURN_IF_ERROR(ctx.Scatter(ps::UpdateKind::kAdd, "rows", Tensor::FromVector<int64_t>({1}, {row.data<int64_t>()[0]}),
+                                Tensor::FromVector<int64_t>({1}, {1})));
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
+    while (std::chrono::steady_clock::now() < end) {
+      if (ctx.cancelled()) return absl::CancelledError("cancelled");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return Values{};
+  });
   program.AddDataset("range", [](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
     ASSIGN_OR_RETURN(int64_t n, ctx.IntArg("n"));
     return data::Dataset::Range(0, n).Shard(ctx.num_workers(), ctx.worker_index());
+  });
+  program.AddDataset("ids", [](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
+    ASSIGN_OR_RETURN(int64_t n, ctx.IntArg("n"));
+    ASSIGN_OR_RETURN(int64_t batch, ctx.IntArg("batch"));
+    return data::Dataset::Range(0, n)
+        .Shuffle(256, /*seed=*/static_cast<uint64_t>(ctx.worker_index()))
+        .Batch(batch)
+        .Prefetch(2);
+  });
+  program.AddFunction("count_ids", [](StepContext& ctx) -> absl::StatusOr<Values> {
+    absl::StatusOr<data::Element> batch = ctx.Next(0);
+    if (data::IsEndOfData(batch.status())) {
+      return Values{Tensor::Scalar<int64_t>(ctx.worker_index()), Tensor::Scalar<int64_t>(0)};
+    }
+    if (!batch.ok()) return batch.status();
+    const Tensor& ids = batch->at(0);
+    const int64_t n = ids.dim(0);
+    RETURN_IF_ERROR(
+        ctx.Scatter(ps::UpdateKind::kAdd, "counts", ids, Tensor::FromVector(std::vector<int64_t>(n, 1))));
+    ASSIGN_OR_RETURN(Tensor ms, ctx.arg(1));
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
+    while (std::chrono::steady_clock::now() < end) {
+      if (ctx.cancelled()) return absl::CancelledError("cancelled");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return Values{Tensor::Scalar<int64_t>(ctx.worker_index()), Tensor::Scalar<int64_t>(n)};
   });
   program.AddDataset("idx_file", [](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
     ASSIGN_OR_RETURN(std::string path, ctx.Arg("path"));

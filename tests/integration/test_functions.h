@@ -25,8 +25,14 @@ namespace asyncps::testing {
 //   "sparse_regression_step"  arg0 is a "regression_data" resource: one SGD step of a sparse
 //                      linear model "w" [kVocab, 1] towards TrueWeight, pushed as row gradients
 //   "next_element"     arg0 is an iterator: returns [worker index, its next element's first tensor]
+//   "add_to_row"       adds 1 to row arg0 (i64) of the i64 vector "rows", then works for arg1
+//                      (i64 ms) in 2 ms slices, so a worker killed then has applied the update
+//                      but not answered (exactly-once tests)
+//   "count_ids"        arg0 is an iterator over "ids": adds 1 to row id of the i64 vector "counts"
+//                      for every id of its next batch, then works for arg1 (i64 ms) in 2 ms
+//                      slices; returns [worker index, ids counted] (0 at the end of the data)
 // Datasets: "range" (args n: 0..n-1 sharded by worker), "idx_file" (args path: records of an
-// IDX file).
+// IDX file), "ids" (args n, batch: 0..n-1 shuffled (seeded by worker index), in batches).
 // Resources: "counter" (a per-worker counter with a random instance id), "picky_counter" (a
 // counter whose factory fails with FailedPrecondition on the worker whose index is the
 // "fail_on_worker" argument), "regression_data"

@@ -1,0 +1,337 @@
+// Dynamic sharding (ShardingPolicy::kDynamic) with real processes — the crisp test of exactly
+// once: a range dataset of N ids, a step that adds 1 to row `id` of an [N] counter for every id
+// of its batch, one epoch while a thread SIGKILLs and restarts a random worker every ~300 ms.
+// With the coordinator handing out the batches and the parameter servers' update window, every
+// row ends at exactly 1. Without the window re-runs apply twice (rows above 1: the test can
+// fail); with kOff every worker reads everything (rows equal to the number of workers).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/cluster_coordinator.h"
+#include "coordinator/parameter_server_strategy.h"
+#include "absl/strings/str_cat.h"
+#include "core/subprocess.h"
+#include "core/sync.h"
+#include "gtest/gtest.h"
+#include "metrics/process_metrics.h"
+#include "partitioners/partitioner.h"
+#include "tests/integration/test_functions.h"
+#include "tests/testing/local_cluster.h"
+
+namespace asyncps {
+namespace {
+
+using testing::LocalCluster;
+
+constexpr int kWorkers = 3;
+constexpr int64_t kIds = 20'000;
+constexpr int64_t kBatch = 50;
+constexpr int64_t kRecordsPerSplit = 1'000;
+constexpr absl::Duration kKillEvery = absl::Milliseconds(300);
+
+// SIGKILLs a random worker and restarts it, every kKillEvery, from its own long-lived thread
+// (a LocalCluster process dies with the thread that started it) until destroyed.
+class WorkerKiller {
+ public:
+  WorkerKiller(LocalCluster& cluster, uint32_t seed) : cluster_(cluster), rng_(seed), thread_([this] { Run(); }) {}
+  ~WorkerKiller() {
+    stop_.Notify();
+    thread_.join();
+  }
+
+  int kills() const {
+    MutexLock lock(&mu_);
+    return kills_;
+  }
+  absl::Status error() const {
+    MutexLock lock(&mu_);
+    return error_;
+  }
+
+ private:
+  void Run() {
+    // The pause paces the kills; it is not synchronisation (Notify ends it early).
+    while (!stop_.WaitForNotificationWithTimeout(kKillEvery)) {
+      const int w = std::uniform_int_distribution<int>(0, kWorkers - 1)(rng_);
+      absl::Status s = cluster_.KillWorker(w);
+      if (s.ok()) s = cluster_.RestartWorker(w);
+      MutexLock lock(&mu_);
+      if (!s.ok()) {
+        error_ = s;
+        return;
+      }
+      ++kills_;
+    }
+  }
+
+  LocalCluster& cluster_;
+  std::mt19937 rng_;
+  Notification stop_;
+  mutable Mutex mu_;
+  int kills_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+class DynamicShardingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LocalCluster::Options o;
+    o.num_workers = kWorkers;
+    o.num_ps = 2;
+    auto cluster = LocalCluster::Start(o);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+    strategy_ = cluster_->MakeStrategy(*FixedShardsPartitioner::Create(2));
+    auto counts = strategy_->CreateVariable("counts", init::Zeros({kIds}, DType::kI64));
+    ASSERT_TRUE(counts.ok()) << counts.status();
+    counts_ = std::make_unique<ShardedVariable>(*counts);
+  }
+
+  void TearDown() override {
+    coordinator_.reset();
+    counts_.reset();
+    strategy_.reset();
+    cluster_.reset();
+  }
+
+  void MakeCoordinator(bool deduplicate) {
+    ClusterCoordinator::Options options = testing::FastFailureDetection();
+    options.deduplicate_updates = deduplicate;
+    coordinator_.reset();
+    coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, options);
+  }
+
+  double Retried() {
+    const std::string text = strategy_->process_metrics().Serialize();
+    const std::string name = "asyncps_coordinator_closures_retried_total{";
+    const size_t at = text.find(name);
+    if (at == std::string::npos) return 0;
+    return std::stod(text.substr(text.find("} ", at) + 2));
+  }
+
+  std::vector<int64_t> Counts() {
+    auto value = counts_->Read();
+    EXPECT_TRUE(value.ok()) << value.status();
+    if (!value.ok()) return {};
+    return std::vector<int64_t>(value->data<int64_t>(), value->data<int64_t>() + kIds);
+  }
+
+  // Runs "count_ids" over `iterator` until the epoch ends (Join says OutOfRange); returns the
+  // ids the closures reported counting, summed over their RemoteValues.
+  int64_t RunDynamicEpoch(const PerWorkerValues& iterator, int64_t linger_ms) {
+    int64_t counted = 0;
+    for (int round = 0; round < 1000; ++round) {
+      std::vector<RemoteValue> values;
+      for (int i = 0; i < 32; ++i) {
+        auto v = coordinator_->Schedule("count_ids", {iterator, Tensor::Scalar<int64_t>(linger_ms)});
+        EXPECT_TRUE(v.ok()) << v.status();
+        if (v.ok()) values.push_back(*v);
+      }
+      const absl::Status joined = coordinator_->Join();
+      for (const RemoteValue& v : values) {
+        auto r = v.Fetch();
+        if (r.ok()) {
+          counted += r->at(1).data<int64_t>()[0];
+        } else {
+          EXPECT_EQ(r.status().code(), absl::StatusCode::kOutOfRange) << r.status();
+        }
+      }
+      if (absl::IsOutOfRange(joined)) return counted;
+      EXPECT_TRUE(joined.ok()) << joined;
+      if (!joined.ok()) return counted;
+    }
+    ADD_FAILURE() << "the epoch did not end";
+    return counted;
+  }
+
+  absl::StatusOr<PerWorkerValues> DynamicIterator() {
+    auto dataset = coordinator_->CreatePerWorkerDataset(
+        "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kDynamic,
+        kRecordsPerSplit);
+    if (!dataset.ok()) return dataset.status();
+    return dataset->MakeIterator();
+  }
+
+  Program program_ = testing::MakeTestProgram();
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<ParameterServerStrategy> strategy_;
+  std::unique_ptr<ShardedVariable> counts_;
+  std::unique_ptr<ClusterCoordinator> coordinator_;
+};
+
+// Rows not equal to `expected` (the first few), for the failure message.
+std::string Mismatches(const std::vector<int64_t>& rows, int64_t expected) {
+  std::string out;
+  int shown = 0;
+  for (size_t i = 0; i < rows.size() && shown < 10; ++i) {
+    if (rows[i] != expected) {
+      out += " row " + std::to_string(i) + "=" + std::to_string(rows[i]);
+      ++shown;
+    }
+  }
+  return out;
+}
+
+TEST_F(DynamicShardingTest, EveryIdOnceWithoutFailuresAndEachEpochAgain) {
+  MakeCoordinator(/*deduplicate=*/true);
+  auto dataset = coordinator_->CreatePerWorkerDataset(
+      "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kDynamic,
+      kRecordsPerSplit);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  for (int64_t epoch = 1; epoch <= 2; ++epoch) {
+    auto iterator = dataset->MakeIterator();
+    ASSERT_TRUE(iterator.ok()) << iterator.status();
+    EXPECT_EQ(RunDynamicEpoch(*iterator, 0), kIds);
+    ASSERT_EQ(Mismatches(Counts(), epoch), "") << "epoch " << epoch;
+  }
+}
+
+TEST_F(DynamicShardingTest, EveryRowIsExactlyOneWhileWorkersAreKilled) {
+  MakeCoordinator(/*deduplicate=*/true);
+  auto iterator = DynamicIterator();
+  ASSERT_TRUE(iterator.ok()) << iterator.status();
+  const double retried_before = Retried();
+  {
+    WorkerKiller killer(*cluster_, 11);
+    // Each closure works 20 ms after its update, so a kill usually lands between the update and
+    // the answer: the closure runs again, bound to the same batch.
+    EXPECT_EQ(RunDynamicEpoch(*iterator, 20), kIds);
+    EXPECT_TRUE(killer.error().ok()) << killer.error();
+    EXPECT_GE(killer.kills(), 3);
+  }
+  EXPECT_GE(Retried() - retried_before, 1) << "no closure ran again: the kills tested nothing";
+  ASSERT_EQ(Mismatches(Counts(), 1), "");
+}
+
+TEST_F(DynamicShardingTest, WithoutDeduplicationReRunsCountTwice) {
+  MakeCoordinator(/*deduplicate=*/false);
+  auto dataset = coordinator_->CreatePerWorkerDataset(
+      "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kDynamic,
+      kRecordsPerSplit);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  WorkerKiller killer(*cluster_, 12);
+  // A kill may land before a closure's update; run epochs until a duplicate shows.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  bool duplicated = false;
+  while (!duplicated && absl::Now() < deadline) {
+    ASSERT_TRUE(counts_->Assign(Tensor::FromVector(std::vector<int64_t>(kIds, 0))).ok());
+    auto iterator = dataset->MakeIterator();
+    ASSERT_TRUE(iterator.ok()) << iterator.status();
+    EXPECT_EQ(RunDynamicEpoch(*iterator, 20), kIds);
+    for (int64_t v : Counts()) {
+      ASSERT_GE(v, 1) << "every batch is read at least once";
+      duplicated = duplicated || v > 1;
+    }
+  }
+  EXPECT_TRUE(killer.error().ok()) << killer.error();
+  EXPECT_TRUE(duplicated) << "no row above 1 after " << killer.kills() << " kills";
+}
+
+TEST_F(DynamicShardingTest, WithShardingOffEveryWorkerReadsEverything) {
+  MakeCoordinator(/*deduplicate=*/true);
+  auto dataset = coordinator_->CreatePerWorkerDataset(
+      "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kOff);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  auto iterator = dataset->MakeIterator();
+  ASSERT_TRUE(iterator.ok()) << iterator.status();
+  // Until every worker has reached the end of its own pass (count_ids then returns 0).
+  std::set<int64_t> ended;
+  for (int round = 0; round < 1000 && static_cast<int>(ended.size()) < kWorkers; ++round) {
+    std::vector<RemoteValue> values;
+    for (int i = 0; i < 32; ++i) {
+      auto v = coordinator_->Schedule("count_ids", {*iterator, Tensor::Scalar<int64_t>(0)});
+      ASSERT_TRUE(v.ok()) << v.status();
+      values.push_back(*v);
+    }
+    ASSERT_TRUE(coordinator_->Join().ok());
+    for (const RemoteValue& v : values) {
+      auto r = v.Fetch();
+      ASSERT_TRUE(r.ok()) << r.status();
+      if (r->at(1).data<int64_t>()[0] == 0) ended.insert(r->at(0).data<int64_t>()[0]);
+    }
+  }
+  ASSERT_EQ(static_cast<int>(ended.size()), kWorkers);
+  ASSERT_EQ(Mismatches(Counts(), kWorkers), "");
+}
+
+TEST_F(DynamicShardingTest, StaticDataShardingSplitsTheIdsByWorker) {
+  MakeCoordinator(/*deduplicate=*/true);
+  auto dataset = coordinator_->CreatePerWorkerDataset(
+      "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kData);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  auto iterator = dataset->MakeIterator();
+  ASSERT_TRUE(iterator.ok()) << iterator.status();
+  std::set<int64_t> ended;
+  for (int round = 0; round < 1000 && static_cast<int>(ended.size()) < kWorkers; ++round) {
+    std::vector<RemoteValue> values;
+    for (int i = 0; i < 32; ++i) {
+      auto v = coordinator_->Schedule("count_ids", {*iterator, Tensor::Scalar<int64_t>(0)});
+      ASSERT_TRUE(v.ok()) << v.status();
+      values.push_back(*v);
+    }
+    ASSERT_TRUE(coordinator_->Join().ok());
+    for (const RemoteValue& v : values) {
+      auto r = v.Fetch();
+      ASSERT_TRUE(r.ok()) << r.status();
+      if (r->at(1).data<int64_t>()[0] == 0) ended.insert(r->at(0).data<int64_t>()[0]);
+    }
+  }
+  ASSERT_EQ(static_cast<int>(ended.size()), kWorkers);
+  ASSERT_EQ(Mismatches(Counts(), 1), "");  // each id in exactly one worker's shard
+}
+
+// The coordinator is a separate process (dynamic_sharding_chief) that checkpoints the counter
+// and its split cursor after every joined round. It is SIGKILLed mid-epoch and started again:
+// it restores the counter and the cursor and finishes the epoch — every row exactly 1, and the
+// second chief counts only what the first had not checkpointed.
+TEST_F(DynamicShardingTest, CoordinatorRestartedFromACheckpointFinishesTheEpoch) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/dynamic_sharding_test_", getpid());
+  std::filesystem::remove_all(dir);
+  Subprocess::Options o;
+  o.argv = {LocalCluster::BinaryPath("dynamic_sharding_chief")};
+  o.env = {{"TF_CONFIG", cluster_->chief_spec().ToTfConfig(TaskType::kChief, 0)},
+           {"ASYNCPS_CLUSTER_TOKEN", cluster_->token()},
+           {"ASYNCPS_METRICS_PORT", "-1"},
+           {"DS_DIR", dir},
+           {"DS_IDS", std::to_string(kIds)},
+           {"DS_BATCH", std::to_string(kBatch)},
+           {"DS_RECORDS_PER_SPLIT", std::to_string(kRecordsPerSplit)},
+           {"DS_LINGER_MS", "5"}};
+  auto first = Subprocess::Start(o);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto saved = (*first)->WaitForLine("checkpoint 5 saved", absl::Seconds(120));
+  ASSERT_TRUE(saved.ok()) << saved.status() << "\n" << (*first)->output();
+  (*first)->Signal(SIGKILL);
+  ASSERT_TRUE((*first)->Wait(absl::Seconds(30)).ok());
+  ASSERT_EQ((*first)->output().find("epoch complete"), std::string::npos) << "killed too late to test anything";
+
+  auto second = Subprocess::Start(o);
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto exit_code = (*second)->Wait(absl::Seconds(180));
+  const std::string output = (*second)->output();
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status() << "\n" << output;
+  ASSERT_EQ(*exit_code, 0) << output;
+  EXPECT_NE(output.find("restored checkpoint"), std::string::npos) << output;
+  EXPECT_NE(output.find("continuing epoch 0 from the restored split cursor"), std::string::npos) << output;
+  // The second chief counted only the batches after the checkpoint it restored.
+  const size_t at = output.find("epoch complete: counted ");
+  ASSERT_NE(at, std::string::npos) << output;
+  const int64_t counted = std::stoll(output.substr(at + std::strlen("epoch complete: counted ")));
+  EXPECT_GT(counted, 0);
+  EXPECT_LT(counted, kIds - 5 * 16 * kBatch + 1);
+  ASSERT_EQ(Mismatches(Counts(), 1), "");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace asyncps

@@ -1,0 +1,178 @@
+// Exactly-once updates under worker failures (ps/update_dedup.h), with real processes: N
+// closures, closure i adds 1 to row i of an [N] counter sharded over 2 PS, while a thread
+// SIGKILLs and restarts a random worker every ~300 ms. Each closure works a little after its
+// update, so a kill usually lands after the update reached the PS and before the closure
+// answered: the coordinator runs it again. With deduplication every row ends at exactly 1;
+// without it (TensorFlow's at-least-once), re-runs leave rows at 2.
+#include <signal.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/cluster_coordinator.h"
+#include "coordinator/parameter_server_strategy.h"
+#include "core/sync.h"
+#include "gtest/gtest.h"
+#include "metrics/process_metrics.h"
+#include "partitioners/partitioner.h"
+#include "tests/integration/test_functions.h"
+#include "tests/testing/local_cluster.h"
+
+namespace asyncps {
+namespace {
+
+using testing::LocalCluster;
+
+constexpr int kWorkers = 3;
+constexpr int64_t kRows = 150;
+constexpr int64_t kWorkAfterUpdateMs = 20;
+constexpr absl::Duration kKillEvery = absl::Milliseconds(300);
+
+// SIGKILLs a random worker and restarts it, every kKillEvery, from its own thread until
+// destroyed. That thread is the only one driving the cluster meanwhile (LocalCluster is not
+// thread-safe), and it is long-lived: a process dies with the thread that started it.
+class WorkerKiller {
+ public:
+  explicit WorkerKiller(LocalCluster& cluster) : cluster_(cluster), thread_([this] { Run(); }) {}
+  ~WorkerKiller() {
+    stop_.Notify();
+    thread_.join();
+  }
+
+  int kills() const {
+    MutexLock lock(&mu_);
+    return kills_;
+  }
+  absl::Status error() const {
+    MutexLock lock(&mu_);
+    return error_;
+  }
+
+ private:
+  void Run() {
+    std::mt19937 rng(20261122);
+    // The pause paces the kills; it is not synchronisation (Notify ends it early).
+    while (!stop_.WaitForNotificationWithTimeout(kKillEvery)) {
+      const int w = std::uniform_int_distribution<int>(0, kWorkers - 1)(rng);
+      absl::Status s = cluster_.KillWorker(w);
+      if (s.ok()) s = cluster_.RestartWorker(w);
+      MutexLock lock(&mu_);
+      if (!s.ok()) {
+        error_ = s;
+        return;
+      }
+      ++kills_;
+    }
+  }
+
+  LocalCluster& cluster_;
+  Notification stop_;
+  mutable Mutex mu_;
+  int kills_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+class ExactlyOnceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LocalCluster::Options o;
+    o.num_workers = kWorkers;
+    o.num_ps = 2;
+    auto cluster = LocalCluster::Start(o);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+    strategy_ = cluster_->MakeStrategy(*FixedShardsPartitioner::Create(2));
+    auto rows = strategy_->CreateVariable("rows", init::Zeros({kRows}, DType::kI64));
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    rows_ = std::make_unique<ShardedVariable>(*rows);
+    ASSERT_EQ(rows_->num_shards(), 2u);
+  }
+
+  void TearDown() override {
+    rows_.reset();
+    strategy_.reset();
+    cluster_.reset();
+  }
+
+  double Retried() {
+    const std::string text = strategy_->process_metrics().Serialize();
+    const std::string name = "asyncps_coordinator_closures_retried_total{";
+    const size_t at = text.find(name);
+    if (at == std::string::npos) return 0;
+    return std::stod(text.substr(text.find("} ", at) + 2));
+  }
+
+  // One epoch: zeroes the counter, schedules closure i for every row i through a fresh
+  // coordinator, joins, and returns the counter.
+  std::vector<int64_t> Epoch(bool deduplicate) {
+    EXPECT_TRUE(rows_->Assign(Tensor::FromVector(std::vector<int64_t>(kRows, 0))).ok());
+    ClusterCoordinator::Options options = testing::FastFailureDetection();
+    options.deduplicate_updates = deduplicate;
+    ClusterCoordinator coordinator(*strategy_, program_, options);
+    for (int64_t i = 0; i < kRows; ++i) {
+      auto scheduled = coordinator.Schedule(
+          "add_to_row", {Tensor::Scalar<int64_t>(i), Tensor::Scalar<int64_t>(kWorkAfterUpdateMs)});
+      EXPECT_TRUE(scheduled.ok()) << scheduled.status();
+    }
+    absl::Status joined = coordinator.Join();
+    EXPECT_TRUE(joined.ok()) << joined;
+    auto value = rows_->Read();
+    EXPECT_TRUE(value.ok()) << value.status();
+    if (!value.ok()) return {};
+    return std::vector<int64_t>(value->data<int64_t>(), value->data<int64_t>() + kRows);
+  }
+
+  Program program_ = testing::MakeTestProgram();
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<ParameterServerStrategy> strategy_;
+  std::unique_ptr<ShardedVariable> rows_;
+};
+
+// Rows not equal to `expected`, for the failure message.
+std::string Mismatches(const std::vector<int64_t>& rows, int64_t expected) {
+  std::string out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] != expected) out += " row " + std::to_string(i) + "=" + std::to_string(rows[i]);
+  }
+  return out;
+}
+
+TEST_F(ExactlyOnceTest, EveryRowIsExactlyOneWhileWorkersAreKilled) {
+  WorkerKiller killer(*cluster_);
+  // Until closures were re-run after a kill (else nothing was tested), with a deadline.
+  const absl::Time deadline = absl::Now() + absl::Seconds(90);
+  const double retried_before = Retried();
+  int epochs = 0;
+  while (Retried() - retried_before < 3 && absl::Now() < deadline) {
+    const std::vector<int64_t> rows = Epoch(/*deduplicate=*/true);
+    ++epochs;
+    ASSERT_EQ(rows.size(), static_cast<size_t>(kRows));
+    ASSERT_EQ(Mismatches(rows, 1), "") << "epoch " << epochs << " with " << killer.kills() << " kills so far";
+  }
+  EXPECT_TRUE(killer.error().ok()) << killer.error();
+  EXPECT_GE(Retried() - retried_before, 3) << "closures were not re-run; " << killer.kills() << " kills";
+}
+
+TEST_F(ExactlyOnceTest, WithoutDeduplicationReRunsApplyTwice) {
+  WorkerKiller killer(*cluster_);
+  // A kill may land before a closure's update rather than after; loop until a duplicate shows.
+  const absl::Time deadline = absl::Now() + absl::Seconds(90);
+  bool duplicated = false;
+  while (!duplicated && absl::Now() < deadline) {
+    const std::vector<int64_t> rows = Epoch(/*deduplicate=*/false);
+    ASSERT_EQ(rows.size(), static_cast<size_t>(kRows));
+    for (int64_t v : rows) {
+      ASSERT_GE(v, 1) << "at least once";
+      duplicated = duplicated || v > 1;
+    }
+  }
+  EXPECT_TRUE(killer.error().ok()) << killer.error();
+  EXPECT_TRUE(duplicated) << "no row above 1 after " << killer.kills() << " kills";
+}
+
+}  // namespace
+}  // namespace asyncps

@@ -1,0 +1,106 @@
+#include "worker/dataset_resources.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace asyncps {
+namespace {
+
+// Split `split` of records [10 * split, 10 * split + 10) of Range(0, 35) in batches of 4.
+SplitBinding Binding(int64_t split, int64_t batch, int64_t epoch = 0) {
+  return SplitBinding{epoch, split, split * 10, split * 10 + 10, batch};
+}
+
+std::vector<int64_t> Ids(const data::Element& e) {
+  return std::vector<int64_t>(e[0].data<int64_t>(), e[0].data<int64_t>() + e[0].dim(0));
+}
+
+class DynamicIteratorResourceTest : public ::testing::Test {
+ protected:
+  DynamicIteratorResource resource_{data::Dataset::Range(0, 35).Shuffle(10, 3).Batch(4)};
+};
+
+TEST_F(DynamicIteratorResourceTest, ReadsASplitsBatchesInOrderFromOnePipeline) {
+  std::vector<int64_t> all;
+  SplitOutcome outcome;
+  for (int64_t batch = 0; batch < 3; ++batch) {
+    auto e = resource_.Read(Binding(1, batch), &outcome);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(outcome, batch < 2 ? SplitOutcome::kMore : SplitOutcome::kLast);
+    for (int64_t id : Ids(*e)) all.push_back(id);
+  }
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, (std::vector<int64_t>{10, 11, 12, 13, 14, 15, 16, 17, 18, 19}));
+  EXPECT_EQ(resource_.pipelines_built(), 1);
+  EXPECT_TRUE(absl::IsOutOfRange(resource_.Read(Binding(1, 3), &outcome).status()));
+  EXPECT_EQ(outcome, SplitOutcome::kPastEnd);
+}
+
+TEST_F(DynamicIteratorResourceTest, AnyBatchReadsTheSameRecordsAsInOrder) {
+  SplitOutcome outcome;
+  std::vector<std::vector<int64_t>> in_order;
+  for (int64_t batch = 0; batch < 3; ++batch) in_order.push_back(Ids(*resource_.Read(Binding(2, batch), &outcome)));
+  // Another worker (a fresh resource) re-running batch 1 alone reads the same ids.
+  DynamicIteratorResource other(data::Dataset::Range(0, 35).Shuffle(10, 3).Batch(4));
+  auto rerun = other.Read(Binding(2, 1), &outcome);
+  ASSERT_TRUE(rerun.ok());
+  EXPECT_EQ(Ids(*rerun), in_order[1]);
+  EXPECT_EQ(outcome, SplitOutcome::kMore);
+  // A different epoch shuffles the split differently (same records).
+  auto next_epoch = other.Read(Binding(2, 0, /*epoch=*/1), &outcome);
+  ASSERT_TRUE(next_epoch.ok());
+  EXPECT_NE(Ids(*next_epoch), in_order[0]);
+}
+
+TEST_F(DynamicIteratorResourceTest, ReportsSplitsPastTheData) {
+  SplitOutcome outcome;
+  auto last = resource_.Read(Binding(3, 1), &outcome);  // records 30..34: batches of 4 and 1
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(Ids(*last).size(), 1u);
+  EXPECT_EQ(outcome, SplitOutcome::kLast);
+  EXPECT_TRUE(absl::IsOutOfRange(resource_.Read(Binding(4, 0), &outcome).status()));
+  EXPECT_EQ(outcome, SplitOutcome::kBeyondSource);
+}
+
+TEST_F(DynamicIteratorResourceTest, ABoundIteratorGivesOneBatch) {
+  auto shared = std::make_shared<DynamicIteratorResource>(data::Dataset::Range(0, 35).Batch(4));
+  BoundSplitIterator bound(shared, Binding(0, 0));
+  EXPECT_EQ(bound.outcome(), SplitOutcome::kUnread);
+  auto first = bound.Next();
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(Ids(*first), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(bound.outcome(), SplitOutcome::kMore);
+  EXPECT_EQ(bound.Next().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(DatasetResourceFactoryTest, DynamicShardingRefusesRepeatAndHidesTheWorkerIndex) {
+  Program program;
+  int seen_index = -1;
+  program.AddDataset("d", [&](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
+    seen_index = ctx.worker_index();
+    EXPECT_FALSE(ctx.Arg(kShardingArg).ok());  // the policy is not the factory's argument
+    auto repeat = ctx.IntArg("repeat");
+    data::Dataset d = data::Dataset::Range(0, 10);
+    return repeat.ok() && *repeat != 0 ? d.Repeat() : d;
+  });
+  const ResourceFactory* factory = program.FindResource(DatasetResourceName("d"));
+  ASSERT_NE(factory, nullptr);
+  std::map<std::string, std::string> args = {{kShardingArg, "dynamic"}, {"repeat", "1"}};
+  EXPECT_EQ((*factory)(ResourceContext(2, 3, args)).status().code(), absl::StatusCode::kInvalidArgument);
+  args["repeat"] = "0";
+  EXPECT_TRUE((*factory)(ResourceContext(2, 3, args)).ok());
+  EXPECT_EQ(seen_index, 0);  // every worker builds the same pipeline
+  args[kShardingArg] = "data";
+  EXPECT_TRUE((*factory)(ResourceContext(2, 3, args)).ok());
+  EXPECT_EQ(seen_index, 2);
+  args[kShardingArg] = "bogus";
+  EXPECT_EQ((*factory)(ResourceContext(2, 3, args)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace asyncps
