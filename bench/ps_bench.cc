@@ -1,7 +1,7 @@
 // Parameter-server pull and push throughput against memcpy and a raw TCP transfer of the same
 // bytes, measured in the same run over loopback with real PS processes (1 PS, then 2 PS).
 //
-// Usage: ps_bench [--quick] [--only=SUBSTRING]
+// Usage: ps_bench [--quick] [--only=SUBSTRING] [--pin=split|same|none]
 //
 // --only runs just the cases whose label ("ps=2 dense pull 64MiB", "ps=1 sparse gather 1000")
 // contains SUBSTRING, for profiling one case with perf.
@@ -43,14 +43,17 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "bench/pipelined_echo.h"
 #include "coordinator/initializers.h"
 #include "coordinator/optimizers.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/logging.h"
+#include "core/status_macros.h"
 #include "core/tensor.h"
 #include "net/asio.h"
 #include "partitioners/partitioner.h"
@@ -401,7 +404,142 @@ bool AllEqual(const Tensor& t, float value) {
 struct Config {
   bool quick = false;
   std::string only;  // run only cases whose label contains this
+  // Small pushes: "split" puts the PS (and the raw echo server) on CPU 0 and this process
+  // on CPU 1, the realistic layout; "same" puts everything on CPU 0; "none" leaves it to the
+  // scheduler.
+  std::string pin = "split";
 };
+
+// ----- small pushes in flight --------------------------------------------------------------------
+
+// `total` pushes of a one-float gradient with `window` in flight, issued from this thread: a
+// ring of futures, waiting for the oldest before issuing the next. Appends each push's
+// latency (issue to completion seen) to `micros` when given. Pushes per second, 0 on failure.
+double PipelinedPushes(PsClient& ps, const std::vector<GradientUpdate>& push, int total, int window,
+                       std::vector<double>* micros) {
+  std::vector<PsFuture<void>> ring(static_cast<size_t>(window));
+  std::vector<Clock::time_point> sent(static_cast<size_t>(window));
+  const Clock::time_point begin = Clock::now();
+  bool ok = true;
+  for (int i = 0; i < total + window; ++i) {
+    const size_t slot = static_cast<size_t>(i % window);
+    if (i >= window) {
+      absl::Status s = ring[slot].Get();
+      if (micros != nullptr) {
+        micros->push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent[slot]).count());
+      }
+      if (!s.ok()) {
+        if (ok) std::fprintf(stderr, "small push failed: %s\n", s.ToString().c_str());
+        ok = false;
+      }
+    }
+    if (i < total) {
+      sent[slot] = Clock::now();
+      ring[slot] = ps.PushGradientsAsync(push);
+    }
+  }
+  return ok ? total / Seconds(begin, Clock::now()) : 0;
+}
+
+// Pins the PS processes and this process as `config.pin` says; returns a description.
+std::string PinForSmallPushes(const Config& config, const std::vector<pid_t>& ps_pids) {
+  if (config.pin == "none" || std::thread::hardware_concurrency() < 2) return "unpinned";
+  const int mine = config.pin == "same" ? 0 : 1;
+  bool ok = bench::PinProcess(getpid(), mine);
+  for (pid_t pid : ps_pids) ok = bench::PinProcess(pid, 0) && ok;
+  if (!ok) return "pinning refused: unpinned";
+  return config.pin == "same" ? "PS, echo server and client all on CPU 0"
+                              : "PS and echo server on CPU 0, client process on CPU 1";
+}
+
+// A one-PS cluster and a client holding a small SGD variable.
+struct SmallPushTarget {
+  std::unique_ptr<testing::LocalCluster> cluster;
+  std::unique_ptr<ParameterServerStrategy> strategy;
+};
+
+absl::StatusOr<SmallPushTarget> StartSmallPushTarget(bool inline_small_updates) {
+  testing::LocalCluster::Options cluster_options;
+  cluster_options.num_ps = 1;
+  cluster_options.num_workers = 1;  // idle; a cluster spec needs one
+  cluster_options.token = "ps-bench";
+  cluster_options.extra_env = {{"ASYNCPS_PS_INLINE_SMALL_UPDATES", inline_small_updates ? "1" : "0"}};
+  SmallPushTarget t;
+  ASSIGN_OR_RETURN(t.cluster, testing::LocalCluster::Start(cluster_options));
+  ParameterServerStrategy::Options options;
+  options.process.cluster_token = t.cluster->token();
+  options.process.metrics_port = -1;
+  t.strategy = std::make_unique<ParameterServerStrategy>(t.cluster->chief_spec(), nullptr, options);
+  RETURN_IF_ERROR(t.strategy->CreateVariable("small", init::Zeros({1}), opt::SGD(1e-6)).status());
+  return t;
+}
+
+// Pushes of one f32 (SGD) with 1, 8 and 64 in flight from one thread, to a PS that hands every
+// update to its pool (the default) and to one that applies small updates on its I/O thread
+// (--ps_inline_small_updates), beside a
+// raw TCP echo of 64-byte messages with as many in flight (one system call per message).
+// The three alternate round by round.
+bool RunSmallPushes(const Config& config) {
+  auto inline_target = StartSmallPushTarget(true);
+  auto pool_target = StartSmallPushTarget(false);
+  if (!inline_target.ok() || !pool_target.ok()) {
+    std::fprintf(stderr, "cannot start the small-push clusters: %s %s\n", inline_target.status().ToString().c_str(),
+                 pool_target.status().ToString().c_str());
+    return false;
+  }
+  const std::vector<pid_t> ps_pids = {inline_target->cluster->ps_pid(0), pool_target->cluster->ps_pid(0)};
+  const std::vector<GradientUpdate> push = {{"small", Tensor::FromVector<float>({1}, {1.0f}), std::nullopt}};
+  const std::string layout = PinForSmallPushes(config, ps_pids);
+  const int server_cpu = layout.rfind("PS", 0) == 0 ? 0 : -1;
+  const int rounds = config.quick ? 2 : 6;
+  PsClient& inline_ps = inline_target->strategy->ps();
+  PsClient& pool_ps = pool_target->strategy->ps();
+  bool ok = true;
+  std::printf("small push (1 f32, SGD) from one thread (a ring of PsFutures), %s; medians of %d alternating rounds\n",
+              layout.c_str(), rounds);
+  for (int window : {1, 8, 64}) {
+    const int total = config.quick ? 500 : (window == 1 ? 4000 : 20000);
+    bench::PipelinedEcho echo(64, server_cpu);
+    std::vector<double> inline_rates, pool_rates, raw_rates;
+    std::vector<double> inline_micros, pool_micros, raw_micros;
+    const bool latency = window == 1;
+    // Warm-up: connections, allocator, TCP state.
+    const int warmup = std::min(total, 1000);
+    ok = PipelinedPushes(inline_ps, push, warmup, window, nullptr) > 0 &&
+         PipelinedPushes(pool_ps, push, warmup, window, nullptr) > 0 && echo.Run(warmup, window, nullptr) > 0;
+    for (int r = 0; ok && r < rounds; ++r) {
+      inline_rates.push_back(PipelinedPushes(inline_ps, push, total, window, latency ? &inline_micros : nullptr));
+      pool_rates.push_back(PipelinedPushes(pool_ps, push, total, window, latency ? &pool_micros : nullptr));
+      raw_rates.push_back(echo.Run(total, window, latency ? &raw_micros : nullptr));
+      ok = inline_rates.back() > 0 && pool_rates.back() > 0 && raw_rates.back() > 0;
+    }
+    if (!ok) break;
+    // The headline figure is the default PS (updates on the pool); inline is the option.
+    const double rate = Median(pool_rates);
+    const double raw_rate = Median(raw_rates);
+    const double ratio = rate / raw_rate;
+    std::printf(
+        "ps=1 small push %2d in flight: %7.0f req/s | raw echo %7.0f req/s  ratio %.2f%s | inline small updates "
+        "%7.0f req/s (%.2fx raw)\n",
+        window, rate, raw_rate, ratio,
+        window == 64 ? absl::StrFormat("  %s (>= 1.3)", Verdict(ratio >= 1.3)).c_str() : "", Median(inline_rates),
+        Median(inline_rates) / raw_rate);
+    if (latency) {
+      const double p50 = Median(pool_micros);
+      const double raw_p50 = Median(raw_micros);
+      std::printf("ps=1 small push p50 latency, 1 in flight: %.1f us | raw round trip %.1f us  ratio %.2f  %s (<= 1.3) "
+                  "| inline small updates %.1f us (%.2fx raw)\n",
+                  p50, raw_p50, p50 / raw_p50, Verdict(p50 / raw_p50 <= 1.3), Median(inline_micros),
+                  Median(inline_micros) / raw_p50);
+    }
+    std::fflush(stdout);
+  }
+  if (layout.rfind("PS", 0) == 0) {
+    for (pid_t pid : ps_pids) bench::UnpinProcess(pid);
+    bench::UnpinProcess(getpid());
+  }
+  return ok;
+}
 
 struct Aims {
   bool dense_push = true;
@@ -557,6 +695,10 @@ int Run(const Config& config) {
       config.quick ? " --quick" : "");
   std::fflush(stdout);
   Aims aims;
+  if (std::string("ps=1 small push").find(config.only) != std::string::npos && !RunSmallPushes(config)) {
+    std::printf("small push FAILED (see stderr)\n");
+    return 1;
+  }
   for (int num_ps : {1, 2}) {
     if (!RunCluster(num_ps, config, aims)) {
       std::printf("ps=%d FAILED (see stderr)\n", num_ps);
@@ -581,8 +723,12 @@ int main(int argc, char** argv) {
       config.quick = true;
     } else if (std::strncmp(argv[i], "--only=", 7) == 0) {
       config.only = argv[i] + 7;
+    } else if (std::strncmp(argv[i], "--pin=", 6) == 0 &&
+               (std::strcmp(argv[i] + 6, "split") == 0 || std::strcmp(argv[i] + 6, "same") == 0 ||
+                std::strcmp(argv[i] + 6, "none") == 0)) {
+      config.pin = argv[i] + 6;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--only=SUBSTRING]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--only=SUBSTRING] [--pin=split|same|none]\n", argv[0]);
       return 2;
     }
   }

@@ -162,6 +162,8 @@ absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
                                  &o.ps_max_response_bytes));
   RETURN_IF_ERROR(BoolOption(argc, argv, "allow_nonfinite_gradients", "ASYNCPS_ALLOW_NONFINITE_GRADIENTS",
                              &o.allow_nonfinite_gradients));
+  RETURN_IF_ERROR(BoolOption(argc, argv, "ps_inline_small_updates", "ASYNCPS_PS_INLINE_SMALL_UPDATES",
+                             &o.ps_inline_small_updates));
   RETURN_IF_ERROR(IntOption(argc, argv, "ps_dedup_max_entries", "ASYNCPS_PS_DEDUP_MAX_ENTRIES", 1, int64_t{1} << 40,
                             &o.ps_dedup_max_entries));
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_max_connections", "ASYNCPS_RPC_MAX_CONNECTIONS", 1, 1 << 20, &o.rpc_max_connections));

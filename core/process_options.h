@@ -26,6 +26,9 @@ inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 
 //                                  ps.Read / ps.Gather answer may carry (512MiB)
 //   --allow_nonfinite_gradients    ASYNCPS_ALLOW_NONFINITE_GRADIENTS  apply gradients holding
 //                                  NaN or Inf instead of refusing them (false)
+//   --ps_inline_small_updates      ASYNCPS_PS_INLINE_SMALL_UPDATES    apply updates and gradients
+//                                  of at most 16 KiB on the I/O thread (false; see
+//                                  net::Dispatch::kInlineIfSmall)
 //   --ps_dedup_max_entries=N       ASYNCPS_PS_DEDUP_MAX_ENTRIES       keys the window of applied
 //                                  closure updates may hold (ps/update_dedup.h) (1048576)
 // Byte sizes are a positive integer with an optional binary suffix: K, M, G, T, KiB, MiB,
@@ -48,6 +51,7 @@ struct ProcessOptions {
   uint64_t ps_max_variable_bytes = kDefaultPsMaxVariableBytes;
   uint64_t ps_max_response_bytes = kDefaultPsMaxResponseBytes;
   bool allow_nonfinite_gradients = false;
+  bool ps_inline_small_updates = false;
   int64_t ps_dedup_max_entries = int64_t{1} << 20;
 
   int64_t rpc_max_connections = 1024;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -89,10 +90,13 @@ absl::StatusOr<Net> MakeNet(const std::string& kind, uint64_t seed) {
 // A worker's own copy of the model; its parameters are pulled from the PS every step.
 class ModelResource : public Resource {
  public:
-  explicit ModelResource(Net net) : net_(std::move(net)) {}
+  ModelResource(Net net, bool overlap_pull) : overlap_pull(overlap_pull), net_(std::move(net)) {}
   // The model is used by one step at a time (closures may overlap on a worker).
   Mutex mu;
   Net& net() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return net_; }
+  // Options::overlap_pull: the read a step starts for the next step's parameters.
+  const bool overlap_pull;
+  std::optional<PsFuture<std::vector<Tensor>>> next_pull ABSL_GUARDED_BY(mu);
 
  private:
   Net net_;
@@ -134,12 +138,23 @@ absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
   return examples.Batch(batch, /*drop_remainder=*/true).Prefetch(4);
 }
 
+// Returns {loss, examples, pull seconds, compute seconds, push seconds}.
 absl::StatusOr<Values> TrainStep(StepContext& ctx) {
   ASSIGN_OR_RETURN(data::Element batch, ctx.Next(0));
   ASSIGN_OR_RETURN(ModelResource * model, ctx.resource<ModelResource>(1));
   MutexLock lock(&model->mu);
   Net& net = model->net();
-  RETURN_IF_ERROR(torch_bridge::Pull(ctx, *net.module));
+  const absl::Time begin = absl::Now();
+  bool pulled = false;
+  if (model->next_pull.has_value()) {
+    PsFuture<std::vector<Tensor>> pull = std::move(*model->next_pull);
+    model->next_pull.reset();
+    // A failed read started by an earlier step is not this step's to report: pull afresh
+    // through this step's context, which then reports a PS failure as one.
+    pulled = torch_bridge::FinishPull(std::move(pull), *net.module).ok();
+  }
+  if (!pulled) RETURN_IF_ERROR(torch_bridge::Pull(ctx, *net.module));
+  const absl::Time pulled_at = absl::Now();
   float loss_value = 0;
   RETURN_IF_ERROR(CatchTorch([&]() -> absl::Status {
     ASSIGN_OR_RETURN(auto inputs, ToInputs(batch));
@@ -148,8 +163,29 @@ absl::StatusOr<Values> TrainStep(StepContext& ctx) {
     loss_value = loss.item<float>();
     return absl::OkStatus();
   }));
-  RETURN_IF_ERROR(torch_bridge::PushGradients(ctx, *net.module));
-  return Values{Tensor::Scalar(loss_value), Tensor::Scalar<int64_t>(batch[1].dim(0))};
+  const absl::Time computed_at = absl::Now();
+  if (model->overlap_pull) {
+    // The next step's read goes out right behind this push, so it may miss this push (one
+    // step more staleness) but its round trip overlaps the push's.
+    PsFuture<void> push = torch_bridge::PushGradientsAsync(ctx, *net.module);
+    model->next_pull = torch_bridge::PullAsync(ctx, *net.module);
+    RETURN_IF_ERROR(push.Get());
+  } else {
+    RETURN_IF_ERROR(torch_bridge::PushGradients(ctx, *net.module));
+  }
+  const absl::Time pushed_at = absl::Now();
+  return Values{Tensor::Scalar(loss_value), Tensor::Scalar<int64_t>(batch[1].dim(0)),
+                Tensor::Scalar(absl::ToDoubleSeconds(pulled_at - begin)),
+                Tensor::Scalar(absl::ToDoubleSeconds(computed_at - pulled_at)),
+                Tensor::Scalar(absl::ToDoubleSeconds(pushed_at - computed_at))};
+}
+
+// Adds a step's {.., pull, compute, push} seconds to `result`'s worker-time totals.
+void AddStepTimes(const Values& out, Result* result) {
+  if (out.size() < 5) return;
+  result->pull_seconds += out[2].ScalarAsDouble();
+  result->compute_seconds += out[3].ScalarAsDouble();
+  result->push_seconds += out[4].ScalarAsDouble();
 }
 
 struct TestSet {
@@ -308,9 +344,11 @@ Program MakeProgram() {
   program.AddDataset("fmnist_train", TrainDataset);
   program.AddResource("fmnist_model", [](const ResourceContext& ctx) -> absl::StatusOr<std::unique_ptr<Resource>> {
     ASSIGN_OR_RETURN(std::string kind, ctx.Arg("model"));
+    // Absent (an older chief): no overlap.
+    const bool overlap = ctx.Arg("overlap_pull").value_or("0") == "1";
     return CatchTorch([&]() -> absl::StatusOr<std::unique_ptr<Resource>> {
       ASSIGN_OR_RETURN(Net net, MakeNet(kind, 0));
-      return std::make_unique<ModelResource>(std::move(net));
+      return std::make_unique<ModelResource>(std::move(net), overlap);
     });
   });
   program.AddFunction("fmnist_train_step", TrainStep);
@@ -343,7 +381,9 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
                        "fmnist_train", DatasetArgs(options, start_step),
                        options.dynamic_sharding ? ShardingPolicy::kDynamic : ShardingPolicy::kOff, records_per_split));
   ASSIGN_OR_RETURN(PerWorkerValues iterators, dataset.MakeIterator());
-  ASSIGN_OR_RETURN(PerWorkerValues models, coordinator.CreatePerWorkerResource("fmnist_model", {{"model", options.model}}));
+  ASSIGN_OR_RETURN(PerWorkerValues models, coordinator.CreatePerWorkerResource(
+                                       "fmnist_model", {{"model", options.model},
+                                                        {"overlap_pull", options.overlap_pull ? "1" : "0"}}));
 
   const int64_t steps_per_epoch = kTrainExamples / options.batch_size;
   const int64_t total_steps = steps_per_epoch * options.epochs;
@@ -415,6 +455,7 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
       recoveries = recovery.recoveries;
       steps_lost = recovery.steps_lost;
     }
+    AddStepTimes(out, &result);
     if (options.on_step) options.on_step(tracker.steps());
     tracker.MaybeReport(workers);
     if (tracker.EvaluationDue()) {
@@ -430,6 +471,7 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   for (RemoteValue& v : pending) {
     ASSIGN_OR_RETURN(Values out, v.Fetch());
     tracker.Step(out.at(0).ScalarAsDouble(), static_cast<int64_t>(out.at(1).ScalarAsDouble()));
+    AddStepTimes(out, &result);
   }
   RETURN_IF_ERROR(coordinator.Join());
   // The end of training is a checkpoint too, so the same command started again has nothing

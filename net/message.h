@@ -93,6 +93,12 @@ class InMessage {
   absl::StatusOr<Tensor> TensorAt(wire::TensorRef::Reader ref) const;
 
   size_t num_payloads() const { return payloads_.size(); }
+  // Bytes of all payloads together.
+  size_t payload_bytes() const {
+    size_t bytes = 0;
+    for (const Payload& p : payloads_) bytes += p.size;
+    return bytes;
+  }
 
  private:
   friend class FrameDecoder;

@@ -22,7 +22,13 @@ using Handler =
     std::function<absl::Status(const RequestContext& ctx, const InMessage& request, OutMessage* response)>;
 
 // Where a handler runs: on the server's pool, or on the I/O thread (must not block).
-enum class Dispatch { kPool, kInline };
+// kInlineIfSmall runs it on the I/O thread when the request's payloads total at most
+// kSmallRequestPayloadBytes, else on the pool: for handlers whose work grows with what the
+// request carries (an update applies what it sends), so a small request skips the thread
+// hand-off — the largest cost of a small request — and a large one does not hold the I/O
+// thread. Such a handler may still wait briefly for a lock a pooled handler holds.
+enum class Dispatch { kPool, kInline, kInlineIfSmall };
+inline constexpr size_t kSmallRequestPayloadBytes = 16 << 10;
 
 // The peer roles (as authenticated in the handshake) allowed to call a method.
 class PeerRoles {

@@ -69,6 +69,15 @@ class RpcTest : public ::testing::Test {
       for (auto n : names) (void)n.size();
       return absl::OkStatus();
     });
+    // Answers whether it ran on the server's I/O thread.
+    server_->Register<wire::ReadResponse>(
+        "test.WhereRun", kCallers,
+        [this](const RequestContext&, const InMessage&, OutMessage* resp) {
+          auto out = resp->InitResponseBody<wire::ReadResponse>().initTensors(1);
+          resp->AddTensor(Tensor::Scalar<int32_t>(loop_.InLoopThread() ? 1 : 0), out[0]);
+          return absl::OkStatus();
+        },
+        Dispatch::kInlineIfSmall);
     server_->Register<wire::Empty>("test.ChiefOnly", PeerRoles{"chief"}, [](const RequestContext&, const InMessage&, OutMessage*) {
       return absl::OkStatus();
     });
@@ -254,6 +263,22 @@ TEST_F(RpcTest, ConcurrentCallsFromManyThreadsOnOneConnection) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(good.load(), 8 * 200);
+}
+
+TEST_F(RpcTest, InlineIfSmallRunsSmallRequestsOnTheIoThreadAndLargeOnesOnThePool) {
+  RpcClient& client = NewClient();
+  auto ran_inline = [&](int64_t payload_bytes) -> int {
+    OutMessage req;
+    auto refs = req.InitRequestBody<wire::ReadResponse>().initTensors(1);
+    req.AddTensor(Tensor(DType::kU8, {payload_bytes}), refs[0]);
+    auto resp = client.Call("test.WhereRun", std::move(req), absl::Seconds(30));
+    if (!resp.ok()) return -1;
+    auto where = resp->TensorAt(resp->ResponseBody<wire::ReadResponse>().getTensors()[0]);
+    return where.ok() ? where->data<int32_t>()[0] : -1;
+  };
+  EXPECT_EQ(ran_inline(16), 1);
+  EXPECT_EQ(ran_inline(kSmallRequestPayloadBytes), 1);
+  EXPECT_EQ(ran_inline(kSmallRequestPayloadBytes + 1), 0);
 }
 
 TEST_F(RpcTest, DeadlineExceededWhileServerIsBusy) {

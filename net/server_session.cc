@@ -221,7 +221,8 @@ void ServerSession::HandleRequest(InMessage frame) {
   }
 
   in_flight_.fetch_add(1);
-  if (entry->dispatch == Dispatch::kInline) {
+  if (entry->dispatch == Dispatch::kInline ||
+      (entry->dispatch == Dispatch::kInlineIfSmall && frame.payload_bytes() <= kSmallRequestPayloadBytes)) {
     transport_->Send(Serve(*entry, ctx, request_id, method, received, frame, config_.metrics));
     in_flight_.fetch_sub(1);
     Touch();

@@ -22,6 +22,7 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   PsService::Options service_options;
   service_options.max_response_bytes = options.ps_max_response_bytes;
   service_options.allow_nonfinite_gradients = options.allow_nonfinite_gradients;
+  service_options.inline_small_updates = options.ps_inline_small_updates;
   service_options.dedup_max_entries = static_cast<uint64_t>(options.ps_dedup_max_entries);
   service_options.metrics = &metrics;
   PsService service(store, service_options);

@@ -23,8 +23,13 @@ void PsService::RegisterWith(net::MethodTable& server) {
   };
   server.Register<wire::CreateVariableRequest>("ps.CreateVariable", net::PsCallers(), bind(&PsService::CreateVariable));
   server.Register<wire::ReadRequest>("ps.Read", net::PsReaders(), bind(&PsService::Read));
-  server.Register<wire::UpdateRequest>("ps.Update", net::PsCallers(), bind(&PsService::Update));
-  server.Register<wire::PushGradientsRequest>("ps.PushGradients", net::PsCallers(), bind(&PsService::PushGradients));
+  // An update's work is proportional to what it carries, so small ones may run on the I/O
+  // thread (Options::inline_small_updates).
+  const net::Dispatch updates =
+      options_.inline_small_updates ? net::Dispatch::kInlineIfSmall : net::Dispatch::kPool;
+  server.Register<wire::UpdateRequest>("ps.Update", net::PsCallers(), bind(&PsService::Update), updates);
+  server.Register<wire::PushGradientsRequest>("ps.PushGradients", net::PsCallers(), bind(&PsService::PushGradients),
+                                              updates);
   server.Register<wire::GatherRequest>("ps.Gather", net::PsReaders(), bind(&PsService::Gather));
   server.Register<wire::Empty>("ps.ListVariables", net::PsReaders(), bind(&PsService::ListVariables));
   server.Register<wire::Empty>(

@@ -94,6 +94,44 @@ absl::Status Pull(StepContext& ctx, ::torch::nn::Module& module, const std::stri
   });
 }
 
+PsFuture<std::vector<Tensor>> PullAsync(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix) {
+  std::vector<std::string> names;
+  absl::Status status = Guard("PullAsync", [&]() -> absl::Status {
+    names = NamedParameters(module, prefix).names;
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return PsFuture<std::vector<Tensor>>::Ready(status);
+  return ctx.ReadManyAsync(names);
+}
+
+absl::Status FinishPull(PsFuture<std::vector<Tensor>> pull, ::torch::nn::Module& module, const std::string& prefix) {
+  ASSIGN_OR_RETURN(std::vector<Tensor> values, pull.Get());
+  return Guard("Pull", [&]() -> absl::Status { return Assign(NamedParameters(module, prefix), values); });
+}
+
+PsFuture<void> PushGradientsAsync(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix) {
+  PsFuture<void> push;
+  absl::Status status = Guard("PushGradients", [&]() -> absl::Status {
+    Parameters params = NamedParameters(module, prefix);
+    std::vector<GradientUpdate> gradients;
+    absl::Status s;
+    for (size_t i = 0; i < params.tensors.size() && s.ok(); ++i) {
+      const at::Tensor& grad = params.tensors[i].grad();
+      if (!grad.defined()) continue;
+      absl::StatusOr<Tensor> value = FromTorch(grad);
+      if (!value.ok()) {
+        s = value.status();
+        break;
+      }
+      gradients.push_back({params.names[i], std::move(*value), std::nullopt});
+    }
+    push = s.ok() ? ctx.PushGradientsAsync(gradients) : PsFuture<void>::Ready(s);
+    for (at::Tensor& param : params.tensors) param.mutable_grad() = at::Tensor();
+    return absl::OkStatus();
+  });
+  return status.ok() ? push : PsFuture<void>::Ready(status);
+}
+
 absl::Status PushGradients(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix) {
   return Guard("PushGradients", [&]() -> absl::Status {
     Parameters params = NamedParameters(module, prefix);

@@ -16,6 +16,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/tensor.h"
+#include "worker/ps_future.h"
 #include "ps/optimizer.h"
 
 namespace torch::nn {
@@ -50,6 +52,19 @@ absl::Status Pull(StepContext& ctx, ::torch::nn::Module& module, const std::stri
 // one request per PS, then clears the gradients (so the next backward() starts from zero).
 // Parameters without a gradient are skipped. The gradients are sent from autograd's buffers.
 absl::Status PushGradients(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix = "");
+
+// Worker: Pull in two halves, so the read can be in flight while the step does something
+// else (e.g. pushes the previous gradients). PullAsync starts reading the variables of
+// `module`; FinishPull waits for that read and sets the parameters as Pull does. The module
+// must be the same (same parameters) for both.
+PsFuture<std::vector<Tensor>> PullAsync(StepContext& ctx, ::torch::nn::Module& module,
+                                        const std::string& prefix = "");
+absl::Status FinishPull(PsFuture<std::vector<Tensor>> pull, ::torch::nn::Module& module,
+                        const std::string& prefix = "");
+
+// Worker: PushGradients without waiting: sends the gradients and clears them at once (the
+// requests keep autograd's buffers alive); the future says whether every PS applied them.
+PsFuture<void> PushGradientsAsync(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix = "");
 
 }  // namespace asyncps::torch_bridge
 

@@ -1,7 +1,10 @@
 #include "worker/ps_client.h"
 
+#include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <type_traits>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
@@ -19,41 +22,56 @@ struct Outgoing {
   net::OutMessage message;
 };
 
-// Sends every call at once and waits for all of them. Results are in call order.
-std::vector<absl::StatusOr<net::InMessage>> CallAll(const std::vector<net::RpcClient*>& ps,
-                                                    const std::string& method,
-                                                    std::vector<Outgoing> calls,
-                                                    const net::RpcClient::CallOptions& options) {
-  struct State {
-    Mutex mu;
-    size_t remaining ABSL_GUARDED_BY(mu);
-    std::vector<absl::StatusOr<net::InMessage>> results ABSL_GUARDED_BY(mu);
-  };
-  auto state = std::make_shared<State>();
-  {
-    MutexLock lock(&state->mu);
-    state->remaining = calls.size();
-    for (size_t i = 0; i < calls.size(); ++i) state->results.emplace_back(absl::UnknownError("not sent"));
+using CallResults = std::vector<absl::StatusOr<net::InMessage>>;
+
+// Sends every call at once; `on_all` gets the results, in call order, once the last one is
+// in (on the loop thread of the client that answered last, or here when `calls` is empty).
+void CallAllAsync(const std::vector<net::RpcClient*>& ps, const std::string& method,
+                  std::vector<Outgoing> calls, const net::RpcClient::CallOptions& options,
+                  std::function<void(CallResults)> on_all) {
+  if (calls.empty()) {
+    on_all(CallResults());
+    return;
   }
+  // Each answer fills its own slot; the release/acquire on `remaining` hands every slot to
+  // whichever callback finishes last, so no lock is needed.
+  struct State {
+    explicit State(size_t n, std::function<void(CallResults)> f)
+        : remaining(n), on_all(std::move(f)) {
+      results.reserve(n);
+      for (size_t i = 0; i < n; ++i) results.emplace_back(absl::Status(absl::StatusCode::kUnknown, ""));
+    }
+    std::atomic<size_t> remaining;
+    CallResults results;
+    std::function<void(CallResults)> on_all;
+  };
+  auto state = std::make_shared<State>(calls.size(), std::move(on_all));
   for (size_t i = 0; i < calls.size(); ++i) {
     const int p = calls[i].ps;
     ps[p]->CallAsync(method, std::move(calls[i].message), options,
-                     [state, i, p, address = ps[p]->address()](absl::StatusOr<net::InMessage> r) {
+                     [state, i, p, address = &ps[p]->address()](absl::StatusOr<net::InMessage> r) {
                        if (!r.ok() && r.status().code() == absl::StatusCode::kNotFound) {
                          // Every name sent came from the directory: the PS lost it.
-                         r = PsStateLostError(p, address, r.status().message());
+                         r = PsStateLostError(p, *address, r.status().message());
                        } else if (!r.ok() && IsPsUnreachable(r.status())) {
-                         r = absl::Status(r.status().code(), absl::StrCat("ps ", p, " (", address,
+                         r = absl::Status(r.status().code(), absl::StrCat("ps ", p, " (", *address,
                                                                           "): ", r.status().message()));
                        }
-                       MutexLock lock(&state->mu);
                        state->results[i] = std::move(r);
-                       --state->remaining;
+                       if (state->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+                         state->on_all(std::move(state->results));
+                       }
                      });
   }
-  MutexLock lock(&state->mu);
-  state->mu.Await(absl::Condition(+[](size_t* n) { return *n == 0; }, &state->remaining));
-  return std::move(state->results);
+}
+
+// Sends every call at once and waits for all of them. Results are in call order.
+CallResults CallAll(const std::vector<net::RpcClient*>& ps, const std::string& method,
+                    std::vector<Outgoing> calls, const net::RpcClient::CallOptions& options) {
+  auto [future, complete] = PsFuture<CallResults>::Make();
+  CallAllAsync(ps, method, std::move(calls), options,
+               [complete = std::move(complete)](CallResults r) { complete(std::move(r)); });
+  return *future.Get();
 }
 
 // The first error among `results`, preferring an unreachable PS (it explains the others).
@@ -213,45 +231,78 @@ PsClient::PsClient(std::vector<net::RpcClient*> ps, const VariableDirectory& dir
     : ps_(std::move(ps)), directory_(directory), options_(options) {}
 
 absl::StatusOr<std::vector<Tensor>> PsClient::Read(const std::vector<std::string>& names) {
+  return ReadAsync(names).Get();
+}
+
+absl::Status PsClient::Update(const std::vector<VariableUpdate>& updates, const ps::UpdateTag& tag) {
+  return UpdateAsync(updates, tag).Get();
+}
+
+absl::Status PsClient::PushGradients(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag) {
+  return PushGradientsAsync(gradients, tag).Get();
+}
+
+absl::StatusOr<Tensor> PsClient::Gather(const std::string& name, const Tensor& ids) {
+  return GatherAsync(name, ids).Get();
+}
+
+PsFuture<std::vector<Tensor>> PsClient::ReadAsync(const std::vector<std::string>& names) {
+  auto [future, complete] = PsFuture<std::vector<Tensor>>::Make();
+  ReadAsync(names, std::move(complete));
+  return future;
+}
+
+PsFuture<void> PsClient::UpdateAsync(const std::vector<VariableUpdate>& updates, const ps::UpdateTag& tag) {
+  auto [future, complete] = PsFuture<void>::Make();
+  UpdateAsync(updates, std::move(complete), tag);
+  return future;
+}
+
+PsFuture<void> PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients,
+                                            const ps::UpdateTag& tag) {
+  auto [future, complete] = PsFuture<void>::Make();
+  PushGradientsAsync(gradients, std::move(complete), tag);
+  return future;
+}
+
+PsFuture<Tensor> PsClient::GatherAsync(const std::string& name, const Tensor& ids) {
+  auto [future, complete] = PsFuture<Tensor>::Make();
+  GatherAsync(name, ids, std::move(complete));
+  return future;
+}
+
+namespace {
+
+// What ReadAsync needs to reassemble the answers: for each call, the (variable, shard) of
+// each name it asked for.
+struct ReadPlan {
   struct Ref {
     size_t variable;
     size_t shard;
   };
   std::vector<std::shared_ptr<const VariablePlacement>> placements;
-  std::map<int, std::vector<std::pair<std::string, Ref>>> by_ps;
-  for (size_t v = 0; v < names.size(); ++v) {
-    ASSIGN_OR_RETURN(auto p, directory_.Find(names[v]));
-    for (size_t s = 0; s < p->shards.size(); ++s) {
-      by_ps[p->shards[s].ps].push_back({p->shards[s].name, Ref{v, s}});
-    }
-    placements.push_back(std::move(p));
-  }
-  std::vector<Outgoing> calls;
-  std::vector<const std::vector<std::pair<std::string, Ref>>*> refs;
-  for (const auto& [ps, items] : by_ps) {
-    Outgoing call{ps, net::OutMessage()};
-    auto list = call.message.InitRequestBody<wire::ReadRequest>().initNames(static_cast<unsigned>(items.size()));
-    for (unsigned i = 0; i < items.size(); ++i) list.set(i, items[i].first);
-    calls.push_back(std::move(call));
-    refs.push_back(&items);
-  }
-  auto results = CallAll(ps_, "ps.Read", std::move(calls), {options_.timeout, std::nullopt});
+  std::vector<std::vector<Ref>> refs;  // per call
+};
+
+absl::StatusOr<std::vector<Tensor>> FinishRead(const ReadPlan& plan, CallResults results) {
   RETURN_IF_ERROR(FirstError(results));
-  std::vector<std::vector<Tensor>> shards(names.size());
-  for (size_t v = 0; v < names.size(); ++v) shards[v].resize(placements[v]->shards.size());
+  const size_t num_variables = plan.placements.size();
+  std::vector<std::vector<Tensor>> shards(num_variables);
+  for (size_t v = 0; v < num_variables; ++v) shards[v].resize(plan.placements[v]->shards.size());
   for (size_t c = 0; c < results.size(); ++c) {
     RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
       auto tensors = results[c]->ResponseBody<wire::ReadResponse>().getTensors();
-      if (tensors.size() != refs[c]->size()) return absl::InternalError("ps.Read answered the wrong count");
+      if (tensors.size() != plan.refs[c].size()) return absl::InternalError("ps.Read answered the wrong count");
       for (unsigned i = 0; i < tensors.size(); ++i) {
-        const Ref& ref = (*refs[c])[i].second;
+        const ReadPlan::Ref& ref = plan.refs[c][i];
         ASSIGN_OR_RETURN(shards[ref.variable][ref.shard], results[c]->TensorAt(tensors[i]));
       }
       return absl::OkStatus();
     }));
   }
   std::vector<Tensor> out;
-  for (size_t v = 0; v < names.size(); ++v) {
+  out.reserve(num_variables);
+  for (size_t v = 0; v < num_variables; ++v) {
     if (shards[v].size() == 1) {
       out.push_back(std::move(shards[v][0]));  // zero-copy view of the response
     } else {
@@ -262,21 +313,28 @@ absl::StatusOr<std::vector<Tensor>> PsClient::Read(const std::vector<std::string
   return out;
 }
 
-absl::Status PsClient::Update(const std::vector<VariableUpdate>& updates, const ps::UpdateTag& tag) {
-  std::map<int, std::vector<ShardPiece>> by_ps;
-  for (const VariableUpdate& u : updates) {
-    ASSIGN_OR_RETURN(auto p, directory_.Find(u.name));
-    RETURN_IF_ERROR(SplitUpdate(*p, u.kind, u.value, u.ids, &by_ps));
-  }
+// One request per PS carrying `by_ps`'s pieces as an update or gradient list, tagged with
+// `tag` when it is (exactly-once updates; see ps::UpdateDedup).
+template <typename Request>
+std::vector<Outgoing> PieceCalls(std::map<int, std::vector<ShardPiece>>& by_ps, const ps::UpdateTag& tag) {
   std::vector<Outgoing> calls;
+  calls.reserve(by_ps.size());
   for (auto& [ps, pieces] : by_ps) {
     Outgoing call{ps, net::OutMessage()};
-    auto body = call.message.InitRequestBody<wire::UpdateRequest>();
+    auto body = call.message.InitRequestBody<Request>();
     if (tag.tagged()) ps::UpdateTagToWire(tag, body.initTag());
-    auto list = body.initUpdates(static_cast<unsigned>(pieces.size()));
+    auto list = [&] {
+      if constexpr (std::is_same_v<Request, wire::UpdateRequest>) {
+        return body.initUpdates(static_cast<unsigned>(pieces.size()));
+      } else {
+        return body.initGradients(static_cast<unsigned>(pieces.size()));
+      }
+    }();
     for (unsigned i = 0; i < pieces.size(); ++i) {
       list[i].setName(pieces[i].shard_name);
-      list[i].setKind(ps::UpdateKindToWire(pieces[i].kind));
+      if constexpr (std::is_same_v<Request, wire::UpdateRequest>) {
+        list[i].setKind(ps::UpdateKindToWire(pieces[i].kind));
+      }
       call.message.AddTensor(pieces[i].value, list[i].initValue());
       if (pieces[i].local_ids) {
         list[i].setHasIds(true);
@@ -285,72 +343,38 @@ absl::Status PsClient::Update(const std::vector<VariableUpdate>& updates, const 
     }
     calls.push_back(std::move(call));
   }
-  return FirstError(CallAll(ps_, "ps.Update", std::move(calls), {options_.timeout, std::nullopt}));
+  return calls;
 }
 
-absl::Status PsClient::PushGradients(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag) {
-  std::map<int, std::vector<ShardPiece>> by_ps;
-  for (const GradientUpdate& g : gradients) {
-    ASSIGN_OR_RETURN(auto p, directory_.Find(g.name));
-    RETURN_IF_ERROR(SplitUpdate(*p, ps::UpdateKind::kAssign, g.value, g.ids, &by_ps));
-  }
-  std::vector<Outgoing> calls;
-  for (auto& [ps, pieces] : by_ps) {
-    Outgoing call{ps, net::OutMessage()};
-    auto body = call.message.InitRequestBody<wire::PushGradientsRequest>();
-    if (tag.tagged()) ps::UpdateTagToWire(tag, body.initTag());
-    auto list = body.initGradients(static_cast<unsigned>(pieces.size()));
-    for (unsigned i = 0; i < pieces.size(); ++i) {
-      list[i].setName(pieces[i].shard_name);
-      call.message.AddTensor(pieces[i].value, list[i].initValue());
-      if (pieces[i].local_ids) {
-        list[i].setHasIds(true);
-        call.message.AddTensor(*pieces[i].local_ids, list[i].initIds());
-      }
-    }
-    calls.push_back(std::move(call));
-  }
-  return FirstError(CallAll(ps_, "ps.PushGradients", std::move(calls), {options_.timeout, std::nullopt}));
-}
+// What GatherAsync needs to put the answered rows in id order.
+struct GatherPlan {
+  std::shared_ptr<const VariablePlacement> placement;
+  size_t num_ids = 0;
+  std::vector<RoutedRows> routed;
+  std::vector<std::vector<size_t>> call_shards;  // per call: the shards it asked for
+};
 
-absl::StatusOr<Tensor> PsClient::Gather(const std::string& name, const Tensor& ids) {
-  ASSIGN_OR_RETURN(auto p, directory_.Find(name));
-  ASSIGN_OR_RETURN(std::vector<int64_t> global, IdsOf(ids));
-  ASSIGN_OR_RETURN(std::vector<RoutedRows> routed, RouteIds(*p, global));
-  std::map<int, std::vector<size_t>> shards_by_ps;
-  for (size_t s = 0; s < p->shards.size(); ++s) {
-    if (!routed[s].positions.empty()) shards_by_ps[p->shards[s].ps].push_back(s);
-  }
-  std::vector<Outgoing> calls;
-  std::vector<const std::vector<size_t>*> call_shards;
-  for (const auto& [ps, shards] : shards_by_ps) {
-    Outgoing call{ps, net::OutMessage()};
-    auto list = call.message.InitRequestBody<wire::GatherRequest>().initLookups(static_cast<unsigned>(shards.size()));
-    for (unsigned i = 0; i < shards.size(); ++i) {
-      list[i].setName(p->shards[shards[i]].name);
-      call.message.AddTensor(Tensor::FromVector(routed[shards[i]].local_ids), list[i].initIds());
-    }
-    calls.push_back(std::move(call));
-    call_shards.push_back(&shards);
-  }
-  auto results = CallAll(ps_, "ps.Gather", std::move(calls), {options_.timeout, std::nullopt});
+absl::StatusOr<Tensor> FinishGather(const GatherPlan& plan, CallResults results) {
   RETURN_IF_ERROR(FirstError(results));
-  Shape out_shape = p->shape;
-  out_shape[0] = static_cast<int64_t>(global.size());
-  const size_t row_bytes = static_cast<size_t>(NumElements(p->shape) / std::max<int64_t>(1, p->shape[0])) *
-                           DTypeSize(p->dtype);
+  const VariablePlacement& p = *plan.placement;
+  Shape out_shape = p.shape;
+  out_shape[0] = static_cast<int64_t>(plan.num_ids);
+  const size_t row_bytes =
+      static_cast<size_t>(NumElements(p.shape) / std::max<int64_t>(1, p.shape[0])) * DTypeSize(p.dtype);
   std::optional<Tensor> single;
   Tensor out;
-  const bool one_shard = calls.size() == 1 && call_shards[0]->size() == 1;
-  if (!one_shard) out = Tensor(p->dtype, out_shape);
+  const bool one_shard = plan.call_shards.size() == 1 && plan.call_shards[0].size() == 1;
+  if (!one_shard) out = Tensor(p.dtype, out_shape);
   for (size_t c = 0; c < results.size(); ++c) {
     RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
       auto values = results[c]->ResponseBody<wire::GatherResponse>().getValues();
-      if (values.size() != call_shards[c]->size()) return absl::InternalError("ps.Gather answered the wrong count");
+      if (values.size() != plan.call_shards[c].size()) {
+        return absl::InternalError("ps.Gather answered the wrong count");
+      }
       for (unsigned i = 0; i < values.size(); ++i) {
         ASSIGN_OR_RETURN(Tensor rows, results[c]->TensorAt(values[i]));
-        const RoutedRows& r = routed[(*call_shards[c])[i]];
-        if (rows.dtype() != p->dtype || rows.rank() == 0 || rows.dim(0) != static_cast<int64_t>(r.positions.size())) {
+        const RoutedRows& r = plan.routed[plan.call_shards[c][i]];
+        if (rows.dtype() != p.dtype || rows.rank() == 0 || rows.dim(0) != static_cast<int64_t>(r.positions.size())) {
           return absl::InternalError("ps.Gather answered rows of the wrong shape");
         }
         if (one_shard) {
@@ -365,8 +389,101 @@ absl::StatusOr<Tensor> PsClient::Gather(const std::string& name, const Tensor& i
       return absl::OkStatus();
     }));
   }
-  if (one_shard) return *single;
+  if (one_shard) return *std::move(single);
   return out;
+}
+
+}  // namespace
+
+void PsClient::ReadAsync(const std::vector<std::string>& names, PsCallback<std::vector<Tensor>> done) {
+  auto plan = std::make_shared<ReadPlan>();
+  std::map<int, std::vector<std::pair<const std::string*, ReadPlan::Ref>>> by_ps;
+  for (size_t v = 0; v < names.size(); ++v) {
+    absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(names[v]);
+    if (!p.ok()) return done(p.status());
+    for (size_t s = 0; s < (*p)->shards.size(); ++s) {
+      by_ps[(*p)->shards[s].ps].push_back({&(*p)->shards[s].name, ReadPlan::Ref{v, s}});
+    }
+    plan->placements.push_back(*std::move(p));
+  }
+  std::vector<Outgoing> calls;
+  calls.reserve(by_ps.size());
+  for (const auto& [ps, items] : by_ps) {
+    Outgoing call{ps, net::OutMessage()};
+    auto list = call.message.InitRequestBody<wire::ReadRequest>().initNames(static_cast<unsigned>(items.size()));
+    std::vector<ReadPlan::Ref> refs;
+    refs.reserve(items.size());
+    for (unsigned i = 0; i < items.size(); ++i) {
+      list.set(i, *items[i].first);
+      refs.push_back(items[i].second);
+    }
+    calls.push_back(std::move(call));
+    plan->refs.push_back(std::move(refs));
+  }
+  CallAllAsync(ps_, "ps.Read", std::move(calls), {options_.timeout, std::nullopt},
+               [plan = std::move(plan), done = std::move(done)](CallResults results) {
+                 done(FinishRead(*plan, std::move(results)));
+               });
+}
+
+void PsClient::UpdateAsync(const std::vector<VariableUpdate>& updates, PsCallback<void> done,
+                           const ps::UpdateTag& tag) {
+  std::map<int, std::vector<ShardPiece>> by_ps;
+  for (const VariableUpdate& u : updates) {
+    absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(u.name);
+    if (!p.ok()) return done(p.status());
+    if (absl::Status s = SplitUpdate(**p, u.kind, u.value, u.ids, &by_ps); !s.ok()) return done(s);
+  }
+  CallAllAsync(ps_, "ps.Update", PieceCalls<wire::UpdateRequest>(by_ps, tag), {options_.timeout, std::nullopt},
+               [done = std::move(done)](CallResults results) { done(FirstError(results)); });
+}
+
+void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, PsCallback<void> done,
+                                  const ps::UpdateTag& tag) {
+  std::map<int, std::vector<ShardPiece>> by_ps;
+  for (const GradientUpdate& g : gradients) {
+    absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(g.name);
+    if (!p.ok()) return done(p.status());
+    if (absl::Status s = SplitUpdate(**p, ps::UpdateKind::kAssign, g.value, g.ids, &by_ps); !s.ok()) {
+      return done(s);
+    }
+  }
+  CallAllAsync(ps_, "ps.PushGradients", PieceCalls<wire::PushGradientsRequest>(by_ps, tag),
+               {options_.timeout, std::nullopt},
+               [done = std::move(done)](CallResults results) { done(FirstError(results)); });
+}
+
+void PsClient::GatherAsync(const std::string& name, const Tensor& ids, PsCallback<Tensor> done) {
+  auto plan = std::make_shared<GatherPlan>();
+  absl::StatusOr<std::shared_ptr<const VariablePlacement>> found = directory_.Find(name);
+  if (!found.ok()) return done(found.status());
+  plan->placement = *std::move(found);
+  const VariablePlacement& p = *plan->placement;
+  absl::StatusOr<std::vector<int64_t>> global = IdsOf(ids);
+  if (!global.ok()) return done(global.status());
+  absl::StatusOr<std::vector<RoutedRows>> routed = RouteIds(p, *global);
+  if (!routed.ok()) return done(routed.status());
+  plan->num_ids = global->size();
+  plan->routed = *std::move(routed);
+  std::map<int, std::vector<size_t>> shards_by_ps;
+  for (size_t s = 0; s < p.shards.size(); ++s) {
+    if (!plan->routed[s].positions.empty()) shards_by_ps[p.shards[s].ps].push_back(s);
+  }
+  std::vector<Outgoing> calls;
+  for (auto& [ps, shards] : shards_by_ps) {
+    Outgoing call{ps, net::OutMessage()};
+    auto list = call.message.InitRequestBody<wire::GatherRequest>().initLookups(static_cast<unsigned>(shards.size()));
+    for (unsigned i = 0; i < shards.size(); ++i) {
+      list[i].setName(p.shards[shards[i]].name);
+      call.message.AddTensor(Tensor::FromVector(plan->routed[shards[i]].local_ids), list[i].initIds());
+    }
+    calls.push_back(std::move(call));
+    plan->call_shards.push_back(std::move(shards));
+  }
+  CallAllAsync(ps_, "ps.Gather", std::move(calls), {options_.timeout, std::nullopt},
+               [plan = std::move(plan), done = std::move(done)](CallResults results) {
+                 done(FinishGather(*plan, std::move(results)));
+               });
 }
 
 absl::Status PsClient::CreateVariable(const VariablePlacement& placement, const ps::InitializerSpec& init,

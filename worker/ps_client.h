@@ -14,6 +14,7 @@
 #include "ps/optimizer.h"
 #include "ps/update_kind.h"
 #include "ps/update_tag.h"
+#include "worker/ps_future.h"
 #include "worker/variable_directory.h"
 
 namespace asyncps {
@@ -76,6 +77,32 @@ class PsClient {
 
   // Rows `ids` (global, duplicates allowed) of `name`, in id order: [len(ids), row dims...].
   absl::StatusOr<Tensor> Gather(const std::string& name, const Tensor& ids);
+
+  // Non-blocking forms of the four above, with the same results and errors: each sends its
+  // requests and returns at once, so one thread can keep many operations in flight (the next
+  // pull while it computes; a pipeline of pushes). The blocking forms are these plus a wait.
+  //
+  // The callback forms call `done` exactly once: on the RPC loop thread when the answers
+  // arrive (it must not block: no blocking PsClient call from there), or on the calling
+  // thread before returning when the operation fails before anything is sent (unknown
+  // variable, bad shape or id). The arguments are copied or referenced by the requests as
+  // needed: the caller may drop them at once, but must not write into a tensor passed in until
+  // the operation completes (requests share tensor buffers rather than copy them). Operations in flight when the connection to a
+  // PS drops complete with Unavailable (IsPsUnreachable); when the RpcClient is destroyed,
+  // with Cancelled. Operations still in flight when this PsClient is destroyed complete
+  // normally (they do not use it once sent).
+  void ReadAsync(const std::vector<std::string>& names, PsCallback<std::vector<Tensor>> done);
+  void UpdateAsync(const std::vector<VariableUpdate>& updates, PsCallback<void> done,
+                   const ps::UpdateTag& tag = {});
+  void PushGradientsAsync(const std::vector<GradientUpdate>& gradients, PsCallback<void> done,
+                          const ps::UpdateTag& tag = {});
+  void GatherAsync(const std::string& name, const Tensor& ids, PsCallback<Tensor> done);
+
+  // The future forms: the result is waited for with PsFuture::Get on any thread.
+  PsFuture<std::vector<Tensor>> ReadAsync(const std::vector<std::string>& names);
+  PsFuture<void> UpdateAsync(const std::vector<VariableUpdate>& updates, const ps::UpdateTag& tag = {});
+  PsFuture<void> PushGradientsAsync(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag = {});
+  PsFuture<Tensor> GatherAsync(const std::string& name, const Tensor& ids);
 
   // Creates every shard of `placement` on its PS (in parallel), each filled by `init`
   // evaluated for that shard's rows. Idempotent. With `wait_for_ready`, waits (up to the

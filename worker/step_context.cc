@@ -1,5 +1,7 @@
 #include "worker/step_context.h"
 
+#include <type_traits>
+
 #include "worker/dataset_resources.h"
 
 namespace asyncps {
@@ -28,10 +30,50 @@ absl::StatusOr<data::Element> StepContext::Next(size_t i) {
   return element;
 }
 
+void StepContext::Failures::Track(const absl::Status& status) {
+  if (IsPsUnreachable(status)) unreachable.store(true, std::memory_order_release);
+  if (IsPsStateLost(status)) state_lost.store(true, std::memory_order_release);
+}
+
 absl::Status StepContext::Track(absl::Status status) {
-  if (IsPsUnreachable(status)) ps_unreachable_ = true;
-  if (IsPsStateLost(status)) ps_state_lost_ = true;
+  failures_->Track(status);
   return status;
+}
+
+template <typename T, typename Op>
+PsFuture<T> StepContext::TrackedAsync(Op op) {
+  if (absl::Status s = CheckCancelled(); !s.ok()) return PsFuture<T>::Ready(s);
+  auto [future, complete] = PsFuture<T>::Make();
+  op([failures = failures_, complete = std::move(complete)](PsResult<T> result) {
+    if constexpr (std::is_void_v<T>) {
+      failures->Track(result);
+    } else {
+      failures->Track(result.status());
+    }
+    complete(std::move(result));
+  });
+  return future;
+}
+
+PsFuture<std::vector<Tensor>> StepContext::ReadManyAsync(const std::vector<std::string>& names) {
+  return TrackedAsync<std::vector<Tensor>>(
+      [&](PsCallback<std::vector<Tensor>> done) { ps_.ReadAsync(names, std::move(done)); });
+}
+
+PsFuture<void> StepContext::UpdateAsync(const std::vector<VariableUpdate>& updates) {
+  // Numbered at issue, like the blocking forms: the order of the calls, not of their answers.
+  const ps::UpdateTag tag = NextTag();
+  return TrackedAsync<void>([&](PsCallback<void> done) { ps_.UpdateAsync(updates, std::move(done), tag); });
+}
+
+PsFuture<Tensor> StepContext::GatherAsync(const std::string& name, const Tensor& ids) {
+  return TrackedAsync<Tensor>([&](PsCallback<Tensor> done) { ps_.GatherAsync(name, ids, std::move(done)); });
+}
+
+PsFuture<void> StepContext::PushGradientsAsync(const std::vector<GradientUpdate>& gradients) {
+  const ps::UpdateTag tag = NextTag();
+  return TrackedAsync<void>(
+      [&](PsCallback<void> done) { ps_.PushGradientsAsync(gradients, std::move(done), tag); });
 }
 
 absl::Status StepContext::CheckCancelled() const {

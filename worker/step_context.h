@@ -72,6 +72,15 @@ class StepContext {
   // Gradients applied by each variable's optimizer on its PS; one request per PS.
   absl::Status PushGradients(const std::vector<GradientUpdate>& gradients);
 
+  // Non-blocking forms (see PsClient::ReadAsync): send now, wait with PsFuture::Get later,
+  // e.g. to pull the next step's variables while this step computes. A failure is counted
+  // in ps_unreachable()/ps_state_lost() when it arrives. Once the closure is cancelled they
+  // return a future that is ready with Cancelled. A future may outlive this context.
+  PsFuture<std::vector<Tensor>> ReadManyAsync(const std::vector<std::string>& names);
+  PsFuture<void> UpdateAsync(const std::vector<VariableUpdate>& updates);
+  PsFuture<Tensor> GatherAsync(const std::string& name, const Tensor& ids);
+  PsFuture<void> PushGradientsAsync(const std::vector<GradientUpdate>& gradients);
+
   // Exactly once: from now on every update and gradient push of this step carries `closure`
   // (its coordinator, closure id and watermark) and the call's sequence number — 1 for the
   // step's first Update/Assign*/Scatter/PushGradients call, 2 for the next — so each PS
@@ -85,10 +94,10 @@ class StepContext {
   bool cancelled() const { return cancelled_->load(std::memory_order_relaxed); }
 
   // True when some variable operation failed because a PS was unreachable.
-  bool ps_unreachable() const { return ps_unreachable_; }
+  bool ps_unreachable() const { return failures_->unreachable.load(std::memory_order_acquire); }
   // True when some variable operation failed because a PS lost variables it held (it
   // restarted empty; see IsPsStateLost).
-  bool ps_state_lost() const { return ps_state_lost_; }
+  bool ps_state_lost() const { return failures_->state_lost.load(std::memory_order_acquire); }
 
   // Time this step spent inside Next, and the examples (rows of each element's first
   // component) it took: the worker's input metrics.
@@ -96,6 +105,17 @@ class StepContext {
   int64_t examples() const { return examples_; }
 
  private:
+  // Set by operations' results, which asynchronous ones deliver on the RPC loop thread
+  // (possibly after this context is gone: hence shared).
+  struct Failures {
+    std::atomic<bool> unreachable{false};
+    std::atomic<bool> state_lost{false};
+    void Track(const absl::Status& status);
+  };
+  // Starts `op` with a callback that records a failure in `failures_`, unless cancelled.
+  template <typename T, typename Op>
+  PsFuture<T> TrackedAsync(Op op);
+
   absl::Status Track(absl::Status status);
   template <typename T>
   absl::StatusOr<T> Track(absl::StatusOr<T> result) {
@@ -110,8 +130,7 @@ class StepContext {
   std::vector<Arg> args_;
   PsClient& ps_;
   std::shared_ptr<const std::atomic<bool>> cancelled_;
-  bool ps_unreachable_ = false;
-  bool ps_state_lost_ = false;
+  const std::shared_ptr<Failures> failures_ = std::make_shared<Failures>();
   ps::UpdateTag closure_;  // sequence: the calls made so far
   absl::Duration input_wait_;
   int64_t examples_ = 0;
