@@ -20,7 +20,7 @@ namespace asyncps {
 
 // What a queued closure carries besides its name: its arguments and when it was scheduled.
 struct ClusterCoordinator::ClosureArgs {
-  std::vector<Arg> args;
+  std::vector<ClosureArg> args;
   absl::Time scheduled;
 };
 
@@ -81,7 +81,7 @@ void ClusterCoordinator::UpdateQueueGauges() {
 
 void ClusterCoordinator::UpdateWorkerGauge() { metrics_->workers_up.Set(workers_up()); }
 
-absl::StatusOr<RemoteValue> ClusterCoordinator::Schedule(const std::string& function, std::vector<Arg> args) {
+absl::StatusOr<RemoteValue> ClusterCoordinator::Schedule(const std::string& function, std::vector<ClosureArg> args) {
   if (program_.FindFunction(function) == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown function '", function, "'"));
   }
@@ -92,7 +92,7 @@ absl::StatusOr<RemoteValue> ClusterCoordinator::Schedule(const std::string& func
           "' is a RemoteValue; fetch it first (results are not fed back to workers)"));
     }
   }
-  auto closure = std::make_shared<coordinator::Closure>();
+  auto closure = std::make_shared<Closure>();
   closure->id = RandomId();
   closure->function = function;
   closure->payload = std::make_shared<const ClosureArgs>(ClosureArgs{std::move(args), absl::Now()});
@@ -201,14 +201,14 @@ void ClusterCoordinator::MonitorLoop(WorkerHandle& worker) {
 
 void ClusterCoordinator::DispatchLoop(WorkerHandle& worker) {
   while (worker.WaitUntilUp()) {
-    std::shared_ptr<coordinator::Closure> closure = queue_.Get(absl::InfiniteDuration());
+    std::shared_ptr<Closure> closure = queue_.Get(absl::InfiniteDuration());
     if (closure == nullptr) return;  // stopped
     RunClosure(worker, closure);
     UpdateQueueGauges();
   }
 }
 
-void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<coordinator::Closure>& closure) {
+void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<Closure>& closure) {
   const uint64_t incarnation = worker.incarnation();
   auto put_back = [&](const absl::Status& reason) {
     if (worker.stopping()) {  // abandoned by the destructor: the stopped queue cancels it
@@ -227,7 +227,7 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     return put_back(s);
   }
   const auto& payload = *std::static_pointer_cast<const ClosureArgs>(closure->payload);
-  for (const Arg& arg : payload.args) {
+  for (const ClosureArg& arg : payload.args) {
     const auto* resource = std::get_if<PerWorkerValues>(&arg.value());
     if (resource == nullptr) continue;
     // Its factory failed on this worker (found when the worker was recovered): the closure's

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "coordinator/arg.h"
+#include "coordinator/closure_arg.h"
 #include "coordinator/closure_queue.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "coordinator/per_worker_dataset.h"
@@ -21,7 +21,6 @@
 namespace asyncps {
 
 class CoordinatorMetrics;
-using coordinator::RemoteValue;
 
 // Schedules step functions ("closures") onto the cluster's workers, with the contract of
 // TensorFlow's ClusterCoordinator:
@@ -68,7 +67,7 @@ class ClusterCoordinator {
   // and nothing it did is rolled back. The worker stays usable by a later coordinator.
   ~ClusterCoordinator();
 
-  absl::StatusOr<RemoteValue> Schedule(const std::string& function, std::vector<Arg> args = {});
+  absl::StatusOr<RemoteValue> Schedule(const std::string& function, std::vector<ClosureArg> args = {});
   absl::Status Join();
   absl::StatusOr<bool> Done();
 
@@ -103,7 +102,7 @@ class ClusterCoordinator {
   struct ClosureArgs;
   void DispatchLoop(WorkerHandle& worker);
   void MonitorLoop(WorkerHandle& worker);
-  void RunClosure(WorkerHandle& worker, const std::shared_ptr<coordinator::Closure>& closure);
+  void RunClosure(WorkerHandle& worker, const std::shared_ptr<Closure>& closure);
   void WorkerFailed(WorkerHandle& worker, uint64_t incarnation, const absl::Status& reason);
   // Queue gauges change with every closure; the workers-up gauge only when a worker goes down
   // or is admitted, so only those paths pay for counting them.
@@ -114,7 +113,7 @@ class ClusterCoordinator {
   const Program& program_;
   const Options options_;
   std::unique_ptr<CoordinatorMetrics> metrics_;
-  coordinator::ClosureQueue queue_;
+  ClosureQueue queue_;
   std::vector<std::unique_ptr<WorkerHandle>> workers_;
 
   Mutex resources_mu_;

@@ -15,7 +15,7 @@
 #include "core/process_options.h"
 #include "core/sync.h"
 #include "partitioners/partitioner.h"
-#include "ps/optimizer.h"
+#include "core/optimizer_config.h"
 #include "worker/ps_client.h"
 #include "worker/variable_directory.h"
 
@@ -60,7 +60,7 @@ class ParameterServerStrategy {
   // keeps its value). AlreadyExists when the strategy created `name` before; concurrent
   // creates of one name place and create it once (the others wait, then get AlreadyExists). `optimizer` is the server-side optimizer gradients go through.
   absl::StatusOr<ShardedVariable> CreateVariable(const std::string& name, const VariableInit& init,
-                                                 std::optional<ps::OptimizerConfig> optimizer = std::nullopt);
+                                                 std::optional<OptimizerConfig> optimizer = std::nullopt);
 
   // The variable created as `name`; NotFound otherwise.
   absl::StatusOr<ShardedVariable> GetVariable(const std::string& name) const;

@@ -12,7 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "coordinator/cluster_coordinator.h"
-#include "coordinator/optimizers.h"
+#include "core/optimizer_config.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/status_macros.h"
 #include "core/sync.h"

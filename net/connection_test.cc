@@ -99,7 +99,7 @@ bool EchoMatches(const InMessage& response, const std::vector<Tensor>& expected)
   return decode.ok() && ok;
 }
 
-using testing::RawClient;
+using testutil::RawClient;
 
 class ConnectionTest : public ::testing::Test {
  protected:

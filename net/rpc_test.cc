@@ -117,7 +117,7 @@ class RpcTest : public ::testing::Test {
   Notification release_;
 };
 
-using testing::RawClient;
+using testutil::RawClient;
 
 TEST_F(RpcTest, CallRoundTripsTensorsAndReportsServerIdentity) {
   RpcClient& client = NewClient();
@@ -337,7 +337,7 @@ TEST_F(RpcTest, MalformedInputClosesOnlyThatConnection) {
   RawClient raw(server_->port());
   auto nonce = raw.ReadChallenge();
   ASSERT_TRUE(nonce.ok());
-  std::string hello = testing::HelloFrame(kToken, *nonce, "worker");
+  std::string hello = testutil::HelloFrame(kToken, *nonce, "worker");
   raw.Write(hello.substr(0, hello.size() / 2));
   shutdown(raw.fd(), SHUT_WR);
   EXPECT_TRUE(raw.WaitClosed());

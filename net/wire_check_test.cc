@@ -22,7 +22,7 @@ InMessage Received(OutMessage& m) {
   return std::move(*in);
 }
 
-using testing::PointerField;
+using testutil::PointerField;
 
 TEST(WireCheckTest, WellFormedMessagesPass) {
   OutMessage m;

@@ -246,7 +246,7 @@ TEST_F(PsServiceTest, CreateBuildsTheShardOnTheServer) {
   bad.kind = "uniform";
   EXPECT_EQ(Create("ints", DType::kI32, {2}, bad).status().code(), absl::StatusCode::kInvalidArgument);
   OptimizerConfig adam;
-  adam.type = "adam";
+  adam.kind = OptimizerKind::kAdam;
   adam.beta_1 = 2;
   EXPECT_EQ(Create("w", DType::kF32, {2}, InitializerSpec(), &adam).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -556,7 +556,7 @@ TEST_F(PsLimitsTest, CreatePastTheVariableByteCapIsRefusedBeforeAllocating) {
   EXPECT_EQ(Create("huge", DType::kF32, {int64_t{1} << 38}).status().code(), absl::StatusCode::kResourceExhausted);
   // Optimizer slots count: a variable a third the size with Adam's two slots does not fit either.
   OptimizerConfig adam;
-  adam.type = "adam";
+  adam.kind = OptimizerKind::kAdam;
   EXPECT_EQ(Create("d", DType::kF32, {256, 100}, InitializerSpec(), &adam).status().code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(Rejected("variable_bytes"), 3);

@@ -367,7 +367,7 @@ absl::StatusOr<Tensor> PsClient::Gather(const std::string& name, const Tensor& i
 }
 
 absl::Status PsClient::CreateVariable(const VariablePlacement& placement, const ps::InitializerSpec& init,
-                                      const ps::OptimizerConfig* optimizer, bool wait_for_ready) {
+                                      const OptimizerConfig* optimizer, bool wait_for_ready) {
   std::vector<Outgoing> calls;
   for (size_t s = 0; s < placement.shards.size(); ++s) {
     const ShardPlacement& shard = placement.shards[s];

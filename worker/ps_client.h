@@ -10,8 +10,8 @@
 #include "absl/time/time.h"
 #include "core/tensor.h"
 #include "net/rpc_client.h"
-#include "ps/initializer.h"
-#include "ps/optimizer.h"
+#include "ps/shard_initializer.h"
+#include "core/optimizer_config.h"
 #include "ps/update_kind.h"
 #include "worker/variable_directory.h"
 
@@ -77,7 +77,7 @@ class PsClient {
   // evaluated for that shard's rows. Idempotent. With `wait_for_ready`, waits (up to the
   // timeout) for PS that are still starting.
   absl::Status CreateVariable(const VariablePlacement& placement, const ps::InitializerSpec& init,
-                              const ps::OptimizerConfig* optimizer, bool wait_for_ready);
+                              const OptimizerConfig* optimizer, bool wait_for_ready);
 
   // OK when PS `ps` answers within `timeout`.
   absl::Status Health(int ps, absl::Duration timeout, bool wait_for_ready = false);

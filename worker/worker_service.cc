@@ -40,7 +40,7 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
   if (req.getIncarnation() != 0 && req.getIncarnation() != ProcessIncarnation()) {
     return absl::FailedPreconditionError("worker restarted since the coordinator prepared it");
   }
-  std::vector<StepContext::Arg> args;
+  std::vector<StepContext::BoundArg> args;
   for (auto a : req.getArgs()) {
     if (a.which() == wire::Argument::TENSOR) {
       ASSIGN_OR_RETURN(Tensor t, request.TensorAt(a.getTensor()));
