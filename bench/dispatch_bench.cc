@@ -49,7 +49,7 @@
 #include "core/sync.h"
 #include "net/message.h"
 #include "net/rpc_client.h"
-#include "net/worker.capnp.h"
+#include "worker/worker.capnp.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testutil/local_cluster.h"
 

@@ -29,7 +29,7 @@
 #include "net/asio.h"
 #include "net/event_loop.h"
 #include "net/message.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
 

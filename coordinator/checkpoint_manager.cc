@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "net/rpc_client.h"
 #include "ps/checkpoint_wire.h"
 #include "core/durable_file.h"

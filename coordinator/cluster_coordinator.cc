@@ -10,10 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/closure_outcome.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/worker_handle.h"
 #include "core/incarnation.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
-#include "net/worker.capnp.h"
+#include "worker/worker.capnp.h"
 #include "worker/worker_service.h"
 
 namespace asyncps {

@@ -14,13 +14,14 @@
 #include "coordinator/parameter_server_strategy.h"
 #include "coordinator/per_worker_dataset.h"
 #include "coordinator/remote_value.h"
-#include "coordinator/worker_handle.h"
+#include "coordinator/resource_spec.h"
 #include "core/sync.h"
 #include "worker/program.h"
 
 namespace asyncps {
 
 class CoordinatorMetrics;
+class WorkerHandle;  // internal (coordinator/worker_handle.h): one worker's connection and state
 
 // Schedules step functions ("closures") onto the cluster's workers, with the contract of
 // TensorFlow's ClusterCoordinator:

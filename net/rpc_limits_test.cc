@@ -20,7 +20,7 @@
 #include "metrics/rpc_metrics.h"
 #include "net/frame_codec.h"
 #include "net/handshake.h"
-#include "net/ps.capnp.h"
+#include "net/test_messages.capnp.h"
 #include "net/raw_client_testing.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"

@@ -8,7 +8,7 @@
 #include "net/frame_codec.h"
 #include "net/handshake.h"
 #include "net/in_memory_transport.h"
-#include "net/ps.capnp.h"
+#include "net/test_messages.capnp.h"
 #include "net/raw_client_testing.h"
 #include "net/wire_check.h"
 
@@ -40,11 +40,11 @@ class ServerSessionTest : public ::testing::Test {
     config_.incarnation = 99;
     config_.token = kToken;
     config_.handshake_limits = HandshakeFrameLimits();
-    methods_.Register<wire::ReadRequest>("t.Names", {"worker"},
+    methods_.Register<testwire::ReadRequest>("t.Names", {"worker"},
                                          [this](const RequestContext&, const InMessage& req, OutMessage*) {
                                            ++calls_;
                                            return absl::InvalidArgumentError(absl::StrCat(
-                                               req.RequestBody<wire::ReadRequest>().getNames().size(), " names"));
+                                               req.RequestBody<testwire::ReadRequest>().getNames().size(), " names"));
                                          });
     methods_.Register<wire::Empty>("t.ChiefOnly", {"chief"},
                                    [](const RequestContext&, const InMessage&, OutMessage*) { return absl::OkStatus(); });
@@ -72,7 +72,7 @@ class ServerSessionTest : public ::testing::Test {
 
   std::string NamesRequest(uint64_t id, int n) {
     OutMessage m;
-    m.InitRequestBody<wire::ReadRequest>().initNames(n);
+    m.InitRequestBody<testwire::ReadRequest>().initNames(n);
     return testutil::RequestFrame(std::move(m), id, "t.Names");
   }
 

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "ps/shard_initializer.h"
 #include "ps/ps_wire.h"
 

@@ -11,7 +11,7 @@
 #include "metrics/process_metrics.h"
 #include "net/envelope.capnp.h"
 #include "net/event_loop.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
 #include "ps/ps_wire.h"

@@ -3,7 +3,7 @@
 
 #include "absl/status/statusor.h"
 #include "net/message.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "ps/shard_initializer.h"
 #include "core/optimizer_config.h"
 #include "ps/update_kind.h"

@@ -8,7 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/sync.h"
 #include "core/status_macros.h"
-#include "net/ps.capnp.h"
+#include "net/rpc_client.h"
+#include "ps/ps.capnp.h"
 #include "ps/ps_wire.h"
 
 namespace asyncps {

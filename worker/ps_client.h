@@ -9,13 +9,15 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/tensor.h"
-#include "net/rpc_client.h"
 #include "ps/shard_initializer.h"
 #include "core/optimizer_config.h"
 #include "ps/update_kind.h"
 #include "worker/variable_directory.h"
 
 namespace asyncps {
+namespace net {
+class RpcClient;
+}  // namespace net
 
 // An update of a variable by name: dense over the whole value, or (with `ids`) of the rows
 // with those global row ids (1-D i32/i64; duplicates allowed).

@@ -10,7 +10,7 @@
 #include "core/incarnation.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
-#include "net/worker.capnp.h"
+#include "worker/worker.capnp.h"
 #include "worker/step_context.h"
 
 namespace asyncps {

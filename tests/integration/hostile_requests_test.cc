@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "net/envelope.capnp.h"
 #include "net/event_loop.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "net/rpc_client.h"
 #include "ps/shard_initializer.h"
 #include "core/optimizer_config.h"
