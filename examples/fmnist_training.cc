@@ -11,15 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "coordinator/cluster_coordinator.h"
-#include "core/optimizer_config.h"
-#include "coordinator/parameter_server_strategy.h"
-#include "core/status_macros.h"
-#include "core/sync.h"
-#include "data/dataset.h"
-#include "torch/module_variables.h"
-#include "torch/tensor_bridge.h"
-#include "worker/step_context.h"
+#include "asyncps/coordinator.h"
+#include "asyncps/datasets.h"
+#include "asyncps/optimizers.h"
+#include "asyncps/status.h"
+#include "asyncps/step_context.h"
+#include "asyncps/strategy.h"
+#include "asyncps/sync.h"
+#include "asyncps/torch.h"
 
 namespace asyncps::fmnist {
 namespace {
