@@ -42,7 +42,7 @@
 #include "coordinator/initializers.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/logging.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
@@ -122,10 +122,10 @@ bool Run(bool quick) {
   fs::remove_all(dir);
   fs::create_directories(dir);
 
-  testing::LocalCluster::Options o;
+  testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 1;
-  auto cluster = testing::LocalCluster::Start(o);
+  auto cluster = testutil::LocalCluster::Start(o);
   if (!cluster.ok()) return Fail(cluster.status().ToString());
   auto strategy = (*cluster)->MakeStrategy();
   for (int t = 0; t < kTables; ++t) {

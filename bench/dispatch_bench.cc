@@ -49,15 +49,15 @@
 #include "core/sync.h"
 #include "net/message.h"
 #include "net/rpc_client.h"
-#include "net/worker.capnp.h"
+#include "worker/worker.capnp.h"
 #include "tests/integration/test_functions.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using testing::LocalCluster;
+using testutil::LocalCluster;
 
 constexpr int kMaxWorkers = 4;
 constexpr int kWorkerCounts[] = {1, 2, 4};
@@ -294,7 +294,7 @@ int Run(bool quick) {
     std::fprintf(stderr, "cannot start the local cluster: %s\n", cluster.status().ToString().c_str());
     return 1;
   }
-  const Program program = testing::MakeTestProgram();
+  const Program program = testutil::MakeTestProgram();
 
   std::printf(
       "dispatch_bench%s: no-op closures through Schedule/Join vs RpcClient::Call round trips with the\n"

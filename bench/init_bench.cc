@@ -25,7 +25,7 @@
 
 #include "bench/bench_flags.h"
 #include "core/tensor.h"
-#include "ps/initializer.h"
+#include "ps/shard_initializer.h"
 
 namespace asyncps {
 namespace {

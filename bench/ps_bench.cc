@@ -50,16 +50,16 @@
 #include "absl/strings/str_format.h"
 #include "bench/pipelined_echo.h"
 #include "coordinator/initializers.h"
-#include "coordinator/optimizers.h"
+#include "ps/update_rule.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
 #include "net/asio.h"
 #include "partitioners/partitioner.h"
-#include "ps/optimizer.h"
+#include "ps/update_rule.h"
 #include "ps/update_tag.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
@@ -207,7 +207,7 @@ double MemcpySeconds(size_t bytes, int iterations) {
 // allocated once), as the PS does for a dense push: median seconds. With 2 PS each applies
 // half of this in parallel.
 double AdamSeconds(size_t bytes, int iterations) {
-  auto adam = ps::Optimizer::Create(opt::Adam());
+  auto adam = ps::UpdateRule::Create(opt::Adam());
   if (!adam.ok()) return 0;
   const size_t n = bytes / sizeof(float);
   std::vector<float> var(n, 0.5f);
@@ -454,18 +454,18 @@ std::string PinForSmallPushes(const Config& config, const std::vector<pid_t>& ps
 
 // A one-PS cluster and a client holding a small SGD variable.
 struct SmallPushTarget {
-  std::unique_ptr<testing::LocalCluster> cluster;
+  std::unique_ptr<testutil::LocalCluster> cluster;
   std::unique_ptr<ParameterServerStrategy> strategy;
 };
 
 absl::StatusOr<SmallPushTarget> StartSmallPushTarget(bool inline_small_updates) {
-  testing::LocalCluster::Options cluster_options;
+  testutil::LocalCluster::Options cluster_options;
   cluster_options.num_ps = 1;
   cluster_options.num_workers = 1;  // idle; a cluster spec needs one
   cluster_options.token = "ps-bench";
   cluster_options.extra_env = {{"ASYNCPS_PS_INLINE_SMALL_UPDATES", inline_small_updates ? "1" : "0"}};
   SmallPushTarget t;
-  ASSIGN_OR_RETURN(t.cluster, testing::LocalCluster::Start(cluster_options));
+  ASSIGN_OR_RETURN(t.cluster, testutil::LocalCluster::Start(cluster_options));
   ParameterServerStrategy::Options options;
   options.process.cluster_token = t.cluster->token();
   options.process.metrics_port = -1;
@@ -554,12 +554,12 @@ bool RunCluster(int num_ps, const Config& config, Aims& aims) {
     return absl::StrFormat("ps=%d %s %s", num_ps, what, size).find(config.only) !=
            std::string::npos;
   };
-  testing::LocalCluster::Options cluster_options;
+  testutil::LocalCluster::Options cluster_options;
   cluster_options.num_ps = num_ps;
   // A cluster spec needs a worker; it stays idle (the bench process talks to the PS itself).
   cluster_options.num_workers = 1;
   cluster_options.token = "ps-bench";
-  auto cluster = testing::LocalCluster::Start(cluster_options);
+  auto cluster = testutil::LocalCluster::Start(cluster_options);
   if (!cluster.ok()) {
     std::fprintf(stderr, "cannot start cluster: %s\n", cluster.status().ToString().c_str());
     return false;

@@ -29,9 +29,9 @@
 #include "net/asio.h"
 #include "net/event_loop.h"
 #include "net/message.h"
-#include "net/ps.capnp.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
+#include "net/test_messages.capnp.h"
 
 namespace asyncps::net {
 namespace {
@@ -157,18 +157,18 @@ class RawEchoClient {
 // The response tensor views the request frame's block in place (the tensor's shared owner
 // keeps the frame alive until the response is written), so the server copies nothing.
 absl::Status Echo(const RequestContext&, const InMessage& req, OutMessage* resp) {
-  auto refs = req.RequestBody<wire::ReadResponse>().getTensors();
+  auto refs = req.RequestBody<testwire::ReadResponse>().getTensors();
   if (refs.size() != 1) return absl::InvalidArgumentError("echo wants exactly one tensor");
   absl::StatusOr<Tensor> payload = req.TensorAt(refs[0]);
   if (!payload.ok()) return payload.status();
-  auto out = resp->InitResponseBody<wire::ReadResponse>().initTensors(1);
+  auto out = resp->InitResponseBody<testwire::ReadResponse>().initTensors(1);
   resp->AddTensor(*payload, out[0]);
   return absl::OkStatus();
 }
 
 OutMessage EchoRequest(const Tensor& payload) {
   OutMessage request;
-  auto refs = request.InitRequestBody<wire::ReadResponse>().initTensors(1);
+  auto refs = request.InitRequestBody<testwire::ReadResponse>().initTensors(1);
   request.AddTensor(payload, refs[0]);
   return request;
 }
@@ -177,7 +177,7 @@ OutMessage EchoRequest(const Tensor& payload) {
 bool EchoMatches(const InMessage& response, const Tensor& sent) {
   bool ok = false;
   absl::Status decode = CatchDecodeErrors([&] {
-    auto refs = response.ResponseBody<wire::ReadResponse>().getTensors();
+    auto refs = response.ResponseBody<testwire::ReadResponse>().getTensors();
     if (refs.size() != 1) return absl::OkStatus();
     absl::StatusOr<Tensor> got = response.TensorAt(refs[0]);
     ok = got.ok() && got->Equals(sent);
@@ -291,7 +291,7 @@ int Run(bool quick) {
   server_options.token = kToken;
   server_options.handler_threads = 1;  // unused: the echo runs inline
   RpcServer server(server_loop, server_options);
-  server.Register<wire::ReadResponse>(kEchoMethod, {"bench"}, Echo, RpcServer::Dispatch::kInline);
+  server.Register<testwire::ReadResponse>(kEchoMethod, {"bench"}, Echo, RpcServer::Dispatch::kInline);
   if (absl::Status s = server.Start(); !s.ok()) {
     std::fprintf(stderr, "cannot start rpc server: %s\n", s.ToString().c_str());
     return 0;

@@ -14,7 +14,7 @@
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "examples/fmnist_training.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
@@ -39,11 +39,11 @@ int Run(bool quick) {
   options.eval_every_epochs = quick ? 0 : 0.25;
   options.stop_at_accuracy = quick ? 0 : kTarget;
 
-  testing::LocalCluster::Options o;
+  testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 2;
   o.worker_binary = "fashion_mnist";
-  auto cluster = testing::LocalCluster::Start(o);
+  auto cluster = testutil::LocalCluster::Start(o);
   if (!cluster.ok()) {
     std::fprintf(stderr, "train_bench: %s\n", cluster.status().ToString().c_str());
     return 1;
@@ -56,7 +56,7 @@ int Run(bool quick) {
     // so it reuses them (CreateVariable is idempotent) — hence a fresh cluster per run.
     if (!distributed.empty()) {
       cluster->reset();
-      cluster = testing::LocalCluster::Start(o);
+      cluster = testutil::LocalCluster::Start(o);
       if (!cluster.ok()) {
         std::fprintf(stderr, "train_bench: %s\n", cluster.status().ToString().c_str());
         return 1;

@@ -10,8 +10,8 @@
 namespace asyncps {
 namespace {
 
-using testing::FakeCluster;
-using testing::FreshTempDir;
+using testutil::FakeCluster;
+using testutil::FreshTempDir;
 
 CheckpointFollower::Options Fast() {
   CheckpointFollower::Options o;
@@ -24,7 +24,7 @@ class CheckpointFollowerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = FreshTempDir("follower");
-    cluster_.Add("w", testing::Iota({4, 2}, 1), {2, 2}, {0, 1}, nullptr);
+    cluster_.Add("w", testutil::Iota({4, 2}, 1), {2, 2}, {0, 1}, nullptr);
   }
   std::string Save(int64_t step) {
     auto path = cluster_.Save(dir_, step);

@@ -13,7 +13,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "metrics/status_board.h"
 #include "core/status_macros.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "net/rpc_client.h"
 #include "ps/checkpoint_wire.h"
 #include "core/durable_file.h"

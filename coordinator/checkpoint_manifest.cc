@@ -15,8 +15,8 @@ using nlohmann::json;
 constexpr char kFormat[] = "asyncps-checkpoint";
 constexpr int kVersion = 1;
 
-json OptimizerToJson(const ps::OptimizerConfig& c) {
-  return {{"type", c.type},
+json OptimizerToJson(const OptimizerConfig& c) {
+  return {{"type", OptimizerKindName(c.kind)},
           {"learning_rate", c.learning_rate},
           {"momentum", c.momentum},
           {"nesterov", c.nesterov},
@@ -77,10 +77,13 @@ class Reader {
   std::string source_;
 };
 
-absl::StatusOr<ps::OptimizerConfig> OptimizerFromJson(const Reader& r, const json& j,
+absl::StatusOr<OptimizerConfig> OptimizerFromJson(const Reader& r, const json& j,
                                                       const std::string& where) {
-  ps::OptimizerConfig c;
-  ASSIGN_OR_RETURN(c.type, r.String(j, "type", where));
+  OptimizerConfig c;
+  ASSIGN_OR_RETURN(std::string type, r.String(j, "type", where));
+  absl::StatusOr<OptimizerKind> kind = ParseOptimizerKind(type);
+  if (!kind.ok()) return r.Error(where, absl::StrCat("field 'type': ", kind.status().message()));
+  c.kind = *kind;
   auto number = [&](const char* key, float* out) -> absl::Status {
     ASSIGN_OR_RETURN(double v, r.Number(j, key, where));
     *out = static_cast<float>(v);

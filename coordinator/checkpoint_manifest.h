@@ -11,7 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "core/tensor.h"
 #include "ps/checkpoint_shard.h"
-#include "ps/optimizer.h"
+#include "core/optimizer_config.h"
 #include "ps/safetensors.h"
 #include "worker/variable_directory.h"
 
@@ -49,7 +49,7 @@ struct ManifestVariable {
   std::string name;
   DType dtype = DType::kF32;
   Shape shape;
-  std::optional<ps::OptimizerConfig> optimizer;
+  std::optional<OptimizerConfig> optimizer;
   std::vector<ManifestShard> shards;  // by row_begin, tiling the rows
 
   int64_t rows() const { return shape.empty() ? 1 : shape[0]; }

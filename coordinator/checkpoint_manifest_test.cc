@@ -9,11 +9,11 @@
 namespace asyncps {
 namespace {
 
-using testing::AdamConfig;
-using testing::FakeCluster;
-using testing::FreshTempDir;
+using testutil::AdamConfig;
+using testutil::FakeCluster;
+using testutil::FreshTempDir;
 using ::testing::HasSubstr;
-using testing::Iota;
+using testutil::Iota;
 
 CheckpointManifest Sample() {
   CheckpointManifest m;
@@ -63,7 +63,7 @@ TEST(CheckpointManifestTest, RoundTripsEveryField) {
   EXPECT_EQ(emb.dtype, DType::kF32);
   EXPECT_EQ(emb.shape, (Shape{5, 3}));
   ASSERT_TRUE(emb.optimizer.has_value());
-  EXPECT_EQ(emb.optimizer->type, "adam");
+  EXPECT_EQ(emb.optimizer->kind, OptimizerKind::kAdam);
   EXPECT_FLOAT_EQ(emb.optimizer->learning_rate, 0.05f);
   EXPECT_FLOAT_EQ(emb.optimizer->beta_2, 0.98f);
   EXPECT_TRUE(emb.optimizer->nesterov);
@@ -177,7 +177,7 @@ TEST(CheckpointManifestTest, RejectsEveryBrokenField) {
 // step counters follow the documented rule (max over the saved shards a target shard reads).
 TEST(CheckpointManifestTest, ReshardsValuesSlotsAndCountersAcrossLayouts) {
   const std::string dir = FreshTempDir("reshard");
-  const ps::OptimizerConfig adam = AdamConfig();
+  const OptimizerConfig adam = AdamConfig();
   FakeCluster source(2);
   source.Add("emb", Iota({13, 3}, 1), {4, 3, 3, 3}, {0, 1, 0, 1}, &adam);
   source.Add("bias", Iota({13}, -2), {4, 3, 3, 3}, {1, 0, 1, 0}, &adam);
@@ -236,7 +236,7 @@ TEST(CheckpointManifestTest, ReshardsValuesSlotsAndCountersAcrossLayouts) {
 
 TEST(CheckpointManifestTest, RestoreIntoCreatesMissingVariablesAndRejectsMismatches) {
   const std::string dir = FreshTempDir("reshard_missing");
-  const ps::OptimizerConfig adam = AdamConfig();
+  const OptimizerConfig adam = AdamConfig();
   FakeCluster source(2);
   source.Add("w", Iota({6, 2}, 0), {3, 3}, {0, 1}, &adam);
   auto ckpt = source.Save(dir, 1);
@@ -251,7 +251,7 @@ TEST(CheckpointManifestTest, RestoreIntoCreatesMissingVariablesAndRejectsMismatc
   ASSERT_TRUE(target.Restore(*ckpt).ok());
   EXPECT_TRUE(target.Logical("w").Equals(source.Logical("w")));
   EXPECT_TRUE(target.Logical("w", "v").Equals(source.Logical("w", "v")));
-  EXPECT_EQ(target.Shard("w/part_1")->optimizer_config()->type, "adam");
+  EXPECT_EQ(target.Shard("w/part_1")->optimizer_config()->kind, OptimizerKind::kAdam);
 
   auto plan = PlanRestore(*manifest, *ckpt, {{"other", DType::kF32, {6, 2}, {{"other", 0, 0, 6}}}});
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kNotFound);

@@ -15,11 +15,11 @@ namespace asyncps {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::AdamConfig;
-using testing::FakeCluster;
-using testing::FreshTempDir;
+using testutil::AdamConfig;
+using testutil::FakeCluster;
+using testutil::FreshTempDir;
 using ::testing::HasSubstr;
-using testing::Iota;
+using testutil::Iota;
 
 std::string Slurp(const std::string& path) { return ReadFileToString(path, 1 << 30).value(); }
 
@@ -53,7 +53,7 @@ class CheckpointReaderTest : public ::testing::Test {
   }
 
   std::string dir_;
-  ps::OptimizerConfig adam_;
+  OptimizerConfig adam_;
   FakeCluster cluster_{2};
   std::string first_, second_;
 };

@@ -20,7 +20,7 @@
 #include "core/durable_file.h"
 #include "ps/variable_store.h"
 
-namespace asyncps::testing {
+namespace asyncps::testutil {
 
 inline std::string FreshTempDir(const std::string& tag) {
   const std::string dir =
@@ -39,7 +39,7 @@ struct FakeCluster {
   // Adds `name` with `full` split into shards of `rows` rows each on PS `ps[i]` (named
   // name/part_i when there is more than one shard).
   void Add(const std::string& name, const Tensor& full, const std::vector<int64_t>& rows,
-           const std::vector<int>& ps, const ps::OptimizerConfig* optimizer) {
+           const std::vector<int>& ps, const OptimizerConfig* optimizer) {
     VariablePlacement p{name, full.dtype(), full.shape(), {}};
     int64_t begin = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -136,13 +136,13 @@ inline Tensor Iota(Shape shape, float start) {
   return t;
 }
 
-inline ps::OptimizerConfig AdamConfig() {
-  ps::OptimizerConfig c;
-  c.type = "adam";
+inline OptimizerConfig AdamConfig() {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kAdam;
   c.learning_rate = 0.05f;
   return c;
 }
 
-}  // namespace asyncps::testing
+}  // namespace asyncps::testutil
 
 #endif  // ASYNCPS_COORDINATOR_CHECKPOINT_TEST_UTIL_H_

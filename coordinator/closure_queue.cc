@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace asyncps::coordinator {
+namespace asyncps {
 
 ClosureQueue::ClosureQueue(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
 
@@ -183,4 +183,4 @@ std::string ClosureQueue::CancelReason() const {
   return "closure queue stopped";
 }
 
-}  // namespace asyncps::coordinator
+}  // namespace asyncps

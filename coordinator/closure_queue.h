@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 #include "coordinator/remote_value.h"
 
-namespace asyncps::coordinator {
+namespace asyncps {
 
 // One scheduled function call.
 struct Closure {
@@ -145,6 +145,6 @@ class ClosureQueue {
   std::function<void()> cancellation_hook_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace asyncps::coordinator
+}  // namespace asyncps
 
 #endif  // ASYNCPS_COORDINATOR_CLOSURE_QUEUE_H_

@@ -18,7 +18,7 @@
 // (only reached if the code is broken), "it is still blocked" watches for kBriefly, which a
 // correct queue can never fail however slow the machine is.
 
-namespace asyncps::coordinator {
+namespace asyncps {
 namespace {
 
 constexpr absl::Duration kEventually = absl::Seconds(30);
@@ -562,4 +562,4 @@ TEST(ClosureQueueTest, TenThreadsPutGetFinishConcurrently) {
 }
 
 }  // namespace
-}  // namespace asyncps::coordinator
+}  // namespace asyncps

@@ -4,7 +4,7 @@
 
 #include "core/incarnation.h"
 
-namespace asyncps::coordinator {
+namespace asyncps {
 namespace {
 
 constexpr size_t kMinCompaction = 64;
@@ -45,4 +45,4 @@ size_t ClosureWatermark::tracked() const {
   return live_.size();
 }
 
-}  // namespace asyncps::coordinator
+}  // namespace asyncps

@@ -10,7 +10,7 @@
 #include "coordinator/closure_queue.h"
 #include "core/sync.h"
 
-namespace asyncps::coordinator {
+namespace asyncps {
 
 // A coordinator's closure ids, and the watermark below which every closure has finished —
 // what the parameter servers need to apply each closure's updates exactly once and still
@@ -64,6 +64,6 @@ class ClosureWatermark {
   size_t compact_at_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace asyncps::coordinator
+}  // namespace asyncps
 
 #endif  // ASYNCPS_COORDINATOR_CLOSURE_WATERMARK_H_

@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 
-namespace asyncps::coordinator {
+namespace asyncps {
 namespace {
 
 std::shared_ptr<Closure> New(ClosureWatermark& ids) {
@@ -92,4 +92,4 @@ TEST(ClosureWatermarkTest, ConcurrentSchedulingNeverMovesTheWatermarkBackOrPastA
 }
 
 }  // namespace
-}  // namespace asyncps::coordinator
+}  // namespace asyncps

@@ -13,18 +13,19 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/closure_outcome.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/worker_handle.h"
 #include "core/incarnation.h"
 #include "core/status_macros.h"
 #include "metrics/status_board.h"
 #include "net/envelope.capnp.h"
-#include "net/worker.capnp.h"
+#include "worker/worker.capnp.h"
 #include "worker/worker_service.h"
 
 namespace asyncps {
 
 // What a queued closure carries besides its name: its arguments and when it was scheduled.
 struct ClusterCoordinator::ClosureArgs {
-  std::vector<Arg> args;
+  std::vector<ClosureArg> args;
   absl::Time scheduled;
 };
 
@@ -108,7 +109,7 @@ void ClusterCoordinator::UpdateQueueGauges() {
 
 void ClusterCoordinator::UpdateWorkerGauge() { metrics_->workers_up.Set(workers_up()); }
 
-absl::StatusOr<RemoteValue> ClusterCoordinator::Schedule(const std::string& function, std::vector<Arg> args) {
+absl::StatusOr<RemoteValue> ClusterCoordinator::Schedule(const std::string& function, std::vector<ClosureArg> args) {
   if (program_.FindFunction(function) == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown function '", function, "'"));
   }
@@ -122,7 +123,7 @@ absl::StatusOr<RemoteValue> ClusterCoordinator::Schedule(const std::string& func
   {
     int dynamic = 0;
     MutexLock lock(&dynamic_mu_);
-    for (const Arg& arg : args) {
+    for (const ClosureArg& arg : args) {
       const auto* v = std::get_if<PerWorkerValues>(&arg.value());
       if (v != nullptr && cursors_.contains(v->id())) ++dynamic;
     }
@@ -131,7 +132,7 @@ absl::StatusOr<RemoteValue> ClusterCoordinator::Schedule(const std::string& func
           "'", function, "' takes ", dynamic, " dynamically sharded iterators; a closure reads at most one"));
     }
   }
-  auto closure = std::make_shared<coordinator::Closure>();
+  auto closure = std::make_shared<Closure>();
   closure_ids_.Assign(closure);
   closure->function = function;
   closure->payload = std::make_shared<const ClosureArgs>(ClosureArgs{std::move(args), absl::Now()});
@@ -187,9 +188,9 @@ void ClusterCoordinator::StartEpoch(const std::string& name, uint64_t iterator_i
   cursors_[iterator_id] = std::move(cursor);
 }
 
-std::shared_ptr<SplitCursor> ClusterCoordinator::CursorFor(const std::vector<Arg>& args, uint64_t* iterator_id) const {
+std::shared_ptr<SplitCursor> ClusterCoordinator::CursorFor(const std::vector<ClosureArg>& args, uint64_t* iterator_id) const {
   MutexLock lock(&dynamic_mu_);
-  for (const Arg& arg : args) {
+  for (const ClosureArg& arg : args) {
     const auto* v = std::get_if<PerWorkerValues>(&arg.value());
     if (v == nullptr) continue;
     if (auto it = cursors_.find(v->id()); it != cursors_.end()) {
@@ -333,14 +334,14 @@ void ClusterCoordinator::MonitorLoop(WorkerHandle& worker) {
 
 void ClusterCoordinator::DispatchLoop(WorkerHandle& worker) {
   while (worker.WaitUntilUp()) {
-    std::shared_ptr<coordinator::Closure> closure = queue_.Get(absl::InfiniteDuration());
+    std::shared_ptr<Closure> closure = queue_.Get(absl::InfiniteDuration());
     if (closure == nullptr) return;  // stopped
     RunClosure(worker, closure);
     UpdateQueueGauges();
   }
 }
 
-void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<coordinator::Closure>& closure) {
+void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<Closure>& closure) {
   const uint64_t incarnation = worker.incarnation();
   auto put_back = [&](const absl::Status& reason) {
     if (worker.stopping()) {  // abandoned by the destructor: the stopped queue cancels it
@@ -366,7 +367,7 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     return put_back(s);
   }
   const auto& payload = *std::static_pointer_cast<const ClosureArgs>(closure->payload);
-  for (const Arg& arg : payload.args) {
+  for (const ClosureArg& arg : payload.args) {
     const auto* resource = std::get_if<PerWorkerValues>(&arg.value());
     if (resource == nullptr) continue;
     // Its factory failed on this worker (found when the worker was recovered): the closure's

@@ -9,22 +9,22 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "coordinator/arg.h"
+#include "coordinator/closure_arg.h"
 #include "coordinator/closure_queue.h"
 #include "coordinator/closure_watermark.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "coordinator/per_worker_dataset.h"
 #include "coordinator/ps_recovery.h"
 #include "coordinator/remote_value.h"
+#include "coordinator/resource_spec.h"
 #include "coordinator/split_cursor.h"
-#include "coordinator/worker_handle.h"
 #include "core/sync.h"
 #include "worker/program.h"
 
 namespace asyncps {
 
 class CoordinatorMetrics;
-using coordinator::RemoteValue;
+class WorkerHandle;  // internal (coordinator/worker_handle.h): one worker's connection and state
 
 // Schedules step functions ("closures") onto the cluster's workers, with the contract of
 // TensorFlow's ClusterCoordinator:
@@ -89,7 +89,7 @@ class ClusterCoordinator {
   // and nothing it did is rolled back. The worker stays usable by a later coordinator.
   ~ClusterCoordinator();
 
-  absl::StatusOr<RemoteValue> Schedule(const std::string& function, std::vector<Arg> args = {});
+  absl::StatusOr<RemoteValue> Schedule(const std::string& function, std::vector<ClosureArg> args = {});
   absl::Status Join();
   absl::StatusOr<bool> Done();
 
@@ -144,7 +144,7 @@ class ClusterCoordinator {
   struct ClosureArgs;
   void DispatchLoop(WorkerHandle& worker);
   void MonitorLoop(WorkerHandle& worker);
-  void RunClosure(WorkerHandle& worker, const std::shared_ptr<coordinator::Closure>& closure);
+  void RunClosure(WorkerHandle& worker, const std::shared_ptr<Closure>& closure);
   void WorkerFailed(WorkerHandle& worker, uint64_t incarnation, const absl::Status& reason);
   // Queue gauges change with every closure; the workers-up gauge only when a worker goes down
   // or is admitted, so only those paths pay for counting them.
@@ -155,14 +155,14 @@ class ClusterCoordinator {
   void RegisterDynamicDataset(const std::string& name, int64_t records_per_split);
   void StartEpoch(const std::string& name, uint64_t iterator_id);
   // The cursor of the kDynamic iterator among `args` (null if none), and that iterator's id.
-  std::shared_ptr<SplitCursor> CursorFor(const std::vector<Arg>& args, uint64_t* iterator_id) const;
+  std::shared_ptr<SplitCursor> CursorFor(const std::vector<ClosureArg>& args, uint64_t* iterator_id) const;
 
   ParameterServerStrategy& strategy_;
   const Program& program_;
   const Options options_;
   std::unique_ptr<CoordinatorMetrics> metrics_;
-  coordinator::ClosureQueue queue_;
-  coordinator::ClosureWatermark closure_ids_;
+  ClosureQueue queue_;
+  ClosureWatermark closure_ids_;
   std::vector<std::unique_ptr<WorkerHandle>> workers_;
   std::unique_ptr<PsRecovery> ps_recovery_;  // null unless options_.ps_recovery.enabled
 

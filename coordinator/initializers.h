@@ -4,12 +4,12 @@
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "ps/initializer.h"
+#include "ps/shard_initializer.h"
 
 namespace asyncps {
 
 // What a new variable looks like and how to fill it. The fill runs on the parameter servers,
-// shard by shard (see ps/initializer.h), so the coordinator never holds a large table.
+// shard by shard (see ps/shard_initializer.h), so the coordinator never holds a large table.
 struct VariableInit {
   DType dtype = DType::kF32;
   Shape shape;

@@ -90,7 +90,7 @@ absl::StatusOr<VariablePlacement> ParameterServerStrategy::Place(const std::stri
 }
 
 absl::StatusOr<ShardedVariable> ParameterServerStrategy::CreateVariable(
-    const std::string& name, const VariableInit& init, std::optional<ps::OptimizerConfig> optimizer) {
+    const std::string& name, const VariableInit& init, std::optional<OptimizerConfig> optimizer) {
   if (name.empty()) return absl::InvalidArgumentError("variable name is empty");
   RETURN_IF_ERROR(ValidateShape(init.shape, init.dtype));
   if (init.spec.kind == "tensor" && (init.spec.tensor.shape() != init.shape || init.spec.tensor.dtype() != init.dtype)) {

@@ -16,7 +16,7 @@
 #include "core/process_options.h"
 #include "core/sync.h"
 #include "partitioners/partitioner.h"
-#include "ps/optimizer.h"
+#include "core/optimizer_config.h"
 #include "worker/ps_client.h"
 #include "worker/variable_directory.h"
 
@@ -63,7 +63,7 @@ class ParameterServerStrategy {
   // keeps its value). AlreadyExists when the strategy created `name` before; concurrent
   // creates of one name place and create it once (the others wait, then get AlreadyExists). `optimizer` is the server-side optimizer gradients go through.
   absl::StatusOr<ShardedVariable> CreateVariable(const std::string& name, const VariableInit& init,
-                                                 std::optional<ps::OptimizerConfig> optimizer = std::nullopt);
+                                                 std::optional<OptimizerConfig> optimizer = std::nullopt);
 
   // Creates again, on its PS, every variable this strategy created that a PS no longer holds
   // (it restarted empty), from the variable's initializer and optimizer. Variables a PS still
@@ -120,7 +120,7 @@ class ParameterServerStrategy {
   // How each created variable was made, for RecreateVariables.
   struct Recipe {
     ps::InitializerSpec init;
-    std::optional<ps::OptimizerConfig> optimizer;
+    std::optional<OptimizerConfig> optimizer;
   };
   absl::flat_hash_map<std::string, Recipe> recipes_ ABSL_GUARDED_BY(mu_);
 };

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "coordinator/arg.h"
+#include "coordinator/closure_arg.h"
 #include "worker/program.h"
 
 namespace asyncps {

@@ -14,7 +14,7 @@
 #include "coordinator/parameter_server_strategy.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "net/rpc_client.h"
 
 namespace asyncps {
@@ -91,7 +91,7 @@ std::unique_ptr<PsRecovery::Repair> PsRecovery::MakeClusterPsRepair(
   return std::make_unique<ClusterPsRepair>(strategy, checkpoints);
 }
 
-PsRecovery::PsRecovery(coordinator::ClosureQueue& queue, std::unique_ptr<Repair> repair,
+PsRecovery::PsRecovery(ClosureQueue& queue, std::unique_ptr<Repair> repair,
                        CoordinatorMetrics* metrics, Options options)
     : queue_(queue), repair_(std::move(repair)), metrics_(metrics), options_(options) {
   if (options_.checkpoints != nullptr) {

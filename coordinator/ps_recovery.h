@@ -122,7 +122,7 @@ class PsRecovery {
   // `queue` (the coordinator's) and `metrics` (nullable) must outlive this object. Registers
   // with options.checkpoints (when set) to learn of checkpoint commits. Starts the recovery
   // thread.
-  PsRecovery(coordinator::ClosureQueue& queue, std::unique_ptr<Repair> repair,
+  PsRecovery(ClosureQueue& queue, std::unique_ptr<Repair> repair,
              CoordinatorMetrics* metrics, Options options);
   // Stop() and joins the recovery thread; a restore in progress is waited for (bounded by the
   // CheckpointManager's rpc_timeout).
@@ -154,7 +154,7 @@ class PsRecovery {
   bool stopping() const;
   void Resume();
 
-  coordinator::ClosureQueue& queue_;
+  ClosureQueue& queue_;
   std::unique_ptr<Repair> repair_;
   CoordinatorMetrics* const metrics_;
   const Options options_;

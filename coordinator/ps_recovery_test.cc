@@ -20,8 +20,6 @@
 namespace asyncps {
 namespace {
 
-using coordinator::Closure;
-using coordinator::ClosureQueue;
 
 constexpr absl::Duration kEventually = absl::Seconds(30);
 constexpr absl::Duration kBriefly = absl::Milliseconds(50);

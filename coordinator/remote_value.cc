@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/sync.h"
 
-namespace asyncps::coordinator {
+namespace asyncps {
 namespace {
 
 // Starts at 1 so that 0 can mean "no value" in logs and maps kept by callers.
@@ -123,4 +123,4 @@ absl::string_view RemoteValueStateName(RemoteValue::State state) {
   return "unknown";
 }
 
-}  // namespace asyncps::coordinator
+}  // namespace asyncps

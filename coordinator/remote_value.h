@@ -12,10 +12,7 @@
 #include "absl/time/time.h"
 #include "core/tensor.h"
 
-namespace asyncps::coordinator {
-
-// What a scheduled function returns.
-using Values = std::vector<Tensor>;
+namespace asyncps {
 
 // The output of one scheduled closure, filled in asynchronously (TF's `RemoteValue`).
 //
@@ -87,6 +84,6 @@ class RemoteValue {
 // "pending", "aborted", "ready", "failed", "cancelled" — for logs and messages.
 absl::string_view RemoteValueStateName(RemoteValue::State state);
 
-}  // namespace asyncps::coordinator
+}  // namespace asyncps
 
 #endif  // ASYNCPS_COORDINATOR_REMOTE_VALUE_H_

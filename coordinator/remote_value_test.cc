@@ -7,7 +7,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 
-namespace asyncps::coordinator {
+namespace asyncps {
 namespace {
 
 // Generous bound for "this must happen": only reached if the code under test is broken.
@@ -150,4 +150,4 @@ TEST(RemoteValueTest, StateNames) {
 }
 
 }  // namespace
-}  // namespace asyncps::coordinator
+}  // namespace asyncps

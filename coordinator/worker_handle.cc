@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
-#include "net/worker.capnp.h"
+#include "worker/worker.capnp.h"
 #include "worker/worker_service.h"
 
 namespace asyncps {

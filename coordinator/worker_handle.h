@@ -10,18 +10,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "coordinator/resource_spec.h"
 #include "core/sync.h"
 #include "net/rpc_client.h"
 #include "worker/variable_directory.h"
 
 namespace asyncps {
-
-// A per-worker resource the coordinator keeps alive on every worker.
-struct ResourceSpec {
-  uint64_t id = 0;
-  std::string factory;
-  std::map<std::string, std::string> args;
-};
 
 // The coordinator's view of one worker: its connection, whether it is up, which incarnation
 // was prepared (variable directory sent, per-worker resources created), and the closures it

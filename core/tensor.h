@@ -163,6 +163,9 @@ std::shared_ptr<void> AllocateAlignedUninitialized(size_t bytes);
 // Concatenates tensors along axis 0. All must share dtype and trailing dims.
 absl::StatusOr<Tensor> Concat(const std::vector<Tensor>& parts);
 
+// The tensors a step function returns and a RemoteValue holds, in order.
+using Values = std::vector<Tensor>;
+
 }  // namespace asyncps
 
 #endif  // ASYNCPS_CORE_TENSOR_H_

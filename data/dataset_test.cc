@@ -17,12 +17,12 @@
 namespace asyncps::data {
 namespace {
 
-using testing::Drain;
-using testing::DrainDataset;
+using testutil::Drain;
+using testutil::DrainDataset;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-using testing::Int64s;
+using testutil::Int64s;
 
 std::vector<int64_t> Values(const Dataset& d) {
   auto elements = DrainDataset(d);

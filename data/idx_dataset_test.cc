@@ -9,12 +9,12 @@
 namespace asyncps::data {
 namespace {
 
-using testing::DrainDataset;
+using testutil::DrainDataset;
 using ::testing::HasSubstr;
-using testing::IdxBytes;
-using testing::TempDir;
-using testing::WriteFile;
-using testing::WriteGzipFile;
+using testutil::IdxBytes;
+using testutil::TempDir;
+using testutil::WriteFile;
+using testutil::WriteGzipFile;
 
 // 3 images of 2x4 u8 pixels: pixel value = 10 * image + position.
 std::string ImagesPayload() {
@@ -163,7 +163,7 @@ TEST(IdxFileTest, TruncatedGzipStreamIsDataLoss) {
   TempDir dir;
   std::string payload(60'000, '\0');
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 7919 % 251);
-  std::string packed = testing::Gzip(IdxBytes(0x08, {60, 1000}, payload));
+  std::string packed = testutil::Gzip(IdxBytes(0x08, {60, 1000}, payload));
   WriteFile(dir.Path("cut.gz"), packed.substr(0, packed.size() * 2 / 3));
   auto elements = DrainDataset(Dataset::IdxFile(dir.Path("cut.gz")));
   ASSERT_FALSE(elements.ok());

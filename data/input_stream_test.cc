@@ -9,11 +9,11 @@
 namespace asyncps::data {
 namespace {
 
-using testing::Gzip;
+using testutil::Gzip;
 using ::testing::HasSubstr;
-using testing::TempDir;
-using testing::WriteFile;
-using testing::WriteGzipFile;
+using testutil::TempDir;
+using testutil::WriteFile;
+using testutil::WriteGzipFile;
 
 std::string Pattern(size_t n) {
   std::string s;

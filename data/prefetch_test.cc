@@ -15,8 +15,8 @@
 namespace asyncps::data {
 namespace {
 
-using testing::DrainDataset;
-using testing::Int64s;
+using testutil::DrainDataset;
+using testutil::Int64s;
 
 constexpr absl::Duration kDeadline = absl::Seconds(30);
 

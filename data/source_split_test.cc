@@ -13,8 +13,8 @@
 namespace asyncps::data {
 namespace {
 
-using testing::Drain;
-using testing::Int64s;
+using testutil::Drain;
+using testutil::Int64s;
 using ::testing::ElementsAre;
 
 std::vector<int64_t> SplitValues(const Dataset& d, const SourceSplit& split) {

@@ -9,7 +9,7 @@
 
 #include "core/status_macros.h"
 
-namespace asyncps::data::testing {
+namespace asyncps::data::testutil {
 
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");
@@ -89,4 +89,4 @@ std::vector<int64_t> Int64s(const std::vector<Element>& elements) {
   return out;
 }
 
-}  // namespace asyncps::data::testing
+}  // namespace asyncps::data::testutil

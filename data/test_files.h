@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "data/dataset.h"
 
-namespace asyncps::data::testing {
+namespace asyncps::data::testutil {
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its files on destruction.
 class TempDir {
@@ -45,6 +45,6 @@ absl::StatusOr<std::vector<Element>> DrainDataset(const Dataset& dataset);
 // Scalar i64 elements (as produced by Range) as plain integers.
 std::vector<int64_t> Int64s(const std::vector<Element>& elements);
 
-}  // namespace asyncps::data::testing
+}  // namespace asyncps::data::testutil
 
 #endif  // ASYNCPS_DATA_TEST_FILES_H_

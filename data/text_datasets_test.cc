@@ -8,12 +8,12 @@
 namespace asyncps::data {
 namespace {
 
-using testing::DrainDataset;
+using testutil::DrainDataset;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing::TempDir;
-using testing::WriteFile;
-using testing::WriteGzipFile;
+using testutil::TempDir;
+using testutil::WriteFile;
+using testutil::WriteGzipFile;
 
 std::vector<std::string> Lines(const Dataset& d) {
   auto elements = DrainDataset(d);

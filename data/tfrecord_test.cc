@@ -11,10 +11,10 @@
 namespace asyncps::data {
 namespace {
 
-using testing::DrainDataset;
+using testutil::DrainDataset;
 using ::testing::HasSubstr;
-using testing::TempDir;
-using testing::WriteFile;
+using testutil::TempDir;
+using testutil::WriteFile;
 
 std::string AsString(const Tensor& t) {
   return std::string(static_cast<const char*>(t.raw_data()), t.num_bytes());
@@ -63,7 +63,7 @@ TEST(TFRecordTest, ReadsWhatTheWriterWroteAcrossFilesPlainAndGzipped) {
     while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) b_bytes.append(buf, n);
     std::fclose(f);
   }
-  testing::WriteGzipFile(dir.Path("b.tfrecord.gz"), b_bytes);
+  testutil::WriteGzipFile(dir.Path("b.tfrecord.gz"), b_bytes);
   WriteFile(dir.Path("empty.tfrecord"), "");
 
   auto elements = DrainDataset(Dataset::TFRecord(

@@ -34,15 +34,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/checkpoint_manager.h"
-#include "coordinator/cluster_coordinator.h"
-#include "coordinator/parameter_server_strategy.h"
-#include "core/cluster_spec.h"
-#include "core/exit_code.h"
-#include "core/logging.h"
+#include "asyncps/checkpoints.h"
+#include "asyncps/cluster_spec.h"
+#include "asyncps/coordinator.h"
+#include "asyncps/process.h"
+#include "asyncps/serve.h"
+#include "asyncps/status.h"
+#include "asyncps/strategy.h"
 #include "examples/fmnist_evaluator.h"
 #include "examples/fmnist_training.h"
-#include "worker/serve.h"
 
 namespace {
 

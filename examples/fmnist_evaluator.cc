@@ -12,11 +12,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/checkpoint_follower.h"
-#include "core/exit_code.h"
-#include "core/logging.h"
-#include "core/process_options.h"
-#include "metrics/process_metrics.h"
+#include "asyncps/checkpoints.h"
+#include "asyncps/process.h"
 
 namespace asyncps::fmnist {
 namespace {

@@ -21,7 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/cluster_spec.h"
+#include "asyncps/cluster_spec.h"
 #include "examples/fmnist_training.h"
 
 namespace asyncps::fmnist {

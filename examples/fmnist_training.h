@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/program.h"
+#include "asyncps/program.h"
 
 namespace asyncps {
 class CheckpointManager;

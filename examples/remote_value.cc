@@ -10,14 +10,13 @@
 #include <cmath>
 #include <cstdio>
 
-#include "coordinator/cluster_coordinator.h"
-#include "coordinator/parameter_server_strategy.h"
-#include "core/cluster_spec.h"
-#include "core/exit_code.h"
-#include "core/logging.h"
-#include "core/status_macros.h"
-#include "worker/serve.h"
-#include "worker/step_context.h"
+#include "asyncps/cluster_spec.h"
+#include "asyncps/coordinator.h"
+#include "asyncps/process.h"
+#include "asyncps/serve.h"
+#include "asyncps/status.h"
+#include "asyncps/step_context.h"
+#include "asyncps/strategy.h"
 
 namespace {
 

@@ -4,10 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/checkpoint_follower.h"
-#include "coordinator/checkpoint_manager.h"
-#include "coordinator/checkpoint_reader.h"
-#include "core/status_macros.h"
+#include "asyncps/checkpoints.h"
+#include "asyncps/status.h"
 
 namespace asyncps {
 

@@ -22,7 +22,7 @@
 #include "gtest/gtest.h"
 #include "net/connection.h"
 #include "net/frame_codec.h"
-#include "net/ps.capnp.h"
+#include "net/test_messages.capnp.h"
 #include "net/rpc_client.h"
 #include "net/raw_client_testing.h"
 #include "net/rpc_server.h"
@@ -35,8 +35,8 @@ const PeerRoles kCallers = {"worker"};
 
 // Returns every tensor of the request (a ReadResponse body) in a ReadResponse.
 absl::Status Echo(const RequestContext&, const InMessage& req, OutMessage* resp) {
-  auto refs = req.RequestBody<wire::ReadResponse>().getTensors();
-  auto out = resp->InitResponseBody<wire::ReadResponse>().initTensors(refs.size());
+  auto refs = req.RequestBody<testwire::ReadResponse>().getTensors();
+  auto out = resp->InitResponseBody<testwire::ReadResponse>().initTensors(refs.size());
   for (unsigned i = 0; i < refs.size(); ++i) {
     absl::StatusOr<Tensor> t = req.TensorAt(refs[i]);
     if (!t.ok()) return t.status();
@@ -47,8 +47,8 @@ absl::Status Echo(const RequestContext&, const InMessage& req, OutMessage* resp)
 
 // Returns the request's names (a ReadRequest body) unchanged: a large header both ways.
 absl::Status EchoNames(const RequestContext&, const InMessage& req, OutMessage* resp) {
-  auto names = req.RequestBody<wire::ReadRequest>().getNames();
-  auto out = resp->InitResponseBody<wire::ReadRequest>().initNames(names.size());
+  auto names = req.RequestBody<testwire::ReadRequest>().getNames();
+  auto out = resp->InitResponseBody<testwire::ReadRequest>().initNames(names.size());
   for (unsigned i = 0; i < names.size(); ++i) out.set(i, names[i]);
   return absl::OkStatus();
 }
@@ -66,7 +66,7 @@ Tensor Pattern(size_t bytes, uint32_t seed) {
 
 OutMessage EchoRequest(const std::vector<Tensor>& tensors) {
   OutMessage m;
-  auto refs = m.InitRequestBody<wire::ReadResponse>().initTensors(static_cast<unsigned>(tensors.size()));
+  auto refs = m.InitRequestBody<testwire::ReadResponse>().initTensors(static_cast<unsigned>(tensors.size()));
   for (size_t i = 0; i < tensors.size(); ++i) m.AddTensor(tensors[i], refs[static_cast<unsigned>(i)]);
   return m;
 }
@@ -87,7 +87,7 @@ bool EchoMatches(const InMessage& response, const std::vector<Tensor>& expected)
     if (envelope.which() != wire::Envelope::RESPONSE || envelope.getResponse().getCode() != 0) {
       return absl::OkStatus();
     }
-    auto refs = response.ResponseBody<wire::ReadResponse>().getTensors();
+    auto refs = response.ResponseBody<testwire::ReadResponse>().getTensors();
     if (refs.size() != expected.size()) return absl::OkStatus();
     for (unsigned i = 0; i < refs.size(); ++i) {
       absl::StatusOr<Tensor> t = response.TensorAt(refs[i]);
@@ -99,7 +99,7 @@ bool EchoMatches(const InMessage& response, const std::vector<Tensor>& expected)
   return decode.ok() && ok;
 }
 
-using testing::RawClient;
+using testutil::RawClient;
 
 class ConnectionTest : public ::testing::Test {
  protected:
@@ -109,9 +109,9 @@ class ConnectionTest : public ::testing::Test {
     options.token = kToken;
     options.handler_threads = 3;
     server_ = std::make_unique<RpcServer>(loop_, options);
-    server_->Register<wire::ReadResponse>("t.Echo", kCallers, Echo, RpcServer::Dispatch::kInline);
-    server_->Register<wire::ReadResponse>("t.PoolEcho", kCallers, Echo, RpcServer::Dispatch::kPool);
-    server_->Register<wire::ReadRequest>("t.EchoNames", kCallers, EchoNames, RpcServer::Dispatch::kInline);
+    server_->Register<testwire::ReadResponse>("t.Echo", kCallers, Echo, RpcServer::Dispatch::kInline);
+    server_->Register<testwire::ReadResponse>("t.PoolEcho", kCallers, Echo, RpcServer::Dispatch::kPool);
+    server_->Register<testwire::ReadRequest>("t.EchoNames", kCallers, EchoNames, RpcServer::Dispatch::kInline);
     ASSERT_TRUE(server_->Start().ok());
   }
 
@@ -214,11 +214,11 @@ TEST_F(ConnectionTest, HeaderLargerThanReadBufferBothWays) {
   RpcClient& client = NewClient();
   OutMessage request;
   constexpr unsigned kNames = 4000;
-  auto names = request.InitRequestBody<wire::ReadRequest>().initNames(kNames);
+  auto names = request.InitRequestBody<testwire::ReadRequest>().initNames(kNames);
   for (unsigned i = 0; i < kNames; ++i) names.set(i, absl::StrCat("variable/", i, "/kernel").c_str());
   absl::StatusOr<InMessage> response = client.Call("t.EchoNames", std::move(request), absl::Seconds(30));
   ASSERT_TRUE(response.ok()) << response.status();
-  auto got = response->ResponseBody<wire::ReadRequest>().getNames();
+  auto got = response->ResponseBody<testwire::ReadRequest>().getNames();
   ASSERT_EQ(got.size(), kNames);
   EXPECT_EQ(std::string(got[kNames - 1].cStr()), absl::StrCat("variable/", kNames - 1, "/kernel"));
   // The connection is still in step afterwards.
@@ -346,7 +346,7 @@ TEST_F(ConnectionTest, OversizedPayloadIsRejectedBeforeReadingIt) {
   options.token = kToken;
   options.limits.max_payload_bytes = 1 << 20;
   server_ = std::make_unique<RpcServer>(loop_, options);
-  server_->Register<wire::ReadResponse>("t.Echo", kCallers, Echo, RpcServer::Dispatch::kInline);
+  server_->Register<testwire::ReadResponse>("t.Echo", kCallers, Echo, RpcServer::Dispatch::kInline);
   ASSERT_TRUE(server_->Start().ok());
   RawClient raw(server_->port());
   ASSERT_TRUE(raw.connected());

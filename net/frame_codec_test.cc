@@ -4,7 +4,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "net/ps.capnp.h"
+#include "net/test_messages.capnp.h"
 #include "net/wire_check.h"
 
 namespace asyncps::net {
@@ -17,7 +17,7 @@ absl::Span<const uint8_t> Bytes(const std::string& s) {
 OutMessage MakeReadResponse(const std::vector<Tensor>& tensors) {
   OutMessage m;
   m.envelope().setRequestId(42);
-  auto body = m.InitResponseBody<wire::ReadResponse>();
+  auto body = m.InitResponseBody<testwire::ReadResponse>();
   auto list = body.initTensors(static_cast<unsigned>(tensors.size()));
   for (size_t i = 0; i < tensors.size(); ++i) m.AddTensor(tensors[i], list[static_cast<unsigned>(i)]);
   return m;
@@ -36,7 +36,7 @@ TEST(FrameCodecTest, RoundTripViewsPayloadInPlaceAndAligned) {
   ASSERT_TRUE(in.ok()) << in.status();
   EXPECT_EQ(consumed, bytes.size());
   EXPECT_EQ(in->envelope().getRequestId(), 42u);
-  auto refs = in->ResponseBody<wire::ReadResponse>().getTensors();
+  auto refs = in->ResponseBody<testwire::ReadResponse>().getTensors();
   ASSERT_EQ(refs.size(), 3u);
   auto ta = in->TensorAt(refs[0]);
   auto tc = in->TensorAt(refs[1]);
@@ -60,7 +60,7 @@ TEST(FrameCodecTest, GapsBetweenPayloadsAreZeroed) {
   for (int trial = 0; trial < 20; ++trial) {
     auto in = FrameDecoder::DecodeAll(Bytes(bytes), FrameLimits(), nullptr);
     ASSERT_TRUE(in.ok()) << in.status();
-    auto refs = in->ResponseBody<wire::ReadResponse>().getTensors();
+    auto refs = in->ResponseBody<testwire::ReadResponse>().getTensors();
     auto ta = in->TensorAt(refs[0]);
     auto tb = in->TensorAt(refs[1]);
     ASSERT_TRUE(ta.ok() && tb.ok());
@@ -84,7 +84,7 @@ TEST(FrameCodecTest, TwoFramesBackToBack) {
   ASSERT_TRUE(two.ok()) << two.status();
   EXPECT_EQ(one->envelope().getRequestId(), 42u);
   EXPECT_EQ(two->envelope().getRequestId(), 43u);
-  auto value = two->TensorAt(two->ResponseBody<wire::ReadResponse>().getTensors()[0]);
+  auto value = two->TensorAt(two->ResponseBody<testwire::ReadResponse>().getTensors()[0]);
   ASSERT_TRUE(value.ok());
   EXPECT_EQ(value->ScalarAsDouble(), -2.0);
 }
@@ -174,7 +174,7 @@ TEST(FrameCodecTest, OversizedPayloadRejected) {
 
 TEST(FrameCodecTest, TensorRefDisagreeingWithPayloadIsRejected) {
   OutMessage out;
-  auto body = out.InitResponseBody<wire::ReadResponse>();
+  auto body = out.InitResponseBody<testwire::ReadResponse>();
   auto refs = body.initTensors(3);
   out.AddTensor(Tensor::FromVector<float>({2}, {1, 2}), refs[0]);
   refs[0].initShape(1).set(0, 3);  // claims 3 floats for an 8-byte payload
@@ -183,7 +183,7 @@ TEST(FrameCodecTest, TensorRefDisagreeingWithPayloadIsRejected) {
   const std::string bytes = EncodeFrameToString(out);
   auto in = FrameDecoder::DecodeAll(Bytes(bytes), FrameLimits(), nullptr);
   ASSERT_TRUE(in.ok());
-  auto list = in->ResponseBody<wire::ReadResponse>().getTensors();
+  auto list = in->ResponseBody<testwire::ReadResponse>().getTensors();
   EXPECT_FALSE(in->TensorAt(list[0]).ok());
   EXPECT_FALSE(in->TensorAt(list[1]).ok());
   EXPECT_FALSE(in->TensorAt(list[2]).ok());

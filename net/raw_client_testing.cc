@@ -14,7 +14,7 @@
 #include "net/peer.h"
 #include "net/wire_check.h"
 
-namespace asyncps::net::testing {
+namespace asyncps::net::testutil {
 
 std::string HelloFrame(const std::string& token, const std::string& nonce, const std::string& role,
                        int task_index, uint64_t incarnation) {
@@ -131,4 +131,4 @@ bool RawClient::WaitClosed(absl::Duration timeout) {
   }
 }
 
-}  // namespace asyncps::net::testing
+}  // namespace asyncps::net::testutil

@@ -1,7 +1,7 @@
 #ifndef ASYNCPS_NET_RAW_CLIENT_TESTING_H_
 #define ASYNCPS_NET_RAW_CLIENT_TESTING_H_
 
-// Test-only (library asyncps_net_testing): a blocking client that speaks raw bytes at an
+// Test-only (library asyncps_net_testutil): a blocking client that speaks raw bytes at an
 // RpcServer, for tests that must send what a well-behaved RpcClient never would.
 
 #include <cstdint>
@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 #include "net/message.h"
 
-namespace asyncps::net::testing {
+namespace asyncps::net::testutil {
 
 // Pointer field `field` of `builder` as an untyped pointer, to put the wrong kind of thing in
 // it (a struct where text is expected, text bytes without their NUL, ...).
@@ -71,6 +71,6 @@ class RawClient {
   std::string pending_;
 };
 
-}  // namespace asyncps::net::testing
+}  // namespace asyncps::net::testutil
 
 #endif  // ASYNCPS_NET_RAW_CLIENT_TESTING_H_

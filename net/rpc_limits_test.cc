@@ -20,7 +20,7 @@
 #include "metrics/rpc_metrics.h"
 #include "net/frame_codec.h"
 #include "net/handshake.h"
-#include "net/ps.capnp.h"
+#include "net/test_messages.capnp.h"
 #include "net/raw_client_testing.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
@@ -28,11 +28,11 @@
 namespace asyncps::net {
 namespace {
 
-using testing::RawClient;
+using testutil::RawClient;
 
 constexpr char kToken[] = "limits-token";
 
-using testing::PointerField;
+using testutil::PointerField;
 
 // Waits (polling, with a deadline) until `condition` holds.
 template <typename Fn>
@@ -171,11 +171,11 @@ TEST_F(RpcLimitsTest, MalformedRequestAfterHandshake) {
   // A body of the wrong kind is answered with InvalidArgument on a connection that stays up.
   OutMessage bad_body;
   bad_body.envelope().initRequest().getBody().initAs<capnp::List<int64_t>>(4);
-  ASSERT_TRUE(raw.Write(testing::RequestFrame(std::move(bad_body), 1, "t.Ping")));
+  ASSERT_TRUE(raw.Write(testutil::RequestFrame(std::move(bad_body), 1, "t.Ping")));
   auto answer = raw.ReadFrame();
   ASSERT_TRUE(answer.ok()) << answer.status();
   EXPECT_EQ(answer->envelope().getResponse().getCode(), static_cast<int>(absl::StatusCode::kInvalidArgument));
-  ASSERT_TRUE(raw.Write(testing::RequestFrame(OutMessage(), 2, "t.Ping")));
+  ASSERT_TRUE(raw.Write(testutil::RequestFrame(OutMessage(), 2, "t.Ping")));
   answer = raw.ReadFrame();
   ASSERT_TRUE(answer.ok()) << answer.status();
   EXPECT_EQ(answer->envelope().getResponse().getCode(), 0);

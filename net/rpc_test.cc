@@ -13,7 +13,7 @@
 #include "core/incarnation.h"
 #include "gtest/gtest.h"
 #include "net/frame_codec.h"
-#include "net/ps.capnp.h"
+#include "net/test_messages.capnp.h"
 #include "net/rpc_client.h"
 #include "net/raw_client_testing.h"
 #include "net/rpc_server.h"
@@ -37,8 +37,8 @@ class RpcTest : public ::testing::Test {
     options.task_index = 7;
     options.token = kToken;
     server_ = std::make_unique<RpcServer>(loop_, options);
-    server_->Register<wire::ReadResponse>("test.Scale", kCallers, [](const RequestContext&, const InMessage& req, OutMessage* resp) {
-      auto refs = req.RequestBody<wire::ReadResponse>().getTensors();
+    server_->Register<testwire::ReadResponse>("test.Scale", kCallers, [](const RequestContext&, const InMessage& req, OutMessage* resp) {
+      auto refs = req.RequestBody<testwire::ReadResponse>().getTensors();
       if (refs.size() != 2) return absl::InvalidArgumentError("want 2 tensors");
       auto x = req.TensorAt(refs[0]);
       auto k = req.TensorAt(refs[1]);
@@ -46,7 +46,7 @@ class RpcTest : public ::testing::Test {
       if (!k.ok()) return k.status();
       Tensor y = x->Clone();
       for (float& v : y.flat<float>()) v *= k->data<float>()[0];
-      auto out = resp->InitResponseBody<wire::ReadResponse>().initTensors(1);
+      auto out = resp->InitResponseBody<testwire::ReadResponse>().initTensors(1);
       resp->AddTensor(y, out[0]);
       return absl::OkStatus();
     });
@@ -58,22 +58,22 @@ class RpcTest : public ::testing::Test {
       release_.WaitForNotification();
       return absl::OkStatus();
     });
-    server_->Register<wire::ReadRequest>("test.Throw", kCallers, [](const RequestContext&, const InMessage& req, OutMessage*) {
-      auto names = req.RequestBody<wire::ReadRequest>().getNames();
+    server_->Register<testwire::ReadRequest>("test.Throw", kCallers, [](const RequestContext&, const InMessage& req, OutMessage*) {
+      auto names = req.RequestBody<testwire::ReadRequest>().getNames();
       for (auto n : names) (void)n.size();
       return absl::OkStatus();
     });
     // Declares an empty body, so nothing checks what it reads: its own reads throw.
     server_->Register<wire::Empty>("test.ThrowUnchecked", kCallers, [](const RequestContext&, const InMessage& req, OutMessage*) {
-      auto names = req.RequestBody<wire::ReadRequest>().getNames();
+      auto names = req.RequestBody<testwire::ReadRequest>().getNames();
       for (auto n : names) (void)n.size();
       return absl::OkStatus();
     });
     // Answers whether it ran on the server's I/O thread.
-    server_->Register<wire::ReadResponse>(
+    server_->Register<testwire::ReadResponse>(
         "test.WhereRun", kCallers,
         [this](const RequestContext&, const InMessage&, OutMessage* resp) {
-          auto out = resp->InitResponseBody<wire::ReadResponse>().initTensors(1);
+          auto out = resp->InitResponseBody<testwire::ReadResponse>().initTensors(1);
           resp->AddTensor(Tensor::Scalar<int32_t>(loop_.InLoopThread() ? 1 : 0), out[0]);
           return absl::OkStatus();
         },
@@ -105,12 +105,12 @@ class RpcTest : public ::testing::Test {
   static absl::StatusOr<std::vector<float>> Scale(RpcClient& client, std::vector<float> x, float k,
                                                   absl::Duration timeout = absl::Seconds(30)) {
     OutMessage req;
-    auto refs = req.InitRequestBody<wire::ReadResponse>().initTensors(2);
+    auto refs = req.InitRequestBody<testwire::ReadResponse>().initTensors(2);
     req.AddTensor(Tensor::FromVector(x), refs[0]);
     req.AddTensor(Tensor::Scalar(k), refs[1]);
     auto resp = client.Call("test.Scale", std::move(req), timeout);
     if (!resp.ok()) return resp.status();
-    auto y = resp->TensorAt(resp->ResponseBody<wire::ReadResponse>().getTensors()[0]);
+    auto y = resp->TensorAt(resp->ResponseBody<testwire::ReadResponse>().getTensors()[0]);
     if (!y.ok()) return y.status();
     return std::vector<float>(y->flat<float>().begin(), y->flat<float>().end());
   }
@@ -126,7 +126,7 @@ class RpcTest : public ::testing::Test {
   Notification release_;
 };
 
-using testing::RawClient;
+using testutil::RawClient;
 
 TEST_F(RpcTest, CallRoundTripsTensorsAndReportsServerIdentity) {
   RpcClient& client = NewClient();
@@ -269,11 +269,11 @@ TEST_F(RpcTest, InlineIfSmallRunsSmallRequestsOnTheIoThreadAndLargeOnesOnThePool
   RpcClient& client = NewClient();
   auto ran_inline = [&](int64_t payload_bytes) -> int {
     OutMessage req;
-    auto refs = req.InitRequestBody<wire::ReadResponse>().initTensors(1);
+    auto refs = req.InitRequestBody<testwire::ReadResponse>().initTensors(1);
     req.AddTensor(Tensor(DType::kU8, {payload_bytes}), refs[0]);
     auto resp = client.Call("test.WhereRun", std::move(req), absl::Seconds(30));
     if (!resp.ok()) return -1;
-    auto where = resp->TensorAt(resp->ResponseBody<wire::ReadResponse>().getTensors()[0]);
+    auto where = resp->TensorAt(resp->ResponseBody<testwire::ReadResponse>().getTensors()[0]);
     return where.ok() ? where->data<int32_t>()[0] : -1;
   };
   EXPECT_EQ(ran_inline(16), 1);
@@ -294,7 +294,7 @@ TEST_F(RpcTest, HandlerReadingMalformedBodyGetsInvalidArgument) {
   for (const char* method : {"test.Throw", "test.ThrowUnchecked"}) {
     // A list of structs where a list of text is expected.
     OutMessage req;
-    auto refs = req.InitRequestBody<wire::ReadResponse>().initTensors(1);
+    auto refs = req.InitRequestBody<testwire::ReadResponse>().initTensors(1);
     refs[0].initShape(3);
     auto resp = client.Call(method, std::move(req));
     EXPECT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument) << method << ": " << resp.status();
@@ -362,7 +362,7 @@ TEST_F(RpcTest, MalformedInputClosesOnlyThatConnection) {
   RawClient raw(server_->port());
   auto nonce = raw.ReadChallenge();
   ASSERT_TRUE(nonce.ok());
-  std::string hello = testing::HelloFrame(kToken, *nonce, "worker");
+  std::string hello = testutil::HelloFrame(kToken, *nonce, "worker");
   raw.Write(hello.substr(0, hello.size() / 2));
   shutdown(raw.fd(), SHUT_WR);
   EXPECT_TRUE(raw.WaitClosed());
@@ -429,7 +429,7 @@ TEST_F(RpcTest, WaitForReadyCallSucceedsOnceServerStarts) {
   Notification done;
   absl::Status status = absl::UnknownError("not called");
   OutMessage req;
-  auto refs = req.InitRequestBody<wire::ReadResponse>().initTensors(2);
+  auto refs = req.InitRequestBody<testwire::ReadResponse>().initTensors(2);
   req.AddTensor(Tensor::FromVector<float>({1}, {4}), refs[0]);
   req.AddTensor(Tensor::Scalar(0.5f), refs[1]);
   client.CallAsync("test.Scale", std::move(req), absl::Seconds(60), [&](absl::StatusOr<InMessage> r) {

@@ -8,7 +8,7 @@
 #include "net/frame_codec.h"
 #include "net/handshake.h"
 #include "net/in_memory_transport.h"
-#include "net/ps.capnp.h"
+#include "net/test_messages.capnp.h"
 #include "net/raw_client_testing.h"
 #include "net/wire_check.h"
 
@@ -28,7 +28,7 @@ InMessage Decode(const std::string& bytes) {
   return std::move(*in);
 }
 
-using testing::PointerField;
+using testutil::PointerField;
 
 // One session over an in-memory transport, serving "t.Names" (returns how many names a
 // ReadRequest carries; workers may call it) and "t.ChiefOnly".
@@ -40,11 +40,11 @@ class ServerSessionTest : public ::testing::Test {
     config_.incarnation = 99;
     config_.token = kToken;
     config_.handshake_limits = HandshakeFrameLimits();
-    methods_.Register<wire::ReadRequest>("t.Names", {"worker"},
+    methods_.Register<testwire::ReadRequest>("t.Names", {"worker"},
                                          [this](const RequestContext&, const InMessage& req, OutMessage*) {
                                            ++calls_;
                                            return absl::InvalidArgumentError(absl::StrCat(
-                                               req.RequestBody<wire::ReadRequest>().getNames().size(), " names"));
+                                               req.RequestBody<testwire::ReadRequest>().getNames().size(), " names"));
                                          });
     methods_.Register<wire::Empty>("t.ChiefOnly", {"chief"},
                                    [](const RequestContext&, const InMessage&, OutMessage*) { return absl::OkStatus(); });
@@ -65,15 +65,15 @@ class ServerSessionTest : public ::testing::Test {
   InMessage Last() { return Decode(transport_->sent().back()); }
 
   void Handshake(const std::string& role = "worker") {
-    Feed(testing::HelloFrame(kToken, nonce_, role));
+    Feed(testutil::HelloFrame(kToken, nonce_, role));
     ASSERT_FALSE(transport_->closed()) << transport_->close_reason();
     ASSERT_TRUE(Last().envelope().getHelloAck().getOk());
   }
 
   std::string NamesRequest(uint64_t id, int n) {
     OutMessage m;
-    m.InitRequestBody<wire::ReadRequest>().initNames(n);
-    return testing::RequestFrame(std::move(m), id, "t.Names");
+    m.InitRequestBody<testwire::ReadRequest>().initNames(n);
+    return testutil::RequestFrame(std::move(m), id, "t.Names");
   }
 
   SessionConfig config_;
@@ -103,13 +103,13 @@ TEST_F(ServerSessionTest, GoodProofIsAcceptedWithServerProofAndFullLimits) {
 }
 
 TEST_F(ServerSessionTest, WrongTokenAndReplayedAnswerAreRefused) {
-  Feed(testing::HelloFrame("other-token", nonce_, "worker"));
+  Feed(testutil::HelloFrame("other-token", nonce_, "worker"));
   EXPECT_TRUE(transport_->closed());
   EXPECT_FALSE(Last().envelope().getHelloAck().getOk());
   EXPECT_FALSE(session_->authenticated());
 
   // An answer that was right for another connection's challenge.
-  const std::string old_answer = testing::HelloFrame(kToken, std::string(kNonceBytes, 'o'), "worker");
+  const std::string old_answer = testutil::HelloFrame(kToken, std::string(kNonceBytes, 'o'), "worker");
   NewSession();
   Feed(old_answer);
   EXPECT_TRUE(transport_->closed());
@@ -147,7 +147,7 @@ TEST_F(ServerSessionTest, MalformedRequestHeaderClosesMalformedBodyIsAnswered) {
   Handshake();
   OutMessage bad_body;
   bad_body.envelope().initRequest().getBody().initAs<capnp::List<wire::Empty>>(3);
-  Feed(testing::RequestFrame(std::move(bad_body), 5, "t.Names"));
+  Feed(testutil::RequestFrame(std::move(bad_body), 5, "t.Names"));
   EXPECT_FALSE(transport_->closed());
   EXPECT_EQ(Last().envelope().getResponse().getCode(), static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(calls_, 0);
@@ -159,11 +159,11 @@ TEST_F(ServerSessionTest, MalformedRequestHeaderClosesMalformedBodyIsAnswered) {
 
 TEST_F(ServerSessionTest, RolesAreCheckedPerMethod) {
   Handshake("worker");
-  Feed(testing::RequestFrame(OutMessage(), 1, "t.ChiefOnly"));
+  Feed(testutil::RequestFrame(OutMessage(), 1, "t.ChiefOnly"));
   EXPECT_EQ(Last().envelope().getResponse().getCode(), static_cast<int>(absl::StatusCode::kPermissionDenied));
   NewSession();
   Handshake("chief");
-  Feed(testing::RequestFrame(OutMessage(), 1, "t.ChiefOnly"));
+  Feed(testutil::RequestFrame(OutMessage(), 1, "t.ChiefOnly"));
   EXPECT_EQ(Last().envelope().getResponse().getCode(), 0);
   Feed(NamesRequest(2, 1));  // workers only
   EXPECT_EQ(Last().envelope().getResponse().getCode(), static_cast<int>(absl::StatusCode::kPermissionDenied));

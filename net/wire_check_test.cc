@@ -6,9 +6,8 @@
 
 #include "gtest/gtest.h"
 #include "net/frame_codec.h"
-#include "net/ps.capnp.h"
+#include "net/test_messages.capnp.h"
 #include "net/raw_client_testing.h"
-#include "net/worker.capnp.h"
 
 namespace asyncps::net {
 namespace {
@@ -22,7 +21,7 @@ InMessage Received(OutMessage& m) {
   return std::move(*in);
 }
 
-using testing::PointerField;
+using testutil::PointerField;
 
 TEST(WireCheckTest, WellFormedMessagesPass) {
   OutMessage m;
@@ -33,11 +32,11 @@ TEST(WireCheckTest, WellFormedMessagesPass) {
   EXPECT_TRUE(CheckEnvelope(in).ok());
 
   OutMessage r;
-  auto body = r.InitRequestBody<wire::ReadRequest>();
+  auto body = r.InitRequestBody<testwire::ReadRequest>();
   body.initNames(2).set(0, "a");
   InMessage rin = Received(r);
   EXPECT_TRUE(CheckEnvelope(rin).ok());
-  EXPECT_TRUE(CheckStruct<wire::ReadRequest>(rin.envelope().getRequest().getBody()).ok());
+  EXPECT_TRUE(CheckStruct<testwire::ReadRequest>(rin.envelope().getRequest().getBody()).ok());
 }
 
 TEST(WireCheckTest, StructWhereTextIsExpected) {
@@ -75,45 +74,45 @@ TEST(WireCheckTest, BodyOfTheWrongKind) {
   m.envelope().initRequest().getBody().initAs<capnp::List<int64_t>>(4);
   InMessage in = Received(m);
   EXPECT_TRUE(CheckEnvelope(in).ok());  // the body is an AnyPointer: its reader checks it
-  EXPECT_EQ(CheckStruct<wire::ReadRequest>(in.envelope().getRequest().getBody()).code(),
+  EXPECT_EQ(CheckStruct<testwire::ReadRequest>(in.envelope().getRequest().getBody()).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST(WireCheckTest, NestedListElementsAreChecked) {
   // A list of structs where List(Text) is expected, one level down.
   OutMessage m;
-  auto body = m.InitRequestBody<wire::ReadRequest>();
+  auto body = m.InitRequestBody<testwire::ReadRequest>();
   PointerField(body, "names").initAs<capnp::List<wire::Empty>>(2);
   InMessage in = Received(m);
-  EXPECT_EQ(CheckStruct<wire::ReadRequest>(in.envelope().getRequest().getBody()).code(),
+  EXPECT_EQ(CheckStruct<testwire::ReadRequest>(in.envelope().getRequest().getBody()).code(),
             absl::StatusCode::kInvalidArgument);
 
   // A bad text inside a struct inside a list (worker SetDirectory placements).
   OutMessage d;
-  auto placements = d.InitRequestBody<wire::SetDirectoryRequest>().initVariables(1);
+  auto placements = d.InitRequestBody<testwire::SetDirectoryRequest>().initVariables(1);
   PointerField(placements[0], "name").initAs<wire::Empty>();
   InMessage din = Received(d);
-  EXPECT_EQ(CheckStruct<wire::SetDirectoryRequest>(din.envelope().getRequest().getBody()).code(),
+  EXPECT_EQ(CheckStruct<testwire::SetDirectoryRequest>(din.envelope().getRequest().getBody()).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST(WireCheckTest, OnlyTheActiveUnionMemberIsRead) {
   OutMessage m;
-  auto args = m.InitRequestBody<wire::RunRequest>().initArgs(1);
+  auto args = m.InitRequestBody<testwire::RunRequest>().initArgs(1);
   args[0].setResource(7);
   InMessage in = Received(m);
-  EXPECT_TRUE(CheckStruct<wire::RunRequest>(in.envelope().getRequest().getBody()).ok());
+  EXPECT_TRUE(CheckStruct<testwire::RunRequest>(in.envelope().getRequest().getBody()).ok());
 }
 
 TEST(WireCheckTest, CheckedResponseBodyRefusesMalformedResponses) {
   OutMessage m;
   m.envelope().initResponse().getBody().initAs<capnp::List<int64_t>>(2);
   InMessage in = Received(m);
-  EXPECT_FALSE(CheckedResponseBody<wire::ReadResponse>(in).ok());
+  EXPECT_FALSE(CheckedResponseBody<testwire::ReadResponse>(in).ok());
   OutMessage good;
-  good.InitResponseBody<wire::ReadResponse>().initTensors(1);
+  good.InitResponseBody<testwire::ReadResponse>().initTensors(1);
   InMessage gin = Received(good);
-  auto body = CheckedResponseBody<wire::ReadResponse>(gin);
+  auto body = CheckedResponseBody<testwire::ReadResponse>(gin);
   ASSERT_TRUE(body.ok()) << body.status();
   EXPECT_EQ(body->getTensors().size(), 1u);
 }

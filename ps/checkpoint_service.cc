@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "core/status_macros.h"
 #include "core/sync.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "ps/checkpoint_shard.h"
 #include "ps/checkpoint_wire.h"
 

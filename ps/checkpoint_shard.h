@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
-#include "ps/optimizer.h"
+#include "core/optimizer_config.h"
 #include "ps/safetensors.h"
 #include "ps/variable_store.h"
 

@@ -23,7 +23,7 @@ std::string TempDir() { return TestTempDir("checkpoint_shard_test"); }
 
 OptimizerConfig Adam() {
   OptimizerConfig c;
-  c.type = "adam";
+  c.kind = OptimizerKind::kAdam;
   c.learning_rate = 0.1f;
   return c;
 }
@@ -76,7 +76,7 @@ TEST(CheckpointShardTest, SavesValuesSlotsAndCountersAndRestoresThemIntoAnEmptyS
   EXPECT_EQ(saved->shards[0].slot_tensors[0], "w/.OPTIMIZER_SLOT/m");
   EXPECT_EQ(saved->shards[0].iterations, 2);
   ASSERT_TRUE(saved->shards[0].optimizer.has_value());
-  EXPECT_EQ(saved->shards[0].optimizer->type, "adam");
+  EXPECT_EQ(saved->shards[0].optimizer->kind, OptimizerKind::kAdam);
   EXPECT_FALSE(saved->shards[1].optimizer.has_value());
   EXPECT_EQ(saved->digest.bytes, FileSize(dir + "/ps-0.safetensors").value());
 

@@ -17,8 +17,8 @@ std::vector<std::string> GetTexts(capnp::List<capnp::Text>::Reader list) {
   return out;
 }
 
-std::optional<OptimizerConfig> OptionalOptimizer(wire::OptimizerConfig::Reader in) {
-  auto c = OptimizerFromWire(in);
+absl::StatusOr<std::optional<OptimizerConfig>> OptionalOptimizer(wire::OptimizerConfig::Reader in) {
+  ASSIGN_OR_RETURN(std::unique_ptr<OptimizerConfig> c, OptimizerFromWire(in));
   if (c == nullptr) return std::nullopt;
   return *c;
 }
@@ -59,7 +59,7 @@ absl::StatusOr<SavedFile> SavedFileFromWire(wire::SaveCheckpointResponse::Reader
     if (s.slot_names.size() != s.slot_tensors.size())
       return absl::InvalidArgumentError("unpaired slot names");
     s.iterations = w.getIterations();
-    s.optimizer = OptionalOptimizer(w.getOptimizer());
+    ASSIGN_OR_RETURN(s.optimizer, OptionalOptimizer(w.getOptimizer()));
     saved.shards.push_back(std::move(s));
   }
   return saved;
@@ -107,7 +107,7 @@ absl::StatusOr<RestorePlan> RestorePlanFromWire(wire::RestoreCheckpointRequest::
     s.name = w.getName().cStr();
     ASSIGN_OR_RETURN(s.dtype, DTypeFromWire(w.getDtype()));
     s.shape = net::GetShape(w.getShape());
-    s.optimizer = OptionalOptimizer(w.getOptimizer());
+    ASSIGN_OR_RETURN(s.optimizer, OptionalOptimizer(w.getOptimizer()));
     s.iterations = w.getIterations();
     for (auto p : w.getPieces()) {
       RestorePiece piece;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "ps/checkpoint_shard.h"
 
 namespace asyncps::ps {

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
-#include "net/ps.capnp.h"
-#include "ps/initializer.h"
+#include "ps/ps.capnp.h"
+#include "ps/shard_initializer.h"
 #include "ps/ps_wire.h"
 
 namespace asyncps::ps {
@@ -88,7 +88,9 @@ absl::Status PsService::CreateVariable(const net::InMessage& request, net::OutMe
   const DType dtype = *wire_dtype;
   const Shape shape = net::GetShape(req.getShape());
   RETURN_IF_ERROR(Named(name, ValidateShape(shape, dtype)));
-  auto optimizer = OptimizerFromWire(req.getOptimizer());
+  auto optimizer_or = OptimizerFromWire(req.getOptimizer());
+  RETURN_IF_ERROR(Named(name, optimizer_or.status()));
+  std::unique_ptr<OptimizerConfig> optimizer = std::move(*optimizer_or);
 
   bool created = false;
   auto existing = store_.Find(name);
@@ -107,7 +109,7 @@ absl::Status PsService::CreateVariable(const net::InMessage& request, net::OutMe
         return absl::InvalidArgumentError(absl::StrCat("variable '", name, "' is ", DTypeName(dtype),
                                                        "; server-side optimizers need f32 variables"));
       }
-      auto opt = Optimizer::Create(*optimizer);
+      auto opt = UpdateRule::Create(*optimizer);
       RETURN_IF_ERROR(Named(name, opt.status()));
       num_slots = (*opt)->slots().size();
     }

@@ -11,7 +11,7 @@
 #include "metrics/process_metrics.h"
 #include "net/envelope.capnp.h"
 #include "net/event_loop.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
 #include "ps/ps_wire.h"
@@ -259,7 +259,7 @@ TEST_F(PsServiceTest, CreateBuildsTheShardOnTheServer) {
   bad.kind = "uniform";
   EXPECT_EQ(Create("ints", DType::kI32, {2}, bad).status().code(), absl::StatusCode::kInvalidArgument);
   OptimizerConfig adam;
-  adam.type = "adam";
+  adam.kind = OptimizerKind::kAdam;
   adam.beta_1 = 2;
   EXPECT_EQ(Create("w", DType::kF32, {2}, InitializerSpec(), &adam).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -569,7 +569,7 @@ TEST_F(PsServiceTest, AClosuresUpdateRepeatedIsAnsweredAlreadyAppliedAndAppliedO
 
 TEST_F(PsServiceTest, AClosuresGradientPushRepeatedMovesTheOptimizerOnce) {
   OptimizerConfig sgd;
-  sgd.type = "sgd";
+  sgd.kind = OptimizerKind::kSgd;
   sgd.learning_rate = 0.5f;
   CreateWith("w", {2}, {1, 1}, &sgd);
   const std::vector<GradientSpec> push = {{"w", Tensor::FromVector<float>({2}, {2, 4}), std::nullopt}};
@@ -583,7 +583,7 @@ TEST_F(PsServiceTest, AClosuresGradientPushRepeatedMovesTheOptimizerOnce) {
 
 TEST_F(PsServiceTest, ClosuresFinishingInOrderEachApplyTheirPush) {
   OptimizerConfig sgd;
-  sgd.type = "sgd";
+  sgd.kind = OptimizerKind::kSgd;
   sgd.learning_rate = 1.0f;
   CreateWith("w", {2}, {0, 0}, &sgd);
   const std::vector<GradientSpec> push = {{"w", Tensor::FromVector<float>({2}, {1, 2}), std::nullopt}};
@@ -685,7 +685,7 @@ TEST_F(PsLimitsTest, CreatePastTheVariableByteCapIsRefusedBeforeAllocating) {
   EXPECT_EQ(Create("huge", DType::kF32, {int64_t{1} << 38}).status().code(), absl::StatusCode::kResourceExhausted);
   // Optimizer slots count: a variable a third the size with Adam's two slots does not fit either.
   OptimizerConfig adam;
-  adam.type = "adam";
+  adam.kind = OptimizerKind::kAdam;
   EXPECT_EQ(Create("d", DType::kF32, {256, 100}, InitializerSpec(), &adam).status().code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(Rejected("variable_bytes"), 3);

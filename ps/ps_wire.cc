@@ -1,12 +1,13 @@
 #include "ps/ps_wire.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace asyncps::ps {
 
 void OptimizerToWire(const OptimizerConfig* c, wire::OptimizerConfig::Builder out) {
   if (c == nullptr) return;
-  out.setType(c->type);
+  out.setType(OptimizerKindName(c->kind));
   out.setLearningRate(c->learning_rate);
   out.setMomentum(c->momentum);
   out.setNesterov(c->nesterov);
@@ -21,10 +22,11 @@ void OptimizerToWire(const OptimizerConfig* c, wire::OptimizerConfig::Builder ou
   out.setBeta(c->beta);
 }
 
-std::unique_ptr<OptimizerConfig> OptimizerFromWire(wire::OptimizerConfig::Reader in) {
+absl::StatusOr<std::unique_ptr<OptimizerConfig>> OptimizerFromWire(
+    wire::OptimizerConfig::Reader in) {
   if (in.getType().size() == 0) return nullptr;
   auto c = std::make_unique<OptimizerConfig>();
-  c->type = in.getType().cStr();
+  ASSIGN_OR_RETURN(c->kind, ParseOptimizerKind(absl::string_view(in.getType().cStr(), in.getType().size())));
   c->learning_rate = in.getLearningRate();
   c->momentum = in.getMomentum();
   c->nesterov = in.getNesterov();

@@ -3,9 +3,9 @@
 
 #include "absl/status/statusor.h"
 #include "net/message.h"
-#include "net/ps.capnp.h"
-#include "ps/initializer.h"
-#include "ps/optimizer.h"
+#include "ps/ps.capnp.h"
+#include "ps/shard_initializer.h"
+#include "core/optimizer_config.h"
 #include "ps/update_kind.h"
 #include "ps/update_tag.h"
 
@@ -15,8 +15,9 @@ namespace asyncps::ps {
 // clients (coordinator, workers); the readers by the PS, and validate what they read.
 
 void OptimizerToWire(const OptimizerConfig* config, wire::OptimizerConfig::Builder out);
-// Null when the wire config has an empty type (no optimizer).
-std::unique_ptr<OptimizerConfig> OptimizerFromWire(wire::OptimizerConfig::Reader in);
+// Null when the wire config has an empty type (no optimizer); InvalidArgument for a type that
+// names no OptimizerKind.
+absl::StatusOr<std::unique_ptr<OptimizerConfig>> OptimizerFromWire(wire::OptimizerConfig::Reader in);
 
 // `message` receives the initializer's tensor payload, if any.
 void InitializerToWire(const InitializerSpec& spec, net::OutMessage& message,

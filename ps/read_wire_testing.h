@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "net/message.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 
 namespace asyncps::ps {
 

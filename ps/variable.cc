@@ -180,7 +180,7 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(std::string name, Ten
                                                      DTypeName(v->dtype_),
                                                      "; server-side optimizers need f32"));
     }
-    auto opt = Optimizer::Create(*optimizer);
+    auto opt = UpdateRule::Create(*optimizer);
     if (!opt.ok()) return opt.status();
     v->optimizer_ = std::move(*opt);
     for (const SlotSpec& slot : v->optimizer_->slots()) {

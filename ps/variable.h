@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "core/sync.h"
 #include "core/tensor.h"
-#include "ps/optimizer.h"
+#include "ps/update_rule.h"
 #include "ps/update_kind.h"
 
 namespace asyncps::ps {
@@ -136,7 +136,7 @@ class Variable {
   std::string name_;
   DType dtype_ = DType::kF32;
   Shape shape_;
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<UpdateRule> optimizer_;
   mutable Mutex mu_;
   mutable std::array<Mutex, kStripes> stripes_;
   // The bytes of value_ and slots_ are guarded by mu_ and stripes_ as described above; the

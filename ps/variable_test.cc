@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "ps/update_rule.h"
 
 namespace asyncps::ps {
 namespace {
@@ -258,7 +259,7 @@ TEST(VariableTest, ChargedBytesCountValueSlotsAndName) {
   EXPECT_EQ(Variable::ChargedBytes("w", DType::kF32, {10, 4}, 2), 3 * 160 + 1 + Variable::kOverheadBytes);
   EXPECT_EQ(Variable::ChargedBytes("emb", DType::kI64, {0, 1000}, 0), 3 + Variable::kOverheadBytes);
   OptimizerConfig adam;
-  adam.type = "adam";
+  adam.kind = OptimizerKind::kAdam;
   auto v = MakeVariable("w", Tensor(DType::kF32, {10, 4}), &adam);
   EXPECT_EQ(v->charged_bytes(), Variable::ChargedBytes("w", DType::kF32, {10, 4}, 2));
 }
@@ -386,7 +387,7 @@ TEST(VariableTest, OptimizerNeedsAnF32VariableAndAValidConfig) {
   EXPECT_EQ(Variable::Create("d", Tensor(DType::kF64, {2}), &sgd).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Variable::Create("i", Tensor(DType::kI32, {2}), &sgd).status().code(), absl::StatusCode::kInvalidArgument);
   OptimizerConfig bad;
-  bad.type = "adam";
+  bad.kind = OptimizerKind::kAdam;
   bad.beta_1 = 1.5f;
   EXPECT_EQ(Variable::Create("w", Tensor(DType::kF32, {2}), &bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -412,7 +413,7 @@ TEST(VariableTest, SgdAppliesDenseGradient) {
 
 TEST(VariableTest, SparseGradientSumsDuplicatesAndTouchesOnlyItsRows) {
   OptimizerConfig adam;
-  adam.type = "adam";
+  adam.kind = OptimizerKind::kAdam;
   adam.learning_rate = 0.1f;
   Tensor ones(DType::kF32, {4, 2});
   for (float& x : ones.flat<float>()) x = 1;
@@ -459,19 +460,20 @@ TEST(VariableTest, SparseGradientSumsDuplicatesAndTouchesOnlyItsRows) {
 }
 
 // Pushes hitting every stripe, with many duplicates, must leave the variable and its slots
-// bit-identical to summing duplicates in request order and calling Optimizer::Apply per row.
+// bit-identical to summing duplicates in request order and calling UpdateRule::Apply per row.
 TEST(VariableTest, SparseGradientsOverAllStripesMatchPerRowApply) {
   constexpr int64_t kRows = 3 * Variable::kStripes + 5;
   constexpr int64_t kCols = 6;
-  for (const char* type : {"sgd", "momentum", "adagrad", "adam", "ftrl"}) {
-    SCOPED_TRACE(type);
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdagrad,
+                             OptimizerKind::kAdam, OptimizerKind::kFtrl}) {
+    SCOPED_TRACE(OptimizerKindName(kind));
     OptimizerConfig config;
-    config.type = type;
+    config.kind = kind;
     config.learning_rate = 0.05f;
-    config.momentum = std::string(type) == "momentum" ? 0.9f : 0.0f;
+    config.momentum = kind == OptimizerKind::kMomentum ? 0.9f : 0.0f;
     auto v = MakeVariable("emb", RowNumbered(kRows, kCols), &config);
     ASSERT_NE(v, nullptr);
-    auto opt = Optimizer::Create(config);
+    auto opt = UpdateRule::Create(config);
     ASSERT_TRUE(opt.ok());
     std::vector<float> var = Values<float>(RowNumbered(kRows, kCols));
     std::vector<std::vector<float>> slots;

@@ -9,6 +9,8 @@ bash scripts/install_deps.sh
 
 echo "== build (RelWithDebInfo) =="
 bash scripts/build.sh build
+echo "== public headers: nothing heavy reachable from include/asyncps/asyncps.h =="
+bash scripts/check_public_headers.sh build
 echo "== tests =="
 (cd build && ctest --output-on-failure -j2 --timeout 300)
 

@@ -16,7 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-using testing::Iota;
+using testutil::Iota;
 
 // A layer and a loose parameter, as a user's module would have.
 struct NetImpl : ::torch::nn::Module {
@@ -31,8 +31,8 @@ TORCH_MODULE(Net);
 class CheckpointLoaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = testing::FreshTempDir("torch_ckpt");
-    adam_ = testing::AdamConfig();
+    dir_ = testutil::FreshTempDir("torch_ckpt");
+    adam_ = testutil::AdamConfig();
     // As CreateVariables and a partitioner would have placed them: the weight split over 2 PS.
     cluster_.Add("fc.weight", Iota({3, 4}, 1), {2, 1}, {0, 1}, &adam_);
     cluster_.Add("fc.bias", Iota({3}, -1), {3}, {1}, &adam_);
@@ -53,8 +53,8 @@ class CheckpointLoaderTest : public ::testing::Test {
 
   std::string dir_;
   std::string ckpt_;
-  ps::OptimizerConfig adam_;
-  testing::FakeCluster cluster_{2};
+  OptimizerConfig adam_;
+  testutil::FakeCluster cluster_{2};
 };
 
 TEST_F(CheckpointLoaderTest, CopiesEveryParameterIntoItsOwnStorage) {
@@ -86,7 +86,7 @@ TEST_F(CheckpointLoaderTest, LatestSkipsTheTornNewestCheckpoint) {
 }
 
 TEST_F(CheckpointLoaderTest, PrefixNamesTheVariables) {
-  testing::FakeCluster prefixed(1);
+  testutil::FakeCluster prefixed(1);
   prefixed.Add("student/fc.weight", Iota({3, 4}, 2), {3}, {0}, nullptr);
   prefixed.Add("student/fc.bias", Iota({3}, 3), {3}, {0}, nullptr);
   prefixed.Add("student/scale", Iota({3}, 4), {3}, {0}, nullptr);

@@ -66,7 +66,7 @@ absl::Status Assign(const Parameters& params, const std::vector<Tensor>& values)
 }  // namespace
 
 absl::Status CreateVariables(ParameterServerStrategy& strategy, ::torch::nn::Module& module,
-                             const ps::OptimizerConfig& optimizer, const std::string& prefix) {
+                             const OptimizerConfig& optimizer, const std::string& prefix) {
   return Guard("CreateVariables", [&]() -> absl::Status {
     const Parameters params = NamedParameters(module, prefix);
     for (size_t i = 0; i < params.names.size(); ++i) {

@@ -16,9 +16,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/optimizer_config.h"
 #include "core/tensor.h"
 #include "worker/ps_future.h"
-#include "ps/optimizer.h"
 
 namespace torch::nn {
 class Module;
@@ -36,7 +36,7 @@ namespace asyncps::torch_bridge {
 // Placement and partitioning are the strategy's (round-robin, or row-split by its partitioner).
 // Idempotent like ParameterServerStrategy::CreateVariable.
 absl::Status CreateVariables(ParameterServerStrategy& strategy, ::torch::nn::Module& module,
-                             const ps::OptimizerConfig& optimizer, const std::string& prefix = "");
+                             const OptimizerConfig& optimizer, const std::string& prefix = "");
 
 // Chief: reads every variable into `module`'s parameters (e.g. to evaluate the model).
 absl::Status ReadVariables(ParameterServerStrategy& strategy, ::torch::nn::Module& module,

@@ -7,12 +7,12 @@
 #include <cstring>
 #include <memory>
 
-#include "coordinator/optimizers.h"
+#include "ps/update_rule.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "gtest/gtest.h"
 #include "partitioners/partitioner.h"
-#include "ps/optimizer.h"
-#include "tests/testing/local_cluster.h"
+#include "ps/update_rule.h"
+#include "tests/testutil/local_cluster.h"
 #include "torch/module_variables.h"
 #include "torch/tensor_bridge.h"
 #include "worker/step_context.h"
@@ -85,10 +85,10 @@ TORCH_MODULE(Net);
 class ModuleVariablesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::LocalCluster::Options o;
+    testutil::LocalCluster::Options o;
     o.num_ps = 2;
     o.num_workers = 1;  // a cluster needs one; this test is its own worker (StepContext here)
-    auto cluster = testing::LocalCluster::Start(o);
+    auto cluster = testutil::LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
     // Two shards per variable: every pull and push crosses both PS.
@@ -108,7 +108,7 @@ class ModuleVariablesTest : public ::testing::Test {
     return t.ok() ? *t : Tensor();
   }
 
-  std::unique_ptr<testing::LocalCluster> cluster_;
+  std::unique_ptr<testutil::LocalCluster> cluster_;
   std::unique_ptr<ParameterServerStrategy> strategy_;
 };
 
@@ -133,8 +133,8 @@ TEST_F(ModuleVariablesTest, PullGivesEveryParameterThePsValueBitForBit) {
 }
 
 TEST_F(ModuleVariablesTest, PushAppliesExactlyTheAutogradGradients) {
-  const ps::OptimizerConfig adam = opt::Adam(0.01f);
-  auto local = ps::Optimizer::Create(adam);
+  const OptimizerConfig adam = opt::Adam(0.01f);
+  auto local = ps::UpdateRule::Create(adam);
   ASSERT_TRUE(local.ok());
   Net chief;
   ASSERT_TRUE(torch_bridge::CreateVariables(*strategy_, *chief, adam).ok());

@@ -17,9 +17,6 @@ namespace asyncps {
 
 class StepContext;
 
-// What a step function returns to the coordinator.
-using Values = std::vector<Tensor>;
-
 // Something a worker keeps between closures (an iterator, a counter, a generator), created
 // on every worker from a factory in the Program and rebuilt when a worker comes back after
 // a failure. Closures reach it through a PerWorkerValues argument.

@@ -11,7 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/sync.h"
 #include "core/status_macros.h"
-#include "net/ps.capnp.h"
+#include "net/rpc_client.h"
+#include "ps/ps.capnp.h"
 #include "ps/ps_wire.h"
 
 namespace asyncps {
@@ -487,7 +488,7 @@ void PsClient::GatherAsync(const std::string& name, const Tensor& ids, PsCallbac
 }
 
 absl::Status PsClient::CreateVariable(const VariablePlacement& placement, const ps::InitializerSpec& init,
-                                      const ps::OptimizerConfig* optimizer, bool wait_for_ready) {
+                                      const OptimizerConfig* optimizer, bool wait_for_ready) {
   std::vector<Outgoing> calls;
   for (size_t s = 0; s < placement.shards.size(); ++s) {
     const ShardPlacement& shard = placement.shards[s];

@@ -9,15 +9,17 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/tensor.h"
-#include "net/rpc_client.h"
-#include "ps/initializer.h"
-#include "ps/optimizer.h"
+#include "ps/shard_initializer.h"
+#include "core/optimizer_config.h"
 #include "ps/update_kind.h"
 #include "ps/update_tag.h"
 #include "worker/ps_future.h"
 #include "worker/variable_directory.h"
 
 namespace asyncps {
+namespace net {
+class RpcClient;
+}  // namespace net
 
 // An update of a variable by name: dense over the whole value, or (with `ids`) of the rows
 // with those global row ids (1-D i32/i64; duplicates allowed).
@@ -108,7 +110,7 @@ class PsClient {
   // evaluated for that shard's rows. Idempotent. With `wait_for_ready`, waits (up to the
   // timeout) for PS that are still starting.
   absl::Status CreateVariable(const VariablePlacement& placement, const ps::InitializerSpec& init,
-                              const ps::OptimizerConfig* optimizer, bool wait_for_ready);
+                              const OptimizerConfig* optimizer, bool wait_for_ready);
 
   // OK when PS `ps` answers within `timeout`.
   absl::Status Health(int ps, absl::Duration timeout, bool wait_for_ready = false);

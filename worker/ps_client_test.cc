@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "core/sync.h"
 #include "net/event_loop.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
 #include "ps/ps_service.h"
@@ -70,7 +70,7 @@ class PsClientAsyncTest : public ::testing::Test {
   }
 
   void Create(const VariablePlacement& p) {
-    ps::OptimizerConfig sgd;
+    OptimizerConfig sgd;
     sgd.learning_rate = 1.0f;
     ASSERT_TRUE(client_->CreateVariable(p, ps::InitializerSpec(), &sgd, false).ok());
     directory_.Add(p);

@@ -29,9 +29,11 @@ namespace asyncps {
 // Used by one step function on one thread.
 class StepContext {
  public:
-  using Arg = std::variant<Tensor, std::shared_ptr<Resource>>;
+  // A closure argument as bound on this worker: a tensor, or this worker's own instance of a
+  // per-worker resource.
+  using BoundArg = std::variant<Tensor, std::shared_ptr<Resource>>;
 
-  StepContext(int worker_index, std::vector<Arg> args, PsClient& ps,
+  StepContext(int worker_index, std::vector<BoundArg> args, PsClient& ps,
               std::shared_ptr<const std::atomic<bool>> cancelled)
       : worker_index_(worker_index), args_(std::move(args)), ps_(ps), cancelled_(std::move(cancelled)) {}
 
@@ -127,7 +129,7 @@ class StepContext {
   ps::UpdateTag NextTag();
 
   int worker_index_;
-  std::vector<Arg> args_;
+  std::vector<BoundArg> args_;
   PsClient& ps_;
   std::shared_ptr<const std::atomic<bool>> cancelled_;
   const std::shared_ptr<Failures> failures_ = std::make_shared<Failures>();

@@ -10,8 +10,8 @@
 #include "core/incarnation.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
-#include "net/worker.capnp.h"
 #include "worker/dataset_resources.h"
+#include "worker/worker.capnp.h"
 #include "worker/step_context.h"
 
 namespace asyncps {
@@ -85,7 +85,7 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
   std::shared_ptr<BoundSplitIterator> bound;
   const bool has_split = req.hasSplit();
   const uint64_t split_resource = has_split ? req.getSplit().getResource() : 0;
-  std::vector<StepContext::Arg> args;
+  std::vector<StepContext::BoundArg> args;
   for (auto a : req.getArgs()) {
     if (a.which() == wire::Argument::TENSOR) {
       ASSIGN_OR_RETURN(Tensor t, request.TensorAt(a.getTensor()));

@@ -14,10 +14,10 @@
 #include "net/handshake.h"
 #include "net/message.h"
 #include "net/peer.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "net/raw_client_testing.h"
-#include "net/worker.capnp.h"
-#include "ps/initializer.h"
+#include "worker/worker.capnp.h"
+#include "ps/shard_initializer.h"
 #include "ps/ps_wire.h"
 #include "tests/fuzz/server_fuzz_entry.h"
 
@@ -25,12 +25,12 @@ namespace asyncps::fuzz {
 namespace {
 
 std::string Hello(const std::string& role) {
-  return net::testing::HelloFrame(kFuzzToken, FuzzServerNonce(), role, 0, 1);
+  return net::testutil::HelloFrame(kFuzzToken, FuzzServerNonce(), role, 0, 1);
 }
 
 std::string Request(net::OutMessage m, const std::string& method) {
   static uint64_t id = 1;
-  return net::testing::RequestFrame(std::move(m), id++, method);
+  return net::testutil::RequestFrame(std::move(m), id++, method);
 }
 
 uint8_t F32() { return static_cast<uint8_t>(DType::kF32); }
@@ -159,7 +159,7 @@ std::string DeleteResource(uint64_t id) {
   return Request(std::move(m), "worker.DeleteResource");
 }
 
-using net::testing::PointerField;
+using net::testutil::PointerField;
 
 capnp::Data::Reader AsData(const std::string& s) {
   return capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(s.data()), s.size());

@@ -9,19 +9,19 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/checkpoint_reader.h"
-#include "coordinator/optimizers.h"
+#include "core/optimizer_config.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "partitioners/partitioner.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-using testing::LocalCluster;
+using testutil::LocalCluster;
 
 std::shared_ptr<const Partitioner> Fixed(int shards) {
   return std::shared_ptr<const Partitioner>(FixedShardsPartitioner::Create(shards).value());
@@ -129,7 +129,7 @@ TEST(CheckpointClusterTest, SavesAndRestoresAcrossRealPsWithSlotsAndRetention) {
   EXPECT_EQ(manifest->files.size(), 2u);
   EXPECT_EQ(manifest->step, 100);
   EXPECT_EQ(manifest->FindVariable("emb")->shards.size(), 4u);
-  EXPECT_EQ(manifest->FindVariable("emb")->optimizer->type, "adam");
+  EXPECT_EQ(manifest->FindVariable("emb")->optimizer->kind, OptimizerKind::kAdam);
   EXPECT_EQ(manager.Save(100).status().code(), absl::StatusCode::kAlreadyExists);
 
   Train(*strategy, 2, 0.03f);

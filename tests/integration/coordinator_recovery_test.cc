@@ -12,14 +12,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_functions.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 #include "worker/ps_client.h"
 
 namespace asyncps {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::LocalCluster;
+using testutil::LocalCluster;
 
 class CoordinatorRecoveryTest : public ::testing::Test {
  protected:
@@ -34,7 +34,7 @@ class CoordinatorRecoveryTest : public ::testing::Test {
   }
 
   void StartCoordinator() {
-    ClusterCoordinator::Options co = testing::FastFailureDetection();
+    ClusterCoordinator::Options co = testutil::FastFailureDetection();
     coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, co);
   }
 
@@ -53,7 +53,7 @@ class CoordinatorRecoveryTest : public ::testing::Test {
   }
 
   // Schedules `fn` and Joins; the closure's value (an i64 scalar) or the error.
-  absl::StatusOr<int64_t> RunOne(const std::string& fn, std::vector<Arg> args = {}) {
+  absl::StatusOr<int64_t> RunOne(const std::string& fn, std::vector<ClosureArg> args = {}) {
     auto r = coordinator_->Schedule(fn, std::move(args));
     if (!r.ok()) return r.status();
     if (absl::Status s = coordinator_->Join(); !s.ok()) return s;
@@ -63,7 +63,7 @@ class CoordinatorRecoveryTest : public ::testing::Test {
     return (*values)[0].data<int64_t>()[0];
   }
 
-  Program program_ = testing::MakeTestProgram();
+  Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<ParameterServerStrategy> strategy_;
   std::unique_ptr<ClusterCoordinator> coordinator_;

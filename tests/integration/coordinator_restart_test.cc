@@ -23,16 +23,16 @@
 #include "gtest/gtest.h"
 #include "net/frame_codec.h"
 #include "net/raw_client_testing.h"
-#include "net/worker.capnp.h"
+#include "worker/worker.capnp.h"
 #include "tests/integration/test_functions.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
 using net::InMessage;
 using net::OutMessage;
-using net::testing::RawClient;
+using net::testutil::RawClient;
 
 int PortOf(const std::string& address) {
   int port = 0;
@@ -47,14 +47,14 @@ class RawChief {
     auto nonce = raw_.ReadChallenge();
     EXPECT_TRUE(nonce.ok()) << nonce.status();
     if (!nonce.ok()) return;
-    raw_.Write(net::testing::HelloFrame(token, *nonce, "chief", 0, incarnation));
+    raw_.Write(net::testutil::HelloFrame(token, *nonce, "chief", 0, incarnation));
     auto ack = raw_.ReadFrame();
     ok_ = ack.ok() && ack->envelope().getHelloAck().getOk();
   }
   bool ok() const { return ok_; }
 
   void Send(OutMessage request, const std::string& method) {
-    raw_.Write(net::testing::RequestFrame(std::move(request), ++next_id_, method));
+    raw_.Write(net::testutil::RequestFrame(std::move(request), ++next_id_, method));
   }
   absl::StatusOr<InMessage> Read() { return raw_.ReadFrame(absl::Seconds(30)); }
   // Sends and reads the answer; the RPC status code (0: OK).
@@ -85,10 +85,10 @@ OutMessage HeartbeatRequest() {
 }
 
 TEST(CoordinatorRestartTest, WorkerDropsThePredecessorsStateAndRefusesIt) {
-  testing::LocalCluster::Options o;
+  testutil::LocalCluster::Options o;
   o.num_ps = 1;
   o.num_workers = 1;
-  auto cluster = testing::LocalCluster::Start(o);
+  auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const int port = PortOf((*cluster)->chief_spec().workers()[0]);
 
@@ -141,8 +141,8 @@ TEST(CoordinatorRestartTest, WorkerDropsThePredecessorsStateAndRefusesIt) {
   // The successor: this process's coordinator (another incarnation).
   auto strategy = (*cluster)->MakeStrategy();
   ASSERT_TRUE(strategy->CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
-  const Program program = testing::MakeTestProgram();
-  ClusterCoordinator coordinator(*strategy, program, testing::FastFailureDetection());
+  const Program program = testutil::MakeTestProgram();
+  ClusterCoordinator coordinator(*strategy, program, testutil::FastFailureDetection());
   // Runs only if the worker took the successor's directory, not the predecessor's of the
   // same version.
   auto incremented = coordinator.Schedule("increment");
@@ -186,14 +186,14 @@ TEST(CoordinatorRestartTest, WorkerDropsThePredecessorsStateAndRefusesIt) {
 // checkpoint), RestoreLatest rolls them back to the checkpoint's step, and training goes on
 // from there.
 TEST(CoordinatorRestartTest, NewChiefRecreatesVariablesAndContinuesFromTheCheckpoint) {
-  testing::LocalCluster::Options o;
+  testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 1;
-  auto cluster = testing::LocalCluster::Start(o);
+  auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string dir = absl::StrCat(::testing::TempDir(), "/coordinator_restart_", getpid());
   std::filesystem::remove_all(dir);
-  const Program program = testing::MakeTestProgram();
+  const Program program = testutil::MakeTestProgram();
   auto iterations = [](ParameterServerStrategy& strategy) -> int64_t {
     auto values = strategy.ps().Read({"iterations"});
     EXPECT_TRUE(values.ok()) << values.status();
@@ -206,7 +206,7 @@ TEST(CoordinatorRestartTest, NewChiefRecreatesVariablesAndContinuesFromTheCheckp
   {
     auto strategy = (*cluster)->MakeStrategy();
     ASSERT_TRUE(strategy->CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
-    ClusterCoordinator coordinator(*strategy, program, testing::FastFailureDetection());
+    ClusterCoordinator coordinator(*strategy, program, testutil::FastFailureDetection());
     CheckpointManager checkpoints(*strategy, dir, 2);
     increment(coordinator, 5);
     ASSERT_TRUE(checkpoints.Save(5).ok());
@@ -221,7 +221,7 @@ TEST(CoordinatorRestartTest, NewChiefRecreatesVariablesAndContinuesFromTheCheckp
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(*step, 5);
   EXPECT_EQ(iterations(*strategy), 5);
-  ClusterCoordinator coordinator(*strategy, program, testing::FastFailureDetection());
+  ClusterCoordinator coordinator(*strategy, program, testutil::FastFailureDetection());
   increment(coordinator, 1);
   EXPECT_EQ(iterations(*strategy), 6);
   std::filesystem::remove_all(dir);

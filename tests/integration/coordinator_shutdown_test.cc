@@ -12,12 +12,12 @@
 #include "coordinator/parameter_server_strategy.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_functions.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
-using testing::LocalCluster;
+using testutil::LocalCluster;
 
 Tensor I64(int64_t v) { return Tensor::Scalar<int64_t>(v); }
 
@@ -97,7 +97,7 @@ class CoordinatorShutdownTest : public ::testing::Test {
     ASSERT_EQ(coordinator_->workers_up(), n);
   }
 
-  Program program_ = testing::MakeTestProgram();
+  Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<ParameterServerStrategy> strategy_;
   std::unique_ptr<ShardedVariable> started_;

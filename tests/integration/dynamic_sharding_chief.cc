@@ -19,7 +19,7 @@
 #include "core/status_macros.h"
 #include "partitioners/partitioner.h"
 #include "tests/integration/test_functions.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
@@ -45,8 +45,8 @@ absl::Status Run() {
   // A restarted chief re-creates its variables (the PS keep theirs); the restore below resets them.
   RETURN_IF_ERROR(strategy.CreateVariable("counts", init::Zeros({ids}, DType::kI64)).status());
   CheckpointManager checkpoints(strategy, dir, /*max_to_keep=*/3);
-  const Program program = testing::MakeTestProgram();
-  ClusterCoordinator coordinator(strategy, program, testing::FastFailureDetection());
+  const Program program = testutil::MakeTestProgram();
+  ClusterCoordinator coordinator(strategy, program, testutil::FastFailureDetection());
   ASSIGN_OR_RETURN(PerWorkerDataset dataset,
                    coordinator.CreatePerWorkerDataset(
                        "ids", {{"n", std::to_string(ids)}, {"batch", std::to_string(batch)}},

@@ -25,12 +25,12 @@
 #include "metrics/process_metrics.h"
 #include "partitioners/partitioner.h"
 #include "tests/integration/test_functions.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
-using testing::LocalCluster;
+using testutil::LocalCluster;
 
 constexpr int kWorkers = 3;
 constexpr int64_t kIds = 20'000;
@@ -105,7 +105,7 @@ class DynamicShardingTest : public ::testing::Test {
   }
 
   void MakeCoordinator(bool deduplicate) {
-    ClusterCoordinator::Options options = testing::FastFailureDetection();
+    ClusterCoordinator::Options options = testutil::FastFailureDetection();
     options.deduplicate_updates = deduplicate;
     coordinator_.reset();
     coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, options);
@@ -162,7 +162,7 @@ class DynamicShardingTest : public ::testing::Test {
     return dataset->MakeIterator();
   }
 
-  Program program_ = testing::MakeTestProgram();
+  Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<ParameterServerStrategy> strategy_;
   std::unique_ptr<ShardedVariable> counts_;

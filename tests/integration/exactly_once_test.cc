@@ -19,12 +19,12 @@
 #include "metrics/process_metrics.h"
 #include "partitioners/partitioner.h"
 #include "tests/integration/test_functions.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
-using testing::LocalCluster;
+using testutil::LocalCluster;
 
 constexpr int kWorkers = 3;
 constexpr int64_t kRows = 150;
@@ -110,7 +110,7 @@ class ExactlyOnceTest : public ::testing::Test {
   // coordinator, joins, and returns the counter.
   std::vector<int64_t> Epoch(bool deduplicate) {
     EXPECT_TRUE(rows_->Assign(Tensor::FromVector(std::vector<int64_t>(kRows, 0))).ok());
-    ClusterCoordinator::Options options = testing::FastFailureDetection();
+    ClusterCoordinator::Options options = testutil::FastFailureDetection();
     options.deduplicate_updates = deduplicate;
     ClusterCoordinator coordinator(*strategy_, program_, options);
     for (int64_t i = 0; i < kRows; ++i) {
@@ -126,7 +126,7 @@ class ExactlyOnceTest : public ::testing::Test {
     return std::vector<int64_t>(value->data<int64_t>(), value->data<int64_t>() + kRows);
   }
 
-  Program program_ = testing::MakeTestProgram();
+  Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<ParameterServerStrategy> strategy_;
   std::unique_ptr<ShardedVariable> rows_;

@@ -14,14 +14,14 @@
 #include "core/exit_code.h"
 #include "core/subprocess.h"
 #include "gtest/gtest.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 
-std::string Bin(const std::string& name) { return testing::LocalCluster::BinaryPath(name); }
+std::string Bin(const std::string& name) { return testutil::LocalCluster::BinaryPath(name); }
 
 // Runs `argv` with `env` to its end; returns the exit code (-1 on a timeout) and its output.
 int RunToEnd(std::vector<std::string> argv, std::map<std::string, std::string> env, std::string* output = nullptr) {

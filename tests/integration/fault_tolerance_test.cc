@@ -16,12 +16,12 @@
 #include "metrics/process_metrics.h"
 #include "metrics/status_board.h"
 #include "tests/integration/test_functions.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
-using testing::LocalCluster;
+using testutil::LocalCluster;
 
 struct ClusterSize {
   int workers;
@@ -50,7 +50,7 @@ class FaultToleranceTest : public ::testing::TestWithParam<ClusterSize> {
 
   void StartCoordinator(int closures_per_worker) {
     coordinator_.reset();
-    ClusterCoordinator::Options co = testing::FastFailureDetection();
+    ClusterCoordinator::Options co = testutil::FastFailureDetection();
     co.closures_per_worker = closures_per_worker;
     coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, co);
   }
@@ -77,7 +77,7 @@ class FaultToleranceTest : public ::testing::TestWithParam<ClusterSize> {
     ASSERT_GE(Iterations(), n) << "training made no progress";
   }
 
-  void Schedule(const std::string& fn, int n, std::vector<Arg> args = {}) {
+  void Schedule(const std::string& fn, int n, std::vector<ClosureArg> args = {}) {
     for (int i = 0; i < n; ++i) ASSERT_TRUE(coordinator_->Schedule(fn, args).ok());
   }
 
@@ -91,7 +91,7 @@ class FaultToleranceTest : public ::testing::TestWithParam<ClusterSize> {
 
   static Tensor Millis(int64_t ms) { return Tensor::Scalar<int64_t>(ms); }
 
-  Program program_ = testing::MakeTestProgram();
+  Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<ParameterServerStrategy> strategy_;
   std::unique_ptr<ShardedVariable> iterations_;

@@ -25,7 +25,7 @@
 #include "core/subprocess.h"
 #include "examples/fmnist_training.h"
 #include "gtest/gtest.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
@@ -59,11 +59,11 @@ double Sample(const std::string& text, const std::string& family) {
 }
 
 TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUpAndStopsAfterTheFinalOne) {
-  testing::LocalCluster::Options o;
+  testutil::LocalCluster::Options o;
   o.num_ps = 1;
   o.num_workers = 1;
   o.worker_binary = "fashion_mnist";
-  auto cluster = testing::LocalCluster::Start(o);
+  auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string dir = absl::StrCat(::testing::TempDir(), "/fmnist_evaluator_", getpid());
   std::filesystem::remove_all(dir);
@@ -80,7 +80,7 @@ TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUp
                                   TaskType::kEvaluator, 0);
   ASSERT_TRUE(spec.ok()) << spec.status();
   Subprocess::Options eo;
-  eo.argv = {testing::LocalCluster::BinaryPath("fashion_mnist"), "--checkpoint_dir", dir, "--eval_poll_ms=20",
+  eo.argv = {testutil::LocalCluster::BinaryPath("fashion_mnist"), "--checkpoint_dir", dir, "--eval_poll_ms=20",
              "--eval_idle_timeout_s=120"};
   eo.env = {{"TF_CONFIG", spec->ToTfConfig(TaskType::kEvaluator, 0)}, {"ASYNCPS_METRICS_PORT", "0"}};
   auto evaluator = Subprocess::Start(eo);
@@ -166,8 +166,8 @@ TEST(FashionMnistEvaluatorTest, LaunchedWithAnEvaluatorTheJobEndsAfterItsLastEva
   const std::string dir = absl::StrCat(::testing::TempDir(), "/fmnist_launch_evaluator_", getpid());
   std::filesystem::remove_all(dir);
   Subprocess::Options o;
-  o.argv = {testing::LocalCluster::BinaryPath("asyncps_launch"), "--ps", "1", "--workers", "1", "--evaluator", "--",
-            testing::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=1", "--batch_size=512",
+  o.argv = {testutil::LocalCluster::BinaryPath("asyncps_launch"), "--ps", "1", "--workers", "1", "--evaluator", "--",
+            testutil::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=1", "--batch_size=512",
             absl::StrCat("--checkpoint_dir=", dir), "--eval_poll_ms=50"};
   auto launcher = Subprocess::Start(o);
   ASSERT_TRUE(launcher.ok()) << launcher.status();

@@ -17,7 +17,7 @@
 #include "core/subprocess.h"
 #include "core/sync.h"
 #include "gtest/gtest.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
@@ -35,18 +35,18 @@ int64_t NumberAfter(const std::string& text, const std::string& prefix) {
 }
 
 TEST(FashionMnistPsRecoveryTest, PsKilledAndRestartedIsRepairedAndTrainingReachesTheTarget) {
-  testing::LocalCluster::Options o;
+  testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 2;
   o.worker_binary = "fashion_mnist";
-  auto cluster = testing::LocalCluster::Start(o);
+  auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
 
   const fs::path dir =
       fs::path(::testing::TempDir()) / absl::StrCat("fmnist_ps_recovery_", getpid());
   fs::remove_all(dir);
   Subprocess::Options chief;
-  chief.argv = {testing::LocalCluster::BinaryPath("fashion_mnist"),
+  chief.argv = {testutil::LocalCluster::BinaryPath("fashion_mnist"),
                 "--epochs=12",
                 absl::StrCat("--checkpoint_dir=", dir.string()),
                 "--checkpoint_every_steps=1000",

@@ -22,7 +22,7 @@
 #include "coordinator/checkpoint_follower.h"
 #include "core/subprocess.h"
 #include "gtest/gtest.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
@@ -52,17 +52,17 @@ int64_t LastSavedStep(const std::string& output) {
 constexpr int64_t kMaxSteps = 20 * (60'000 / 128);
 
 TEST(FashionMnistResumeTest, ChiefKilledAfterACheckpointResumesFromItsStepAndReachesTheTarget) {
-  testing::LocalCluster::Options o;
+  testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 2;
   o.worker_binary = "fashion_mnist";
-  auto cluster = testing::LocalCluster::Start(o);
+  auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
 
   const fs::path dir = fs::path(::testing::TempDir()) / absl::StrCat("fmnist_resume_", getpid());
   fs::remove_all(dir);
   Subprocess::Options chief;
-  chief.argv = {testing::LocalCluster::BinaryPath("fashion_mnist"),
+  chief.argv = {testutil::LocalCluster::BinaryPath("fashion_mnist"),
                 "--epochs=20",
                 "--eval_every=1",
                 "--stop_at_accuracy=0.88",

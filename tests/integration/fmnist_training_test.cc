@@ -16,7 +16,7 @@
 #include "examples/fmnist_training.h"
 #include "gtest/gtest.h"
 #include "metrics/process_metrics.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
@@ -30,15 +30,15 @@ double Counter(ParameterServerStrategy& strategy, const std::string& name) {
 }
 
 TEST(FashionMnistTrainingTest, WorkerKilledAndRestartedMidTrainingStillReachesTheTarget) {
-  testing::LocalCluster::Options o;
+  testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 2;
   o.worker_binary = "fashion_mnist";
-  auto cluster = testing::LocalCluster::Start(o);
+  auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto strategy = (*cluster)->MakeStrategy();
   const Program program = fmnist::MakeProgram();
-  ClusterCoordinator::Options co = testing::FastFailureDetection();
+  ClusterCoordinator::Options co = testutil::FastFailureDetection();
   auto coordinator = std::make_unique<ClusterCoordinator>(*strategy, program, co);
 
   fmnist::Options options;

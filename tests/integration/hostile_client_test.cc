@@ -15,25 +15,25 @@
 #include "net/event_loop.h"
 #include "net/frame_codec.h"
 #include "net/peer.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "net/raw_client_testing.h"
 #include "net/rpc_client.h"
 #include "net/wire_check.h"
-#include "net/worker.capnp.h"
-#include "ps/initializer.h"
+#include "worker/worker.capnp.h"
+#include "ps/shard_initializer.h"
 #include "ps/ps_wire.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
 using net::InMessage;
 using net::OutMessage;
-using net::testing::RawClient;
+using net::testutil::RawClient;
 
 constexpr int kMaxConnections = 16;
 
-using net::testing::PointerField;
+using net::testutil::PointerField;
 
 int PortOf(const std::string& address) {
   int port = 0;
@@ -59,12 +59,12 @@ bool Alive(int pid) { return pid > 0 && kill(pid, 0) == 0; }
 class HostileClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::LocalCluster::Options options;
+    testutil::LocalCluster::Options options;
     options.num_ps = 1;
     options.num_workers = 1;
     options.extra_env = {{"ASYNCPS_RPC_MAX_CONNECTIONS", std::to_string(kMaxConnections)},
                          {"ASYNCPS_RPC_HANDSHAKE_TIMEOUT_MS", "300"}};
-    auto cluster = testing::LocalCluster::Start(options);
+    auto cluster = testutil::LocalCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
     ps_address_ = cluster_->chief_spec().ps()[0];
@@ -126,7 +126,7 @@ class HostileClientTest : public ::testing::Test {
   std::vector<std::string> Targets() const { return {ps_address_, worker_address_}; }
 
   net::EventLoop loop_;
-  std::unique_ptr<testing::LocalCluster> cluster_;
+  std::unique_ptr<testutil::LocalCluster> cluster_;
   std::string ps_address_;
   std::string worker_address_;
   std::unique_ptr<net::RpcClient> ps_;
@@ -187,7 +187,7 @@ TEST_F(HostileClientTest, EveryClassOfBadInputIsRefusedAndTheServersKeepServing)
       RawClient first(port);
       auto nonce = first.ReadChallenge();
       ASSERT_TRUE(nonce.ok());
-      const std::string answer = net::testing::HelloFrame(token, *nonce, "chief");
+      const std::string answer = net::testutil::HelloFrame(token, *nonce, "chief");
       ASSERT_TRUE(first.Write(answer));
       auto ack = first.ReadFrame();
       ASSERT_TRUE(ack.ok());
@@ -216,7 +216,7 @@ TEST_F(HostileClientTest, EveryClassOfBadInputIsRefusedAndTheServersKeepServing)
       OutMessage bad_body;
       bad_body.envelope().initRequest().getBody().initAs<capnp::List<int64_t>>(3);
       const std::string method = target == ps_address_ ? "ps.Read" : "worker.Run";
-      raw.Write(net::testing::RequestFrame(std::move(bad_body), 1, method));
+      raw.Write(net::testutil::RequestFrame(std::move(bad_body), 1, method));
       auto answer = raw.ReadFrame();
       ASSERT_TRUE(answer.ok()) << answer.status();
       EXPECT_EQ(answer->envelope().getResponse().getCode(), static_cast<int>(absl::StatusCode::kInvalidArgument));
@@ -237,7 +237,7 @@ TEST_F(HostileClientTest, WrongRoleCannotRunClosuresOnAWorker) {
   ASSERT_TRUE(ack.ok() && ack->envelope().getHelloAck().getOk());
   OutMessage run;
   run.InitRequestBody<wire::RunRequest>().setFunction("anything");
-  raw.Write(net::testing::RequestFrame(std::move(run), 9, "worker.Run"));
+  raw.Write(net::testutil::RequestFrame(std::move(run), 9, "worker.Run"));
   auto answer = raw.ReadFrame();
   ASSERT_TRUE(answer.ok()) << answer.status();
   EXPECT_EQ(answer->envelope().getRequestId(), 9u);

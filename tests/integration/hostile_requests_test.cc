@@ -18,19 +18,19 @@
 #include "gtest/gtest.h"
 #include "net/envelope.capnp.h"
 #include "net/event_loop.h"
-#include "net/ps.capnp.h"
+#include "ps/ps.capnp.h"
 #include "net/rpc_client.h"
-#include "ps/initializer.h"
-#include "ps/optimizer.h"
+#include "ps/shard_initializer.h"
+#include "core/optimizer_config.h"
 #include "ps/ps_wire.h"
 #include "ps/read_wire_testing.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::LocalCluster;
+using testutil::LocalCluster;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 // The cap the PS runs with here (set through its environment): small enough to pass with
@@ -83,7 +83,7 @@ class HostileRequestsTest : public ::testing::Test {
 
   absl::Status Create(const std::string& name, DType dtype, const Shape& shape,
                       const ps::InitializerSpec& init = ps::InitializerSpec(),
-                      const ps::OptimizerConfig* optimizer = nullptr) {
+                      const OptimizerConfig* optimizer = nullptr) {
     net::OutMessage req;
     auto body = req.InitRequestBody<wire::CreateVariableRequest>();
     body.setName(name);
@@ -95,7 +95,7 @@ class HostileRequestsTest : public ::testing::Test {
   }
 
   absl::Status CreateFrom(const std::string& name, const Tensor& value,
-                          const ps::OptimizerConfig* optimizer = nullptr) {
+                          const OptimizerConfig* optimizer = nullptr) {
     ps::InitializerSpec init;
     init.kind = "tensor";
     init.tensor = value;
@@ -253,8 +253,8 @@ TEST_F(HostileRequestsTest, EmptyButHugeShapesDoNotWedgeThePs) {
 
 // Item 6: NaN/Inf gradients are refused by default, naming the variable, applying nothing.
 TEST_F(HostileRequestsTest, NonfiniteGradientsAreRefused) {
-  ps::OptimizerConfig adam;
-  adam.type = "adam";
+  OptimizerConfig adam;
+  adam.kind = OptimizerKind::kAdam;
   ASSERT_TRUE(CreateFrom("w", Tensor::FromVector<float>({2, 2}, {1, 2, 3, 4}), &adam).ok());
   const Tensor before = ReadOne("w");
   absl::Status s = Push("w", Tensor::FromVector<float>({2, 2}, {0, std::numeric_limits<float>::quiet_NaN(), 0, 0}));
@@ -294,8 +294,8 @@ TEST_F(HostileRequestsTest, OversizedVariablesAndAnswersAreRefusedWithBoundedMem
   s = Create("tebibyte", DType::kU8, {int64_t{1} << 40});
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   // Optimizer slots are charged too: 10 MiB with Adam's two slots is 30 MiB.
-  ps::OptimizerConfig adam;
-  adam.type = "adam";
+  OptimizerConfig adam;
+  adam.kind = OptimizerKind::kAdam;
   EXPECT_EQ(Create("adam_table", DType::kF32, {10 * 256, 1024}, ps::InitializerSpec(), &adam).code(),
             absl::StatusCode::kResourceExhausted);
 

@@ -11,12 +11,12 @@
 #include "gtest/gtest.h"
 #include "metrics/process_metrics.h"
 #include "tests/integration/test_functions.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
-using testing::LocalCluster;
+using testutil::LocalCluster;
 
 class PerWorkerDatasetTest : public ::testing::Test {
  protected:
@@ -28,7 +28,7 @@ class PerWorkerDatasetTest : public ::testing::Test {
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
     strategy_ = cluster_->MakeStrategy();
-    ClusterCoordinator::Options co = testing::FastFailureDetection();
+    ClusterCoordinator::Options co = testutil::FastFailureDetection();
     coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, co);
     // Datasets created while every worker is up are built at once, so a factory error reaches
     // CreatePerWorkerDataset (a worker still starting builds them when it is admitted).
@@ -72,7 +72,7 @@ class PerWorkerDatasetTest : public ::testing::Test {
     return std::stod(text.substr(space + 2));
   }
 
-  Program program_ = testing::MakeTestProgram();
+  Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<ParameterServerStrategy> strategy_;
   std::unique_ptr<ClusterCoordinator> coordinator_;

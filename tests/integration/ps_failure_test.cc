@@ -20,14 +20,14 @@
 #include "gtest/gtest.h"
 #include "metrics/process_metrics.h"
 #include "tests/integration/test_functions.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 #include "worker/ps_client.h"
 
 namespace asyncps {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::LocalCluster;
+using testutil::LocalCluster;
 
 constexpr int64_t kCheckpointed = 20;  // closures before the checkpoint
 constexpr int kAfter = 60;             // closures scheduled after it
@@ -62,7 +62,7 @@ class PsFailureTest : public ::testing::Test {
   void StartCoordinator(bool automatic, bool with_checkpoints,
                         absl::Duration timeout = absl::Minutes(2)) {
     if (with_checkpoints) checkpoints_ = std::make_unique<CheckpointManager>(*strategy_, dir_, 3);
-    ClusterCoordinator::Options co = testing::FastFailureDetection();
+    ClusterCoordinator::Options co = testutil::FastFailureDetection();
     co.ps_recovery.enabled = automatic;
     co.ps_recovery.checkpoints = checkpoints_.get();
     co.ps_recovery.timeout = timeout;
@@ -109,7 +109,7 @@ class PsFailureTest : public ::testing::Test {
     ASSERT_TRUE(checkpoints_->Save(1).ok());
   }
 
-  Program program_ = testing::MakeTestProgram();
+  Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<ParameterServerStrategy> strategy_;
   std::unique_ptr<CheckpointManager> checkpoints_;

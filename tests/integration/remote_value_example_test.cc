@@ -4,15 +4,15 @@
 
 #include "core/subprocess.h"
 #include "gtest/gtest.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
 TEST(RemoteValueExampleTest, LaunchedClusterReproducesTensorFlowNumbers) {
   Subprocess::Options o;
-  o.argv = {testing::LocalCluster::BinaryPath("asyncps_launch"), "--ps", "2", "--workers", "2", "--",
-            testing::LocalCluster::BinaryPath("remote_value")};
+  o.argv = {testutil::LocalCluster::BinaryPath("asyncps_launch"), "--ps", "2", "--workers", "2", "--",
+            testutil::LocalCluster::BinaryPath("remote_value")};
   o.env = {{"ASYNCPS_METRICS_PORT", "-1"}};
   auto launcher = Subprocess::Start(o);
   ASSERT_TRUE(launcher.ok()) << launcher.status();

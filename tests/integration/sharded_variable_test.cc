@@ -5,12 +5,12 @@
 #include "coordinator/parameter_server_strategy.h"
 #include "gtest/gtest.h"
 #include "partitioners/partitioner.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
-using testing::LocalCluster;
+using testutil::LocalCluster;
 
 class ShardedVariableTest : public ::testing::Test {
  protected:

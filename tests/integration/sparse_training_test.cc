@@ -5,30 +5,30 @@
 #include <memory>
 
 #include "coordinator/cluster_coordinator.h"
-#include "coordinator/optimizers.h"
+#include "core/optimizer_config.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "gtest/gtest.h"
 #include "partitioners/partitioner.h"
 #include "tests/integration/test_functions.h"
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 namespace asyncps {
 namespace {
 
 TEST(SparseTrainingTest, ThreeWorkersTwoPsConvergeToKnownOptimum) {
-  testing::LocalCluster::Options o;
+  testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 3;
-  auto cluster = testing::LocalCluster::Start(o);
+  auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto strategy_owner =
       (*cluster)->MakeStrategy(std::shared_ptr<const Partitioner>(FixedShardsPartitioner::Create(4).value()));
   ParameterServerStrategy& strategy = *strategy_owner;
-  auto w = strategy.CreateVariable("w", init::Zeros({testing::kVocab, 1}), opt::SGD(4.0f));
+  auto w = strategy.CreateVariable("w", init::Zeros({testutil::kVocab, 1}), opt::SGD(4.0f));
   ASSERT_TRUE(w.ok()) << w.status();
   ASSERT_EQ(w->num_shards(), 4u);
 
-  Program program = testing::MakeTestProgram();
+  Program program = testutil::MakeTestProgram();
   ClusterCoordinator coordinator(strategy, program);
   auto data = coordinator.CreatePerWorkerResource("regression_data");
   ASSERT_TRUE(data.ok()) << data.status();
@@ -51,8 +51,8 @@ TEST(SparseTrainingTest, ThreeWorkersTwoPsConvergeToKnownOptimum) {
   auto value = w->Read();
   ASSERT_TRUE(value.ok());
   float worst = 0;
-  for (int64_t f = 0; f < testing::kVocab; ++f) {
-    worst = std::max(worst, std::fabs(value->data<float>()[f] - testing::TrueWeight(f)));
+  for (int64_t f = 0; f < testutil::kVocab; ++f) {
+    worst = std::max(worst, std::fabs(value->data<float>()[f] - testutil::TrueWeight(f)));
   }
   EXPECT_LT(worst, 0.02f) << "weights did not reach the known optimum";
 }

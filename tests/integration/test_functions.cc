@@ -13,7 +13,7 @@
 #include "core/sync.h"
 #include "worker/step_context.h"
 
-namespace asyncps::testing {
+namespace asyncps::testutil {
 namespace {
 
 class Counter : public Resource {
@@ -204,4 +204,4 @@ Program MakeTestProgram() {
   return program;
 }
 
-}  // namespace asyncps::testing
+}  // namespace asyncps::testutil

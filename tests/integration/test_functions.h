@@ -5,7 +5,7 @@
 
 #include "worker/program.h"
 
-namespace asyncps::testing {
+namespace asyncps::testutil {
 
 // The Program both the test workers and the in-process test chief build:
 //   "increment"        iterations += 1
@@ -44,6 +44,6 @@ inline constexpr int kFeaturesPerExample = 4;
 // The optimum the sparse regression converges to.
 float TrueWeight(int64_t feature);
 
-}  // namespace asyncps::testing
+}  // namespace asyncps::testutil
 
 #endif  // ASYNCPS_TESTS_INTEGRATION_TEST_FUNCTIONS_H_

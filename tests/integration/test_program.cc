@@ -13,5 +13,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "asyncps_test_program: %s\n", cluster.status().ToString().c_str());
     return 2;
   }
-  return asyncps::Serve(*cluster, asyncps::testing::MakeTestProgram());
+  return asyncps::Serve(*cluster, asyncps::testutil::MakeTestProgram());
 }

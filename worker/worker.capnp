@@ -3,7 +3,7 @@
 
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("asyncps::wire");
-using import "envelope.capnp".TensorRef;
+using import "/net/envelope.capnp".TensorRef;
 
 # Where a variable lives: one shard per PS range of rows (a plain variable has one shard).
 struct VariablePlacement {

@@ -1,4 +1,4 @@
-#include "ps/initializer.h"
+#include "ps/shard_initializer.h"
 
 #include <cmath>
 #include <cstring>

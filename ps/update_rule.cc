@@ -1,4 +1,4 @@
-#include "ps/optimizer.h"
+#include "ps/update_rule.h"
 
 #include <algorithm>
 #include <array>
@@ -103,7 +103,7 @@ struct ScalarPow {
 constexpr size_t kMaxSlots = 2;
 
 // Calls update(var_row, grad_row, slot_rows) for each of `rows` of row-major tables laid out as
-// Optimizer::ApplyRows describes. slot_rows points at slots.size() row pointers.
+// UpdateRule::ApplyRows describes. slot_rows points at slots.size() row pointers.
 template <typename Fn>
 void ForEachRow(float* var, const float* grads, absl::Span<float* const> slots,
                 int64_t row_elements, absl::Span<const int64_t> rows, Fn&& update) {
@@ -149,40 +149,40 @@ absl::Status RequireDecayRate(absl::string_view type, absl::string_view field, f
 }
 
 absl::Status ValidateMomentum(const OptimizerConfig& c) {
-  RETURN_IF_ERROR(RequireNonNegative(c.type, "learning_rate", c.learning_rate));
+  RETURN_IF_ERROR(RequireNonNegative(OptimizerKindName(c.kind), "learning_rate", c.learning_rate));
   // Same bound as keras.optimizers.SGD.
   if (std::isfinite(c.momentum) && c.momentum >= 0.0f && c.momentum <= 1.0f) {
     return absl::OkStatus();
   }
-  return OutOfRange(c.type, "momentum", c.momentum, "in [0, 1]");
+  return OutOfRange(OptimizerKindName(c.kind), "momentum", c.momentum, "in [0, 1]");
 }
 
 absl::Status ValidateAdagrad(const OptimizerConfig& c) {
-  RETURN_IF_ERROR(RequireNonNegative(c.type, "learning_rate", c.learning_rate));
+  RETURN_IF_ERROR(RequireNonNegative(OptimizerKindName(c.kind), "learning_rate", c.learning_rate));
   RETURN_IF_ERROR(
-      RequireNonNegative(c.type, "initial_accumulator_value", c.initial_accumulator_value));
-  return RequirePositive(c.type, "epsilon", c.epsilon);
+      RequireNonNegative(OptimizerKindName(c.kind), "initial_accumulator_value", c.initial_accumulator_value));
+  return RequirePositive(OptimizerKindName(c.kind), "epsilon", c.epsilon);
 }
 
 absl::Status ValidateAdam(const OptimizerConfig& c) {
-  RETURN_IF_ERROR(RequireNonNegative(c.type, "learning_rate", c.learning_rate));
-  RETURN_IF_ERROR(RequireDecayRate(c.type, "beta_1", c.beta_1));
-  RETURN_IF_ERROR(RequireDecayRate(c.type, "beta_2", c.beta_2));
-  return RequirePositive(c.type, "epsilon", c.epsilon);
+  RETURN_IF_ERROR(RequireNonNegative(OptimizerKindName(c.kind), "learning_rate", c.learning_rate));
+  RETURN_IF_ERROR(RequireDecayRate(OptimizerKindName(c.kind), "beta_1", c.beta_1));
+  RETURN_IF_ERROR(RequireDecayRate(OptimizerKindName(c.kind), "beta_2", c.beta_2));
+  return RequirePositive(OptimizerKindName(c.kind), "epsilon", c.epsilon);
 }
 
 absl::Status ValidateFtrl(const OptimizerConfig& c) {
   // TF's FTRL kernels reject lr <= 0 ("lr is not a positive scalar"): the rule divides by it.
-  RETURN_IF_ERROR(RequirePositive(c.type, "learning_rate", c.learning_rate));
+  RETURN_IF_ERROR(RequirePositive(OptimizerKindName(c.kind), "learning_rate", c.learning_rate));
   if (!std::isfinite(c.learning_rate_power) || c.learning_rate_power > 0.0f) {
-    return OutOfRange(c.type, "learning_rate_power", c.learning_rate_power, "finite and <= 0");
+    return OutOfRange(OptimizerKindName(c.kind), "learning_rate_power", c.learning_rate_power, "finite and <= 0");
   }
   RETURN_IF_ERROR(
-      RequireNonNegative(c.type, "initial_accumulator_value", c.initial_accumulator_value));
-  RETURN_IF_ERROR(RequireNonNegative(c.type, "l1", c.l1));
-  RETURN_IF_ERROR(RequireNonNegative(c.type, "l2", c.l2));
-  RETURN_IF_ERROR(RequireNonNegative(c.type, "l2_shrinkage", c.l2_shrinkage));
-  return RequireNonNegative(c.type, "beta", c.beta);
+      RequireNonNegative(OptimizerKindName(c.kind), "initial_accumulator_value", c.initial_accumulator_value));
+  RETURN_IF_ERROR(RequireNonNegative(OptimizerKindName(c.kind), "l1", c.l1));
+  RETURN_IF_ERROR(RequireNonNegative(OptimizerKindName(c.kind), "l2", c.l2));
+  RETURN_IF_ERROR(RequireNonNegative(OptimizerKindName(c.kind), "l2_shrinkage", c.l2_shrinkage));
+  return RequireNonNegative(OptimizerKindName(c.kind), "beta", c.beta);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -191,9 +191,9 @@ absl::Status ValidateFtrl(const OptimizerConfig& c) {
 // For rules with one slot whose update does not depend on the step: Apply and ApplyRows both
 // run Derived::Update(var, grad, slots, n), so the two paths give the same bits.
 template <typename Derived>
-class OneSlotOptimizer : public Optimizer {
+class OneSlotOptimizer : public UpdateRule {
  public:
-  using Optimizer::Optimizer;
+  using UpdateRule::UpdateRule;
 
   void Apply(float* var, const float* grad, absl::Span<float* const> slots, int64_t n,
              int64_t /*step*/) const override {
@@ -214,7 +214,7 @@ class OneSlotOptimizer : public Optimizer {
 };
 
 // Keras SGD without momentum; tf.raw_ops.ApplyGradientDescent: var -= lr * g.
-class SgdOptimizer final : public Optimizer {
+class SgdOptimizer final : public UpdateRule {
   // Shared by Apply and ApplyRows so both give the same bits.
   static void Update(float lr, float* var, const float* grad, int64_t n) {
     if (n <= 0) return;
@@ -222,7 +222,7 @@ class SgdOptimizer final : public Optimizer {
   }
 
  public:
-  explicit SgdOptimizer(const OptimizerConfig& config) : Optimizer(config) {}
+  explicit SgdOptimizer(const OptimizerConfig& config) : UpdateRule(config) {}
 
   const std::vector<SlotSpec>& slots() const override { return slots_; }
 
@@ -310,10 +310,10 @@ class AdagradOptimizer final : public OneSlotOptimizer<AdagradOptimizer> {
 // (training_ops.cc ApplyAdamNonCuda): lr_t = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t);
 // m += (g - m) * (1 - beta_1); v += (g^2 - v) * (1 - beta_2);
 // var -= lr_t * m / (sqrt(v) + epsilon).
-class AdamOptimizer final : public Optimizer {
+class AdamOptimizer final : public UpdateRule {
  public:
   explicit AdamOptimizer(const OptimizerConfig& config)
-      : Optimizer(config), slots_{{"m", 0.0f}, {"v", 0.0f}} {}
+      : UpdateRule(config), slots_{{"m", 0.0f}, {"v", 0.0f}} {}
 
   const std::vector<SlotSpec>& slots() const override { return slots_; }
 
@@ -382,10 +382,10 @@ class AdamOptimizer final : public Optimizer {
 //   quadratic = accum_new^-p / lr + 2 * (l2 + beta / (2 * lr))
 //   var = |linear| > l1 ? (sign(linear) * l1 - linear) / quadratic : 0
 // where p = learning_rate_power; p == -0.5 uses sqrt, as TF does.
-class FtrlOptimizer final : public Optimizer {
+class FtrlOptimizer final : public UpdateRule {
  public:
   explicit FtrlOptimizer(const OptimizerConfig& config)
-      : Optimizer(config),
+      : UpdateRule(config),
         slots_{{"accumulator", config.initial_accumulator_value}, {"linear", 0.0f}} {}
 
   const std::vector<SlotSpec>& slots() const override { return slots_; }
@@ -452,9 +452,9 @@ class FtrlOptimizer final : public Optimizer {
 
 }  // namespace
 
-Optimizer::~Optimizer() = default;
+UpdateRule::~UpdateRule() = default;
 
-void Optimizer::ApplyRows(float* var, const float* grads, absl::Span<float* const> slots,
+void UpdateRule::ApplyRows(float* var, const float* grads, absl::Span<float* const> slots,
                           int64_t row_elements, absl::Span<const int64_t> rows,
                           int64_t step) const {
   ForEachRow(var, grads, slots, row_elements, rows,
@@ -463,32 +463,29 @@ void Optimizer::ApplyRows(float* var, const float* grads, absl::Span<float* cons
              });
 }
 
-absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerConfig& config) {
-  const std::string& type = config.type;
-  if (type == "sgd" || type == "momentum") {
-    RETURN_IF_ERROR(ValidateMomentum(config));
-    // Keras SGD turns into momentum SGD as soon as momentum > 0; "momentum" always keeps the
-    // slot so its slot list does not depend on a hyper-parameter value.
-    if (type == "sgd" && config.momentum == 0.0f) {
-      return std::unique_ptr<Optimizer>(new SgdOptimizer(config));
-    }
-    return std::unique_ptr<Optimizer>(new MomentumOptimizer(config));
-  }
-  if (type == "adagrad") {
-    RETURN_IF_ERROR(ValidateAdagrad(config));
-    return std::unique_ptr<Optimizer>(new AdagradOptimizer(config));
-  }
-  if (type == "adam") {
-    RETURN_IF_ERROR(ValidateAdam(config));
-    return std::unique_ptr<Optimizer>(new AdamOptimizer(config));
-  }
-  if (type == "ftrl") {
-    RETURN_IF_ERROR(ValidateFtrl(config));
-    return std::unique_ptr<Optimizer>(new FtrlOptimizer(config));
+absl::StatusOr<std::unique_ptr<UpdateRule>> UpdateRule::Create(const OptimizerConfig& config) {
+  switch (config.kind) {
+    case OptimizerKind::kSgd:
+    case OptimizerKind::kMomentum:
+      RETURN_IF_ERROR(ValidateMomentum(config));
+      // Keras SGD turns into momentum SGD as soon as momentum > 0; kMomentum always keeps the
+      // slot so its slot list does not depend on a hyper-parameter value.
+      if (config.kind == OptimizerKind::kSgd && config.momentum == 0.0f) {
+        return std::unique_ptr<UpdateRule>(new SgdOptimizer(config));
+      }
+      return std::unique_ptr<UpdateRule>(new MomentumOptimizer(config));
+    case OptimizerKind::kAdagrad:
+      RETURN_IF_ERROR(ValidateAdagrad(config));
+      return std::unique_ptr<UpdateRule>(new AdagradOptimizer(config));
+    case OptimizerKind::kAdam:
+      RETURN_IF_ERROR(ValidateAdam(config));
+      return std::unique_ptr<UpdateRule>(new AdamOptimizer(config));
+    case OptimizerKind::kFtrl:
+      RETURN_IF_ERROR(ValidateFtrl(config));
+      return std::unique_ptr<UpdateRule>(new FtrlOptimizer(config));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer type \"", absl::CEscape(type),
-                   "\"; expected one of sgd, momentum, adagrad, adam, ftrl"));
+      absl::StrCat("unknown optimizer kind ", static_cast<int>(config.kind)));
 }
 
 }  // namespace asyncps::ps

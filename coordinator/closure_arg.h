@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_COORDINATOR_ARG_H_
-#define ASYNCPS_COORDINATOR_ARG_H_
+#ifndef ASYNCPS_COORDINATOR_CLOSURE_ARG_H_
+#define ASYNCPS_COORDINATOR_CLOSURE_ARG_H_
 
 #include <cstdint>
 #include <map>
@@ -30,18 +30,18 @@ class PerWorkerValues {
 // One argument of a scheduled closure: a tensor (sent with the closure) or per-worker values.
 // A RemoteValue converts too, only so Schedule can reject it with a clear error: results stay
 // where they are produced and are not fed back as inputs.
-class Arg {
+class ClosureArg {
  public:
-  Arg(Tensor tensor) : value_(std::move(tensor)) {}                 // NOLINT: implicit by design
-  Arg(PerWorkerValues per_worker) : value_(std::move(per_worker)) {}  // NOLINT
-  Arg(coordinator::RemoteValue remote) : value_(std::move(remote)) {}  // NOLINT
+  ClosureArg(Tensor tensor) : value_(std::move(tensor)) {}                 // NOLINT: implicit by design
+  ClosureArg(PerWorkerValues per_worker) : value_(std::move(per_worker)) {}  // NOLINT
+  ClosureArg(RemoteValue remote) : value_(std::move(remote)) {}  // NOLINT
 
-  const std::variant<Tensor, PerWorkerValues, coordinator::RemoteValue>& value() const { return value_; }
+  const std::variant<Tensor, PerWorkerValues, RemoteValue>& value() const { return value_; }
 
  private:
-  std::variant<Tensor, PerWorkerValues, coordinator::RemoteValue> value_;
+  std::variant<Tensor, PerWorkerValues, RemoteValue> value_;
 };
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_COORDINATOR_ARG_H_
+#endif  // ASYNCPS_COORDINATOR_CLOSURE_ARG_H_

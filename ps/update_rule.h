@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_PS_OPTIMIZER_H_
-#define ASYNCPS_PS_OPTIMIZER_H_
+#ifndef ASYNCPS_PS_UPDATE_RULE_H_
+#define ASYNCPS_PS_UPDATE_RULE_H_
 
 #include <cstdint>
 #include <memory>
@@ -8,42 +8,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/optimizer_config.h"
 
 namespace asyncps::ps {
-
-// Hyper-parameters of a server-side optimizer. Chosen per variable when the variable is created
-// and sent to the PS that hosts it; every field is plain data so it travels over the wire as is.
-// Fields a type does not use are ignored (and not validated) for that type.
-//
-// The update rules are those of the Keras optimizers in TF2 (see optimizer.cc for each rule and
-// where it was checked), so a model tuned with Keras keeps its hyper-parameters here.
-struct OptimizerConfig {
-  // "sgd", "momentum", "adagrad", "adam" or "ftrl".
-  // "sgd" with momentum > 0 behaves like Keras SGD(momentum=...), i.e. exactly as "momentum".
-  std::string type = "sgd";
-  float learning_rate = 0.01f;
-
-  // sgd / momentum. momentum must lie in [0, 1] (as Keras requires).
-  float momentum = 0.0f;
-  bool nesterov = false;
-
-  // adam (Keras defaults). epsilon is also adagrad's; it is Kingma & Ba's "epsilon hat", added to
-  // sqrt(v) after bias correction has been folded into the learning rate.
-  float beta_1 = 0.9f;
-  float beta_2 = 0.999f;
-  float epsilon = 1e-7f;
-
-  // adagrad and ftrl: starting value of the "accumulator" slot.
-  float initial_accumulator_value = 0.1f;
-
-  // ftrl (Keras names: learning_rate_power, l1_regularization_strength,
-  // l2_regularization_strength, l2_shrinkage_regularization_strength, beta).
-  float learning_rate_power = -0.5f;
-  float l1 = 0.0f;
-  float l2 = 0.0f;
-  float l2_shrinkage = 0.0f;
-  float beta = 0.0f;
-};
 
 // One optimizer state array kept beside a variable, with the same shape as the variable, every
 // element starting at `initial_value`.
@@ -52,16 +19,18 @@ struct SlotSpec {
   float initial_value = 0.0f;
 };
 
-// A stateless update rule over f32 arrays. All state lives in the slot arrays owned by the
-// caller (the variable store), so one Optimizer serves every shard and row of a variable and
+// A stateless update rule over f32 arrays, the server side of an OptimizerConfig (the rules
+// are those of the Keras optimizers in TF2; see update_rule.cc for each rule and where it was
+// checked). All state lives in the slot arrays owned by the
+// caller (the variable store), so one UpdateRule serves every shard and row of a variable and
 // checkpoints need nothing but the variable and its slots.
 //
 // Thread-safety: Apply is const and touches only the arrays passed to it; concurrent calls on
 // disjoint arrays are safe. Callers serialise updates to the same elements (the shard or row
 // lock).
-class Optimizer {
+class UpdateRule {
  public:
-  // Validates `config` and builds the optimizer. InvalidArgument on an unknown type or a
+  // Validates `config` and builds the optimizer. InvalidArgument on a
   // hyper-parameter outside its documented range (NaN and infinities included):
   //   all:      learning_rate >= 0 (ftrl: > 0, it divides by it)
   //   sgd/momentum: 0 <= momentum <= 1
@@ -69,12 +38,12 @@ class Optimizer {
   //   adam:     0 <= beta_1 < 1, 0 <= beta_2 < 1, epsilon > 0
   //   ftrl:     learning_rate_power <= 0, initial_accumulator_value >= 0,
   //             l1, l2, l2_shrinkage, beta >= 0
-  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const OptimizerConfig& config);
+  static absl::StatusOr<std::unique_ptr<UpdateRule>> Create(const OptimizerConfig& config);
 
-  virtual ~Optimizer();
+  virtual ~UpdateRule();
 
-  Optimizer(const Optimizer&) = delete;
-  Optimizer& operator=(const Optimizer&) = delete;
+  UpdateRule(const UpdateRule&) = delete;
+  UpdateRule& operator=(const UpdateRule&) = delete;
 
   // The slots this optimizer needs, in the order Apply expects them. Empty for plain SGD.
   //   momentum: {"momentum", 0}
@@ -107,7 +76,7 @@ class Optimizer {
   const OptimizerConfig& config() const { return config_; }
 
  protected:
-  explicit Optimizer(const OptimizerConfig& config) : config_(config) {}
+  explicit UpdateRule(const OptimizerConfig& config) : config_(config) {}
 
  private:
   OptimizerConfig config_;
@@ -115,4 +84,4 @@ class Optimizer {
 
 }  // namespace asyncps::ps
 
-#endif  // ASYNCPS_PS_OPTIMIZER_H_
+#endif  // ASYNCPS_PS_UPDATE_RULE_H_

@@ -1,4 +1,4 @@
-#include "tests/testing/local_cluster.h"
+#include "tests/testutil/local_cluster.h"
 
 #include <signal.h>
 
@@ -9,7 +9,7 @@
 #error "ASYNCPS_BIN_DIR must name the directory holding the built binaries"
 #endif
 
-namespace asyncps::testing {
+namespace asyncps::testutil {
 
 std::string LocalCluster::BinaryPath(const std::string& name) { return absl::StrCat(ASYNCPS_BIN_DIR, "/", name); }
 
@@ -101,4 +101,4 @@ int LocalCluster::worker_pid(int i) const { return workers_[i] != nullptr ? work
 
 bool LocalCluster::worker_running(int i) { return workers_[i] != nullptr && workers_[i]->running(); }
 
-}  // namespace asyncps::testing
+}  // namespace asyncps::testutil

@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_PS_INITIALIZER_H_
-#define ASYNCPS_PS_INITIALIZER_H_
+#ifndef ASYNCPS_PS_SHARD_INITIALIZER_H_
+#define ASYNCPS_PS_SHARD_INITIALIZER_H_
 
 #include <cstdint>
 #include <string>
@@ -38,4 +38,4 @@ absl::StatusOr<Tensor> Initialize(const InitializerSpec& spec, DType dtype, cons
 
 }  // namespace asyncps::ps
 
-#endif  // ASYNCPS_PS_INITIALIZER_H_
+#endif  // ASYNCPS_PS_SHARD_INITIALIZER_H_

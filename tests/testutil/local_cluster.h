@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_TESTS_TESTING_LOCAL_CLUSTER_H_
-#define ASYNCPS_TESTS_TESTING_LOCAL_CLUSTER_H_
+#ifndef ASYNCPS_TESTS_TESTUTIL_LOCAL_CLUSTER_H_
+#define ASYNCPS_TESTS_TESTUTIL_LOCAL_CLUSTER_H_
 
 #include <memory>
 #include <string>
@@ -13,7 +13,7 @@
 #include "core/cluster_spec.h"
 #include "core/subprocess.h"
 
-namespace asyncps::testing {
+namespace asyncps::testutil {
 
 // Coordinator options for tests that kill and restart workers: a dead or hung worker is noticed
 // within about 2 s and probed every 200 ms, instead of the production defaults (5 s, 2 s).
@@ -82,6 +82,6 @@ class LocalCluster {
   std::vector<std::unique_ptr<Subprocess>> workers_;
 };
 
-}  // namespace asyncps::testing
+}  // namespace asyncps::testutil
 
-#endif  // ASYNCPS_TESTS_TESTING_LOCAL_CLUSTER_H_
+#endif  // ASYNCPS_TESTS_TESTUTIL_LOCAL_CLUSTER_H_

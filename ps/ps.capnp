@@ -3,7 +3,7 @@
 
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("asyncps::wire");
-using import "envelope.capnp".TensorRef;
+using import "/net/envelope.capnp".TensorRef;
 
 struct OptimizerConfig {
   type @0 :Text;               # "" (none), "sgd", "momentum", "adagrad", "adam", "ftrl"
