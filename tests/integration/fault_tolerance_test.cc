@@ -144,7 +144,12 @@ TEST_P(FaultToleranceTest, WorkerRestartShowsOnStatusBoardAndInMetrics) {
   ASSERT_TRUE(cluster_->RestartWorker(0).ok());
   Schedule("increment", 2);
   ASSERT_TRUE(coordinator_->Join().ok());
-  ASSERT_TRUE(wait_until([&] { return has_event("worker_rebuilt"); })) << strategy_->status_board().Json();
+  // The board records the rebuild before the worker's state turns up and the recovery counter
+  // moves: wait for all three.
+  ASSERT_TRUE(wait_until([&] {
+    return has_event("worker_rebuilt") && worker0()["state"] == "up" &&
+           CoordinatorCounter("asyncps_coordinator_worker_recoveries_total") >= 1;
+  })) << strategy_->status_board().Json();
   EXPECT_TRUE(has_event("worker_down"));
   EXPECT_EQ(worker0()["state"], "up");
   EXPECT_NE(worker0()["incarnation"], first);
