@@ -320,7 +320,10 @@ template <typename Request>
 std::vector<Outgoing> PieceCalls(std::map<int, std::vector<ShardPiece>>& by_ps, const ps::UpdateTag& tag) {
   std::vector<Outgoing> calls;
   calls.reserve(by_ps.size());
-  for (auto& [ps, pieces] : by_ps) {
+  for (auto& entry : by_ps) {
+    // Not a structured binding: clang 14 cannot capture one in the lambda below.
+    const int ps = entry.first;
+    std::vector<ShardPiece>& pieces = entry.second;
     Outgoing call{ps, net::OutMessage()};
     auto body = call.message.InitRequestBody<Request>();
     if (tag.tagged()) ps::UpdateTagToWire(tag, body.initTag());
