@@ -34,9 +34,6 @@ Outcome RunEntrypoint(std::map<std::string, std::string> env) {
   auto proc = Subprocess::Start(std::move(o));
   EXPECT_TRUE(proc.ok()) << proc.status();
   if (!proc.ok()) return out;
-  // Subprocess::Wait returns once the child is reaped, possibly before its last lines are read;
-  // a needle no line contains waits until the output has been drained.
-  (void)(*proc)->WaitForLine("\n", absl::Seconds(30));
   auto code = (*proc)->Wait(absl::Seconds(30));
   EXPECT_TRUE(code.ok()) << code.status();
   out.code = code.ok() ? *code : -1;

@@ -41,9 +41,6 @@ std::vector<json> Decode(const std::string& file) {
   auto proc = Subprocess::Start(std::move(o));
   EXPECT_TRUE(proc.ok()) << proc.status();
   if (!proc.ok()) return {};
-  // Subprocess::Wait returns once the child is reaped, possibly before its last lines are read;
-  // a needle no line contains waits until the output has been drained.
-  (void)(*proc)->WaitForLine("\n", absl::Seconds(30));
   auto code = (*proc)->Wait(absl::Seconds(60));
   EXPECT_TRUE(code.ok() && *code == 0) << file << ": kubectl failed:\n" << (*proc)->output();
   std::istringstream in((*proc)->output());
@@ -84,9 +81,6 @@ absl::StatusOr<ClusterSpec> TfConfigOfPod(const std::string& hostname, std::map<
   o.env["TF_CONFIG"] = "";
   auto proc = Subprocess::Start(std::move(o));
   if (!proc.ok()) return proc.status();
-  // Subprocess::Wait returns once the child is reaped, possibly before its last lines are read;
-  // a needle no line contains waits until the output has been drained.
-  (void)(*proc)->WaitForLine("\n", absl::Seconds(30));
   auto code = (*proc)->Wait(absl::Seconds(30));
   if (!code.ok()) return code.status();
   if (*code != 0) return absl::InternalError(absl::StrCat("entrypoint exited ", *code, ": ", (*proc)->output()));
