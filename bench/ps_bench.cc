@@ -558,6 +558,7 @@ class SparsePinning {
                 !pinned_ ? "unpinned"
                 : config.pin == "same" ? "PS, raw receiver and client all on CPU 0"
                                        : "PS and raw receiver on CPU 0, client process on CPU 1");
+    std::fflush(stdout);
   }
   ~SparsePinning() {
     if (!pinned_) return;
