@@ -337,6 +337,7 @@ absl::Status Variable::UpdateRows(UpdateKind kind, const Tensor& ids, const Tens
   const int64_t row_elements = value_.row_elements();
   const size_t bytes = row_bytes();
   const char* src = static_cast<const char*>(values.raw_data());
+  char* base = row_ptr(0);
   const StripeGroups groups(rows);
   ReaderMutexLock lock(&mu_);
   // One stripe at a time, in ascending order (the documented lock order).
@@ -345,10 +346,10 @@ absl::Status Variable::UpdateRows(UpdateKind kind, const Tensor& ids, const Tens
     MutexLock stripe(&stripes_[static_cast<size_t>(s)]);
     for (size_t j = groups.begin[s]; j < groups.begin[s + 1]; ++j) {
       if (j + kPrefetchRowsAhead < groups.begin[s + 1]) {
-        PrefetchRow(row_ptr(rows[groups.order[j + kPrefetchRowsAhead]]), bytes, /*write=*/1);
+        PrefetchRow(base + rows[groups.order[j + kPrefetchRowsAhead]] * bytes, bytes, /*write=*/1);
       }
       const size_t i = groups.order[j];
-      CombineBytes(dtype_, kind, row_ptr(rows[i]), src + i * bytes, row_elements);
+      CombineBytes(dtype_, kind, base + rows[i] * bytes, src + i * bytes, row_elements);
     }
   }
   return absl::OkStatus();
@@ -365,6 +366,7 @@ absl::StatusOr<Tensor> Variable::Gather(const Tensor& ids) const {
   std::shared_ptr<void> block = AllocateAlignedUninitialized(rows.size() * bytes);
   char* dst = static_cast<char*>(block.get());
   Tensor out = Tensor::View(dtype_, std::move(out_shape), block, block.get());
+  const char* base = row_ptr(0);
   const StripeGroups groups(rows);
   ReaderMutexLock lock(&mu_);
   for (int s = 0; s < kStripes; ++s) {
@@ -372,10 +374,10 @@ absl::StatusOr<Tensor> Variable::Gather(const Tensor& ids) const {
     ReaderMutexLock stripe(&stripes_[static_cast<size_t>(s)]);
     for (size_t j = groups.begin[s]; j < groups.begin[s + 1]; ++j) {
       if (j + kPrefetchRowsAhead < groups.begin[s + 1]) {
-        PrefetchRow(row_ptr(rows[groups.order[j + kPrefetchRowsAhead]]), bytes, /*write=*/0);
+        PrefetchRow(base + rows[groups.order[j + kPrefetchRowsAhead]] * bytes, bytes, /*write=*/0);
       }
       const size_t i = groups.order[j];
-      std::memcpy(dst + i * bytes, row_ptr(rows[i]), bytes);
+      std::memcpy(dst + i * bytes, base + rows[i] * bytes, bytes);
     }
   }
   return out;
