@@ -35,6 +35,7 @@
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -315,13 +316,20 @@ void Report(const Config& config, const std::string& workload, const std::vector
   std::printf("\n%s: unit = one %s; wait not accounted for by CPU (fitted at W=1 P=1): %.1f us/unit\n",
               workload.c_str(), train ? "example" : "step", 1e6 * latency);
   std::printf(
-      " W P | measured here %s  cores: ours others | CPU us/unit: worker     PS (busiest)  chief    total | PS KB/unit  chief B/unit | "
-      "model, 2 cores   err  binds    | model, %.0f cores  effic.  binds\n",
+      " W P | measured here %s  cores: ours others | CPU us/unit: worker     PS (busiest)  chief    total | "
+      "PS KB/unit  chief B/unit | model, 2 cores   err  binds       | model, %.0f cores: own costs effic. binds"
+      "       | W=1 costs effic. binds\n",
       train ? "   ex/s" : "steps/s", config.cores);
-  std::map<int, double> single_worker;  // predicted big-machine rate at W=1, by P
+  // The costs of W=1 at each P: per unit they would not grow with W on a machine with a core
+  // per process, where here they do (more processes than cores: switches, cold caches).
+  std::map<int, bench::MeasuredCosts> single_costs;
   for (const Measurement& m : runs) {
-    if (m.workers == 1) single_worker[m.ps] = bench::Predict(m.costs, big).units_per_second;
+    if (m.workers == 1) single_costs[m.ps] = m.costs;
   }
+  auto with_workers = [](bench::MeasuredCosts c, int workers) {
+    c.workers = workers;
+    return c;
+  };
   double error_sum = 0;
   int validated = 0;
   double load = 0;
@@ -333,22 +341,52 @@ void Report(const Config& config, const std::string& workload, const std::vector
     const bench::Prediction on_two = bench::Predict(c, here);
     const bench::Prediction on_big = bench::Predict(c, big);
     const double err = on_two.units_per_second / measured - 1;
-    std::string efficiency = "   -";
-    if (auto it = single_worker.find(m.ps); it != single_worker.end()) {
-      efficiency = absl::StrFormat("%4.2f", on_big.units_per_second / (m.workers * it->second));
+    std::string efficiency = "   -", base_figures = "        -      -  -";
+    if (auto it = single_costs.find(m.ps); it != single_costs.end()) {
+      const double one = bench::Predict(it->second, big).units_per_second;
+      efficiency = absl::StrFormat("%4.2f", on_big.units_per_second / (m.workers * one));
+      const bench::Prediction base = bench::Predict(with_workers(it->second, m.workers), big);
+      base_figures = absl::StrFormat("%9.0f  %4.2f  %s", base.units_per_second,
+                                     base.units_per_second / (m.workers * one), base.binding);
     }
     std::printf(
-        " %d %d | %13.0f  %11.2f %6.2f | %19.1f %7.1f (%7.1f) %6.1f %8.1f | %10.1f  %12.0f | %14.0f %5s  %-7s | "
-        "%15.0f  %s  %s\n",
-        m.workers, m.ps, measured, m.our_cores, m.others_cores, 1e6 * c.worker_cpu, 1e6 * c.ps_cpu, 1e6 * c.busiest_ps_cpu,
-        1e6 * c.chief_cpu, 1e6 * (c.worker_cpu + c.ps_cpu + c.chief_cpu), c.ps_bytes / 1e3, m.chief_bytes,
-        on_two.units_per_second, Signed(err).c_str(), on_two.binding.c_str(), on_big.units_per_second,
-        efficiency.c_str(), on_big.binding.c_str());
+        " %d %d | %13.0f  %11.2f %6.2f | %19.1f %7.1f (%7.1f) %6.1f %8.1f | %10.1f  %12.0f | %14.0f %5s  %-11s | "
+        "%25.0f  %s  %-11s | %s\n",
+        m.workers, m.ps, measured, m.our_cores, m.others_cores, 1e6 * c.worker_cpu, 1e6 * c.ps_cpu,
+        1e6 * c.busiest_ps_cpu, 1e6 * c.chief_cpu, 1e6 * (c.worker_cpu + c.ps_cpu + c.chief_cpu), c.ps_bytes / 1e3,
+        m.chief_bytes, on_two.units_per_second, Signed(err).c_str(), on_two.binding.c_str(), on_big.units_per_second,
+        efficiency.c_str(), on_big.binding.c_str(), base_figures.c_str());
     if (m.workers <= 2 && m.ps <= 2 && !(m.workers == 1 && m.ps == 1)) {
       error_sum += std::abs(err);
       ++validated;
     }
     load += m.load_average / static_cast<double>(runs.size());
+  }
+  // Where scaling stops: more workers than measured, on the costs of the largest configuration
+  // measured at the largest P (and, as above, on its W=1 costs).
+  const Measurement* largest = nullptr;
+  for (const Measurement& m : runs) {
+    if (largest == nullptr || m.ps > largest->ps || (m.ps == largest->ps && m.workers > largest->workers)) {
+      largest = &m;
+    }
+  }
+  if (largest != nullptr && largest->workers > 1) {
+    bench::Machine unbounded = big;
+    unbounded.memory_bytes_per_second = std::numeric_limits<double>::infinity();
+    for (const bench::Machine* machine : {&big, &unbounded}) {
+      std::printf("  extrapolated, %.0f cores, P=%d%s, costs of W=%d [of W=1]:", config.cores, largest->ps,
+                  machine == &big ? "" : ", no memory cap", largest->workers);
+      for (int workers : {16, 32, 64}) {
+        const bench::Prediction own = bench::Predict(with_workers(largest->costs, workers), *machine);
+        std::printf("  W=%d %.0f %s", workers, own.units_per_second, own.binding.c_str());
+        if (auto it = single_costs.find(largest->ps); it != single_costs.end()) {
+          const bench::Prediction base = bench::Predict(with_workers(it->second, workers), *machine);
+          std::printf(" [%.0f %s]", base.units_per_second, base.binding.c_str());
+        }
+        std::printf(";");
+      }
+      std::printf("\n");
+    }
   }
   if (validated > 0) {
     std::printf("  validation, W and P in {1,2} but (1,1): mean |error| of the 2-core model %.0f%% (%d points); "

@@ -1,12 +1,21 @@
 #ifndef ASYNCPS_BENCH_SCALING_MODEL_H_
 #define ASYNCPS_BENCH_SCALING_MODEL_H_
 
-// A bound model of cluster throughput, fed with what scaling_bench measures on a small machine
+// A model of cluster throughput, fed with what scaling_bench measures on a small machine
 // (CPU-seconds and bytes per unit of work, per process role) and asked what a machine with
-// more cores would do. Operational analysis (asymptotic bounds of a closed network): every
-// resource a unit of work needs caps throughput at its capacity / its demand per unit, and
-// W workers each running one closure at a time cap it at W / (one unit's uncontended latency).
-// The prediction is the smallest cap, and the resource behind it is said to bind.
+// more cores would do. Operational analysis of a closed network (Lazowska et al., Quantitative
+// System Performance, ch. 5-6):
+//   * caps (asymptotic bounds): every resource a unit needs caps throughput at its capacity /
+//     its demand per unit — each worker's, the busiest PS's and the chief's busiest thread (one
+//     core each), all cores / total CPU, memory bandwidth / loopback bytes;
+//   * W workers each run one closure at a time, so W units circulate: exact mean value
+//     analysis (MVA) of that closed network gives the throughput with queueing. With a core per
+//     process, the serial parts (the chief's and the busiest PS's busiest thread) queue and the
+//     rest is delay; with fewer cores than processes, the cores are one multi-server queue
+//     (Seidmann's approximation: demand/C queueing + the rest delay).
+// The prediction is the smaller of the MVA figure and the caps. It binds on a cap when within
+// 10% of it; else on "latency" (workers waiting on round trips) when within 10% of W / (one
+// unit's uncontended time); else on the queue MVA finds most utilised ("PS queue", ...).
 //
 // What it leaves out, on purpose (each would need a measurement this machine cannot make):
 // memory-bandwidth contention between cores beyond the single bandwidth figure given, caches
@@ -52,15 +61,22 @@ struct Machine {
 };
 
 struct Bound {
-  std::string resource;    // "latency", "workers", "PS", "chief", "cores", "memory"
+  std::string resource;    // "latency" (W / uncontended time), "workers", "PS", "chief", "cores", "memory"
   double units_per_second;  // the cap
 };
 
 struct Prediction {
   double units_per_second = 0;
-  std::string binding;        // the resource of the smallest cap
+  std::string binding;        // see the file comment
+  double mva_units_per_second = 0;
   std::vector<Bound> bounds;  // every cap, in a fixed order
 };
+
+// Exact MVA of a closed network: `customers` units circulating through queueing centers of
+// the given demands (seconds per unit) and a total delay (no queueing). Throughput in units/s.
+// `utilisation`, when given, receives each queueing center's utilisation at `customers`.
+double MvaThroughput(int customers, const std::vector<double>& queueing, double delay,
+                     std::vector<double>* utilisation = nullptr);
 
 // Uncontended time of one unit through one worker: its worker CPU, the busiest PS's share
 // (PS requests of a step go out in parallel), the chief's dispatch (one closure per worker at
