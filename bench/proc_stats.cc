@@ -40,6 +40,16 @@ absl::StatusOr<double> StatCpuSeconds(const std::string& path) {
   return static_cast<double>(utime + stime) / static_cast<double>(ticks_per_second > 0 ? ticks_per_second : 100);
 }
 
+// A thread's time on a CPU from its schedstat (first field, nanoseconds): clock ticks are too
+// coarse for one thread over a short window. Falls back on the thread's stat.
+absl::StatusOr<double> ThreadCpuSeconds(const std::string& task_dir) {
+  if (absl::StatusOr<std::string> text = ReadFile(task_dir + "/schedstat"); text.ok()) {
+    uint64_t nanoseconds = 0;
+    if (absl::SimpleAtoi(text->substr(0, text->find(' ')), &nanoseconds)) return static_cast<double>(nanoseconds) * 1e-9;
+  }
+  return StatCpuSeconds(task_dir + "/stat");
+}
+
 }  // namespace
 
 absl::StatusOr<ProcSample> ReadProcSample(pid_t pid) {
@@ -53,7 +63,7 @@ absl::StatusOr<ProcSample> ReadProcSample(pid_t pid) {
       pid_t tid = 0;
       if (!absl::SimpleAtoi(entry->d_name, &tid)) continue;  // "." and ".."
       // A thread may end between readdir and the read: it is simply not counted.
-      absl::StatusOr<double> t = StatCpuSeconds(absl::StrCat(dir, "/task/", tid, "/stat"));
+      absl::StatusOr<double> t = ThreadCpuSeconds(absl::StrCat(dir, "/task/", tid));
       if (t.ok()) sample.thread_cpu_seconds[tid] = *t;
     }
     closedir(tasks);

@@ -18,13 +18,14 @@ namespace asyncps::bench {
 struct ProcSample {
   // utime + stime of the whole process (every thread, live or exited), in seconds.
   double cpu_seconds = 0;
-  // utime + stime of each live thread, by thread id.
+  // Time on a CPU of each live thread, by thread id (schedstat: nanoseconds, where utime +
+  // stime come in clock ticks, too coarse for one thread over a short window).
   std::map<pid_t, double> thread_cpu_seconds;
 };
 
-// Reads /proc/<pid>/stat and /proc/<pid>/task/*/stat. NotFound when the
-// process is gone; Internal when a file does not parse. The resolution is the kernel's clock
-// tick (usually 10 ms): measure windows of CPU-seconds, not microseconds.
+// Reads /proc/<pid>/stat and /proc/<pid>/task/*/schedstat. NotFound when the process is gone;
+// Internal when a file does not parse. The process total comes in clock ticks (usually 10 ms):
+// measure windows of CPU-seconds, not microseconds.
 absl::StatusOr<ProcSample> ReadProcSample(pid_t pid);
 
 // What happened between two samples of one process.
