@@ -338,8 +338,8 @@ void Report(const Config& config, const std::string& workload, const std::vector
     c.workers = workers;
     return c;
   };
-  double error_sum = 0;
-  int validated = 0;
+  double error_sum = 0, all_error_sum = 0, quiet_error_sum = 0;
+  int validated = 0, all_points = 0, quiet_points = 0;
   double load = 0;
   for (const Measurement& m : runs) {
     const bench::MeasuredCosts& c = m.costs;
@@ -368,6 +368,14 @@ void Report(const Config& config, const std::string& workload, const std::vector
     if (m.workers <= 2 && m.ps <= 2 && !(m.workers == 1 && m.ps == 1)) {
       error_sum += std::abs(err);
       ++validated;
+    }
+    if (!(m.workers == 1 && m.ps == 1)) {
+      all_error_sum += std::abs(err);
+      ++all_points;
+      if (m.others_cores < 0.5) {
+        quiet_error_sum += std::abs(err);
+        ++quiet_points;
+      }
     }
     load += m.load_average / static_cast<double>(runs.size());
   }
@@ -398,9 +406,14 @@ void Report(const Config& config, const std::string& workload, const std::vector
     }
   }
   if (validated > 0) {
-    std::printf("  validation, W and P in {1,2} but (1,1): mean |error| of the 2-core model %.0f%% (%d points); "
-                "mean load average %.1f\n",
-                100 * error_sum / validated, validated, load);
+    std::printf("  validation of the 2-core model: mean |error| %.0f%% at W and P in {1,2} but (1,1) (%d points); "
+                "%.0f%% at all %d points but (1,1); %s; mean load average %.1f\n",
+                100 * error_sum / validated, validated, 100 * all_error_sum / std::max(1, all_points), all_points,
+                quiet_points > 0 ? absl::StrFormat("%.0f%% at the %d where others kept < 0.5 cores busy",
+                                                   100 * quiet_error_sum / quiet_points, quiet_points)
+                                       .c_str()
+                                 : "no point had others below 0.5 cores",
+                load);
   }
   std::fflush(stdout);
 }

@@ -68,8 +68,12 @@ absl::Status Dump(int family, TcpBytes* table) {
       if (errno == EINTR) continue;
       return Errno("netlink recv");
     }
-    int remaining = static_cast<int>(n);
-    for (auto* h = reinterpret_cast<nlmsghdr*>(buffer.data()); NLMSG_OK(h, remaining); h = NLMSG_NEXT(h, remaining)) {
+    // NLMSG_OK/NLMSG_NEXT by hand: the macros compare signed with unsigned (clang warns).
+    const size_t received = static_cast<size_t>(n);
+    for (size_t offset = 0; offset + sizeof(nlmsghdr) <= received;) {
+      auto* h = reinterpret_cast<nlmsghdr*>(buffer.data() + offset);
+      if (h->nlmsg_len < sizeof(nlmsghdr) || offset + h->nlmsg_len > received) break;
+      offset += NLMSG_ALIGN(h->nlmsg_len);
       if (h->nlmsg_type == NLMSG_DONE) return absl::OkStatus();
       if (h->nlmsg_type == NLMSG_ERROR) return absl::InternalError("netlink: the kernel refused the socket dump");
       if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY) continue;
