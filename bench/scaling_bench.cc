@@ -213,7 +213,18 @@ absl::StatusOr<std::unique_ptr<testutil::LocalCluster>> StartCluster(int workers
   o.num_workers = workers;
   o.worker_binary = binary;
   o.token = "scaling-bench";
-  return testutil::LocalCluster::Start(o);
+  // LocalCluster picks each port by binding and releasing it, so two tasks can now and then
+  // draw the same one (ClusterSpec refuses that); with ~40 clusters of up to 13 ports a run
+  // meets it. Drawing again is the remedy.
+  absl::StatusOr<std::unique_ptr<testutil::LocalCluster>> cluster;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    cluster = testutil::LocalCluster::Start(o);
+    if (cluster.ok() || !absl::IsInvalidArgument(cluster.status()) ||
+        cluster.status().message().find("used by more than one task") == absl::string_view::npos) {
+      break;
+    }
+  }
+  return cluster;
 }
 
 // The push-pull workloads: keeps 4 closures per worker scheduled (as the Fashion-MNIST chief
