@@ -29,15 +29,19 @@ absl::StatusOr<double> StatCpuSeconds(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
   const size_t close = text->rfind(')');
-  if (close == std::string::npos) return absl::InternalError(absl::StrCat("no command name in ", path));
-  const std::vector<std::string> fields = absl::StrSplit(text->substr(close + 1), ' ', absl::SkipEmpty());
+  if (close == std::string::npos)
+    return absl::InternalError(absl::StrCat("no command name in ", path));
+  const std::vector<std::string> fields =
+      absl::StrSplit(text->substr(close + 1), ' ', absl::SkipEmpty());
   // After ')': field 3 (state) is index 0, so utime (14) is index 11 and stime (15) index 12.
   uint64_t utime = 0, stime = 0;
-  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) || !absl::SimpleAtoi(fields[12], &stime)) {
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) ||
+      !absl::SimpleAtoi(fields[12], &stime)) {
     return absl::InternalError(absl::StrCat("cannot parse ", path));
   }
   const long ticks_per_second = sysconf(_SC_CLK_TCK);
-  return static_cast<double>(utime + stime) / static_cast<double>(ticks_per_second > 0 ? ticks_per_second : 100);
+  return static_cast<double>(utime + stime) /
+         static_cast<double>(ticks_per_second > 0 ? ticks_per_second : 100);
 }
 
 // A thread's time on a CPU from its schedstat (first field, nanoseconds): clock ticks are too
@@ -45,7 +49,8 @@ absl::StatusOr<double> StatCpuSeconds(const std::string& path) {
 absl::StatusOr<double> ThreadCpuSeconds(const std::string& task_dir) {
   if (absl::StatusOr<std::string> text = ReadFile(task_dir + "/schedstat"); text.ok()) {
     uint64_t nanoseconds = 0;
-    if (absl::SimpleAtoi(text->substr(0, text->find(' ')), &nanoseconds)) return static_cast<double>(nanoseconds) * 1e-9;
+    if (absl::SimpleAtoi(text->substr(0, text->find(' ')), &nanoseconds))
+      return static_cast<double>(nanoseconds) * 1e-9;
   }
   return StatCpuSeconds(task_dir + "/stat");
 }
@@ -96,7 +101,8 @@ double MachineBusySeconds() {
     busy += ticks;
   }
   const long ticks_per_second = sysconf(_SC_CLK_TCK);
-  return static_cast<double>(busy) / static_cast<double>(ticks_per_second > 0 ? ticks_per_second : 100);
+  return static_cast<double>(busy) /
+         static_cast<double>(ticks_per_second > 0 ? ticks_per_second : 100);
 }
 
 double LoadAverage1() {

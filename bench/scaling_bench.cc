@@ -35,6 +35,8 @@
 // --quick: W=1,2 at P=1,2 for small and dense, W=1 P=1 for train, short windows (ctest smoke).
 // Exits 1 when a run fails; the figures themselves are not checked.
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -46,7 +48,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -150,13 +151,15 @@ Measurement Measure(const Snapshot& a, const Snapshot& b, double units) {
     c.ps_cpu += d.cpu_seconds / units;
     c.busiest_ps_cpu = std::max(c.busiest_ps_cpu, d.cpu_seconds / units);
     c.busiest_ps_thread = std::max(c.busiest_ps_thread, d.busiest_thread_seconds / units);
-    c.ps_bytes += static_cast<double>(bench::SocketBytesMoved(a.ps_sockets[i], b.ps_sockets[i])) / units;
+    c.ps_bytes +=
+        static_cast<double>(bench::SocketBytesMoved(a.ps_sockets[i], b.ps_sockets[i])) / units;
     ours += d.cpu_seconds;
   }
   const bench::ProcDelta chief = bench::Difference(a.chief, b.chief);
   c.chief_cpu = chief.cpu_seconds / units;
   c.chief_thread = chief.busiest_thread_seconds / units;
-  m.chief_bytes = static_cast<double>(bench::SocketBytesMoved(a.chief_sockets, b.chief_sockets)) / units;
+  m.chief_bytes =
+      static_cast<double>(bench::SocketBytesMoved(a.chief_sockets, b.chief_sockets)) / units;
   ours += chief.cpu_seconds;
   m.our_cores = ours / m.wall_seconds;
   if (a.machine_busy >= 0 && b.machine_busy >= 0) {
@@ -171,7 +174,8 @@ Measurement Measure(const Snapshot& a, const Snapshot& b, double units) {
 // is the measured window. Called on one thread (the chief's loop).
 class Window {
  public:
-  Window(const testutil::LocalCluster& cluster, int workers, int ps, int64_t begin_at, int64_t end_at)
+  Window(const testutil::LocalCluster& cluster, int workers, int ps, int64_t begin_at,
+         int64_t end_at)
       : cluster_(cluster), workers_(workers), ps_(ps), begin_at_(begin_at), end_at_(end_at) {}
 
   void Done(int64_t units) {
@@ -207,7 +211,8 @@ class Window {
 };
 #endif  // ASYNCPS_SCALING_TRAIN
 
-absl::StatusOr<std::unique_ptr<testutil::LocalCluster>> StartCluster(int workers, int ps, const std::string& binary) {
+absl::StatusOr<std::unique_ptr<testutil::LocalCluster>> StartCluster(int workers, int ps,
+                                                                     const std::string& binary) {
   testutil::LocalCluster::Options o;
   o.num_ps = ps;
   o.num_workers = workers;
@@ -229,16 +234,20 @@ absl::StatusOr<std::unique_ptr<testutil::LocalCluster>> StartCluster(int workers
 
 // The push-pull workloads: keeps 4 closures per worker scheduled (as the Fashion-MNIST chief
 // does), so no worker waits for the chief to schedule, and counts completions in order.
-absl::StatusOr<Measurement> RunPushPull(const Config& config, const std::string& workload, int workers, int ps) {
-  ASSIGN_OR_RETURN(std::unique_ptr<testutil::LocalCluster> cluster, StartCluster(workers, ps, "scaling_worker"));
-  ASSIGN_OR_RETURN(std::shared_ptr<const Partitioner> partitioner, FixedShardsPartitioner::Create(ps));
+absl::StatusOr<Measurement> RunPushPull(const Config& config, const std::string& workload,
+                                        int workers, int ps) {
+  ASSIGN_OR_RETURN(std::unique_ptr<testutil::LocalCluster> cluster,
+                   StartCluster(workers, ps, "scaling_worker"));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Partitioner> partitioner,
+                   FixedShardsPartitioner::Create(ps));
   std::unique_ptr<ParameterServerStrategy> strategy = cluster->MakeStrategy(partitioner);
   const Program program = bench::MakeScalingProgram();
   ClusterCoordinator coordinator(*strategy, program);
   std::string function;
   if (workload == "dense") {
     const int64_t rows = std::max<int64_t>(1, config.dense_kib / 4);  // 1024 f32 = 4 KiB a row
-    RETURN_IF_ERROR(strategy->CreateVariable("dense", init::Constant({rows, 1024}, 0.5), opt::Adam()).status());
+    RETURN_IF_ERROR(
+        strategy->CreateVariable("dense", init::Constant({rows, 1024}, 0.5), opt::Adam()).status());
     function = "dense_step";
   } else {
     RETURN_IF_ERROR(strategy->CreateVariable("small", init::Zeros({1}), opt::SGD(1e-6)).status());
@@ -275,7 +284,8 @@ absl::StatusOr<Measurement> RunPushPull(const Config& config, const std::string&
 
 #ifdef ASYNCPS_SCALING_TRAIN
 absl::StatusOr<Measurement> RunTrain(const Config& config, int workers, int ps) {
-  ASSIGN_OR_RETURN(std::unique_ptr<testutil::LocalCluster> cluster, StartCluster(workers, ps, "fashion_mnist"));
+  ASSIGN_OR_RETURN(std::unique_ptr<testutil::LocalCluster> cluster,
+                   StartCluster(workers, ps, "fashion_mnist"));
   ASSIGN_OR_RETURN(std::shared_ptr<const Partitioner> partitioner,
                    MinSizePartitioner::Create(MinSizePartitioner::kDefaultMinShardBytes, ps));
   std::unique_ptr<ParameterServerStrategy> strategy = cluster->MakeStrategy(partitioner);
@@ -296,8 +306,9 @@ absl::StatusOr<Measurement> RunTrain(const Config& config, int workers, int ps) 
   // Units: examples.
   const double per_step = options.batch_size;
   m.units *= per_step;
-  for (double* cost : {&m.costs.worker_cpu, &m.costs.ps_cpu, &m.costs.chief_cpu, &m.costs.worker_thread,
-                       &m.costs.busiest_ps_cpu, &m.costs.busiest_ps_thread, &m.costs.chief_thread, &m.costs.ps_bytes}) {
+  for (double* cost : {&m.costs.worker_cpu, &m.costs.ps_cpu, &m.costs.chief_cpu,
+                       &m.costs.worker_thread, &m.costs.busiest_ps_cpu, &m.costs.busiest_ps_thread,
+                       &m.costs.chief_thread, &m.costs.ps_bytes}) {
     *cost /= per_step;
   }
   m.chief_bytes /= per_step;
@@ -305,7 +316,8 @@ absl::StatusOr<Measurement> RunTrain(const Config& config, int workers, int ps) 
 }
 #endif
 
-absl::StatusOr<Measurement> RunOne(const Config& config, const std::string& workload, int workers, int ps) {
+absl::StatusOr<Measurement> RunOne(const Config& config, const std::string& workload, int workers,
+                                   int ps) {
   absl::StatusOr<Measurement> m;
 #ifdef ASYNCPS_SCALING_TRAIN
   if (workload == "train") m = RunTrain(config, workers, ps);
@@ -320,7 +332,8 @@ std::string Signed(double relative) { return absl::StrFormat("%+.0f%%", 100 * re
 
 // Prints one workload's table, and the mean absolute error of the 2-core predictions over the
 // validation points (W, P in {1, 2}, without W=1 P=1, which the latency is fitted to).
-void Report(const Config& config, const std::string& workload, const std::vector<Measurement>& runs) {
+void Report(const Config& config, const std::string& workload,
+            const std::vector<Measurement>& runs) {
   const bool train = workload == "train";
   const Measurement* base = nullptr;
   for (const Measurement& m : runs) {
@@ -332,11 +345,14 @@ void Report(const Config& config, const std::string& workload, const std::vector
   big.memory_bytes_per_second = config.memory_gbs * 1e9;
   big.latency_per_unit = latency;
 
-  std::printf("\n%s: unit = one %s; wait not accounted for by CPU (fitted at W=1 P=1): %.1f us/unit\n",
-              workload.c_str(), train ? "example" : "step", 1e6 * latency);
   std::printf(
-      " W P | measured here %s  cores: ours others | CPU us/unit: worker     PS (busiest, thread)   chief (thread)    total | "
-      "PS KB/unit  chief B/unit | model, 2 cores   err  binds       | model, %.0f cores: own costs effic. binds"
+      "\n%s: unit = one %s; wait not accounted for by CPU (fitted at W=1 P=1): %.1f us/unit\n",
+      workload.c_str(), train ? "example" : "step", 1e6 * latency);
+  std::printf(
+      " W P | measured here %s  cores: ours others | CPU us/unit: worker     PS (busiest, thread)  "
+      " chief (thread)    total | "
+      "PS KB/unit  chief B/unit | model, 2 cores   err  binds       | model, %.0f cores: own costs "
+      "effic. binds"
       "       | W=1 costs effic. binds\n",
       train ? "   ex/s" : "steps/s", config.cores);
   // The costs of W=1 at each P: per unit they would not grow with W on a machine with a core
@@ -369,13 +385,14 @@ void Report(const Config& config, const std::string& workload, const std::vector
                                      base.units_per_second / (m.workers * one), base.binding);
     }
     std::printf(
-        " %d %d | %13.0f  %11.2f %6.2f | %19.1f %7.1f (%6.1f, %6.1f) %7.1f (%5.1f) %8.1f | %10.1f  %12.0f | %14.0f %5s  %-11s | "
+        " %d %d | %13.0f  %11.2f %6.2f | %19.1f %7.1f (%6.1f, %6.1f) %7.1f (%5.1f) %8.1f | %10.1f  "
+        "%12.0f | %14.0f %5s  %-11s | "
         "%25.0f  %s  %-11s | %s\n",
         m.workers, m.ps, measured, m.our_cores, m.others_cores, 1e6 * c.worker_cpu, 1e6 * c.ps_cpu,
         1e6 * c.busiest_ps_cpu, 1e6 * c.busiest_ps_thread, 1e6 * c.chief_cpu, 1e6 * c.chief_thread,
-        1e6 * (c.worker_cpu + c.ps_cpu + c.chief_cpu), c.ps_bytes / 1e3,
-        m.chief_bytes, on_two.units_per_second, Signed(err).c_str(), on_two.binding.c_str(), on_big.units_per_second,
-        efficiency.c_str(), on_big.binding.c_str(), base_figures.c_str());
+        1e6 * (c.worker_cpu + c.ps_cpu + c.chief_cpu), c.ps_bytes / 1e3, m.chief_bytes,
+        on_two.units_per_second, Signed(err).c_str(), on_two.binding.c_str(),
+        on_big.units_per_second, efficiency.c_str(), on_big.binding.c_str(), base_figures.c_str());
     if (m.workers <= 2 && m.ps <= 2 && !(m.workers == 1 && m.ps == 1)) {
       error_sum += std::abs(err);
       ++validated;
@@ -394,7 +411,8 @@ void Report(const Config& config, const std::string& workload, const std::vector
   // measured at the largest P (and, as above, on its W=1 costs).
   const Measurement* largest = nullptr;
   for (const Measurement& m : runs) {
-    if (largest == nullptr || m.ps > largest->ps || (m.ps == largest->ps && m.workers > largest->workers)) {
+    if (largest == nullptr || m.ps > largest->ps ||
+        (m.ps == largest->ps && m.workers > largest->workers)) {
       largest = &m;
     }
   }
@@ -402,13 +420,15 @@ void Report(const Config& config, const std::string& workload, const std::vector
     bench::Machine unbounded = big;
     unbounded.memory_bytes_per_second = std::numeric_limits<double>::infinity();
     for (const bench::Machine* machine : {&big, &unbounded}) {
-      std::printf("  extrapolated, %.0f cores, P=%d%s, costs of W=%d [of W=1]:", config.cores, largest->ps,
-                  machine == &big ? "" : ", no memory cap", largest->workers);
+      std::printf("  extrapolated, %.0f cores, P=%d%s, costs of W=%d [of W=1]:", config.cores,
+                  largest->ps, machine == &big ? "" : ", no memory cap", largest->workers);
       for (int workers : {16, 32, 64}) {
-        const bench::Prediction own = bench::Predict(with_workers(largest->costs, workers), *machine);
+        const bench::Prediction own =
+            bench::Predict(with_workers(largest->costs, workers), *machine);
         std::printf("  W=%d %.0f %s", workers, own.units_per_second, own.binding.c_str());
         if (auto it = single_costs.find(largest->ps); it != single_costs.end()) {
-          const bench::Prediction base = bench::Predict(with_workers(it->second, workers), *machine);
+          const bench::Prediction base =
+              bench::Predict(with_workers(it->second, workers), *machine);
           std::printf(" [%.0f %s]", base.units_per_second, base.binding.c_str());
         }
         std::printf(";");
@@ -417,24 +437,29 @@ void Report(const Config& config, const std::string& workload, const std::vector
     }
   }
   if (validated > 0) {
-    std::printf("  validation of the 2-core model: mean |error| %.0f%% at W and P in {1,2} but (1,1) (%d points); "
-                "%.0f%% at all %d points but (1,1); %s; mean load average %.1f\n",
-                100 * error_sum / validated, validated, 100 * all_error_sum / std::max(1, all_points), all_points,
-                quiet_points > 0 ? absl::StrFormat("%.0f%% at the %d where others kept < 0.5 cores busy",
-                                                   100 * quiet_error_sum / quiet_points, quiet_points)
-                                       .c_str()
-                                 : "no point had others below 0.5 cores",
-                load);
+    std::printf(
+        "  validation of the 2-core model: mean |error| %.0f%% at W and P in {1,2} but (1,1) (%d "
+        "points); "
+        "%.0f%% at all %d points but (1,1); %s; mean load average %.1f\n",
+        100 * error_sum / validated, validated, 100 * all_error_sum / std::max(1, all_points),
+        all_points,
+        quiet_points > 0 ? absl::StrFormat("%.0f%% at the %d where others kept < 0.5 cores busy",
+                                           100 * quiet_error_sum / quiet_points, quiet_points)
+                               .c_str()
+                         : "no point had others below 0.5 cores",
+        load);
   }
   std::fflush(stdout);
 }
 
 int Run(const Config& config) {
-  std::printf("scaling_bench%s: real PS, worker and chief processes on loopback; a SIMULATION of a %.0f-core machine\n"
-              "from CPU-seconds per unit measured here (%ld cores online, load average %.2f at start);\n"
-              "memory bandwidth for loopback copies assumed %.0f GB/s (--memory_gbs)\n",
-              config.quick ? " --quick" : "", config.cores, sysconf(_SC_NPROCESSORS_ONLN), bench::LoadAverage1(),
-              config.memory_gbs);
+  std::printf(
+      "scaling_bench%s: real PS, worker and chief processes on loopback; a SIMULATION of a "
+      "%.0f-core machine\n"
+      "from CPU-seconds per unit measured here (%ld cores online, load average %.2f at start);\n"
+      "memory bandwidth for loopback copies assumed %.0f GB/s (--memory_gbs)\n",
+      config.quick ? " --quick" : "", config.cores, sysconf(_SC_NPROCESSORS_ONLN),
+      bench::LoadAverage1(), config.memory_gbs);
   std::fflush(stdout);
   for (const std::string& workload : config.workloads) {
 #ifndef ASYNCPS_SCALING_TRAIN
@@ -495,15 +520,17 @@ bool ParseFlags(int argc, char** argv, Config* config) {
       ok = absl::SimpleAtoi(*v, &config->dense_kib) && config->dense_kib >= 4;
     } else if (auto v = value("--workloads")) {
       config->workloads = absl::StrSplit(*v, ',', absl::SkipEmpty());
-      for (const std::string& w : config->workloads) ok = ok && (w == "small" || w == "dense" || w == "train");
+      for (const std::string& w : config->workloads)
+        ok = ok && (w == "small" || w == "dense" || w == "train");
     } else {
       ok = false;
     }
     if (!ok) {
-      std::fprintf(stderr,
-                   "usage: %s [--quick] [--cores=16] [--memory_gbs=20] [--dense_kib=1024] [--repeats=3] "
-                   "[--workloads=small,dense,train]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--quick] [--cores=16] [--memory_gbs=20] [--dense_kib=1024] [--repeats=3] "
+          "[--workloads=small,dense,train]\n",
+          argv[0]);
       return false;
     }
   }

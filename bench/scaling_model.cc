@@ -19,7 +19,8 @@ double UncontendedSecondsPerUnit(const MeasuredCosts& costs, double latency_per_
 
 double FitLatency(const MeasuredCosts& single_worker, double measured_units_per_second) {
   if (measured_units_per_second <= 0) return 0;
-  return std::max(0.0, 1.0 / measured_units_per_second - UncontendedSecondsPerUnit(single_worker, 0));
+  return std::max(0.0,
+                  1.0 / measured_units_per_second - UncontendedSecondsPerUnit(single_worker, 0));
 }
 
 double MvaThroughput(int customers, const std::vector<double>& queueing, double delay,
@@ -63,7 +64,8 @@ Prediction Predict(const MeasuredCosts& costs, const Machine& machine) {
   }
 
   // The closed network of W circulating units.
-  const double total_cpu_delay = costs.worker_cpu + costs.busiest_ps_cpu + costs.chief_cpu + machine.latency_per_unit;
+  const double total_cpu_delay =
+      costs.worker_cpu + costs.busiest_ps_cpu + costs.chief_cpu + machine.latency_per_unit;
   std::vector<double> queueing;
   std::vector<std::string> names;
   double delay = 0;
@@ -77,7 +79,8 @@ Prediction Predict(const MeasuredCosts& costs, const Machine& machine) {
     delay = total_cpu * (machine.cores - 1) / machine.cores + machine.latency_per_unit;
   }
   std::vector<double> utilisation;
-  p.mva_units_per_second = MvaThroughput(costs.workers, queueing, std::max(0.0, delay), &utilisation);
+  p.mva_units_per_second =
+      MvaThroughput(costs.workers, queueing, std::max(0.0, delay), &utilisation);
 
   p.units_per_second = std::min(p.mva_units_per_second, cap.units_per_second);
   if (p.units_per_second >= 0.9 * cap.units_per_second) {
@@ -85,8 +88,8 @@ Prediction Predict(const MeasuredCosts& costs, const Machine& machine) {
   } else if (p.units_per_second >= 0.9 * p.bounds[0].units_per_second) {
     p.binding = "latency";
   } else {
-    const size_t busiest = static_cast<size_t>(std::max_element(utilisation.begin(), utilisation.end()) -
-                                               utilisation.begin());
+    const size_t busiest = static_cast<size_t>(
+        std::max_element(utilisation.begin(), utilisation.end()) - utilisation.begin());
     p.binding = names[busiest];
   }
   return p;

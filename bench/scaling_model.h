@@ -61,13 +61,14 @@ struct Machine {
 };
 
 struct Bound {
-  std::string resource;    // "latency" (W / uncontended time), "workers", "PS", "chief", "cores", "memory"
+  std::string
+      resource;  // "latency" (W / uncontended time), "workers", "PS", "chief", "cores", "memory"
   double units_per_second;  // the cap
 };
 
 struct Prediction {
   double units_per_second = 0;
-  std::string binding;        // see the file comment
+  std::string binding;  // see the file comment
   double mva_units_per_second = 0;
   std::vector<Bound> bounds;  // every cap, in a fixed order
 };

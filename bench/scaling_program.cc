@@ -19,7 +19,8 @@ Program MakeScalingProgram() {
     return Values{Tensor::Scalar<float>(1)};
   });
   program.AddFunction("small_step", [](StepContext& ctx) -> absl::StatusOr<Values> {
-    RETURN_IF_ERROR(ctx.PushGradients({{"small", Tensor::FromVector<float>({1}, {1.0f}), std::nullopt}}));
+    RETURN_IF_ERROR(
+        ctx.PushGradients({{"small", Tensor::FromVector<float>({1}, {1.0f}), std::nullopt}}));
     return Values{Tensor::Scalar<float>(1)};
   });
   return program;

@@ -39,7 +39,9 @@ class Fd {
   int fd_;
 };
 
-absl::Status Errno(const char* what) { return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno))); }
+absl::Status Errno(const char* what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
 
 // Dumps every TCP socket of `family` with its tcp_info into `table`.
 absl::Status Dump(int family, TcpBytes* table) {
@@ -58,7 +60,8 @@ absl::Status Dump(int family, TcpBytes* table) {
   message.request.idiag_ext = 1 << (INET_DIAG_INFO - 1);
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
-  if (sendto(fd.get(), &message, sizeof(message), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0) {
+  if (sendto(fd.get(), &message, sizeof(message), 0, reinterpret_cast<sockaddr*>(&kernel),
+             sizeof(kernel)) < 0) {
     return Errno("netlink sendto");
   }
   std::vector<char> buffer(1 << 16);
@@ -75,7 +78,8 @@ absl::Status Dump(int family, TcpBytes* table) {
       if (h->nlmsg_len < sizeof(nlmsghdr) || offset + h->nlmsg_len > received) break;
       offset += NLMSG_ALIGN(h->nlmsg_len);
       if (h->nlmsg_type == NLMSG_DONE) return absl::OkStatus();
-      if (h->nlmsg_type == NLMSG_ERROR) return absl::InternalError("netlink: the kernel refused the socket dump");
+      if (h->nlmsg_type == NLMSG_ERROR)
+        return absl::InternalError("netlink: the kernel refused the socket dump");
       if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY) continue;
       auto* diag = static_cast<inet_diag_msg*>(NLMSG_DATA(h));
       int attributes_length = static_cast<int>(h->nlmsg_len - NLMSG_LENGTH(sizeof(*diag)));
@@ -85,8 +89,11 @@ absl::Status Dump(int family, TcpBytes* table) {
         // Older kernels send a shorter tcp_info: take the counters only when they are there.
         tcp_info info{};
         std::memcpy(&info, RTA_DATA(a), std::min<size_t>(RTA_PAYLOAD(a), sizeof(info)));
-        if (RTA_PAYLOAD(a) < offsetof(tcp_info, tcpi_bytes_received) + sizeof(info.tcpi_bytes_received)) continue;
-        (*table)[diag->idiag_inode] = static_cast<int64_t>(info.tcpi_bytes_acked + info.tcpi_bytes_received);
+        if (RTA_PAYLOAD(a) <
+            offsetof(tcp_info, tcpi_bytes_received) + sizeof(info.tcpi_bytes_received))
+          continue;
+        (*table)[diag->idiag_inode] =
+            static_cast<int64_t>(info.tcpi_bytes_acked + info.tcpi_bytes_received);
       }
     }
   }
@@ -123,7 +130,8 @@ absl::StatusOr<std::map<uint64_t, int64_t>> SocketBytesOf(pid_t pid, const TcpBy
   return out;
 }
 
-int64_t SocketBytesMoved(const std::map<uint64_t, int64_t>& before, const std::map<uint64_t, int64_t>& after) {
+int64_t SocketBytesMoved(const std::map<uint64_t, int64_t>& before,
+                         const std::map<uint64_t, int64_t>& after) {
   int64_t moved = 0;
   for (const auto& [inode, bytes] : after) {
     auto it = before.find(inode);

@@ -26,7 +26,8 @@ absl::StatusOr<std::map<uint64_t, int64_t>> SocketBytesOf(pid_t pid, const TcpBy
 
 // Bytes moved between two readings of one process: sockets new in `after` count from zero,
 // sockets closed since `before` are lost (scaling_bench's connections live for the whole run).
-int64_t SocketBytesMoved(const std::map<uint64_t, int64_t>& before, const std::map<uint64_t, int64_t>& after);
+int64_t SocketBytesMoved(const std::map<uint64_t, int64_t>& before,
+                         const std::map<uint64_t, int64_t>& after);
 
 }  // namespace asyncps::bench
 
