@@ -133,10 +133,11 @@ struct Run {
   double load_before = 0, load_after = 0;
   double cpu_seconds = 0;  // the reference's own CPU time (one process)
   std::string breakdown;   // distributed runs: the lines printed under the figure
+  double cpu_per_step = 0;  // distributed runs: ms of CPU of every process per step
 };
 
 // The breakdown of the window between `a` and `b`, per step (128 examples), in ms.
-std::string Breakdown(const Snapshot& a, const Snapshot& b) {
+std::string Breakdown(const Snapshot& a, const Snapshot& b, double* cpu_per_step) {
   const double wall = absl::ToDoubleSeconds(b.at - a.at);
   const double steps = Delta(b.workers, a.workers, "asyncps_worker_steps_total", {"result=\"ok\""});
   if (steps <= 0 || wall <= 0) return "    (no steps in the measured window)\n";
@@ -170,7 +171,12 @@ std::string Breakdown(const Snapshot& a, const Snapshot& b) {
   const double worker_cpu = per_step(Sum(b.worker_cpu) - Sum(a.worker_cpu));
   const double ps_cpu = per_step(Sum(b.ps_cpu) - Sum(a.ps_cpu));
   const double chief_cpu = per_step(b.chief_cpu - a.chief_cpu);
+  *cpu_per_step = worker_cpu + ps_cpu + chief_cpu;
   const double cores = static_cast<double>(std::thread::hardware_concurrency());
+  // Bytes every process sent (tensors and framing; loopback TCP costs CPU on both ends).
+  const double sent = Delta(b.workers, a.workers, "asyncps_net_sent_bytes_total") +
+                      Delta(b.ps, a.ps, "asyncps_net_sent_bytes_total") +
+                      Delta({b.chief}, {a.chief}, "asyncps_net_sent_bytes_total");
   std::string out;
   absl::StrAppend(&out, absl::StrFormat(
       "    worker time per step (ms, %.0f steps measured): %.2f = model in use %.2f (pull %.2f + compute %.2f + push"
@@ -185,8 +191,9 @@ std::string Breakdown(const Snapshot& a, const Snapshot& b) {
       dispatch, ps_ms("ps.Read", "server"), ps_ms("ps.PushGradients", "server"), ps_ms("ps.Read", "client"),
       ps_ms("ps.PushGradients", "client")));
   absl::StrAppend(&out, absl::StrFormat(
-      "    CPU per step (ms): workers %.2f + PS %.2f + chief %.2f = %.2f; %.2f of %.0f cores busy\n", worker_cpu,
-      ps_cpu, chief_cpu, worker_cpu + ps_cpu + chief_cpu,
+      "    CPU per step (ms): workers %.2f + PS %.2f + chief %.2f = %.2f; %.2f MB sent per step; %.2f of %.0f cores"
+      " busy\n",
+      worker_cpu, ps_cpu, chief_cpu, worker_cpu + ps_cpu + chief_cpu, sent / steps / 1e6,
       (Sum(b.worker_cpu) - Sum(a.worker_cpu) + Sum(b.ps_cpu) - Sum(a.ps_cpu) + b.chief_cpu - a.chief_cpu) / wall,
       cores));
   return out;
@@ -226,7 +233,7 @@ absl::StatusOr<Run> TrainDistributed(const Config& config, const fmnist::Options
   r.load_before = bench::LoadAverage();
   ASSIGN_OR_RETURN(r.result, fmnist::Train(*strategy, coordinator, run));
   r.load_after = bench::LoadAverage();
-  r.breakdown = Breakdown(before, after);
+  r.breakdown = Breakdown(before, after, &r.cpu_per_step);
   return r;
 }
 
@@ -247,6 +254,16 @@ void PrintLine(const std::string& label, const Run& r) {
               r.result.examples_per_second, r.result.test_accuracy, r.load_before, r.load_after);
 }
 
+// The reference's CPU time per step, and how many cores that kept busy (its input pipeline
+// prefetches on a thread of its own, beside the LibTorch thread(s)).
+double RefCpuPerStepMs(const Run& r) {
+  return 1e3 * r.cpu_seconds / static_cast<double>(std::max<int64_t>(1, r.result.steps));
+}
+void PrintReferenceCpu(const Run& r) {
+  std::printf("    CPU per step %.2f ms; %.2f cores busy\n", RefCpuPerStepMs(r),
+              r.cpu_seconds / std::max(1e-9, r.result.seconds));
+}
+
 int Main(bool quick, int epochs, const std::string& only) {
   fmnist::Options options;
   options.progress = false;
@@ -265,14 +282,14 @@ int Main(bool quick, int epochs, const std::string& only) {
   absl::StatusOr<Run> ref1 = TrainReference(options, 1);
   if (!ref1.ok()) return fail("reference", ref1.status());
   PrintLine("reference: one process, 1 LibTorch thread", *ref1);
-  std::printf("    CPU per step %.2f ms\n", 1e3 * ref1->cpu_seconds / std::max<int64_t>(1, ref1->result.steps));
+  PrintReferenceCpu(*ref1);
   std::optional<Run> refn;
   if (!quick && cores > 1) {
     absl::StatusOr<Run> r = TrainReference(options, cores);
     if (!r.ok()) return fail("reference", r.status());
     refn = *std::move(r);
     PrintLine(absl::StrCat("reference: one process, ", cores, " LibTorch threads"), *refn);
-    std::printf("    CPU per step %.2f ms\n", 1e3 * refn->cpu_seconds / std::max<int64_t>(1, refn->result.steps));
+    PrintReferenceCpu(*refn);
   }
   fmnist::SetTorchThreads(1);
   for (const Config& config : kConfigs) {
@@ -286,6 +303,10 @@ int Main(bool quick, int epochs, const std::string& only) {
     std::printf("    ratio to the reference with 1 thread: %.2f", e / ref1->result.examples_per_second);
     if (refn.has_value()) std::printf(", with %d threads: %.2f", cores, e / refn->result.examples_per_second);
     std::printf("  (aim >= 1.0)\n%s", d->breakdown.c_str());
+    // What keeping up costs: the reference's rate at this configuration's CPU per step.
+    const double needed = ref1->result.examples_per_second / options.batch_size * d->cpu_per_step / 1e3;
+    std::printf("    CPU per example %.2f x the reference's; keeping up with its rate needs %.2f cores busy (of %d)\n",
+                d->cpu_per_step / std::max(1e-9, RefCpuPerStepMs(*ref1)), needed, cores);
   }
   return 0;
 }
