@@ -1,13 +1,11 @@
 #ifndef ASYNCPS_BENCH_PROMETHEUS_SCRAPE_H_
 #define ASYNCPS_BENCH_PROMETHEUS_SCRAPE_H_
 
-// What a benchmark needs to read the processes' own instrumentation: GET /metrics from a
-// process on 127.0.0.1, sums over samples of a family in the text exposition, and a process's
-// CPU time from /proc. Header-only; benchmarks only (no error handling beyond "absent").
+// What a benchmark needs to read the processes' own instrumentation (fetched with
+// testutil::HttpGetBody): sums over samples of a family in a Prometheus text exposition, a
+// process's CPU time from /proc, the load average. Header-only; benchmarks only (no error
+// handling beyond "absent").
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -18,27 +16,6 @@
 #include <string>
 
 namespace asyncps::bench {
-
-// The body of GET `path` on 127.0.0.1:`port`, headers included; empty when the connection
-// fails.
-inline std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buf[8192];
-      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
-    }
-  }
-  close(fd);
-  return out;
-}
 
 // The sum of every sample of `series` (a family name with its suffix, e.g.
 // "asyncps_rpc_server_seconds_sum") whose labels contain every one of `labels` (each like

@@ -36,7 +36,9 @@
 #include "examples/fmnist_training.h"
 #include "metrics/process_metrics.h"
 #include "partitioners/partitioner.h"
+#include "tests/testutil/http_get.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/output_text.h"
 
 namespace asyncps {
 namespace {
@@ -73,9 +75,7 @@ struct Snapshot {
 
 // Metrics port of a process, from its "ready ... (metrics on port N)" line.
 int MetricsPort(const std::string& output) {
-  const std::string key = "(metrics on port ";
-  const size_t at = output.find(key);
-  return at == std::string::npos ? -1 : std::atoi(output.c_str() + at + key.size());
+  return static_cast<int>(testutil::NumberAfter(output, "(metrics on port "));
 }
 
 class ClusterProbe {
@@ -95,11 +95,11 @@ class ClusterProbe {
     Snapshot s;
     s.at = absl::Now();
     for (int i = 0; i < kNumWorkers; ++i) {
-      s.workers.push_back(bench::HttpGet(worker_ports_[i], "/metrics"));
+      s.workers.push_back(testutil::HttpGetBody(worker_ports_[i], "/metrics"));
       s.worker_cpu.push_back(bench::ProcessCpuSeconds(cluster_.worker_pid(i)));
     }
     for (int i = 0; i < kNumPs; ++i) {
-      s.ps.push_back(bench::HttpGet(ps_ports_[i], "/metrics"));
+      s.ps.push_back(testutil::HttpGetBody(ps_ports_[i], "/metrics"));
       s.ps_cpu.push_back(bench::ProcessCpuSeconds(cluster_.ps_pid(i)));
     }
     s.chief = strategy_.process_metrics().Serialize();
