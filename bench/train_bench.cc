@@ -147,10 +147,10 @@ std::string Breakdown(const Snapshot& a, const Snapshot& b, double* cpu_per_step
                           {absl::StrCat("phase=\"", p, "\"")}));
   };
   const double model_wait = phase("model_wait"), pull = phase("pull"), compute = phase("compute"),
-               push = phase("push"), push_wait = phase("push_wait");
+               push = phase("push"), push_send = phase("push_send"), push_wait = phase("push_wait");
   const double input = per_step(Delta(b.workers, a.workers, "asyncps_worker_input_wait_seconds_total"));
   const double step = per_step(Delta(b.workers, a.workers, "asyncps_worker_step_seconds_sum"));
-  const double step_other = step - input - model_wait - pull - compute - push - push_wait;
+  const double step_other = step - input - model_wait - pull - compute - push - push_send - push_wait;
   // Worker time per step: each worker's wall time, over the steps both made.
   const double worker_wall = per_step(kNumWorkers * wall);
   // The model is what a worker's steps queue for: the time it sat unused is the worker's loss.
@@ -181,10 +181,10 @@ std::string Breakdown(const Snapshot& a, const Snapshot& b, double* cpu_per_step
   absl::StrAppend(&out, absl::StrFormat(
       "    worker time per step (ms, %.0f steps measured): %.2f = model in use %.2f (pull %.2f + compute %.2f + push"
       " %.2f) + model idle %.2f\n"
-      "      a step's own time %.2f: input %.2f, waiting for the model %.2f, pull/compute/push, waiting for the push's"
-      " answer %.2f, rest %.2f\n",
-      steps, worker_wall, pull + compute + push, pull, compute, push, model_idle, step, input, model_wait, push_wait,
-      step_other));
+      "      a step's own time %.2f: input %.2f, waiting for the model %.2f, pull/compute/push, after freeing the"
+      " model: sending the push %.2f, waiting for its answer %.2f; rest %.2f\n",
+      steps, worker_wall, pull + compute + push, pull, compute, push, model_idle, step, input, model_wait, push_send,
+      push_wait, step_other));
   absl::StrAppend(&out, absl::StrFormat(
       "    dispatch: chief's worker.Run round trip minus the step: %.2f ms; PS handler time (queueing included): "
       "read %.2f ms, push %.2f ms; worker round trip: read %.2f ms, push %.2f ms\n",
