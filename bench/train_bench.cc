@@ -57,7 +57,8 @@ struct Config {
 
 const Config kConfigs[] = {
     {"baseline", "TensorFlow's defaults: 1 closure per worker; pull, compute, push and wait", false, 1, false},
-    {"overlap_pull", "the next step's pull sent behind this step's push (1 step staleness)", true, 1, false},
+    {"overlap_pull", "next step's pull sent behind this push, answer awaited with the model free (1 step staler)",
+     true, 1, false},
     {"pipelined", "overlap_pull and 2 closures per worker: the next closure computes while one waits", true, 2,
      false},
     {"pipelined_split", "pipelined, and fc1.weight split over both PS (MinSizePartitioner, 2 shards)", true, 2,

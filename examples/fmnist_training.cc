@@ -140,9 +140,9 @@ absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
 // Returns {loss, examples}. Reports where its time went as phases (StepContext::AddPhaseTime,
 // the worker's asyncps_worker_step_phase_seconds_total). Holding the model: "model_wait"
 // (another closure on this worker held it), "pull" (waiting for the parameters), "compute"
-// (input conversion, forward, backward), "push" (sending the gradients and waiting for the PS
-// to apply them; with overlap_pull only taking them out of the model). With overlap_pull, after the model is free for the
-// worker's next closure: "push_send" (sending the gradients), "push_wait" (the PS's answer).
+// (input conversion, forward, backward), "push" (sending the gradients and, without
+// overlap_pull, waiting for the PS to apply them). With overlap_pull, after the model is free
+// for the worker's next closure: "push_wait" (the PS's answer).
 absl::StatusOr<Values> TrainStep(StepContext& ctx) {
   // The batch is read before taking the model, so with several closures in flight on this
   // worker the next step's input is ready while this one computes.
@@ -155,7 +155,7 @@ absl::StatusOr<Values> TrainStep(StepContext& ctx) {
     t = now;
   };
   float loss_value = 0;
-  std::optional<std::vector<GradientUpdate>> gradients;  // overlap_pull: pushed after the model is free
+  std::optional<PsFuture<void>> push;  // overlap_pull: waited for after the model is free
   {
     MutexLock lock(&model->mu);
     phase("model_wait");
@@ -179,24 +179,21 @@ absl::StatusOr<Values> TrainStep(StepContext& ctx) {
     }));
     phase("compute");
     if (model->overlap_pull) {
-      // The next step's read goes out first, so its answer is held up neither by this push's
-      // bytes nor by the PS applying them; it misses this push (one step more staleness). The
-      // gradients leave the model with this step, and the push is sent and waited for after
-      // the model is free for the worker's next closure.
+      // The next step's read goes out right behind this push, so its round trip overlaps the
+      // push's; it may miss this push (one step more staleness: measured, sending the read
+      // first costs more accuracy than it gains speed). The model is free for the worker's
+      // next closure while this one waits for the push's answer.
+      push = torch_bridge::PushGradientsAsync(ctx, *net.module);
       model->next_pull = torch_bridge::PullAsync(ctx, *net.module);
-      ASSIGN_OR_RETURN(gradients, torch_bridge::TakeGradients(*net.module));
     } else {
       RETURN_IF_ERROR(torch_bridge::PushGradients(ctx, *net.module));
     }
     phase("push");
   }
-  if (gradients.has_value()) {
-    PsFuture<void> push = ctx.PushGradientsAsync(*gradients);
-    gradients.reset();  // the requests hold the buffers as long as they need them
-    phase("push_send");
+  if (push.has_value()) {
     // Still this closure's push: the step reports its own failure, and the chief sees the
     // step done only once its gradients are applied (checkpoints stay consistent cuts).
-    RETURN_IF_ERROR(push.Get());
+    RETURN_IF_ERROR(push->Get());
     phase("push_wait");
   }
   return Values{Tensor::Scalar(loss_value), Tensor::Scalar<int64_t>(batch[1].dim(0))};
