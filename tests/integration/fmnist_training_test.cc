@@ -6,7 +6,7 @@
 // The threshold is the main job's target, 0.88 (the published MLP baseline is 0.871). Twelve
 // epochs, two more than the example's default, leave margin for the steps worker 1 missed;
 // about 30-40 s on two cores. The pipelined step (overlap_pull, two closures per worker) trains
-// to the same target in the example's ten epochs (about 20-30 s).
+// to the same target in as many epochs (about 30 s).
 #include <signal.h>
 
 #include <memory>
@@ -83,9 +83,10 @@ TEST(FashionMnistTrainingTest, WorkerKilledAndRestartedMidTrainingStillReachesTh
 }
 
 // The pipelined step (Options::overlap_pull with two closures per worker: one step more
-// staleness) still trains to the target in the example's ten epochs, and the workers say where
-// a step's time went through their own metrics: the step waited for the model while another
-// closure held it, and waited for its push's answer after letting the model go.
+// staleness) still trains to the target, and the workers say where a step's time went through
+// their own metrics: the step waited for the model while another closure held it, and waited
+// for its push's answer after letting the model go. Twelve epochs like the test above: at ten,
+// train_bench measured 0.8825-0.8890 (the target with next to no margin).
 TEST(FashionMnistTrainingTest, PipelinedStepsReachTheTargetAndReportTheirPhases) {
   testutil::LocalCluster::Options o;
   o.num_ps = 2;
@@ -101,7 +102,7 @@ TEST(FashionMnistTrainingTest, PipelinedStepsReachTheTargetAndReportTheirPhases)
   auto coordinator = std::make_unique<ClusterCoordinator>(*strategy, program, co);
 
   fmnist::Options options;
-  options.epochs = 10;
+  options.epochs = 12;
   options.progress = false;
   options.overlap_pull = true;
   auto result = fmnist::Train(*strategy, *coordinator, options);
