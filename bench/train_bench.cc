@@ -12,7 +12,12 @@
 //     (asyncps_worker_step_phase_seconds_total: model wait, pull, compute, push), their input
 //     wait and step time, the chief's worker.Run round trip against the workers' step time
 //     (dispatch), the PS handler time per request (asyncps_rpc_server_seconds, queueing on the
-//     PS included) and every process's CPU time (/proc/PID/stat) per step.
+//     PS included) and every process's CPU time (/proc/PID/stat) per step, against the
+//     reference's: how many cores keeping up with the reference would take.
+// Configurations: TensorFlow's defaults, overlap_pull, pipelined (overlap_pull and 2 closures
+// per worker), pipelined with the big matrix split over both PS.
+// On a machine shared with other jobs the figures mean little unless the bench gets the cores;
+// see the README (Measured) for how they were taken.
 // Flags: --quick (one epoch, one configuration: a smoke run for ctest), --epochs N (default 10,
 // the main job's), --only NAME (one configuration).
 #include <unistd.h>
@@ -21,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -273,7 +279,7 @@ int Main(bool quick, int epochs, const std::string& only) {
   std::printf("train_bench: Fashion-MNIST MLP 784-256-128-10, batch %d, Adam 1e-3, %d epoch(s), %d cores%s\n",
               options.batch_size, options.epochs, cores, quick ? " (--quick)" : "");
   std::printf("  distributed: %d PS + %d workers + the chief (this process), 1 LibTorch thread per worker, all on the "
-              "same %d cores\n", kNumPs, kNumWorkers, cores);
+              "same %d cores; the references have them to themselves\n", kNumPs, kNumWorkers, cores);
 
   auto fail = [](const char* what, const absl::Status& s) {
     std::fprintf(stderr, "train_bench: %s: %s\n", what, s.ToString().c_str());
