@@ -12,7 +12,7 @@
 #include "core/sync.h"
 #include "core/tensor.h"
 #include "ps/update_rule.h"
-#include "ps/update_kind.h"
+#include "core/update_kind.h"
 
 namespace asyncps::ps {
 
