@@ -10,6 +10,7 @@
 #   P/lib/cmake/asyncps/                     asyncpsConfig.cmake: find_package(asyncps), targets
 #                                            asyncps::asyncps (and asyncps::torch, COMPONENTS torch)
 #   P/bin/asyncps_ps, P/bin/asyncps_launch   the generic PS and the local-cluster launcher
+#                                            (imported as asyncps::asyncps_ps, ::asyncps_launch)
 #
 # scripts/check_install.sh installs into a scratch prefix and builds and runs
 # examples/installed/ against it.
@@ -65,12 +66,16 @@ install(CODE "
 ")
 install(SCRIPT cmake/asyncps_install_headers.cmake)
 
-# The process binaries a cluster runs besides the user's program.
-install(TARGETS asyncps_ps_main asyncps_launch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The process binaries a cluster runs besides the user's program, also as imported targets
+# (asyncps::asyncps_ps, asyncps::asyncps_launch) for a program's custom commands and tests.
+set_target_properties(asyncps_ps_main PROPERTIES EXPORT_NAME asyncps_ps)
+install(TARGETS asyncps_ps_main asyncps_launch EXPORT asyncpsTargets
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 configure_package_config_file(cmake/asyncpsConfig.cmake.in
   ${PROJECT_BINARY_DIR}/asyncpsConfig.cmake
-  INSTALL_DESTINATION ${ASYNCPS_INSTALL_CMAKEDIR})
+  INSTALL_DESTINATION ${ASYNCPS_INSTALL_CMAKEDIR}
+  PATH_VARS CMAKE_INSTALL_BINDIR)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/asyncpsConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/asyncpsConfig.cmake ${PROJECT_BINARY_DIR}/asyncpsConfigVersion.cmake
