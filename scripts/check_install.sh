@@ -61,10 +61,12 @@ cmake --build "$example_build" -j "${ASYNCPS_BUILD_JOBS:-2}" ||
   fail "building examples/installed against $prefix"
 
 echo "check_install: running exactly_once_sum on a local cluster (2 PS, 2 workers)"
-# No metrics endpoints: nothing to scrape here, and no ports beyond the cluster's.
-# The example's `run` target: the exported asyncps::asyncps_launch with the program.
+# The example's `run` target: the imported asyncps::asyncps_launch with the program. No metrics
+# endpoints: nothing scrapes them here. timeout signals its whole process group (the launcher
+# stops its tasks on SIGTERM).
 ASYNCPS_METRICS_PORT=-1 timeout 120 cmake --build "$example_build" --target run ||
   fail "exactly_once_sum on a local cluster (exit code $?)"
+
 # 4. The LibTorch component, when the package has it: find_package(asyncps COMPONENTS torch)
 # and a program linking asyncps::torch (it calls into libasyncps_torch.a and LibTorch).
 if [[ -e "$prefix/lib/cmake/asyncps/asyncpsTorchTargets.cmake" ]]; then
