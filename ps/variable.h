@@ -13,7 +13,7 @@
 #include "core/tensor.h"
 #include "ps/row_batch.h"
 #include "ps/update_rule.h"
-#include "ps/update_kind.h"
+#include "core/update_kind.h"
 
 namespace asyncps::ps {
 

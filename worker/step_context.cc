@@ -102,15 +102,15 @@ absl::StatusOr<std::vector<Tensor>> StepContext::ReadMany(const std::vector<std:
 }
 
 absl::Status StepContext::Assign(const std::string& name, const Tensor& value) {
-  return Update({{name, ps::UpdateKind::kAssign, value, std::nullopt}});
+  return Update({{name, UpdateKind::kAssign, value, std::nullopt}});
 }
 
 absl::Status StepContext::AssignAdd(const std::string& name, const Tensor& value) {
-  return Update({{name, ps::UpdateKind::kAdd, value, std::nullopt}});
+  return Update({{name, UpdateKind::kAdd, value, std::nullopt}});
 }
 
 absl::Status StepContext::AssignSub(const std::string& name, const Tensor& value) {
-  return Update({{name, ps::UpdateKind::kSub, value, std::nullopt}});
+  return Update({{name, UpdateKind::kSub, value, std::nullopt}});
 }
 
 ps::UpdateTag StepContext::NextTag() {
@@ -131,7 +131,7 @@ absl::StatusOr<Tensor> StepContext::Gather(const std::string& name, const Tensor
   return Track(ps_.Gather(name, ids));
 }
 
-absl::Status StepContext::Scatter(ps::UpdateKind kind, const std::string& name, const Tensor& ids,
+absl::Status StepContext::Scatter(UpdateKind kind, const std::string& name, const Tensor& ids,
                                   const Tensor& values) {
   return Update({{name, kind, values, ids}});
 }

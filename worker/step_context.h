@@ -72,7 +72,7 @@ class StepContext {
   absl::Status Update(const std::vector<VariableUpdate>& updates);
   // Rows of a (sharded) variable by global id: an embedding lookup.
   absl::StatusOr<Tensor> Gather(const std::string& name, const Tensor& ids);
-  absl::Status Scatter(ps::UpdateKind kind, const std::string& name, const Tensor& ids, const Tensor& values);
+  absl::Status Scatter(UpdateKind kind, const std::string& name, const Tensor& ids, const Tensor& values);
   // Gradients applied by each variable's optimizer on its PS; one request per PS.
   absl::Status PushGradients(const std::vector<GradientUpdate>& gradients);
 
