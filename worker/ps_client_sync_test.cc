@@ -482,6 +482,25 @@ TEST_F(PsClientSyncTest, APsRestartedEmptyMidSequenceIsStateLostUntilItsShardsAr
   EXPECT_TRUE(IsPsStateLost(client_->Read({"bias"}).status()));
 }
 
+TEST_F(PsClientSyncTest, CreatingAVariableOnAPsThatIsDownIsUnavailable) {
+  ps_[1]->Stop();
+  rpc_[1]->Disconnect();
+  VariablePlacement fresh;
+  fresh.name = "fresh";
+  fresh.shape = {4};
+  fresh.shards = {{"fresh/part_0", 0, 0, 2}, {"fresh/part_1", 1, 2, 4}};
+  absl::Status s =
+      client_->CreateVariable(fresh, ps::InitializerSpec(), nullptr, /*wait_for_ready=*/false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("ps 1 (127.0.0.1:"), std::string::npos) << s;
+  // The PS that is up created its shard (creation is idempotent, so a retry completes it).
+  EXPECT_EQ(ps_[0]->Held("fresh/part_0").num_elements(), 2);
+  ASSERT_TRUE(ps_[1]->Start(ps_[1]->port()).ok());
+  ASSERT_TRUE(
+      client_->CreateVariable(fresh, ps::InitializerSpec(), nullptr, /*wait_for_ready=*/true).ok());
+  EXPECT_EQ(ps_[1]->Held("fresh/part_1").num_elements(), 2);
+}
+
 TEST_F(PsClientSyncTest, APlacementNamingAPsTheClientDoesNotKnowIsAnErrorNotACrash) {
   VariablePlacement stray;
   stray.name = "stray";

@@ -834,6 +834,29 @@ TEST_F(WorkerServiceTest, MalformedRequestBodiesAreInvalidArgumentAndTheServiceK
   EXPECT_TRUE(heartbeat->resources.empty());
 }
 
+TEST_F(WorkerServiceTest, ASplitBindingThatNamesNoIteratorArgumentIsInvalidArgument) {
+  ChiefConnection& chief = Connect(kChiefA);
+  ASSERT_TRUE(chief.CallStatus("worker.CreateResource", CreateResourceRequest(7, "counter")).ok());
+  auto with_split = [](uint64_t bound) {
+    net::OutMessage m = RunRequest("count", 1, {uint64_t{7}});
+    auto split = m.envelope().getRequest().getBody().getAs<wire::RunRequest>().initSplit();
+    split.setResource(bound);
+    split.setEnd(10);
+    return m;
+  };
+  // The bound resource is an argument, but not a dynamically sharded iterator.
+  absl::Status s = chief.CallStatus("worker.Run", with_split(7));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // The bound resource is not an argument of the closure at all.
+  s = chief.CallStatus("worker.Run", with_split(8));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // Neither ran the closure: the counter's first value is still 1.
+  auto run = ParseRun(chief.Call("worker.Run", RunRequest("count", 2, {uint64_t{7}})));
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(run->code, absl::StatusCode::kOk) << run->message;
+  EXPECT_EQ(run->values.at(0).data<int64_t>()[0], 1);
+}
+
 TEST_F(WorkerServiceTest, ClosuresFromSeveralThreadsRunConcurrentlyAndEachGetsItsOwnResult) {
   constexpr int kCallsPerThread = 50;
   std::vector<ChiefConnection*> chiefs;
