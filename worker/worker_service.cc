@@ -142,6 +142,10 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
     result = (*fn)(ctx);
   } catch (const std::exception& e) {
     result = absl::InternalError(absl::StrCat("function '", function_name, "' threw: ", e.what()));
+  } catch (...) {
+    // Still the function's error: escaping as an RPC error would read as this worker failing
+    // (the coordinator would take it down and put the closure back to run again).
+    result = absl::InternalError(absl::StrCat("function '", function_name, "' threw a non-standard exception"));
   }
   cancellation_.Finish(attempt);
   if (bound != nullptr) body.setSplit(static_cast<wire::SplitOutcome>(bound->outcome()));
@@ -183,6 +187,8 @@ absl::Status WorkerService::CreateResource(uint64_t incarnation, const net::InMe
     resource = (*factory)(ctx);
   } catch (const std::exception& e) {
     resource = absl::InternalError(absl::StrCat("threw: ", e.what()));
+  } catch (...) {
+    resource = absl::InternalError("threw a non-standard exception");
   }
   if (resource.ok() && *resource == nullptr) resource = absl::InternalError("returned null");
   if (!resource.ok()) {

@@ -371,6 +371,7 @@ class WorkerServiceTest : public ::testing::Test {
     });
     program_.AddFunction(
         "throw", [](StepContext&) -> absl::StatusOr<Values> { throw std::runtime_error("boom"); });
+    program_.AddFunction("throw_int", [](StepContext&) -> absl::StatusOr<Values> { throw 42; });
     program_.AddFunction("count", [](StepContext& ctx) -> absl::StatusOr<Values> {
       absl::StatusOr<Counter*> counter = ctx.resource<Counter>(0);
       if (!counter.ok()) return counter.status();
@@ -434,6 +435,9 @@ class WorkerServiceTest : public ::testing::Test {
                          [](const ResourceContext&) -> absl::StatusOr<std::unique_ptr<Resource>> {
                            throw std::runtime_error("factory blew up");
                          });
+    program_.AddResource(
+        "throwing_int",
+        [](const ResourceContext&) -> absl::StatusOr<std::unique_ptr<Resource>> { throw 7; });
     program_.AddResource("null",
                          [](const ResourceContext&) -> absl::StatusOr<std::unique_ptr<Resource>> {
                            return std::unique_ptr<Resource>();
@@ -522,6 +526,12 @@ TEST_F(WorkerServiceTest, AFailingClosureReturnsItsOwnStatusAsTheFunctionsError)
   EXPECT_EQ(run->code, absl::StatusCode::kInternal);
   EXPECT_NE(run->message.find("boom"), std::string::npos) << run->message;
   EXPECT_EQ(run->source, wire::ErrorSource::FUNCTION);
+  // Whatever it throws is the function's error, not the worker failing (an RPC error would
+  // make the coordinator take the worker down and retry the closure elsewhere).
+  run = ParseRun(chief.Call("worker.Run", RunRequest("throw_int", 4)));
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->code, absl::StatusCode::kInternal);
+  EXPECT_EQ(run->source, wire::ErrorSource::FUNCTION);
   // A closure given the wrong kind of argument fails as the function's error.
   run = ParseRun(chief.Call("worker.Run", RunRequest("count", 3, {Tensor::Scalar(1.0f)})));
   ASSERT_TRUE(run.ok()) << run.status();
@@ -582,6 +592,9 @@ TEST_F(WorkerServiceTest, FactoryErrorsKeepTheirCodeAndAreMarkedAsTheFactorys) {
   EXPECT_TRUE(IsResourceFactoryError(s)) << s;
   EXPECT_NE(s.message().find("no access to the data"), std::string::npos) << s;
   s = chief.CallStatus("worker.CreateResource", CreateResourceRequest(2, "throwing"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_TRUE(IsResourceFactoryError(s)) << s;
+  s = chief.CallStatus("worker.CreateResource", CreateResourceRequest(5, "throwing_int"));
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
   EXPECT_TRUE(IsResourceFactoryError(s)) << s;
   s = chief.CallStatus("worker.CreateResource", CreateResourceRequest(3, "null"));
