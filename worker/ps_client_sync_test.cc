@@ -5,6 +5,7 @@
 // status and never a wrong value or an out-of-bounds copy.
 #include <capnp/any.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>

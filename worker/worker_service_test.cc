@@ -9,6 +9,8 @@
 #include <capnp/any.h>
 
 #include <atomic>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -18,7 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "core/incarnation.h"
 #include "core/sync.h"
 #include "core/tensor.h"
