@@ -5,10 +5,12 @@
 // status and never a wrong value or an out-of-bounds copy.
 #include <capnp/any.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -321,6 +323,47 @@ TEST_F(PsClientSyncTest, RowUpdatesAndGradientsReachOnlyTheRowsNamed) {
   for (size_t i = 0; i < expected.size(); ++i) expected[i] -= gradient[i];
   read = client_->Read({"table"});
   ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(Floats((*read)[0]), expected);
+}
+
+TEST_F(PsClientSyncTest, BlockingCallsFromSeveralThreadsAllApply) {
+  // Thread t adds to rows t (PS 0) and 7 - t (PS 1 or 2) and reads rows 3 and 4 (PS 1),
+  // which no thread writes.
+  constexpr int kThreads = 3;
+  constexpr int kCalls = 50;
+  const Tensor initial = Iota({8, 2}, 0);
+  AssignTable(initial);
+  std::atomic<int> failed{0};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCalls; ++i) {
+        absl::Status s = client_->Update(
+            {{"table", ps::UpdateKind::kAdd, Tensor::FromVector<float>({2, 2}, {1, 1, 1, 1}),
+              Tensor::FromVector(std::vector<int64_t>{t, 7 - t})}});
+        if (!s.ok()) failed.fetch_add(1);
+        auto rows = client_->Gather("table", Tensor::FromVector(std::vector<int64_t>{3, 4}));
+        if (!rows.ok()) {
+          failed.fetch_add(1);
+        } else if (Floats(*rows) != RowsOf(initial, {3, 4})) {
+          wrong.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  auto read = client_->Read({"table"});
+  ASSERT_TRUE(read.ok()) << read.status();
+  std::vector<float> expected = Floats(initial);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int row : {t, 7 - t}) {
+      expected[2 * row] += kCalls;
+      expected[2 * row + 1] += kCalls;
+    }
+  }
   EXPECT_EQ(Floats((*read)[0]), expected);
 }
 
