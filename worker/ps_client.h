@@ -48,8 +48,8 @@ struct GradientUpdate {
 // Errors from a PS keep their code; a PS that cannot be reached gives Unavailable (or
 // DeadlineExceeded) naming the PS. Use IsPsUnreachable to tell those apart. An answer that
 // does not fit its request (another count, shape or dtype than the placement's) is Internal,
-// a malformed one InvalidArgument; neither is ever returned as a value. A placement naming a
-// PS this client has no connection to is InvalidArgument, and nothing is sent.
+// one that cannot be decoded Internal or InvalidArgument: never a value. A placement naming
+// a PS this client has no connection to is InvalidArgument, and nothing is sent.
 //
 // A PS that answers NotFound for a variable this client found in the directory has lost it:
 // every name sent comes from the directory, and a variable enters the directory only after
