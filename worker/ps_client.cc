@@ -34,6 +34,17 @@ void CallAllAsync(const std::vector<net::RpcClient*>& ps, const std::string& met
     on_all(CallResults());
     return;
   }
+  // The placement names the PS; one this client has no connection to is a directory that
+  // does not fit the cluster (refused before anything is sent, never an index past ps_).
+  for (const Outgoing& call : calls) {
+    if (call.ps < 0 || static_cast<size_t>(call.ps) >= ps.size()) {
+      CallResults refused;
+      refused.emplace_back(absl::InvalidArgumentError(
+          absl::StrCat(method, ": the placement names ps ", call.ps, ", but this client knows ", ps.size(), " PS")));
+      on_all(std::move(refused));
+      return;
+    }
+  }
   // Each answer fills its own slot; the release/acquire on `remaining` hands every slot to
   // whichever callback finishes last, so no lock is needed.
   struct State {
@@ -296,7 +307,17 @@ absl::StatusOr<std::vector<Tensor>> FinishRead(const ReadPlan& plan, CallResults
       if (tensors.size() != plan.refs[c].size()) return absl::InternalError("ps.Read answered the wrong count");
       for (unsigned i = 0; i < tensors.size(); ++i) {
         const ReadPlan::Ref& ref = plan.refs[c][i];
-        ASSIGN_OR_RETURN(shards[ref.variable][ref.shard], results[c]->TensorAt(tensors[i]));
+        ASSIGN_OR_RETURN(Tensor shard, results[c]->TensorAt(tensors[i]));
+        // The answer becomes the caller's value as it is (or is concatenated): a PS answering
+        // another shape or dtype than the placement's is refused, not handed on.
+        const VariablePlacement& p = *plan.placements[ref.variable];
+        const Shape expected = p.ShardShape(ref.shard);
+        if (shard.dtype() != p.dtype || shard.shape() != expected) {
+          return absl::InternalError(absl::StrCat("ps.Read answered ", DTypeName(shard.dtype()),
+                                                  ShapeString(shard.shape()), " for '", p.shards[ref.shard].name,
+                                                  "', which is ", DTypeName(p.dtype), ShapeString(expected)));
+        }
+        shards[ref.variable][ref.shard] = std::move(shard);
       }
       return absl::OkStatus();
     }));
@@ -378,8 +399,15 @@ absl::StatusOr<Tensor> FinishGather(const GatherPlan& plan, CallResults results)
       for (unsigned i = 0; i < values.size(); ++i) {
         ASSIGN_OR_RETURN(Tensor rows, results[c]->TensorAt(values[i]));
         const RoutedRows& r = plan.routed[plan.call_shards[c][i]];
-        if (rows.dtype() != p.dtype || rows.rank() == 0 || rows.dim(0) != static_cast<int64_t>(r.positions.size())) {
-          return absl::InternalError("ps.Gather answered rows of the wrong shape");
+        // The whole shape, not only the row count: rows narrower than the variable's would
+        // make the copy below read past the answer's payload.
+        Shape expected = p.shape;
+        expected[0] = static_cast<int64_t>(r.positions.size());
+        if (rows.dtype() != p.dtype || rows.shape() != expected) {
+          return absl::InternalError(absl::StrCat("ps.Gather answered ", DTypeName(rows.dtype()),
+                                                  ShapeString(rows.shape()), " for '",
+                                                  p.shards[plan.call_shards[c][i]].name, "', expected ",
+                                                  DTypeName(p.dtype), ShapeString(expected)));
         }
         if (one_shard) {
           single = rows;  // rows already in id order: zero-copy

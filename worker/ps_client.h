@@ -46,7 +46,10 @@ struct GradientUpdate {
 // anything is sent, so a bad shape or id never reaches one shard and not another.
 //
 // Errors from a PS keep their code; a PS that cannot be reached gives Unavailable (or
-// DeadlineExceeded) naming the PS. Use IsPsUnreachable to tell those apart.
+// DeadlineExceeded) naming the PS. Use IsPsUnreachable to tell those apart. An answer that
+// does not fit its request (another count, shape or dtype than the placement's) is Internal,
+// one that cannot be decoded Internal or InvalidArgument: never a value. A placement naming
+// a PS this client has no connection to is InvalidArgument, and nothing is sent.
 //
 // A PS that answers NotFound for a variable this client found in the directory has lost it:
 // every name sent comes from the directory, and a variable enters the directory only after

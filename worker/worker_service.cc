@@ -40,7 +40,12 @@ void WorkerService::RegisterWith(net::MethodTable& server) {
     };
   };
   server.Register<wire::RunRequest>("worker.Run", net::WorkerCallers(), bind(&WorkerService::Run));
-  server.Register<wire::CreateResourceRequest>("worker.CreateResource", net::WorkerCallers(), bind(&WorkerService::CreateResource));
+  server.Register<wire::CreateResourceRequest>(
+      "worker.CreateResource", net::WorkerCallers(),
+      [this](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
+        RETURN_IF_ERROR(AdmitCoordinator(ctx.peer.incarnation));
+        return CreateResource(ctx.peer.incarnation, req, resp);
+      });
   server.Register<wire::DeleteResourceRequest>("worker.DeleteResource", net::WorkerCallers(), bind(&WorkerService::DeleteResource));
   server.Register<wire::SetDirectoryRequest>("worker.SetDirectory", net::WorkerCallers(), bind(&WorkerService::SetDirectory));
   server.Register<wire::CancelRequest>("worker.Cancel", net::WorkerCallers(), bind(&WorkerService::Cancel), net::Dispatch::kInline);
@@ -137,6 +142,10 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
     result = (*fn)(ctx);
   } catch (const std::exception& e) {
     result = absl::InternalError(absl::StrCat("function '", function_name, "' threw: ", e.what()));
+  } catch (...) {
+    // Still the function's error: escaping as an RPC error would read as this worker failing
+    // (the coordinator would take it down and put the closure back to run again).
+    result = absl::InternalError(absl::StrCat("function '", function_name, "' threw a non-standard exception"));
   }
   cancellation_.Finish(attempt);
   if (bound != nullptr) body.setSplit(static_cast<wire::SplitOutcome>(bound->outcome()));
@@ -159,7 +168,7 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
   return absl::OkStatus();
 }
 
-absl::Status WorkerService::CreateResource(const net::InMessage& request, net::OutMessage*) {
+absl::Status WorkerService::CreateResource(uint64_t incarnation, const net::InMessage& request, net::OutMessage*) {
   auto req = request.RequestBody<wire::CreateResourceRequest>();
   const uint64_t id = req.getId();
   {
@@ -179,6 +188,8 @@ absl::Status WorkerService::CreateResource(const net::InMessage& request, net::O
     resource = (*factory)(ctx);
   } catch (const std::exception& e) {
     resource = absl::InternalError(absl::StrCat("threw: ", e.what()));
+  } catch (...) {
+    resource = absl::InternalError("threw a non-standard exception");
   }
   if (resource.ok() && *resource == nullptr) resource = absl::InternalError("returned null");
   if (!resource.ok()) {
@@ -186,6 +197,14 @@ absl::Status WorkerService::CreateResource(const net::InMessage& request, net::O
     return ResourceFactoryError(factory_name, worker_index_, resource.status());
   }
   MutexLock lock(&mu_);
+  // The factory ran without the lock: a new chief may have taken over meanwhile and dropped
+  // its predecessor's resources. One built for the replaced chief is not kept (its successor
+  // would neither know nor delete it, and would be told it exists).
+  if (incarnation != 0 && incarnation != fence_.current()) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", worker_index_, " now serves coordinator ",
+                                                      fence_.current(), "; per-worker resource ", id,
+                                                      " was built for coordinator ", incarnation, ", which it replaced"));
+  }
   resources_.try_emplace(id, *std::move(resource));
   spdlog::info("created per-worker resource {} ({})", id, factory_name);
   return absl::OkStatus();

@@ -33,7 +33,8 @@ namespace asyncps {
 // CoordinatorFence). The first call from a new chief process drops what its predecessor set
 // up — per-worker resources (datasets, iterators, models), the variable directory (reported
 // as version 0 until the new chief sends its own) — and cancels the closures still running
-// for it; calls from a replaced chief are refused with FailedPrecondition. The dropped
+// for it; calls from a replaced chief are refused with FailedPrecondition (as is a resource
+// whose factory was still running for it when it was replaced: it is not kept). The dropped
 // resources are released by that first call (on the I/O thread when it is a Heartbeat) or by
 // the last closure still holding them, so their destructors must not block for long.
 //
@@ -48,7 +49,8 @@ class WorkerService {
 
  private:
   absl::Status Run(const net::InMessage& request, net::OutMessage* response);
-  absl::Status CreateResource(const net::InMessage& request, net::OutMessage* response);
+  // `incarnation`: the calling chief's (see AdmitCoordinator).
+  absl::Status CreateResource(uint64_t incarnation, const net::InMessage& request, net::OutMessage* response);
   absl::Status DeleteResource(const net::InMessage& request, net::OutMessage* response);
   absl::Status SetDirectory(const net::InMessage& request, net::OutMessage* response);
   absl::Status Cancel(const net::InMessage& request, net::OutMessage* response);

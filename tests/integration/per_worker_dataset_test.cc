@@ -132,6 +132,12 @@ TEST_F(PerWorkerDatasetTest, RestartedWorkerGetsItsDatasetsRebuiltAndIteratorsSt
   ASSERT_TRUE(cluster_->RestartWorker(0).ok());
   // The first closure after the restart already sees a rebuilt iterator (TF: it restarts).
   EXPECT_EQ(Take(*it, 3)[0], (std::vector<int64_t>{0, 1, 2}));
+  // The coordinator counts the rebuild after it admitted the worker, so these closures can be
+  // done before the count moves: wait for it (a rebuild never counted keeps this below 2).
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (CoordinatorCounter("asyncps_coordinator_resources_rebuilt_total") < 2 && absl::Now() < deadline) {
+    Notification().WaitForNotificationWithTimeout(absl::Milliseconds(5));  // poll pacing
+  }
   EXPECT_EQ(CoordinatorCounter("asyncps_coordinator_resources_rebuilt_total"), 2);  // dataset + iterator
 }
 
