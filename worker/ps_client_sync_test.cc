@@ -207,7 +207,7 @@ class PsClientSyncTest : public ::testing::Test {
   }
 
   void AssignTable(const Tensor& value) {
-    ASSERT_TRUE(client_->Update({{"table", ps::UpdateKind::kAssign, value, std::nullopt}}).ok());
+    ASSERT_TRUE(client_->Update({{"table", UpdateKind::kAssign, value, std::nullopt}}).ok());
   }
 
   net::EventLoop server_loop_;
@@ -225,11 +225,11 @@ TEST_F(PsClientSyncTest, DenseUpdateSendsEachShardItsOwnRowsInOneRequestPerPs) {
   const Tensor wide = Iota({4, 3}, 100);
   ASSERT_TRUE(
       client_
-          ->Update({{"table", ps::UpdateKind::kAssign, table, std::nullopt},
-                    {"wide", ps::UpdateKind::kAssign, wide, std::nullopt},
-                    {"bias", ps::UpdateKind::kAssign, Tensor::FromVector<float>({2}, {7, 8}),
+          ->Update({{"table", UpdateKind::kAssign, table, std::nullopt},
+                    {"wide", UpdateKind::kAssign, wide, std::nullopt},
+                    {"bias", UpdateKind::kAssign, Tensor::FromVector<float>({2}, {7, 8}),
                      std::nullopt},
-                    {"steps", ps::UpdateKind::kAssign, Tensor::Scalar<int64_t>(42), std::nullopt}})
+                    {"steps", UpdateKind::kAssign, Tensor::Scalar<int64_t>(42), std::nullopt}})
           .ok());
   // Four variables, seven pieces, three PS: one request each.
   EXPECT_EQ(Delta(before, Calls("ps.Update")), (std::vector<int>{1, 1, 1}));
@@ -249,7 +249,7 @@ TEST_F(PsClientSyncTest, ReadReassemblesEveryVariableInTheOrderAsked) {
   const Tensor table = Iota({8, 2}, 0);
   const Tensor wide = Iota({4, 3}, 100);
   AssignTable(table);
-  ASSERT_TRUE(client_->Update({{"wide", ps::UpdateKind::kAssign, wide, std::nullopt}}).ok());
+  ASSERT_TRUE(client_->Update({{"wide", UpdateKind::kAssign, wide, std::nullopt}}).ok());
   const std::vector<int> before = Calls("ps.Read");
   auto values = client_->Read({"wide", "table", "bias", "steps", "table"});
   ASSERT_TRUE(values.ok()) << values.status();
@@ -286,7 +286,7 @@ TEST_F(PsClientSyncTest, RowUpdatesAndGradientsReachOnlyTheRowsNamed) {
   AssignTable(Iota({8, 2}, 0));
   // Rows 5, 0, 7, 5: three PS; row 5 twice (applied in order, so added twice).
   ASSERT_TRUE(client_
-                  ->Update({{"table", ps::UpdateKind::kAdd,
+                  ->Update({{"table", UpdateKind::kAdd,
                              Tensor::FromVector<float>({4, 2}, {1, 1, 2, 2, 3, 3, 4, 4}),
                              Tensor::FromVector(std::vector<int64_t>{5, 0, 7, 5})}})
                   .ok());
@@ -340,7 +340,7 @@ TEST_F(PsClientSyncTest, BlockingCallsFromSeveralThreadsAllApply) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kCalls; ++i) {
         absl::Status s = client_->Update(
-            {{"table", ps::UpdateKind::kAdd, Tensor::FromVector<float>({2, 2}, {1, 1, 1, 1}),
+            {{"table", UpdateKind::kAdd, Tensor::FromVector<float>({2, 2}, {1, 1, 1, 1}),
               Tensor::FromVector(std::vector<int64_t>{t, 7 - t})}});
         if (!s.ok()) failed.fetch_add(1);
         auto rows = client_->Gather("table", Tensor::FromVector(std::vector<int64_t>{3, 4}));
@@ -392,8 +392,8 @@ TEST_F(PsClientSyncTest, UnknownVariableIsNotFoundNamingItAndNothingIsSent) {
   EXPECT_NE(read.status().message().find("'nope'"), std::string::npos) << read.status();
   EXPECT_FALSE(IsPsUnreachable(read.status()));
   absl::Status update =
-      client_->Update({{"table", ps::UpdateKind::kAssign, Iota({8, 2}, 1), std::nullopt},
-                       {"nope", ps::UpdateKind::kAssign, Tensor::Scalar(1.0f), std::nullopt}});
+      client_->Update({{"table", UpdateKind::kAssign, Iota({8, 2}, 1), std::nullopt},
+                       {"nope", UpdateKind::kAssign, Tensor::Scalar(1.0f), std::nullopt}});
   EXPECT_EQ(update.code(), absl::StatusCode::kNotFound) << update;
   EXPECT_EQ(client_->PushGradients({{"nope", Tensor::Scalar(1.0f), std::nullopt}}).code(),
             absl::StatusCode::kNotFound);
@@ -412,41 +412,41 @@ TEST_F(PsClientSyncTest, BadValuesAndIdsAreRefusedBeforeAnyShardIsTouched) {
       Tensor::FromVector<float>({8, 2}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
   auto update = [&](VariableUpdate second) {
     return client_->Update(
-        {{"table", ps::UpdateKind::kAssign, ones, std::nullopt}, std::move(second)});
+        {{"table", UpdateKind::kAssign, ones, std::nullopt}, std::move(second)});
   };
   // Wrong shape, wrong dtype: the first (valid) update of the call is not sent either.
-  EXPECT_EQ(update({"bias", ps::UpdateKind::kAssign, Tensor::FromVector<float>({3}, {1, 2, 3}),
+  EXPECT_EQ(update({"bias", UpdateKind::kAssign, Tensor::FromVector<float>({3}, {1, 2, 3}),
                     std::nullopt})
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(
-      update({"bias", ps::UpdateKind::kAssign, Tensor(DType::kI32, {2}), std::nullopt}).code(),
+      update({"bias", UpdateKind::kAssign, Tensor(DType::kI32, {2}), std::nullopt}).code(),
       absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(
-      update({"table", ps::UpdateKind::kAssign, Tensor(DType::kF32, {7, 2}), std::nullopt}).code(),
+      update({"table", UpdateKind::kAssign, Tensor(DType::kF32, {7, 2}), std::nullopt}).code(),
       absl::StatusCode::kInvalidArgument);
   // Ids: not integers, not 1-D, out of range either way, or not matching the rows given.
   EXPECT_EQ(
-      update({"table", ps::UpdateKind::kAdd, Tensor(DType::kF32, {1, 2}), Tensor(DType::kF32, {1})})
+      update({"table", UpdateKind::kAdd, Tensor(DType::kF32, {1, 2}), Tensor(DType::kF32, {1})})
           .code(),
       absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(update({"table", ps::UpdateKind::kAdd, Tensor(DType::kF32, {1, 2}),
+  EXPECT_EQ(update({"table", UpdateKind::kAdd, Tensor(DType::kF32, {1, 2}),
                     Tensor(DType::kI64, {1, 1})})
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(update({"table", ps::UpdateKind::kAdd, Tensor(DType::kF32, {2, 2}),
+  EXPECT_EQ(update({"table", UpdateKind::kAdd, Tensor(DType::kF32, {2, 2}),
                     Tensor::FromVector(std::vector<int64_t>{0, 8})})
                 .code(),
             absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(update({"table", ps::UpdateKind::kAdd, Tensor(DType::kF32, {1, 2}),
+  EXPECT_EQ(update({"table", UpdateKind::kAdd, Tensor(DType::kF32, {1, 2}),
                     Tensor::FromVector(std::vector<int64_t>{-1})})
                 .code(),
             absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(update({"table", ps::UpdateKind::kAdd, Tensor(DType::kF32, {3, 2}),
+  EXPECT_EQ(update({"table", UpdateKind::kAdd, Tensor(DType::kF32, {3, 2}),
                     Tensor::FromVector(std::vector<int64_t>{0, 7})})
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(update({"steps", ps::UpdateKind::kAdd, Tensor::Scalar<int64_t>(1),
+  EXPECT_EQ(update({"steps", UpdateKind::kAdd, Tensor::Scalar<int64_t>(1),
                     Tensor::FromVector(std::vector<int64_t>{0})})
                 .code(),
             absl::StatusCode::kInvalidArgument);
@@ -482,7 +482,7 @@ TEST_F(PsClientSyncTest, APsThatIsDownIsUnavailableNamingItWhileTheOthersServe) 
   EXPECT_FALSE(IsPsStateLost(read.status()));
   EXPECT_NE(read.status().message().find("ps 2 (127.0.0.1:"), std::string::npos) << read.status();
   EXPECT_TRUE(IsPsUnreachable(
-      client_->Update({{"table", ps::UpdateKind::kAssign, Iota({8, 2}, 0), std::nullopt}})));
+      client_->Update({{"table", UpdateKind::kAssign, Iota({8, 2}, 0), std::nullopt}})));
   EXPECT_TRUE(IsPsUnreachable(
       client_->Gather("table", Tensor::FromVector(std::vector<int64_t>{0, 7})).status()));
   EXPECT_FALSE(client_->Health(2, absl::Seconds(5)).ok());
@@ -498,7 +498,7 @@ TEST_F(PsClientSyncTest, APsRestartedEmptyMidSequenceIsStateLostUntilItsShardsAr
   const Tensor table = Iota({8, 2}, 0);
   AssignTable(table);
   ASSERT_TRUE(client_
-                  ->Update({{"bias", ps::UpdateKind::kAssign,
+                  ->Update({{"bias", UpdateKind::kAssign,
                              Tensor::FromVector<float>({2}, {5, 6}), std::nullopt}})
                   .ok());
   ASSERT_TRUE(ps_[1]->Restart().ok());
@@ -556,7 +556,7 @@ TEST_F(PsClientSyncTest, APlacementNamingAPsTheClientDoesNotKnowIsAnErrorNotACra
   ASSERT_FALSE(read.ok());
   EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << read.status();
   EXPECT_EQ(
-      client_->Update({{"stray", ps::UpdateKind::kAssign, Tensor(DType::kF32, {4}), std::nullopt}})
+      client_->Update({{"stray", UpdateKind::kAssign, Tensor(DType::kF32, {4}), std::nullopt}})
           .code(),
       absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(client_->Gather("stray", Tensor::FromVector(std::vector<int64_t>{3})).status().code(),
@@ -824,14 +824,14 @@ TEST_F(FakePsTest, APsThatDoesNotAnswerInTimeIsDeadlineExceededNamingIt) {
   options.timeout = absl::Milliseconds(200);
   PsClient impatient({rpc_.get()}, directory_, options);
   absl::Status s =
-      impatient.Update({{"v", ps::UpdateKind::kAssign, Iota({4, 2}, 0), std::nullopt}});
+      impatient.Update({{"v", UpdateKind::kAssign, Iota({4, 2}, 0), std::nullopt}});
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_TRUE(IsPsUnreachable(s));
   EXPECT_NE(s.message().find("ps 0 (127.0.0.1:"), std::string::npos) << s;
   Release();
   // The connection stays usable: the next call is answered.
   EXPECT_TRUE(
-      impatient.Update({{"v", ps::UpdateKind::kAssign, Iota({4, 2}, 0), std::nullopt}}).ok());
+      impatient.Update({{"v", UpdateKind::kAssign, Iota({4, 2}, 0), std::nullopt}}).ok());
 }
 
 }  // namespace
