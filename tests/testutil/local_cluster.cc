@@ -71,6 +71,15 @@ std::unique_ptr<ParameterServerStrategy> LocalCluster::MakeStrategy(
   return std::make_unique<ParameterServerStrategy>(chief_spec_, std::move(partitioner), options);
 }
 
+Subprocess::Options LocalCluster::ChiefProcessOptions(std::vector<std::string> argv) const {
+  Subprocess::Options o;
+  o.argv = std::move(argv);
+  o.env = {{"TF_CONFIG", chief_spec_.ToTfConfig(TaskType::kChief, 0)},
+           {"ASYNCPS_CLUSTER_TOKEN", options_.token},
+           {"ASYNCPS_METRICS_PORT", "-1"}};
+  return o;
+}
+
 absl::Status LocalCluster::KillWorker(int i) {
   workers_[i]->Signal(SIGKILL);
   return workers_[i]->Wait(absl::Seconds(30)).status();
