@@ -7,7 +7,9 @@
 //   * "64B", "64KiB", "1MiB", "16MiB": blocking Call round trips against a blocking raw echo of
 //     the same payload, p50/p99 latency and MB/s;
 //   * "in flight": 64-byte calls with 1, 8 and 64 in flight from one thread (a ring of
-//     CallAsync completions, waiting for the oldest before issuing the next) against a raw echo
+//     CallAsync completions, waiting for the oldest before issuing the next), to an echo with
+//     adaptive dispatch (net::Dispatch::kAdaptive, as small PS updates) and to one always on the
+//     server's I/O thread, against a raw echo
 //     with as many in flight on one connection (one system call per message per side), calls/s
 //     and, at 1 in flight, p50/p99 latency;
 //   * "hand-offs": a caller posting to the client's I/O thread and waiting for it, the thread
@@ -16,8 +18,8 @@
 // figures alike rather than on whichever ran second. Exits 0 whether or not the aims are met:
 // it is a measurement, not a test.
 //
-// Pinning (--pin): "split" (the default, the realistic layout) puts the server's I/O thread
-// and the raw echo servers on CPU 0 and the calling thread and the client's I/O thread on
+// Pinning (--pin): "split" (the default, the realistic layout) puts the server's I/O and
+// handler threads and the raw echo servers on CPU 0 and the calling thread and the client's I/O thread on
 // CPU 1; "same" puts every thread on CPU 0; "none" leaves placement to the scheduler. On a VM
 // with shared vCPUs a wake-up that crosses vCPUs costs far more than one on the same vCPU,
 // and unpinned threads land on either, so unpinned small-message latencies (raw included) are
@@ -55,6 +57,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kToken[] = "bench";
 constexpr char kEchoMethod[] = "bench.Echo";
+// The same echo with the dispatch small PS updates use (net::Dispatch::kAdaptive).
+constexpr char kAdaptiveEchoMethod[] = "bench.AdaptiveEcho";
 
 // The two aims from the issue.
 constexpr double kMaxSmallLatencyRatio = 1.3;  // rpc p50 / raw p50 at 64 B
@@ -277,7 +281,7 @@ class CallSlot {
 // `total` 64-byte echo calls with `window` in flight, issued from this thread: a ring of
 // CallAsync completions, waiting for the oldest before issuing the next. Appends each call's
 // latency (issue to completion seen) to `micros` when given. Calls per second, 0 on failure.
-double PipelinedCalls(RpcClient& client, const Tensor& payload, int total, int window,
+double PipelinedCalls(RpcClient& client, const char* method, const Tensor& payload, int total, int window,
                       std::vector<double>* micros) {
   std::vector<CallSlot> ring(static_cast<size_t>(window));
   std::vector<Clock::time_point> sent(static_cast<size_t>(window));
@@ -297,7 +301,7 @@ double PipelinedCalls(RpcClient& client, const Tensor& payload, int total, int w
     }
     if (i < total) {
       sent[slot] = Clock::now();
-      client.CallAsync(kEchoMethod, EchoRequest(payload), absl::InfiniteDuration(), ring[slot].Callback());
+      client.CallAsync(method, EchoRequest(payload), absl::InfiniteDuration(), ring[slot].Callback());
     }
   }
   return ok ? total / std::chrono::duration<double>(Clock::now() - begin).count() : 0;
@@ -336,7 +340,7 @@ Layout ChooseLayout(const Config& config) {
   layout.client_cpu = config.pin == "same" ? 0 : 1;
   layout.description = config.pin == "same"
                            ? "every thread on CPU 0"
-                           : "server I/O thread and raw echo servers on CPU 0, caller and client I/O thread on CPU 1";
+                           : "server threads and raw echo servers on CPU 0, caller and client I/O thread on CPU 1";
   return layout;
 }
 
@@ -354,7 +358,10 @@ bool PinLoop(EventLoop& loop, int cpu) {
 }
 
 // 64-byte calls with 1, 8 and 64 in flight from this thread beside a raw echo with as many
-// in flight and the same pinning, in alternating rounds; medians of the rounds' rates.
+// in flight and the same pinning, in alternating rounds; medians of the rounds' rates. Two
+// servers' views of the same echo: always on the I/O thread (kInline), and adaptive (the
+// dispatch of small PS updates: inline only while nothing else is going on). The headline is
+// the adaptive one.
 bool RunInFlight(RpcClient& client, const Layout& layout, bool quick, bool* latency_met, bool* throughput_met) {
   const int rounds = quick ? 2 : 6;
   Tensor payload(DType::kU8, {64});
@@ -367,14 +374,18 @@ bool RunInFlight(RpcClient& client, const Layout& layout, bool quick, bool* late
     bench::PipelinedEcho echo(64, layout.server_cpu);
     const bool latency = window == 1;
     const int warmup = std::min(total, 1000);
-    if (PipelinedCalls(client, payload, warmup, window, nullptr) <= 0 || echo.Run(warmup, window, nullptr) <= 0) {
+    if (PipelinedCalls(client, kAdaptiveEchoMethod, payload, warmup, window, nullptr) <= 0 ||
+        PipelinedCalls(client, kEchoMethod, payload, warmup, window, nullptr) <= 0 ||
+        echo.Run(warmup, window, nullptr) <= 0) {
       return false;
     }
-    std::vector<double> rates, raw_rates, micros, raw_micros;
+    std::vector<double> rates, inline_rates, raw_rates, micros, inline_micros, raw_micros;
     for (int r = 0; r < rounds; ++r) {
-      rates.push_back(PipelinedCalls(client, payload, total, window, latency ? &micros : nullptr));
+      rates.push_back(PipelinedCalls(client, kAdaptiveEchoMethod, payload, total, window, latency ? &micros : nullptr));
+      inline_rates.push_back(
+          PipelinedCalls(client, kEchoMethod, payload, total, window, latency ? &inline_micros : nullptr));
       raw_rates.push_back(echo.Run(total, window, latency ? &raw_micros : nullptr));
-      if (rates.back() <= 0 || raw_rates.back() <= 0) return false;
+      if (rates.back() <= 0 || inline_rates.back() <= 0 || raw_rates.back() <= 0) return false;
     }
     const double rate = Median(rates);
     const double raw_rate = Median(raw_rates);
@@ -384,15 +395,17 @@ bool RunInFlight(RpcClient& client, const Layout& layout, bool quick, bool* late
       *throughput_met = ratio >= kMinInFlightThroughputRatio;
       aim = absl::StrFormat("  %s (>= %.1f)", Verdict(*throughput_met), kMinInFlightThroughputRatio);
     }
-    std::printf("in flight %2d: rpc %7.0f calls/s | raw echo %7.0f/s  ratio %.2f%s\n", window, rate, raw_rate, ratio,
-                aim.c_str());
+    std::printf("in flight %2d: rpc %7.0f calls/s | raw echo %7.0f/s  ratio %.2f%s | always-inline echo %7.0f/s (%.2fx raw)\n",
+                window, rate, raw_rate, ratio, aim.c_str(), Median(inline_rates), Median(inline_rates) / raw_rate);
     if (latency) {
       const double p50 = Percentile(micros, 0.5);
       const double raw_p50 = Percentile(raw_micros, 0.5);
       *latency_met = p50 / raw_p50 <= kMaxSmallLatencyRatio;
-      std::printf("in flight  1: rpc p50=%.1fus p99=%.1fus | raw p50=%.1fus p99=%.1fus  ratio p50=%.2f  %s (<= %.1f)\n",
+      std::printf("in flight  1: rpc p50=%.1fus p99=%.1fus | raw p50=%.1fus p99=%.1fus  ratio p50=%.2f  %s (<= %.1f) | "
+                  "always-inline echo p50=%.1fus (%.2fx raw)\n",
                   p50, Percentile(micros, 0.99), raw_p50, Percentile(raw_micros, 0.99), p50 / raw_p50,
-                  Verdict(*latency_met), kMaxSmallLatencyRatio);
+                  Verdict(*latency_met), kMaxSmallLatencyRatio, Percentile(inline_micros, 0.5),
+                  Percentile(inline_micros, 0.5) / raw_p50);
     }
     std::fflush(stdout);
   }
@@ -405,19 +418,25 @@ int Run(const Config& config) {
   // in separate processes.
   EventLoop server_loop;
   EventLoop client_loop;
+  // The server's handler threads start in Start() and inherit this thread's CPU: the server's.
   if (!PinLoop(server_loop, layout.server_cpu) || !PinLoop(client_loop, layout.client_cpu) ||
-      (layout.client_cpu >= 0 && !bench::PinTask(0, layout.client_cpu))) {
+      (layout.server_cpu >= 0 && !bench::PinTask(0, layout.server_cpu))) {
     std::fprintf(stderr, "pinning refused\n");
     return 1;
   }
   RpcServer::Options server_options;
   server_options.role = "bench";
   server_options.token = kToken;
-  server_options.handler_threads = 1;  // unused: the echo runs inline
+  server_options.handler_threads = 2;  // for bench.AdaptiveEcho under load
   RpcServer server(server_loop, server_options);
   server.Register<testwire::ReadResponse>(kEchoMethod, {"bench"}, Echo, RpcServer::Dispatch::kInline);
+  server.Register<testwire::ReadResponse>(kAdaptiveEchoMethod, {"bench"}, Echo, RpcServer::Dispatch::kAdaptive);
   if (absl::Status s = server.Start(); !s.ok()) {
     std::fprintf(stderr, "cannot start rpc server: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  if (layout.client_cpu >= 0 && !bench::PinTask(0, layout.client_cpu)) {
+    std::fprintf(stderr, "pinning refused\n");
     return 1;
   }
   RpcClient::Options client_options;
