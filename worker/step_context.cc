@@ -30,6 +30,16 @@ absl::StatusOr<data::Element> StepContext::Next(size_t i) {
   return element;
 }
 
+void StepContext::AddPhaseTime(absl::string_view phase, absl::Duration time) {
+  for (auto& [name, total] : phase_times_) {
+    if (name == phase) {
+      total += time;
+      return;
+    }
+  }
+  phase_times_.emplace_back(std::string(phase), time);
+}
+
 void StepContext::Failures::Track(const absl::Status& status) {
   if (IsPsUnreachable(status)) unreachable.store(true, std::memory_order_release);
   if (IsPsStateLost(status)) state_lost.store(true, std::memory_order_release);
