@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +40,15 @@ inline bool PinProcess(pid_t pid, int cpu) {
     ok = PinTask(static_cast<pid_t>(std::stol(task.path().filename().string())), cpu) && ok;
   }
   return ok && !ec;
+}
+
+// The 1-, 5- and 15-minute load averages ("?" when unreadable): small-message latencies on a
+// shared machine depend on what else runs, so each run says how busy the machine was.
+inline std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  if (!(in >> one >> five >> fifteen)) return "?";
+  return one + " " + five + " " + fifteen;
 }
 
 // Undoes pinning: every thread of `pid` may run on any CPU of the machine.

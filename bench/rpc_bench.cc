@@ -1,28 +1,45 @@
 // Round-trip latency and throughput of our RPC against a plain Boost.Asio TCP echo of the same
 // payload, measured in the same run over loopback.
 //
-// Usage: rpc_bench [--quick]
+// Usage: rpc_bench [--quick] [--only=SUBSTRING] [--pin=split|same|none]
 //
-// For each payload size both sides run in alternating rounds, so noise from the (shared)
-// machine lands on both figures alike rather than on whichever ran second. Exits 0 whether or
-// not the aims are met: it is a measurement, not a test.
+// Cases (--only runs those whose label contains SUBSTRING):
+//   * "64B", "64KiB", "1MiB", "16MiB": blocking Call round trips against a blocking raw echo of
+//     the same payload, p50/p99 latency and MB/s;
+//   * "in flight": 64-byte calls with 1, 8 and 64 in flight from one thread (a ring of
+//     CallAsync completions, waiting for the oldest before issuing the next), to an echo with
+//     adaptive dispatch (net::Dispatch::kAdaptive, as small PS updates) and to one always on the
+//     server's I/O thread, against a raw echo
+//     with as many in flight on one connection (one system call per message per side), calls/s
+//     and, at 1 in flight, p50/p99 latency;
+//   * "hand-offs": a caller posting to the client's I/O thread and waiting for it, the thread
+//     hand-off a blocking call pays beyond the network round trip (twice).
+// Both sides run in alternating rounds, so noise from the (shared) machine lands on both
+// figures alike rather than on whichever ran second. Exits 0 whether or not the aims are met:
+// it is a measurement, not a test.
 //
-// On a VM with shared vCPUs a wakeup that crosses vCPUs can cost ~40-90 us instead of ~3 us,
-// and whether two threads share a vCPU is up to the scheduler, so small-message latencies
-// (raw included) are bimodal from run to run. `taskset -c 0 rpc_bench` gives stable ratios
-// (every hop then costs a same-CPU context switch).
+// Pinning (--pin): "split" (the default, the realistic layout) puts the server's I/O and
+// handler threads and the raw echo servers on CPU 0 and the calling thread and the client's I/O thread on
+// CPU 1; "same" puts every thread on CPU 0; "none" leaves placement to the scheduler. On a VM
+// with shared vCPUs a wake-up that crosses vCPUs costs far more than one on the same vCPU,
+// and unpinned threads land on either, so unpinned small-message latencies (raw included) are
+// bimodal from run to run.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "bench/bench_flags.h"
+#include "absl/strings/str_format.h"
+#include "bench/pipelined_echo.h"
+#include "core/one_shot_event.h"
 #include "core/sync.h"
 #include "core/logging.h"
 #include "core/tensor.h"
@@ -40,10 +57,13 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kToken[] = "bench";
 constexpr char kEchoMethod[] = "bench.Echo";
+// The same echo with the dispatch small PS updates use (net::Dispatch::kAdaptive).
+constexpr char kAdaptiveEchoMethod[] = "bench.AdaptiveEcho";
 
 // The two aims from the issue.
 constexpr double kMaxSmallLatencyRatio = 1.3;  // rpc p50 / raw p50 at 64 B
 constexpr double kMinLargeThroughputRatio = 0.9;  // rpc MB/s / raw MB/s at 16 MiB
+constexpr double kMinInFlightThroughputRatio = 1.3;  // rpc calls/s / raw echoes/s, 64 in flight
 
 struct SizeCase {
   size_t bytes;
@@ -88,11 +108,15 @@ struct Samples {
 // than an epoll loop does.
 class RawEchoServer {
  public:
-  explicit RawEchoServer(size_t bytes)
+  // `cpu` >= 0 pins the server thread there.
+  RawEchoServer(size_t bytes, int cpu)
       : acceptor_(context_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),
         buffer_(bytes) {
     port_ = acceptor_.local_endpoint().port();
-    thread_ = std::thread([this] { Serve(); });
+    thread_ = std::thread([this, cpu] {
+      if (cpu >= 0) bench::PinTask(0, cpu);
+      Serve();
+    });
   }
   ~RawEchoServer() { thread_.join(); }
 
@@ -213,19 +237,15 @@ bool Measure(int iterations, Samples& samples, Fn&& round_trip) {
   return true;
 }
 
-// A caller thread handing work to an EventLoop and blocking until the loop answers: the two
-// thread hops that a blocking Call adds on top of the network round trip.
+// A caller thread handing work to an EventLoop and blocking until the loop answers (as a
+// blocking call waits for its answer): two thread hand-offs, one of which every blocking call
+// pays on top of the network round trip (the loop thread reads the answer and wakes the caller).
 double LoopHopMicrosP50(EventLoop& loop, int iterations) {
   Samples samples;
   Measure(iterations, samples, [&] {
-    Mutex mu;
-    bool done = false;
-    loop.Post([&] {
-      MutexLock lock(&mu);
-      done = true;
-    });
-    MutexLock lock(&mu);
-    mu.Await(absl::Condition(&done));
+    OneShotEvent done;
+    loop.Post([&] { done.Notify(); });
+    done.Wait();
     return true;
   });
   return samples.Percentile(0.5);
@@ -233,68 +253,191 @@ double LoopHopMicrosP50(EventLoop& loop, int iterations) {
 
 const char* Verdict(bool met) { return met ? "AIM MET" : "AIM MISSED"; }
 
-// N calls kept in flight with CallAsync; each completion issues the next call from the loop
-// thread. Returns calls per second, or 0 on failure.
-double PipelinedCallsPerSecond(RpcClient& client, const Tensor& payload, int total, int window) {
-  struct State {
-    Mutex mu;
-    int issued = 0;
-    int completed = 0;
-    bool failed = false;
-    Notification done;
-  };
-  auto state = std::make_shared<State>();
-  // Self-referencing issue function: the callback of each call may start the next.
-  auto issue = std::make_shared<std::function<void()>>();
-  *issue = [&client, &payload, state, total, weak = std::weak_ptr<std::function<void()>>(issue)] {
-    client.CallAsync(kEchoMethod, EchoRequest(payload), absl::InfiniteDuration(),
-                     [state, total, weak](absl::StatusOr<InMessage> response) {
-                       bool issue_next = false;
-                       bool finished = false;
-                       {
-                         MutexLock lock(&state->mu);
-                         if (!response.ok()) state->failed = true;
-                         ++state->completed;
-                         if (!state->failed && state->issued < total) {
-                           ++state->issued;
-                           issue_next = true;
-                         }
-                         finished = state->completed == state->issued;
-                       }
-                       if (issue_next) {
-                         if (auto next = weak.lock()) (*next)();
-                       } else if (finished) {
-                         state->done.Notify();
-                       }
-                     });
-  };
-  const Clock::time_point begin = Clock::now();
-  {
-    MutexLock lock(&state->mu);
-    state->issued = std::min(window, total);
+// One call's completion, waited for by the thread that issued it, as a blocking Call waits.
+class CallSlot {
+ public:
+  // The callback for the next call; the previous one must have completed and been waited for.
+  RpcClient::Callback Callback() {
+    auto state = std::make_shared<State>();
+    state_ = state;
+    return [state](absl::StatusOr<InMessage> result) {
+      state->status = result.status();
+      state->ready.Notify();
+    };
   }
-  for (int i = 0; i < std::min(window, total); ++i) (*issue)();
-  state->done.WaitForNotification();
-  const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
-  MutexLock lock(&state->mu);
-  if (state->failed) return 0;
-  return state->completed / seconds;
+  absl::Status Wait() {
+    state_->ready.Wait();
+    return state_->status;
+  }
+
+ private:
+  struct State {
+    OneShotEvent ready;
+    absl::Status status;  // written before `ready` is notified
+  };
+  std::shared_ptr<State> state_;
+};
+
+// `total` 64-byte echo calls with `window` in flight, issued from this thread: a ring of
+// CallAsync completions, waiting for the oldest before issuing the next. Appends each call's
+// latency (issue to completion seen) to `micros` when given. Calls per second, 0 on failure.
+double PipelinedCalls(RpcClient& client, const char* method, const Tensor& payload, int total, int window,
+                      std::vector<double>* micros) {
+  std::vector<CallSlot> ring(static_cast<size_t>(window));
+  std::vector<Clock::time_point> sent(static_cast<size_t>(window));
+  const Clock::time_point begin = Clock::now();
+  bool ok = true;
+  for (int i = 0; i < total + window; ++i) {
+    const size_t slot = static_cast<size_t>(i % window);
+    if (i >= window) {
+      absl::Status s = ring[slot].Wait();
+      if (micros != nullptr) {
+        micros->push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent[slot]).count());
+      }
+      if (!s.ok()) {
+        if (ok) std::fprintf(stderr, "rpc echo failed: %s\n", s.ToString().c_str());
+        ok = false;
+      }
+    }
+    if (i < total) {
+      sent[slot] = Clock::now();
+      client.CallAsync(method, EchoRequest(payload), absl::InfiniteDuration(), ring[slot].Callback());
+    }
+  }
+  return ok ? total / std::chrono::duration<double>(Clock::now() - begin).count() : 0;
 }
 
-int Run(bool quick) {
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+struct Config {
+  bool quick = false;
+  std::string only;  // run only cases whose label contains this
+  std::string pin = "split";
+};
+
+// Where the threads run: the server side (server I/O thread, raw echo servers) and the client
+// side (calling thread, client I/O thread); -1 when unpinned.
+struct Layout {
+  int server_cpu = -1;
+  int client_cpu = -1;
+  std::string description = "unpinned";
+};
+
+Layout ChooseLayout(const Config& config) {
+  Layout layout;
+  if (config.pin == "none" || std::thread::hardware_concurrency() < 2) return layout;
+  layout.server_cpu = 0;
+  layout.client_cpu = config.pin == "same" ? 0 : 1;
+  layout.description = config.pin == "same"
+                           ? "every thread on CPU 0"
+                           : "server threads and raw echo servers on CPU 0, caller and client I/O thread on CPU 1";
+  return layout;
+}
+
+// Pins `loop`'s thread to `cpu` (nothing when -1); false when refused.
+bool PinLoop(EventLoop& loop, int cpu) {
+  if (cpu < 0) return true;
+  bool ok = false;
+  Notification pinned;
+  loop.Post([&] {
+    ok = bench::PinTask(0, cpu);
+    pinned.Notify();
+  });
+  pinned.WaitForNotification();
+  return ok;
+}
+
+// 64-byte calls with 1, 8 and 64 in flight from this thread beside a raw echo with as many
+// in flight and the same pinning, in alternating rounds; medians of the rounds' rates. Two
+// servers' views of the same echo: always on the I/O thread (kInline), and adaptive (the
+// dispatch of small PS updates: inline only while nothing else is going on). The headline is
+// the adaptive one.
+bool RunInFlight(RpcClient& client, const Layout& layout, bool quick, bool* latency_met, bool* throughput_met) {
+  const int rounds = quick ? 2 : 6;
+  Tensor payload(DType::kU8, {64});
+  for (int64_t i = 0; i < 64; ++i) payload.data<uint8_t>()[i] = static_cast<uint8_t>(i);
+  std::printf("64B calls in flight from one thread (a ring of CallAsync completions) vs a raw echo with as many "
+              "in flight; medians of %d alternating rounds\n",
+              rounds);
+  for (int window : {1, 8, 64}) {
+    const int total = quick ? 500 : (window == 1 ? 5000 : 20000);
+    bench::PipelinedEcho echo(64, layout.server_cpu);
+    const bool latency = window == 1;
+    const int warmup = std::min(total, 1000);
+    if (PipelinedCalls(client, kAdaptiveEchoMethod, payload, warmup, window, nullptr) <= 0 ||
+        PipelinedCalls(client, kEchoMethod, payload, warmup, window, nullptr) <= 0 ||
+        echo.Run(warmup, window, nullptr) <= 0) {
+      return false;
+    }
+    std::vector<double> rates, inline_rates, raw_rates, micros, inline_micros, raw_micros;
+    for (int r = 0; r < rounds; ++r) {
+      rates.push_back(PipelinedCalls(client, kAdaptiveEchoMethod, payload, total, window, latency ? &micros : nullptr));
+      inline_rates.push_back(
+          PipelinedCalls(client, kEchoMethod, payload, total, window, latency ? &inline_micros : nullptr));
+      raw_rates.push_back(echo.Run(total, window, latency ? &raw_micros : nullptr));
+      if (rates.back() <= 0 || inline_rates.back() <= 0 || raw_rates.back() <= 0) return false;
+    }
+    const double rate = Median(rates);
+    const double raw_rate = Median(raw_rates);
+    const double ratio = rate / raw_rate;
+    std::string aim;
+    if (window == 64) {
+      *throughput_met = ratio >= kMinInFlightThroughputRatio;
+      aim = absl::StrFormat("  %s (>= %.1f)", Verdict(*throughput_met), kMinInFlightThroughputRatio);
+    }
+    std::printf("in flight %2d: rpc %7.0f calls/s | raw echo %7.0f/s  ratio %.2f%s | always-inline echo %7.0f/s (%.2fx raw)\n",
+                window, rate, raw_rate, ratio, aim.c_str(), Median(inline_rates), Median(inline_rates) / raw_rate);
+    if (latency) {
+      const double p50 = Percentile(micros, 0.5);
+      const double raw_p50 = Percentile(raw_micros, 0.5);
+      *latency_met = p50 / raw_p50 <= kMaxSmallLatencyRatio;
+      std::printf("in flight  1: rpc p50=%.1fus p99=%.1fus | raw p50=%.1fus p99=%.1fus  ratio p50=%.2f  %s (<= %.1f) | "
+                  "always-inline echo p50=%.1fus (%.2fx raw)\n",
+                  p50, Percentile(micros, 0.99), raw_p50, Percentile(raw_micros, 0.99), p50 / raw_p50,
+                  Verdict(*latency_met), kMaxSmallLatencyRatio, Percentile(inline_micros, 0.5),
+                  Percentile(inline_micros, 0.5) / raw_p50);
+    }
+    std::fflush(stdout);
+  }
+  return true;
+}
+
+int Run(const Config& config) {
+  const Layout layout = ChooseLayout(config);
   // Separate loops so the server and the client each have their own I/O thread, as they would
   // in separate processes.
   EventLoop server_loop;
   EventLoop client_loop;
+  // The server's handler threads start in Start() and inherit this thread's CPU: the server's.
+  if (!PinLoop(server_loop, layout.server_cpu) || !PinLoop(client_loop, layout.client_cpu) ||
+      (layout.server_cpu >= 0 && !bench::PinTask(0, layout.server_cpu))) {
+    std::fprintf(stderr, "pinning refused\n");
+    return 1;
+  }
   RpcServer::Options server_options;
   server_options.role = "bench";
   server_options.token = kToken;
-  server_options.handler_threads = 1;  // unused: the echo runs inline
+  server_options.handler_threads = 2;  // for bench.AdaptiveEcho under load
   RpcServer server(server_loop, server_options);
   server.Register<testwire::ReadResponse>(kEchoMethod, {"bench"}, Echo, RpcServer::Dispatch::kInline);
+  server.Register<testwire::ReadResponse>(kAdaptiveEchoMethod, {"bench"}, Echo, RpcServer::Dispatch::kAdaptive);
   if (absl::Status s = server.Start(); !s.ok()) {
     std::fprintf(stderr, "cannot start rpc server: %s\n", s.ToString().c_str());
-    return 0;
+    return 1;
+  }
+  if (layout.client_cpu >= 0 && !bench::PinTask(0, layout.client_cpu)) {
+    std::fprintf(stderr, "pinning refused\n");
+    return 1;
   }
   RpcClient::Options client_options;
   client_options.address = "127.0.0.1:" + std::to_string(server.port());
@@ -302,19 +445,23 @@ int Run(bool quick) {
   client_options.token = kToken;
   RpcClient client(client_loop, client_options);
 
-  std::printf("rpc_bench%s: %d alternating rounds per size, loopback TCP, TCP_NODELAY\n",
-              quick ? " --quick" : "", kRounds);
+  std::printf("rpc_bench%s: loopback TCP, TCP_NODELAY, %s; load average %s\n", config.quick ? " --quick" : "",
+              layout.description.c_str(), bench::LoadAverage().c_str());
   bool small_met = false;
   bool large_met = false;
+  bool in_flight_latency_met = false;
+  bool in_flight_throughput_met = false;
+  bool failed = false;
   for (const SizeCase& c : kCases) {
-    const int iterations = quick ? c.quick_iterations : c.iterations;
+    if (std::string(c.label).find(config.only) == std::string::npos) continue;
+    const int iterations = config.quick ? c.quick_iterations : c.iterations;
     const int per_round = std::max(1, iterations / kRounds);
     const int warmup = std::max(2, iterations / 10);
 
     Tensor payload(DType::kU8, {static_cast<int64_t>(c.bytes)});
     for (int64_t i = 0; i < payload.num_elements(); ++i) payload.data<uint8_t>()[i] = static_cast<uint8_t>(i * 131 + 7);
 
-    RawEchoServer raw_server(c.bytes);
+    RawEchoServer raw_server(c.bytes, layout.server_cpu);
     RawEchoClient raw(raw_server.port(), c.bytes);
 
     // Warm-up also checks both echoes are correct, so the timed loops need not.
@@ -329,6 +476,7 @@ int Run(bool quick) {
     raw.Close();
     if (!ok) {
       std::printf("size=%-7s FAILED (see stderr)\n", c.label);
+      failed = true;
       continue;
     }
     const double rpc_p50 = rpc.Percentile(0.50);
@@ -350,36 +498,52 @@ int Run(bool quick) {
       throughput_aim = std::string("  ") + Verdict(large_met) + " (>= 0.9)";
     }
     std::printf(
-        "size=%-7s rpc p50=%.0fus p99=%.0fus  raw p50=%.0fus p99=%.0fus  ratio p50=%.2f%s  "
+        "size=%-7s rpc p50=%.1fus p99=%.0fus  raw p50=%.1fus p99=%.0fus  ratio p50=%.2f%s  "
         "| rpc %.1f MB/s raw %.1f MB/s ratio=%.2f%s\n",
         c.label, rpc_p50, rpc_p99, raw_p50, raw_p99, latency_ratio, latency_aim.c_str(), rpc_mbs,
         raw_mbs, throughput_ratio, throughput_aim.c_str());
     std::fflush(stdout);
   }
 
-  Tensor small(DType::kU8, {64});
-  const int pipelined_calls = quick ? 2000 : 20000;
-  for (int window : {1, 8, 64}) {
-    const double calls_per_second = PipelinedCallsPerSecond(client, small, pipelined_calls, window);
-    std::printf("pipelined 64B rpc: %d calls, %2d in flight: %.0f calls/s (%.1fus per call)%s\n",
-                pipelined_calls, window, calls_per_second,
-                calls_per_second > 0 ? 1e6 / calls_per_second : 0.0,
-                window == 1 ? "  [issued from the loop thread: no caller hops]" : "");
+  if (std::string("in flight").find(config.only) != std::string::npos) {
+    if (!RunInFlight(client, layout, config.quick, &in_flight_latency_met, &in_flight_throughput_met)) {
+      std::printf("in flight FAILED (see stderr)\n");
+      failed = true;
+    }
   }
-  std::printf("caller->loop->caller hop (Post + wait, as in Call): p50=%.1fus\n",
-              LoopHopMicrosP50(client_loop, quick ? 1000 : 10000));
-  std::printf("aims: 64B p50 ratio %s, 16MiB throughput ratio %s\n", Verdict(small_met),
-              Verdict(large_met));
-  return 0;
+  if (std::string("hand-offs").find(config.only) != std::string::npos) {
+    std::printf("caller->loop->caller hand-offs (Post + OneShotEvent wait): p50=%.1fus\n",
+                LoopHopMicrosP50(client_loop, config.quick ? 1000 : 10000));
+  }
+  if (config.only.empty()) {
+    std::printf("aims: 64B p50 ratio %s, 16MiB throughput ratio %s, 1 in flight p50 ratio %s, 64 in flight "
+                "throughput ratio %s\n",
+                Verdict(small_met), Verdict(large_met), Verdict(in_flight_latency_met),
+                Verdict(in_flight_throughput_met));
+  }
+  return failed ? 1 : 0;
 }
 
 }  // namespace
 }  // namespace asyncps::net
 
 int main(int argc, char** argv) {
-  bool quick;
-  if (!asyncps::bench::ParseBenchFlags(argc, argv, &quick)) return 2;
+  asyncps::net::Config config;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      config.quick = true;
+    } else if (std::strncmp(argv[i], "--only=", 7) == 0) {
+      config.only = argv[i] + 7;
+    } else if (std::strncmp(argv[i], "--pin=", 6) == 0 &&
+               (std::strcmp(argv[i] + 6, "split") == 0 || std::strcmp(argv[i] + 6, "same") == 0 ||
+                std::strcmp(argv[i] + 6, "none") == 0)) {
+      config.pin = argv[i] + 6;
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--only=SUBSTRING] [--pin=split|same|none]\n", argv[0]);
+      return 2;
+    }
+  }
   // Warnings only: the server's "listening" line would interleave with the results.
   asyncps::InitLogging("bench", 0, "warn");
-  return asyncps::net::Run(quick);
+  return asyncps::net::Run(config);
 }

@@ -27,8 +27,8 @@ inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 
 //   --allow_nonfinite_gradients    ASYNCPS_ALLOW_NONFINITE_GRADIENTS  apply gradients holding
 //                                  NaN or Inf instead of refusing them (false)
 //   --ps_inline_small_updates      ASYNCPS_PS_INLINE_SMALL_UPDATES    apply updates and gradients
-//                                  of at most 16 KiB on the I/O thread (false; see
-//                                  net::Dispatch::kInlineIfSmall)
+//                                  of at most 16 KiB on the I/O thread always (false: only
+//                                  while the PS is otherwise quiet; see net::Dispatch)
 //   --ps_dedup_max_entries=N       ASYNCPS_PS_DEDUP_MAX_ENTRIES       keys the window of applied
 //                                  closure updates may hold (ps/update_dedup.h) (1048576)
 // Byte sizes are a positive integer with an optional binary suffix: K, M, G, T, KiB, MiB,

@@ -64,6 +64,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Send(OutMessage message) ABSL_LOCKS_EXCLUDED(send_mu_);
   void Close(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(send_mu_);
   bool closed() const { return closed_; }
+  // Loop thread (inside the frame handler): whether bytes after the frame being delivered
+  // have been read already.
+  bool input_pending() const { return read_end_ > read_begin_; }
   const std::string& peer_address() const { return peer_address_; }
 
  private:

@@ -27,7 +27,13 @@ using Handler =
 // request carries (an update applies what it sends), so a small request skips the thread
 // hand-off — the largest cost of a small request — and a large one does not hold the I/O
 // thread. Such a handler may still wait briefly for a lock a pooled handler holds.
-enum class Dispatch { kPool, kInline, kInlineIfSmall };
+// kAdaptive is kInlineIfSmall only while the server is otherwise quiet: the request is small,
+// no further frame already waits behind it on its connection, and no handler is queued or
+// running on the pool. A lone small request (one in flight) skips the hand-off; requests
+// arriving in a burst still spread over the pool while the I/O thread reads on (applying a
+// burst inline on the I/O thread measured slower: the client and the server then take turns
+// instead of working at once). Never waits for a pooled handler's lock.
+enum class Dispatch { kPool, kInline, kInlineIfSmall, kAdaptive };
 inline constexpr size_t kSmallRequestPayloadBytes = 16 << 10;
 
 // The peer roles (as authenticated in the handshake) allowed to call a method.

@@ -30,6 +30,7 @@ class ConnectionTransport : public SessionTransport {
   void Send(OutMessage message) override { connection_->Send(std::move(message)); }
   void Close(const absl::Status& reason) override { connection_->Close(reason); }
   void SetLimits(const FrameLimits& limits) override { connection_->SetLimits(limits); }
+  bool InputPending() const override { return connection_->input_pending(); }
 
  private:
   const std::shared_ptr<Connection> connection_;
@@ -69,6 +70,7 @@ RpcServer::RpcServer(EventLoop& loop, Options options)
   session_config_.handshake_limits = options_.handshake_limits;
   session_config_.limits = options_.limits;
   session_config_.metrics = options_.metrics;
+  session_config_.pool_load = &pool_load_;
 }
 
 RpcServer::~RpcServer() { Shutdown(); }
@@ -162,9 +164,16 @@ void RpcServer::Impl::Accept(tcp::socket socket) {
     return;
   }
   ThreadPool* pool = server->pool_.get();
+  std::atomic<int>* load = &server->pool_load_;
   auto session = std::make_shared<ServerSession>(
       &server->session_config_, &server->methods_,
-      [pool](std::function<void()> fn) { pool->Submit(std::move(fn)); },
+      [pool, load](std::function<void()> fn) {
+        load->fetch_add(1, std::memory_order_relaxed);
+        pool->Submit([load, fn = std::move(fn)] {
+          fn();
+          load->fetch_sub(1, std::memory_order_relaxed);
+        });
+      },
       std::make_unique<ConnectionTransport>(connection), connection->peer_address(), MakeNonce());
   sessions.insert(session);
   std::weak_ptr<ServerSession> weak = session;

@@ -1,6 +1,7 @@
 #ifndef ASYNCPS_NET_RPC_SERVER_H_
 #define ASYNCPS_NET_RPC_SERVER_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -35,7 +36,8 @@ namespace asyncps::net {
 // off exponentially from 10 ms to 1 s instead of spinning.
 //
 // Thread-safety: register methods before Start; Start/Shutdown from the owning thread.
-// Handlers run on the pool (kPool) or on the loop thread (kInline: must not block).
+// Handlers run on the pool (kPool) or on the loop thread (kInline: must not block), or on
+// either depending on size and load (kInlineIfSmall, kAdaptive: see net::Dispatch).
 class RpcServer {
  public:
   using Handler = net::Handler;
@@ -88,6 +90,7 @@ class RpcServer {
   SessionConfig session_config_;
   int port_ = 0;
   MethodTable methods_;
+  std::atomic<int> pool_load_{0};  // handlers queued or running on pool_ (outlives it)
   std::unique_ptr<ThreadPool> pool_;
   std::shared_ptr<Impl> impl_;
 };

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +79,14 @@ class RpcTest : public ::testing::Test {
           return absl::OkStatus();
         },
         Dispatch::kInlineIfSmall);
+    server_->Register<testwire::ReadResponse>(
+        "test.WhereRunAdaptive", kCallers,
+        [this](const RequestContext&, const InMessage&, OutMessage* resp) {
+          auto out = resp->InitResponseBody<testwire::ReadResponse>().initTensors(1);
+          resp->AddTensor(Tensor::Scalar<int32_t>(loop_.InLoopThread() ? 1 : 0), out[0]);
+          return absl::OkStatus();
+        },
+        Dispatch::kAdaptive);
     server_->Register<wire::Empty>("test.ChiefOnly", PeerRoles{"chief"}, [](const RequestContext&, const InMessage&, OutMessage*) {
       return absl::OkStatus();
     });
@@ -279,6 +288,72 @@ TEST_F(RpcTest, InlineIfSmallRunsSmallRequestsOnTheIoThreadAndLargeOnesOnThePool
   EXPECT_EQ(ran_inline(16), 1);
   EXPECT_EQ(ran_inline(kSmallRequestPayloadBytes), 1);
   EXPECT_EQ(ran_inline(kSmallRequestPayloadBytes + 1), 0);
+}
+
+// 1 when `frame` answers test.WhereRun* from the I/O thread, 0 from the pool, -1 on error.
+int RanInline(const InMessage& frame) {
+  int where = -1;
+  absl::Status decode = CatchDecodeErrors([&] {
+    if (frame.envelope().getResponse().getCode() != 0) return absl::OkStatus();
+    auto tensor = frame.TensorAt(frame.ResponseBody<testwire::ReadResponse>().getTensors()[0]);
+    if (tensor.ok()) where = tensor->data<int32_t>()[0];
+    return absl::OkStatus();
+  });
+  return decode.ok() ? where : -1;
+}
+
+OutMessage WhereRunRequest(int64_t payload_bytes) {
+  OutMessage req;
+  auto refs = req.InitRequestBody<testwire::ReadResponse>().initTensors(1);
+  req.AddTensor(Tensor(DType::kU8, {payload_bytes}), refs[0]);
+  return req;
+}
+
+TEST_F(RpcTest, AdaptiveRunsALoneSmallRequestInlineAndDefersToABusyPool) {
+  RpcClient& client = NewClient();
+  auto call = [&](int64_t bytes) {
+    auto frame = client.Call("test.WhereRunAdaptive", WhereRunRequest(bytes), absl::Seconds(30));
+    return frame.ok() ? RanInline(*frame) : -1;
+  };
+  EXPECT_EQ(call(16), 1);
+  EXPECT_EQ(call(kSmallRequestPayloadBytes + 1), 0);
+
+  // A handler holds a pool thread: small requests go to the pool too (behind whatever the busy
+  // handlers hold), not past it on the I/O thread.
+  Notification blocked_done;
+  client.CallAsync("test.Block", OutMessage(), absl::InfiniteDuration(),
+                   [&](absl::StatusOr<InMessage>) { blocked_done.Notify(); });
+  entered_.WaitForNotification();
+  EXPECT_EQ(call(16), 0);
+  Release();
+  blocked_done.WaitForNotification();
+  // The pool counts the blocked handler until it has returned, a moment after its answer
+  // was sent: wait (with a deadline) for the pool to be idle again.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  int where = call(16);
+  while (where == 0 && absl::Now() < deadline) where = call(16);
+  EXPECT_EQ(where, 1);
+}
+
+TEST_F(RpcTest, AdaptiveHandsARequestWithAnotherBehindItToThePool) {
+  RawClient raw(server_->port());
+  ASSERT_TRUE(raw.connected());
+  auto ack = raw.Handshake(kToken, "worker", 1);
+  ASSERT_TRUE(ack.ok()) << ack.status();
+  ASSERT_TRUE(ack->envelope().getHelloAck().getOk());
+  // Two requests in one write: the server reads both at once, so the first has input behind
+  // it and goes to the pool. (The second runs inline or, while the first is still on the
+  // pool, there too.)
+  ASSERT_TRUE(raw.Write(testutil::RequestFrame(WhereRunRequest(16), 1, "test.WhereRunAdaptive") +
+                        testutil::RequestFrame(WhereRunRequest(16), 2, "test.WhereRunAdaptive")));
+  std::map<uint64_t, int> where;
+  for (int i = 0; i < 2; ++i) {
+    auto frame = raw.ReadFrame();
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    where[frame->envelope().getRequestId()] = RanInline(*frame);
+  }
+  EXPECT_EQ(where[1], 0);
+  EXPECT_TRUE(where[2] == 0 || where[2] == 1) << where[2];
 }
 
 TEST_F(RpcTest, DeadlineExceededWhileServerIsBusy) {

@@ -192,6 +192,21 @@ void ServerSession::Answer(uint64_t request_id, const std::string& method, const
   transport_->Send(std::move(response));
 }
 
+bool ServerSession::RunInline(Dispatch dispatch, const InMessage& frame) const {
+  switch (dispatch) {
+    case Dispatch::kPool:
+      return false;
+    case Dispatch::kInline:
+      return true;
+    case Dispatch::kInlineIfSmall:
+      return frame.payload_bytes() <= kSmallRequestPayloadBytes;
+    case Dispatch::kAdaptive:
+      return frame.payload_bytes() <= kSmallRequestPayloadBytes && !transport_->InputPending() &&
+             (config_.pool_load == nullptr || config_.pool_load->load(std::memory_order_relaxed) == 0);
+  }
+  return false;
+}
+
 void ServerSession::HandleRequest(InMessage frame) {
   auto envelope = frame.envelope();
   const uint64_t request_id = envelope.getRequestId();
@@ -221,8 +236,7 @@ void ServerSession::HandleRequest(InMessage frame) {
   }
 
   in_flight_.fetch_add(1);
-  if (entry->dispatch == Dispatch::kInline ||
-      (entry->dispatch == Dispatch::kInlineIfSmall && frame.payload_bytes() <= kSmallRequestPayloadBytes)) {
+  if (RunInline(entry->dispatch, frame)) {
     transport_->Send(Serve(*entry, ctx, request_id, method, received, frame, config_.metrics));
     in_flight_.fetch_sub(1);
     Touch();

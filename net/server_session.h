@@ -26,6 +26,9 @@ struct SessionConfig {
   FrameLimits handshake_limits;  // frames until the handshake completes
   FrameLimits limits;            // frames after it
   metrics::RpcMetrics* metrics = nullptr;  // optional; not owned
+  // Handlers queued or running on the pool, over all sessions (for Dispatch::kAdaptive);
+  // nullptr: the pool counts as idle. Not owned.
+  const std::atomic<int>* pool_load = nullptr;
 };
 
 // Where a session's frames go. The socket-backed one wraps a Connection; tests and the
@@ -40,6 +43,9 @@ class SessionTransport {
   virtual void Close(const absl::Status& reason) = 0;
   // The session's thread, between frames: limits for the frames that follow.
   virtual void SetLimits(const FrameLimits& limits) = 0;
+  // The session's thread, inside OnFrame: whether bytes of a further frame have arrived
+  // already (another request is right behind this one).
+  virtual bool InputPending() const { return false; }
 };
 
 // The server side of one connection's protocol, without any I/O: the handshake (challenge,
@@ -90,6 +96,8 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   void OnFrameUnchecked(InMessage& frame);
   void HandleHello(const InMessage& frame);
   void HandleRequest(InMessage frame);
+  // Whether a request for a method registered with `dispatch` runs on this thread.
+  bool RunInline(Dispatch dispatch, const InMessage& frame) const;
   void Touch();
   // Answers request `request_id` with `status` (no body) at once.
   void Answer(uint64_t request_id, const std::string& method, const absl::Status& status);

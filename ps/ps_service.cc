@@ -23,10 +23,10 @@ void PsService::RegisterWith(net::MethodTable& server) {
   };
   server.Register<wire::CreateVariableRequest>("ps.CreateVariable", net::PsCallers(), bind(&PsService::CreateVariable));
   server.Register<wire::ReadRequest>("ps.Read", net::PsReaders(), bind(&PsService::Read));
-  // An update's work is proportional to what it carries, so small ones may run on the I/O
-  // thread (Options::inline_small_updates).
+  // An update's work is proportional to what it carries, so a small one runs on the I/O
+  // thread when nothing else is going on (kAdaptive), or always (Options::inline_small_updates).
   const net::Dispatch updates =
-      options_.inline_small_updates ? net::Dispatch::kInlineIfSmall : net::Dispatch::kPool;
+      options_.inline_small_updates ? net::Dispatch::kInlineIfSmall : net::Dispatch::kAdaptive;
   server.Register<wire::UpdateRequest>("ps.Update", net::PsCallers(), bind(&PsService::Update), updates);
   server.Register<wire::PushGradientsRequest>("ps.PushGradients", net::PsCallers(), bind(&PsService::PushGradients),
                                               updates);

@@ -47,11 +47,11 @@ class PsService {
   struct Options {
     uint64_t max_response_bytes = kDefaultPsMaxResponseBytes;
     bool allow_nonfinite_gradients = false;
-    // ps.Update and ps.PushGradients of at most net::kSmallRequestPayloadBytes run on the
-    // I/O thread (net::Dispatch::kInlineIfSmall) instead of the handler pool. Off by
-    // default: ps_bench "small push" measured it (with the PS and the client pinned to
-    // different CPUs of a loaded 2-core VM) at ~0.25x the pooled throughput with 8-64 in
-    // flight for a ~7% lower p50 at 1 in flight.
+    // ps.Update and ps.PushGradients of at most net::kSmallRequestPayloadBytes always run on
+    // the I/O thread (net::Dispatch::kInlineIfSmall). Off by default, when they run there only
+    // while the PS is otherwise quiet (net::Dispatch::kAdaptive): ps_bench "small push"
+    // measured always-inline (with the PS and the client pinned to different CPUs of a
+    // loaded 2-core VM) at ~0.25x the pooled throughput with 8-64 in flight.
     bool inline_small_updates = false;
     uint64_t dedup_max_entries = UpdateDedup::kDefaultMaxEntries;
     PsMetrics* metrics = nullptr;  // optional; not owned

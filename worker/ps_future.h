@@ -1,6 +1,7 @@
 #ifndef ASYNCPS_WORKER_PS_FUTURE_H_
 #define ASYNCPS_WORKER_PS_FUTURE_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -11,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/sync.h"
+#include "core/one_shot_event.h"
 
 namespace asyncps {
 
@@ -58,38 +59,34 @@ class PsFuture {
   bool valid() const { return state_ != nullptr; }
 
   // True once the result is there (including a Cancelled one).
-  bool ready() const {
-    MutexLock lock(&state_->mu);
-    return state_->result.has_value();
-  }
+  bool ready() const { return state_->ready.HasBeenNotified(); }
 
   // Blocks until the result is there and returns it (moved out: call once).
   Result Get() {
-    MutexLock lock(&state_->mu);
-    state_->mu.Await(absl::Condition(+[](std::optional<Result>* r) { return r->has_value(); },
-                                     &state_->result));
+    state_->ready.Wait();
     return std::move(*state_->result);
   }
 
   // Waits up to `timeout` for the result; true when it is there. Does not consume it.
-  bool WaitFor(absl::Duration timeout) const {
-    MutexLock lock(&state_->mu);
-    return state_->mu.AwaitWithTimeout(
-        absl::Condition(+[](std::optional<Result>* r) { return r->has_value(); }, &state_->result),
-        timeout);
-  }
+  bool WaitFor(absl::Duration timeout) const { return state_->ready.WaitWithTimeout(timeout); }
 
   // Completes the future with Cancelled now unless it has its result already.
   void Cancel() { state_->Set(absl::CancelledError("PS call cancelled by the caller")); }
 
  private:
+  // The first Set claims the result slot, fills it, then notifies `ready`: a waiter reads
+  // `result` only after `ready` (acquire), and nobody writes it after. A bare futex event
+  // rather than a Mutex: waking the thread blocked in Get is most of the cost a small call
+  // adds to the network round trip (core/one_shot_event.h).
   struct State {
-    Mutex mu;
-    std::optional<Result> result ABSL_GUARDED_BY(mu);
+    std::atomic<bool> claimed{false};
+    std::optional<Result> result;
+    OneShotEvent ready;
 
     void Set(Result r) {
-      MutexLock lock(&mu);
-      if (!result.has_value()) result.emplace(std::move(r));
+      if (claimed.exchange(true, std::memory_order_acq_rel)) return;  // a result won already
+      result.emplace(std::move(r));
+      ready.Notify();
     }
   };
 
