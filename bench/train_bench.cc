@@ -64,10 +64,14 @@ int Run(bool quick) {
     }
     fmnist::Options run = options;
     run.overlap_pull = overlap;
-    auto strategy = (*cluster)->MakeStrategy();
+    auto chief = (*cluster)->MakeChief();
+    if (!chief.ok()) {
+      std::fprintf(stderr, "train_bench: %s\n", chief.status().ToString().c_str());
+      return 1;
+    }
     const Program program = fmnist::MakeProgram();
-    ClusterCoordinator coordinator(*strategy, program);
-    absl::StatusOr<fmnist::Result> r = fmnist::Train(*strategy, coordinator, run);
+    ClusterCoordinator coordinator((*chief)->strategy(), program);
+    absl::StatusOr<fmnist::Result> r = fmnist::Train((*chief)->strategy(), coordinator, run);
     if (!r.ok()) {
       std::fprintf(stderr, "train_bench: distributed: %s\n", r.status().ToString().c_str());
       return 1;
