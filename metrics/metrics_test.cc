@@ -14,29 +14,12 @@
 #include "gtest/gtest.h"
 #include "metrics/process_metrics.h"
 #include "metrics/rpc_metrics.h"
+#include "tests/testutil/http_get.h"
 
 namespace asyncps::metrics {
 namespace {
 
-// Fetches http://127.0.0.1:port/metrics with a plain socket (no HTTP library needed).
-std::string HttpGet(int port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  (void)!write(fd, request.data(), request.size());
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return out;
-}
+using ::asyncps::testutil::HttpGet;
 
 TEST(ProcessMetricsTest, ServesBuildInfoAndRpcFamiliesOverHttp) {
   auto metrics = ProcessMetrics::Create("ps", 3, "127.0.0.1:0");

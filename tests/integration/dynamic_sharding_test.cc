@@ -10,10 +10,8 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <random>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "coordinator/cluster_coordinator.h"
@@ -26,61 +24,19 @@
 #include "partitioners/partitioner.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/worker_killer.h"
 
 namespace asyncps {
 namespace {
 
 using testutil::LocalCluster;
+using testutil::WorkerKiller;
 
 constexpr int kWorkers = 3;
 constexpr int64_t kIds = 20'000;
 constexpr int64_t kBatch = 50;
 constexpr int64_t kRecordsPerSplit = 1'000;
 constexpr absl::Duration kKillEvery = absl::Milliseconds(300);
-
-// SIGKILLs a random worker and restarts it, every kKillEvery, from its own long-lived thread
-// (a LocalCluster process dies with the thread that started it) until destroyed.
-class WorkerKiller {
- public:
-  WorkerKiller(LocalCluster& cluster, uint32_t seed) : cluster_(cluster), rng_(seed), thread_([this] { Run(); }) {}
-  ~WorkerKiller() {
-    stop_.Notify();
-    thread_.join();
-  }
-
-  int kills() const {
-    MutexLock lock(&mu_);
-    return kills_;
-  }
-  absl::Status error() const {
-    MutexLock lock(&mu_);
-    return error_;
-  }
-
- private:
-  void Run() {
-    // The pause paces the kills; it is not synchronisation (Notify ends it early).
-    while (!stop_.WaitForNotificationWithTimeout(kKillEvery)) {
-      const int w = std::uniform_int_distribution<int>(0, kWorkers - 1)(rng_);
-      absl::Status s = cluster_.KillWorker(w);
-      if (s.ok()) s = cluster_.RestartWorker(w);
-      MutexLock lock(&mu_);
-      if (!s.ok()) {
-        error_ = s;
-        return;
-      }
-      ++kills_;
-    }
-  }
-
-  LocalCluster& cluster_;
-  std::mt19937 rng_;
-  Notification stop_;
-  mutable Mutex mu_;
-  int kills_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
-};
 
 class DynamicShardingTest : public ::testing::Test {
  protected:
@@ -97,6 +53,32 @@ class DynamicShardingTest : public ::testing::Test {
     auto counts = chief_->strategy().CreateVariable("counts", init::Zeros({kIds}, DType::kI64));
     ASSERT_TRUE(counts.ok()) << counts.status();
     counts_ = std::make_unique<ShardedVariable>(*counts);
+  }
+
+  // Counts ids with a per-worker dataset sharded by `policy` until every worker has reached
+  // the end of its own pass (count_ids then answers 0), in rounds of 32 closures.
+  void ReadUntilEveryWorkerEnds(ShardingPolicy policy) {
+    auto dataset = coordinator_->CreatePerWorkerDataset(
+        "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, policy);
+    ASSERT_TRUE(dataset.ok()) << dataset.status();
+    auto iterator = dataset->MakeIterator();
+    ASSERT_TRUE(iterator.ok()) << iterator.status();
+    std::set<int64_t> ended;
+    for (int round = 0; round < 1000 && static_cast<int>(ended.size()) < kWorkers; ++round) {
+      std::vector<RemoteValue> values;
+      for (int i = 0; i < 32; ++i) {
+        auto v = coordinator_->Schedule("count_ids", {*iterator, Tensor::Scalar<int64_t>(0)});
+        ASSERT_TRUE(v.ok()) << v.status();
+        values.push_back(*v);
+      }
+      ASSERT_TRUE(coordinator_->Join().ok());
+      for (const RemoteValue& v : values) {
+        auto r = v.Fetch();
+        ASSERT_TRUE(r.ok()) << r.status();
+        if (r->at(1).data<int64_t>()[0] == 0) ended.insert(r->at(0).data<int64_t>()[0]);
+      }
+    }
+    ASSERT_EQ(static_cast<int>(ended.size()), kWorkers);
   }
 
   void TearDown() override {
@@ -204,7 +186,7 @@ TEST_F(DynamicShardingTest, EveryRowIsExactlyOneWhileWorkersAreKilled) {
   ASSERT_TRUE(iterator.ok()) << iterator.status();
   const double retried_before = Retried();
   {
-    WorkerKiller killer(*cluster_, 11);
+    WorkerKiller killer(*cluster_, kWorkers, kKillEvery, 11);
     // Each closure works 20 ms after its update, so a kill usually lands between the update and
     // the answer: the closure runs again, bound to the same batch.
     EXPECT_EQ(RunDynamicEpoch(*iterator, 20), kIds);
@@ -221,7 +203,7 @@ TEST_F(DynamicShardingTest, WithoutDeduplicationReRunsCountTwice) {
       "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kDynamic,
       kRecordsPerSplit);
   ASSERT_TRUE(dataset.ok()) << dataset.status();
-  WorkerKiller killer(*cluster_, 12);
+  WorkerKiller killer(*cluster_, kWorkers, kKillEvery, 12);
   // A kill may land before a closure's update; run epochs until a duplicate shows.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   bool duplicated = false;
@@ -241,54 +223,13 @@ TEST_F(DynamicShardingTest, WithoutDeduplicationReRunsCountTwice) {
 
 TEST_F(DynamicShardingTest, WithShardingOffEveryWorkerReadsEverything) {
   MakeCoordinator(/*deduplicate=*/true);
-  auto dataset = coordinator_->CreatePerWorkerDataset(
-      "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kOff);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
-  auto iterator = dataset->MakeIterator();
-  ASSERT_TRUE(iterator.ok()) << iterator.status();
-  // Until every worker has reached the end of its own pass (count_ids then returns 0).
-  std::set<int64_t> ended;
-  for (int round = 0; round < 1000 && static_cast<int>(ended.size()) < kWorkers; ++round) {
-    std::vector<RemoteValue> values;
-    for (int i = 0; i < 32; ++i) {
-      auto v = coordinator_->Schedule("count_ids", {*iterator, Tensor::Scalar<int64_t>(0)});
-      ASSERT_TRUE(v.ok()) << v.status();
-      values.push_back(*v);
-    }
-    ASSERT_TRUE(coordinator_->Join().ok());
-    for (const RemoteValue& v : values) {
-      auto r = v.Fetch();
-      ASSERT_TRUE(r.ok()) << r.status();
-      if (r->at(1).data<int64_t>()[0] == 0) ended.insert(r->at(0).data<int64_t>()[0]);
-    }
-  }
-  ASSERT_EQ(static_cast<int>(ended.size()), kWorkers);
+  ASSERT_NO_FATAL_FAILURE(ReadUntilEveryWorkerEnds(ShardingPolicy::kOff));
   ASSERT_EQ(Mismatches(Counts(), kWorkers), "");
 }
 
 TEST_F(DynamicShardingTest, StaticDataShardingSplitsTheIdsByWorker) {
   MakeCoordinator(/*deduplicate=*/true);
-  auto dataset = coordinator_->CreatePerWorkerDataset(
-      "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kData);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
-  auto iterator = dataset->MakeIterator();
-  ASSERT_TRUE(iterator.ok()) << iterator.status();
-  std::set<int64_t> ended;
-  for (int round = 0; round < 1000 && static_cast<int>(ended.size()) < kWorkers; ++round) {
-    std::vector<RemoteValue> values;
-    for (int i = 0; i < 32; ++i) {
-      auto v = coordinator_->Schedule("count_ids", {*iterator, Tensor::Scalar<int64_t>(0)});
-      ASSERT_TRUE(v.ok()) << v.status();
-      values.push_back(*v);
-    }
-    ASSERT_TRUE(coordinator_->Join().ok());
-    for (const RemoteValue& v : values) {
-      auto r = v.Fetch();
-      ASSERT_TRUE(r.ok()) << r.status();
-      if (r->at(1).data<int64_t>()[0] == 0) ended.insert(r->at(0).data<int64_t>()[0]);
-    }
-  }
-  ASSERT_EQ(static_cast<int>(ended.size()), kWorkers);
+  ASSERT_NO_FATAL_FAILURE(ReadUntilEveryWorkerEnds(ShardingPolicy::kData));
   ASSERT_EQ(Mismatches(Counts(), 1), "");  // each id in exactly one worker's shard
 }
 
@@ -299,16 +240,12 @@ TEST_F(DynamicShardingTest, StaticDataShardingSplitsTheIdsByWorker) {
 TEST_F(DynamicShardingTest, CoordinatorRestartedFromACheckpointFinishesTheEpoch) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/dynamic_sharding_test_", getpid());
   std::filesystem::remove_all(dir);
-  Subprocess::Options o;
-  o.argv = {LocalCluster::BinaryPath("dynamic_sharding_chief")};
-  o.env = {{"TF_CONFIG", cluster_->chief_spec().ToTfConfig(TaskType::kChief, 0)},
-           {"ASYNCPS_CLUSTER_TOKEN", cluster_->token()},
-           {"ASYNCPS_METRICS_PORT", "-1"},
-           {"DS_DIR", dir},
-           {"DS_IDS", std::to_string(kIds)},
-           {"DS_BATCH", std::to_string(kBatch)},
-           {"DS_RECORDS_PER_SPLIT", std::to_string(kRecordsPerSplit)},
-           {"DS_LINGER_MS", "5"}};
+  Subprocess::Options o = cluster_->ChiefProcessOptions({LocalCluster::BinaryPath("dynamic_sharding_chief")});
+  o.env.insert({{"DS_DIR", dir},
+                {"DS_IDS", std::to_string(kIds)},
+                {"DS_BATCH", std::to_string(kBatch)},
+                {"DS_RECORDS_PER_SPLIT", std::to_string(kRecordsPerSplit)},
+                {"DS_LINGER_MS", "5"}});
   auto first = Subprocess::Start(o);
   ASSERT_TRUE(first.ok()) << first.status();
   auto saved = (*first)->WaitForLine("checkpoint 5 saved", absl::Seconds(120));

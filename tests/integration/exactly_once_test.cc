@@ -7,9 +7,7 @@
 #include <signal.h>
 
 #include <memory>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "coordinator/cluster_coordinator.h"
@@ -20,61 +18,18 @@
 #include "partitioners/partitioner.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/worker_killer.h"
 
 namespace asyncps {
 namespace {
 
 using testutil::LocalCluster;
+using testutil::WorkerKiller;
 
 constexpr int kWorkers = 3;
 constexpr int64_t kRows = 150;
 constexpr int64_t kWorkAfterUpdateMs = 20;
 constexpr absl::Duration kKillEvery = absl::Milliseconds(300);
-
-// SIGKILLs a random worker and restarts it, every kKillEvery, from its own thread until
-// destroyed. That thread is the only one driving the cluster meanwhile (LocalCluster is not
-// thread-safe), and it is long-lived: a process dies with the thread that started it.
-class WorkerKiller {
- public:
-  explicit WorkerKiller(LocalCluster& cluster) : cluster_(cluster), thread_([this] { Run(); }) {}
-  ~WorkerKiller() {
-    stop_.Notify();
-    thread_.join();
-  }
-
-  int kills() const {
-    MutexLock lock(&mu_);
-    return kills_;
-  }
-  absl::Status error() const {
-    MutexLock lock(&mu_);
-    return error_;
-  }
-
- private:
-  void Run() {
-    std::mt19937 rng(20261122);
-    // The pause paces the kills; it is not synchronisation (Notify ends it early).
-    while (!stop_.WaitForNotificationWithTimeout(kKillEvery)) {
-      const int w = std::uniform_int_distribution<int>(0, kWorkers - 1)(rng);
-      absl::Status s = cluster_.KillWorker(w);
-      if (s.ok()) s = cluster_.RestartWorker(w);
-      MutexLock lock(&mu_);
-      if (!s.ok()) {
-        error_ = s;
-        return;
-      }
-      ++kills_;
-    }
-  }
-
-  LocalCluster& cluster_;
-  Notification stop_;
-  mutable Mutex mu_;
-  int kills_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
-};
 
 class ExactlyOnceTest : public ::testing::Test {
  protected:
@@ -144,7 +99,7 @@ std::string Mismatches(const std::vector<int64_t>& rows, int64_t expected) {
 }
 
 TEST_F(ExactlyOnceTest, EveryRowIsExactlyOneWhileWorkersAreKilled) {
-  WorkerKiller killer(*cluster_);
+  WorkerKiller killer(*cluster_, kWorkers, kKillEvery, 20261122);
   // Until closures were re-run after a kill (else nothing was tested), with a deadline.
   const absl::Time deadline = absl::Now() + absl::Seconds(90);
   const double retried_before = Retried();
@@ -160,7 +115,7 @@ TEST_F(ExactlyOnceTest, EveryRowIsExactlyOneWhileWorkersAreKilled) {
 }
 
 TEST_F(ExactlyOnceTest, WithoutDeduplicationReRunsApplyTwice) {
-  WorkerKiller killer(*cluster_);
+  WorkerKiller killer(*cluster_, kWorkers, kKillEvery, 20261122);
   // A kill may land before a closure's update rather than after; loop until a duplicate shows.
   const absl::Time deadline = absl::Now() + absl::Seconds(90);
   bool duplicated = false;

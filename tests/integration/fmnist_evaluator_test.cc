@@ -5,10 +5,7 @@
 // once resumed it reports a test accuracy for every checkpoint, in order, the last equal to
 // the chief's own final evaluation (also on its /metrics), and exits 0 once the final marker
 // is written.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -26,29 +23,12 @@
 #include "examples/fmnist_training.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/http_get.h"
 
 namespace asyncps {
 namespace {
 
-// GET http://127.0.0.1:port/path with a plain socket; "" when nothing answers.
-std::string HttpGet(int port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  (void)!write(fd, request.data(), request.size());
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return out;
-}
+using testutil::HttpGet;
 
 // The value of the first sample of `family` in a Prometheus text exposition; -1 when absent.
 double Sample(const std::string& text, const std::string& family) {

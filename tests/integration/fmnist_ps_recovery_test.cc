@@ -18,21 +18,13 @@
 #include "core/sync.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/output_text.h"
 
 namespace asyncps {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The number after `prefix` in `text` ("... trained 5616 steps" -> 5616), or -1.
-int64_t NumberAfter(const std::string& text, const std::string& prefix) {
-  const size_t at = text.find(prefix);
-  if (at == std::string::npos) return -1;
-  std::string rest = text.substr(at + prefix.size());
-  rest = rest.substr(0, rest.find_first_not_of("0123456789."));
-  double value = -1;
-  return absl::SimpleAtod(rest, &value) ? static_cast<int64_t>(value) : -1;
-}
+using testutil::NumberAfter;
 
 TEST(FashionMnistPsRecoveryTest, PsKilledAndRestartedIsRepairedAndTrainingReachesTheTarget) {
   testutil::LocalCluster::Options o;
@@ -45,16 +37,10 @@ TEST(FashionMnistPsRecoveryTest, PsKilledAndRestartedIsRepairedAndTrainingReache
   const fs::path dir =
       fs::path(::testing::TempDir()) / absl::StrCat("fmnist_ps_recovery_", getpid());
   fs::remove_all(dir);
-  Subprocess::Options chief;
-  chief.argv = {testutil::LocalCluster::BinaryPath("fashion_mnist"),
-                "--epochs=12",
-                absl::StrCat("--checkpoint_dir=", dir.string()),
-                "--checkpoint_every_steps=1000",
-                "--max_to_keep=2",
-                "--ps_recovery=auto"};
-  chief.env = {{"TF_CONFIG", (*cluster)->chief_spec().ToTfConfig(TaskType::kChief, 0)},
-               {"ASYNCPS_CLUSTER_TOKEN", (*cluster)->token()},
-               {"ASYNCPS_METRICS_PORT", "-1"}};
+  Subprocess::Options chief = (*cluster)->ChiefProcessOptions(
+      {testutil::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=12",
+       absl::StrCat("--checkpoint_dir=", dir.string()), "--checkpoint_every_steps=1000",
+       "--max_to_keep=2", "--ps_recovery=auto"});
   // Progress lines ("epoch 5/12  step 2213/5616 ...") say when training is past step 2200.
   constexpr int64_t kKillAfter = 2200;
   Notification past_kill_step;

@@ -23,21 +23,13 @@
 #include "core/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/output_text.h"
 
 namespace asyncps {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The number after `prefix` in `line` ("... saved checkpoint step 2000 (...)" -> 2000), or -1.
-int64_t NumberAfter(const std::string& line, const std::string& prefix) {
-  const size_t at = line.find(prefix);
-  if (at == std::string::npos) return -1;
-  std::string rest = line.substr(at + prefix.size());
-  rest = rest.substr(0, rest.find_first_not_of("0123456789."));
-  double value = -1;
-  return absl::SimpleAtod(rest, &value) ? static_cast<int64_t>(value) : -1;
-}
+using testutil::NumberAfter;
 
 // The last step the chief reported saving in `output`; -1 when none.
 int64_t LastSavedStep(const std::string& output) {
@@ -61,17 +53,10 @@ TEST(FashionMnistResumeTest, ChiefKilledAfterACheckpointResumesFromItsStepAndRea
 
   const fs::path dir = fs::path(::testing::TempDir()) / absl::StrCat("fmnist_resume_", getpid());
   fs::remove_all(dir);
-  Subprocess::Options chief;
-  chief.argv = {testutil::LocalCluster::BinaryPath("fashion_mnist"),
-                "--epochs=20",
-                "--eval_every=1",
-                "--stop_at_accuracy=0.88",
-                absl::StrCat("--checkpoint_dir=", dir.string()),
-                "--checkpoint_every_steps=1000",
-                "--max_to_keep=2"};
-  chief.env = {{"TF_CONFIG", (*cluster)->chief_spec().ToTfConfig(TaskType::kChief, 0)},
-               {"ASYNCPS_CLUSTER_TOKEN", (*cluster)->token()},
-               {"ASYNCPS_METRICS_PORT", "-1"}};
+  Subprocess::Options chief = (*cluster)->ChiefProcessOptions(
+      {testutil::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=20", "--eval_every=1",
+       "--stop_at_accuracy=0.88", absl::StrCat("--checkpoint_dir=", dir.string()),
+       "--checkpoint_every_steps=1000", "--max_to_keep=2"});
 
   auto first = Subprocess::Start(chief);
   ASSERT_TRUE(first.ok()) << first.status();

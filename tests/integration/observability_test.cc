@@ -2,11 +2,7 @@
 // asyncps_launch, scraped by Debian's Prometheus through the launcher's file_sd targets file,
 // the Grafana dashboard's queries checked against that scrape, and the chief's status page
 // rendered by headless Chromium. Every wait is on a condition with a deadline.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +27,7 @@
 #include "core/subprocess.h"
 #include "core/sync.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/http_get.h"
 
 namespace asyncps {
 namespace {
@@ -41,30 +38,6 @@ using nlohmann::json;
 constexpr int kPs = 1;
 constexpr int kWorkers = 2;
 constexpr absl::Duration kDeadline = absl::Seconds(120);
-
-// GET http://127.0.0.1:port/target; the body of a 200 answer, else empty.
-std::string HttpGet(int port, const std::string& target) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  timeval tv{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string request = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  (void)!write(fd, request.data(), request.size());
-  std::string out;
-  char buf[8192];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  const size_t body = out.find("\r\n\r\n");
-  if (out.rfind("HTTP/1.1 200", 0) != 0 && out.rfind("HTTP/1.0 200", 0) != 0) return "";
-  return body == std::string::npos ? "" : out.substr(body + 4);
-}
 
 std::string UrlEncode(const std::string& s) {
   std::string out;
@@ -138,7 +111,7 @@ class ObservabilityTest : public ::testing::Test {
     auto p = Subprocess::Start(prom);
     ASSERT_TRUE(p.ok()) << p.status();
     prometheus_ = p->release();
-    ASSERT_TRUE(WaitFor([] { return !HttpGet(prometheus_port_, "/-/ready").empty(); }))
+    ASSERT_TRUE(WaitFor([] { return !testutil::HttpGetBody(prometheus_port_, "/-/ready").empty(); }))
         << prometheus_->output();
   }
 
@@ -164,7 +137,7 @@ class ObservabilityTest : public ::testing::Test {
 
   // The `result` array of an instant query, or null when the query failed.
   static json Query(const std::string& promql) {
-    const std::string body = HttpGet(prometheus_port_, "/api/v1/query?query=" + UrlEncode(promql));
+    const std::string body = testutil::HttpGetBody(prometheus_port_, "/api/v1/query?query=" + UrlEncode(promql));
     json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
     if (doc.is_discarded() || doc.value("status", "") != "success") return nullptr;
     return doc["data"]["result"];
@@ -241,7 +214,7 @@ TEST_F(ObservabilityTest, EveryDashboardQueryNamesAScrapedMetric) {
   // metric no process exports keeps this false until the deadline, and is listed below).
   std::set<std::string> scraped;
   WaitFor([&] {
-    const json names = json::parse(HttpGet(prometheus_port_, "/api/v1/label/__name__/values"), nullptr,
+    const json names = json::parse(testutil::HttpGetBody(prometheus_port_, "/api/v1/label/__name__/values"), nullptr,
                                    /*allow_exceptions=*/false);
     if (names.is_discarded() || !names.contains("data")) return false;
     scraped = std::set<std::string>(names["data"].begin(), names["data"].end());
@@ -257,7 +230,7 @@ TEST_F(ObservabilityTest, StatusPageRendersMembersAndPlotsInChromium) {
   ASSERT_FALSE(chromium.empty()) << "Debian's chromium is missing (scripts/install_deps.sh installs it)";
   // Loss points and an accuracy evaluation exist before the browser looks.
   ASSERT_TRUE(WaitFor([] {
-    json s = json::parse(HttpGet(chief_port_, "/status.json"), nullptr, false);
+    json s = json::parse(testutil::HttpGetBody(chief_port_, "/status.json"), nullptr, false);
     return !s.is_discarded() && s["series"].contains("accuracy") && s["series"]["loss"].size() >= 20;
   }));
   const std::string url = absl::StrCat("http://127.0.0.1:", chief_port_, "/status");

@@ -76,6 +76,15 @@ absl::StatusOr<std::unique_ptr<TestChief>> LocalCluster::MakeChief(
   return std::make_unique<TestChief>(std::move(process), std::move(partitioner));
 }
 
+Subprocess::Options LocalCluster::ChiefProcessOptions(std::vector<std::string> argv) const {
+  Subprocess::Options o;
+  o.argv = std::move(argv);
+  o.env = {{"TF_CONFIG", chief_spec_.ToTfConfig(TaskType::kChief, 0)},
+           {"ASYNCPS_CLUSTER_TOKEN", options_.token},
+           {"ASYNCPS_METRICS_PORT", "-1"}};
+  return o;
+}
+
 absl::Status LocalCluster::KillWorker(int i) {
   workers_[i]->Signal(SIGKILL);
   return workers_[i]->Wait(absl::Seconds(30)).status();

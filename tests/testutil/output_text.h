@@ -1,0 +1,18 @@
+#ifndef ASYNCPS_TESTS_TESTUTIL_OUTPUT_TEXT_H_
+#define ASYNCPS_TESTS_TESTUTIL_OUTPUT_TEXT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace asyncps::testutil {
+
+// Reading what a process printed. The number right after the first `prefix` in `text`
+// ("... trained 5616 steps", "trained " -> 5616; a fraction is truncated), or -1 when
+// `prefix` is absent or no number follows it.
+int64_t NumberAfter(absl::string_view text, absl::string_view prefix);
+
+}  // namespace asyncps::testutil
+
+#endif  // ASYNCPS_TESTS_TESTUTIL_OUTPUT_TEXT_H_
