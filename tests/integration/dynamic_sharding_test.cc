@@ -240,7 +240,7 @@ TEST_F(DynamicShardingTest, StaticDataShardingSplitsTheIdsByWorker) {
 TEST_F(DynamicShardingTest, CoordinatorRestartedFromACheckpointFinishesTheEpoch) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/dynamic_sharding_test_", getpid());
   std::filesystem::remove_all(dir);
-  Subprocess::Options o = cluster_->ChiefProcessOptions({LocalCluster::BinaryPath("dynamic_sharding_chief")});
+  Subprocess::Options o = cluster_->ChiefSubprocessOptions({LocalCluster::BinaryPath("dynamic_sharding_chief")});
   o.env.insert({{"DS_DIR", dir},
                 {"DS_IDS", std::to_string(kIds)},
                 {"DS_BATCH", std::to_string(kBatch)},

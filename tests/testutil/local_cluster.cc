@@ -76,7 +76,7 @@ absl::StatusOr<std::unique_ptr<TestChief>> LocalCluster::MakeChief(
   return std::make_unique<TestChief>(std::move(process), std::move(partitioner));
 }
 
-Subprocess::Options LocalCluster::ChiefProcessOptions(std::vector<std::string> argv) const {
+Subprocess::Options LocalCluster::ChiefSubprocessOptions(std::vector<std::string> argv) const {
   Subprocess::Options o;
   o.argv = std::move(argv);
   o.env = {{"TF_CONFIG", chief_spec_.ToTfConfig(TaskType::kChief, 0)},

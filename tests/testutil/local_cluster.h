@@ -72,10 +72,11 @@ class LocalCluster {
   // The in-process chief of this cluster, made with ChiefOptions(); the process's errors.
   absl::StatusOr<std::unique_ptr<TestChief>> MakeChief(std::shared_ptr<const Partitioner> partitioner = nullptr) const;
   const std::string& token() const { return options_.token; }
-  // How to start a chief *process* for this cluster (a user program, `argv` its binary and
-  // flags): TF_CONFIG as task chief 0, the cluster token, no /metrics endpoint. Callers may add
-  // to the environment.
-  Subprocess::Options ChiefProcessOptions(std::vector<std::string> argv) const;
+  // How to start a chief as a separate process for this cluster (a user program, `argv` its
+  // binary and flags; not to be confused with the in-process ChiefProcess of MakeChief):
+  // TF_CONFIG as task chief 0, the cluster token, no /metrics endpoint. Callers may add to the
+  // environment.
+  Subprocess::Options ChiefSubprocessOptions(std::vector<std::string> argv) const;
 
   absl::Status KillWorker(int i);
   absl::Status RestartWorker(int i);
