@@ -131,18 +131,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fashion_mnist: %s\n%s", cluster.status().ToString().c_str(), kUsage);
     return 2;
   }
+  // Every role's process settings (token, /metrics port, log level, limits), from flags and
+  // environment, read once here and passed to whichever role this process plays.
+  const asyncps::ProcessOptions process = asyncps::ProcessOptions::FromEnvAndFlags(argc, argv);
   asyncps::fmnist::SetTorchThreads(flags.torch_threads);
   if (cluster->task_type() == asyncps::TaskType::kEvaluator) {
-    return asyncps::fmnist::RunEvaluator(*cluster, asyncps::ProcessOptions::FromEnvAndFlags(argc, argv),
-                                         flags.train, argc, argv);
+    return asyncps::fmnist::RunEvaluator(*cluster, process, flags.train, argc, argv);
   }
   asyncps::Program program = asyncps::fmnist::MakeProgram();
-  if (!cluster->is_chief()) return asyncps::Serve(*cluster, program);
+  if (!cluster->is_chief()) return asyncps::Serve(*cluster, program, process);
 
-  // The chief's wiring, each piece made here: settings from flags and environment, the process
-  // (I/O loop, PS connections, /metrics and the status page), then the strategy and
-  // coordinator on it, destroyed in the reverse order.
-  const asyncps::ProcessOptions process = asyncps::ProcessOptions::FromEnvAndFlags(argc, argv);
+  // The chief's wiring, each piece made here: the process (I/O loop, PS connections, /metrics
+  // and the status page), then the strategy and coordinator on it, destroyed in reverse order.
   asyncps::InitLogging("chief", cluster->task_index(), process.log_level);
   auto chief = asyncps::ChiefProcess::Create(*cluster, {.process = process});
   if (!chief.ok()) {

@@ -67,12 +67,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "remote_value: %s\n", cluster.status().ToString().c_str());
     return asyncps::kExitUsage;
   }
-  asyncps::Program program = MakeProgram();
-  if (!cluster->is_chief()) return asyncps::Serve(*cluster, program);
-
-  // The chief's wiring: settings from flags and environment, then the process (I/O loop, PS
-  // connections, /metrics and the status page) that the strategy and coordinator run on.
+  // Settings every role takes (token, /metrics port, log level), from flags and environment.
   const asyncps::ProcessOptions process = asyncps::ProcessOptions::FromEnvAndFlags(argc, argv);
+  asyncps::Program program = MakeProgram();
+  if (!cluster->is_chief()) return asyncps::Serve(*cluster, program, process);
+
+  // The chief's wiring: the process (I/O loop, PS connections, /metrics and the status page)
+  // that the strategy and coordinator run on.
   asyncps::InitLogging("chief", cluster->task_index(), process.log_level);
   absl::StatusOr<std::unique_ptr<asyncps::ChiefProcess>> chief =
       asyncps::ChiefProcess::Create(*cluster, {.process = process});
