@@ -65,13 +65,12 @@ ChiefProcess::~ChiefProcess() {
 
 net::RpcClient& ChiefProcess::ps_rpc(int i) { return *ps_clients_[static_cast<size_t>(i)]; }
 
-std::unique_ptr<net::RpcClient> ChiefProcess::Connect(const std::string& address, bool wait_for_ready) {
+std::unique_ptr<net::RpcClient> ChiefProcess::Connect(const std::string& address) {
   net::RpcClient::Options o;
   o.address = address;
   o.role = "chief";
   o.task_index = cluster_.task_index();
   o.token = options_.process.cluster_token;
-  o.wait_for_ready = wait_for_ready;
   o.metrics = rpc_metrics_.get();
   return std::make_unique<net::RpcClient>(*loop_, o);
 }

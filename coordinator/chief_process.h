@@ -89,7 +89,7 @@ class ChiefProcess {
   // A new connection (made lazily) to `address`, another task of this cluster, on this
   // process's I/O loop, presenting the cluster token as the chief; its calls are counted in
   // rpc_metrics(). The caller owns it and must destroy it before this process.
-  std::unique_ptr<net::RpcClient> Connect(const std::string& address, bool wait_for_ready = false);
+  std::unique_ptr<net::RpcClient> Connect(const std::string& address);
 
   // The I/O thread every connection of this process runs on.
   net::EventLoop& loop() { return *loop_; }
