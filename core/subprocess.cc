@@ -1,4 +1,3 @@
-#include "core/sync.h"
 #include "core/subprocess.h"
 
 #include <arpa/inet.h>
@@ -19,11 +18,14 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "core/status_macros.h"
+#include "core/sync.h"
 
 extern char** environ;
 
@@ -461,6 +463,17 @@ absl::StatusOr<int> PickUnusedPort() {
   }
   close(fd);
   return static_cast<int>(ntohs(addr.sin_port));
+}
+
+absl::StatusOr<std::vector<int>> PickUnusedPorts(int count) {
+  absl::flat_hash_set<int> seen;
+  std::vector<int> ports;
+  for (int attempts = 0; static_cast<int>(ports.size()) < count; ++attempts) {
+    if (attempts > count * 10 + 10) return absl::UnavailableError("could not find enough distinct free ports");
+    ASSIGN_OR_RETURN(int port, PickUnusedPort());
+    if (seen.insert(port).second) ports.push_back(port);
+  }
+  return ports;
 }
 
 }  // namespace asyncps

@@ -88,6 +88,11 @@ class Subprocess {
 // Returns a TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
 absl::StatusOr<int> PickUnusedPort();
 
+// Returns `count` distinct such ports. Calling PickUnusedPort `count` times is not enough: the
+// kernel may hand a just-released port out again, and two tasks of one cluster would be given
+// the same address. Unavailable when distinct ports cannot be found.
+absl::StatusOr<std::vector<int>> PickUnusedPorts(int count);
+
 }  // namespace asyncps
 
 #endif  // ASYNCPS_CORE_SUBPROCESS_H_

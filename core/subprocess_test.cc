@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -275,6 +276,18 @@ TEST(PickUnusedPortTest, ReturnsBindablePort) {
   addr.sin_port = htons(static_cast<uint16_t>(*port));
   EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
   close(fd);
+}
+
+TEST(PickUnusedPortsTest, ReturnsDistinctPorts) {
+  absl::StatusOr<std::vector<int>> ports = PickUnusedPorts(64);
+  ASSERT_TRUE(ports.ok()) << ports.status();
+  ASSERT_EQ(ports->size(), 64u);
+  std::set<int> distinct(ports->begin(), ports->end());
+  EXPECT_EQ(distinct.size(), 64u);
+  for (int port : *ports) {
+    EXPECT_GE(port, 1);
+    EXPECT_LE(port, 65535);
+  }
 }
 
 }  // namespace

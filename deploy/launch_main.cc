@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -140,19 +139,6 @@ std::string RandomToken() {
   return absl::StrCat(absl::Hex(RandomId(), absl::kZeroPad16), absl::Hex(RandomId(), absl::kZeroPad16));
 }
 
-// Distinct free ports. Each was free when picked; the tasks bind them moments later.
-absl::StatusOr<std::vector<int>> PickPorts(int count) {
-  std::set<int> seen;
-  std::vector<int> ports;
-  for (int attempts = 0; static_cast<int>(ports.size()) < count; ++attempts) {
-    if (attempts > count * 10) return absl::UnavailableError("could not find enough free ports");
-    absl::StatusOr<int> port = PickUnusedPort();
-    if (!port.ok()) return port.status();
-    if (seen.insert(*port).second) ports.push_back(*port);
-  }
-  return ports;
-}
-
 // The signals the launcher handles on its signal thread. SIGUSR1 only wakes that thread for
 // shutdown.
 sigset_t HandledSignals() {
@@ -194,7 +180,7 @@ class Launcher {
       return 1;
     }
     // One RPC port per task, then (when served) one metrics port per task.
-    absl::StatusOr<std::vector<int>> ports = PickPorts(serve_metrics ? 2 * total : total);
+    absl::StatusOr<std::vector<int>> ports = PickUnusedPorts(serve_metrics ? 2 * total : total);
     if (!ports.ok()) {
       Print("launcher", absl::StrCat("error: ", ports.status().ToString()));
       return ExitCodeForStatus(ports.status());

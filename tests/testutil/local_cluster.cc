@@ -16,20 +16,12 @@ std::string LocalCluster::BinaryPath(const std::string& name) { return absl::Str
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(Options options) {
   std::unique_ptr<LocalCluster> cluster(new LocalCluster(std::move(options)));
   std::map<TaskType, std::vector<std::string>> jobs;
-  auto address = []() -> absl::StatusOr<std::string> {
-    ASSIGN_OR_RETURN(int port, PickUnusedPort());
-    return absl::StrCat("127.0.0.1:", port);
-  };
-  ASSIGN_OR_RETURN(std::string chief, address());
-  jobs[TaskType::kChief].push_back(chief);
-  for (int i = 0; i < cluster->options_.num_ps; ++i) {
-    ASSIGN_OR_RETURN(std::string a, address());
-    jobs[TaskType::kPs].push_back(a);
-  }
-  for (int i = 0; i < cluster->options_.num_workers; ++i) {
-    ASSIGN_OR_RETURN(std::string a, address());
-    jobs[TaskType::kWorker].push_back(a);
-  }
+  const int num_ps = cluster->options_.num_ps, num_workers = cluster->options_.num_workers;
+  ASSIGN_OR_RETURN(const std::vector<int> ports, PickUnusedPorts(1 + num_ps + num_workers));
+  auto address = [&ports](int i) { return absl::StrCat("127.0.0.1:", ports[i]); };
+  jobs[TaskType::kChief].push_back(address(0));
+  for (int i = 0; i < num_ps; ++i) jobs[TaskType::kPs].push_back(address(1 + i));
+  for (int i = 0; i < num_workers; ++i) jobs[TaskType::kWorker].push_back(address(1 + num_ps + i));
   ASSIGN_OR_RETURN(cluster->chief_spec_, ClusterSpec::Create(jobs, TaskType::kChief, 0));
   cluster->ps_.resize(cluster->options_.num_ps);
   cluster->workers_.resize(cluster->options_.num_workers);
