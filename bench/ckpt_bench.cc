@@ -149,7 +149,7 @@ bool Run(bool quick) {
     }
     for (int t = 0; t < kTables; ++t) {
       const std::string name = absl::StrCat("table_", t);
-      if (!strategy.process().ps().Update({{name, ps::UpdateKind::kAdd, delta, std::nullopt}}).ok())
+      if (!strategy.process().ps().Update({{name, UpdateKind::kAdd, delta, std::nullopt}}).ok())
         return false;
       auto value = strategy.process().ps().Read({name});
       if (!value.ok()) return false;
@@ -187,7 +187,7 @@ bool Run(bool quick) {
 
     // Change the values, so a restore that did nothing would be caught.
     if (!strategy.process().ps()
-             .Update({{"table_0", ps::UpdateKind::kAdd, expected[0], std::nullopt}})
+             .Update({{"table_0", UpdateKind::kAdd, expected[0], std::nullopt}})
              .ok()) {
       return Fail("update failed");
     }

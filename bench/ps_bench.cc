@@ -2,15 +2,20 @@
 // bytes, measured in the same run over loopback with real PS processes (1 PS, then 2 PS).
 //
 // Usage: ps_bench [--quick] [--only=SUBSTRING] [--pin=split|same|none]
+//                 [--sparse_pin=split|same|none] [--scale=N]
 //
 // --only runs just the cases whose label ("ps=2 dense pull 64MiB", "ps=1 sparse gather 1000")
-// contains SUBSTRING, for profiling one case with perf.
+// contains SUBSTRING, and --scale=N runs N times the iterations, for profiling one case with
+// perf.
 //
 // Cases, for each PS count:
 //   * dense pull (PsClient::Read) and dense push of a gradient with Adam applied on the PS
 //     (PsClient::PushGradients) of a [N, 1024] f32 variable of 4 MiB and 64 MiB, in GB/s;
-//   * sparse gather (PsClient::Gather) and sparse Adam push (PushGradients with ids) of
-//     64-float rows of a [100000, 64] table, 1,000 and 10,000 Zipf(1.1) ids per batch, in rows/s;
+//   * sparse gather (PsClient::Gather), sparse push with SGD and sparse push with Adam
+//     (PushGradients with ids) of 64-float rows of [1000000, 64] tables ([100000, 64] with
+//     --quick), 1,000 and 10,000 ids per batch, in rows/s. Ids are uniform over the table with
+//     about 10% repeats of an earlier id of the same batch (a push sums each repeated row's
+//     gradients, a gather copies the row again). The raw reference moves the row bytes;
 //   * the cost of exactly-once updates: the dense push+Adam tagged as a closure's call (each
 //     iteration a new closure, so the PS records and drops a key per shard each time, as in
 //     training; ps/update_dedup.h) against the same push untagged (deduplication off),
@@ -25,8 +30,11 @@
 // median over iterations, and the PS operation and its raw reference alternate iteration by
 // iteration, so noise on the (shared, 2-core) machine lands on both alike.
 //
-// Zipf ranks are mapped to ids through a fixed random permutation: real embedding ids are
-// hashed, so the hot rows spread over the shards instead of all landing in shard 0.
+// --sparse_pin places the one-PS sparse cases as --pin places the small pushes (split: the PS
+// and the raw receiver on CPU 0, this process on CPU 1). It defaults to none: on the shared
+// 2-core VM under load, a 2.5 MB transfer pinned to one busy CPU waits on the scheduler (raw TCP
+// took ~8 ms instead of ~1 ms, the PS operation likewise), which measures the scheduler and not
+// the row path.
 //
 // Exits 0 whether or not the aims are met (it is a measurement, not a test); 1 when an
 // operation fails or returns a wrong value.
@@ -36,6 +44,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -43,6 +52,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unistd.h>
 #include <vector>
 
@@ -77,9 +87,10 @@ constexpr double kSparseAim = 0.5;
 constexpr double kDedupCostAim = 1.05;
 
 constexpr int64_t kDenseCols = 1024;
-constexpr int64_t kTableRows = 100000;
+constexpr int64_t kTableRows = 1000000;
+constexpr int64_t kQuickTableRows = 100000;
 constexpr int64_t kEmbeddingDim = 64;
-constexpr double kZipfExponent = 1.1;
+constexpr double kRepeatFraction = 0.1;
 constexpr int kIdBatches = 16;  // distinct id batches, cycled
 
 struct Iterations {
@@ -111,15 +122,16 @@ const char* Verdict(bool met) { return met ? "AIM MET" : "AIM MISSED"; }
 // the client writes its share on every connection and waits for a 1-byte acknowledgement on
 // each; a receiver thread per connection reads its share into a buffer allocated once, then
 // acknowledges. The client drives all connections from the calling thread with async
-// operations, as PsClient drives all PS from one I/O loop.
+// operations, as PsClient drives all PS from one I/O loop. `receiver_cpu` >= 0 pins the
+// receiver threads there (where the PS is pinned).
 class RawTransfer {
  public:
-  RawTransfer(int connections, size_t total_bytes) {
+  RawTransfer(int connections, size_t total_bytes, int receiver_cpu = -1) {
     const size_t share = total_bytes / static_cast<size_t>(connections);
     for (int i = 0; i < connections; ++i) {
       const size_t bytes =
           i + 1 == connections ? total_bytes - share * static_cast<size_t>(i) : share;
-      links_.push_back(std::make_unique<Link>(context_, bytes));
+      links_.push_back(std::make_unique<Link>(context_, bytes, receiver_cpu));
     }
   }
 
@@ -148,13 +160,16 @@ class RawTransfer {
 
  private:
   struct Link {
-    Link(asio::io_context& context, size_t bytes)
+    Link(asio::io_context& context, size_t bytes, int receiver_cpu)
         : acceptor(receiver_context, tcp::endpoint(make_address("127.0.0.1"), 0)),
           socket(context),
           out(bytes, 0x5a),
           in(bytes) {
       const uint16_t port = acceptor.local_endpoint().port();
-      receiver = std::thread([this] { Receive(); });
+      receiver = std::thread([this, receiver_cpu] {
+        if (receiver_cpu >= 0) bench::PinTask(0, receiver_cpu);
+        Receive();
+      });
       socket.connect(tcp::endpoint(make_address("127.0.0.1"), port));
       socket.set_option(tcp::no_delay(true));
     }
@@ -273,11 +288,11 @@ struct Timing {
 };
 
 // Alternates `op` and a raw transfer of `bytes` over `connections`, after a warm-up (which
-// faults in buffers and lets TCP windows grow).
+// faults in buffers and lets TCP windows grow). `receiver_cpu` as for RawTransfer.
 Timing Measure(int connections, size_t bytes, int iterations,
-               const std::function<absl::Status()>& op) {
+               const std::function<absl::Status()>& op, int receiver_cpu = -1) {
   Timing t;
-  RawTransfer raw(connections, bytes);
+  RawTransfer raw(connections, bytes, receiver_cpu);
   const int warmup = std::max(1, iterations / 10);
   for (int i = 0; i < warmup; ++i) {
     if (absl::Status s = op(); !s.ok()) {
@@ -358,27 +373,18 @@ bool ReportSparse(int num_ps, const char* what, int64_t batch, const Timing& t, 
 
 // ----- workload ----------------------------------------------------------------------------------
 
-// `batches` id tensors of `batch` Zipf(s) ranks over `rows`, mapped to ids through a fixed
-// random permutation (see the file comment). Deterministic.
-std::vector<Tensor> ZipfIdBatches(int64_t rows, double s, int64_t batch, int batches) {
-  std::vector<double> cdf(static_cast<size_t>(rows));
-  double sum = 0;
-  for (int64_t k = 0; k < rows; ++k) {
-    sum += 1.0 / std::pow(static_cast<double>(k + 1), s);
-    cdf[static_cast<size_t>(k)] = sum;
-  }
-  std::vector<int64_t> permutation(static_cast<size_t>(rows));
-  for (int64_t k = 0; k < rows; ++k) permutation[static_cast<size_t>(k)] = k;
+// `batches` id tensors of `batch` ids uniform over [0, rows), where each id is, with
+// probability `repeat`, instead a copy of an id drawn earlier in the same batch. Deterministic.
+std::vector<Tensor> UniformIdBatches(int64_t rows, double repeat, int64_t batch, int batches) {
   std::mt19937_64 rng(20240601);
-  std::shuffle(permutation.begin(), permutation.end(), rng);
-  std::uniform_real_distribution<double> uniform(0.0, sum);
+  std::uniform_int_distribution<int64_t> id(0, rows - 1);
+  std::bernoulli_distribution repeated(repeat);
   std::vector<Tensor> out;
   for (int b = 0; b < batches; ++b) {
     Tensor ids(DType::kI64, {batch});
+    int64_t* p = ids.data<int64_t>();
     for (int64_t i = 0; i < batch; ++i) {
-      const size_t rank =
-          static_cast<size_t>(std::lower_bound(cdf.begin(), cdf.end(), uniform(rng)) - cdf.begin());
-      ids.data<int64_t>()[i] = permutation[std::min(rank, permutation.size() - 1)];
+      p[i] = i > 0 && repeated(rng) ? p[std::uniform_int_distribution<int64_t>(0, i - 1)(rng)] : id(rng);
     }
     out.push_back(std::move(ids));
   }
@@ -408,6 +414,8 @@ struct Config {
   // on CPU 1, the realistic layout; "same" puts everything on CPU 0; "none" leaves it to the
   // scheduler.
   std::string pin = "split";
+  std::string sparse_pin = "none";  // the same for the one-PS sparse cases
+  int scale = 1;  // multiplies the full runs' iteration counts (for profiling one case)
 };
 
 // ----- small pushes in flight --------------------------------------------------------------------
@@ -538,6 +546,40 @@ bool RunSmallPushes(const Config& config) {
   return ok;
 }
 
+// Pins a one-PS cluster for the sparse cases as --sparse_pin says (split: the PS and the raw
+// receiver on CPU 0, this process on CPU 1), and unpins when destroyed. With 2 PS nothing is pinned:
+// one CPU would serialise the two PS that should work at once.
+class SparsePinning {
+ public:
+  SparsePinning(int num_ps, const Config& config, testutil::LocalCluster& cluster) {
+    if (num_ps != 1) return;
+    const std::vector<pid_t> ps_pids = {cluster.ps_pid(0)};
+    Config sparse = config;
+    sparse.pin = config.sparse_pin;
+    pinned_ = PinForSmallPushes(sparse, ps_pids).rfind("PS", 0) == 0;
+    if (pinned_) ps_pid_ = ps_pids[0];
+    std::printf("ps=1 sparse cases: %s\n",
+                !pinned_ ? "unpinned"
+                : sparse.pin == "same" ? "PS, raw receiver and client all on CPU 0"
+                                       : "PS and raw receiver on CPU 0, client process on CPU 1");
+    std::fflush(stdout);
+  }
+  ~SparsePinning() {
+    if (!pinned_) return;
+    bench::UnpinProcess(ps_pid_);
+    bench::UnpinProcess(getpid());
+  }
+  SparsePinning(const SparsePinning&) = delete;
+  SparsePinning& operator=(const SparsePinning&) = delete;
+
+  // Where the raw reference's receiver runs: beside the PS.
+  int receiver_cpu() const { return pinned_ ? 0 : -1; }
+
+ private:
+  bool pinned_ = false;
+  pid_t ps_pid_ = 0;
+};
+
 struct Aims {
   bool dense_push = true;
   bool dense_pull = true;
@@ -570,7 +612,7 @@ bool RunCluster(int num_ps, const Config& config, Aims& aims) {
   }
   ParameterServerStrategy& strategy = (*chief)->strategy();
   PsClient& ps = (*chief)->process().ps();
-  auto iterations = [&config](Iterations i) { return config.quick ? i.quick : i.full; };
+  auto iterations = [&config](Iterations i) { return config.quick ? i.quick : i.full * config.scale; };
 
   // The fixed cost of one call, which dominates small sparse batches: an empty RPC against a
   // 1-byte raw transfer (each including its round trip).
@@ -643,45 +685,58 @@ bool RunCluster(int num_ps, const Config& config, Aims& aims) {
     }
   }
 
-  // Sparse: a [100000, 64] table with Adam; gather, then push row gradients.
-  bool table_created = false;
-  const std::string table = "table";
+  // Sparse: [rows, 64] tables, one with SGD (gathered and pushed) and one with Adam (pushed).
+  const int64_t table_rows = config.quick ? kQuickTableRows : kTableRows;
+  std::optional<SparsePinning> pinning;
+  bool sgd_created = false;
+  bool adam_created = false;
   for (const auto& [batch, its] :
        {std::pair{int64_t{1000}, kSparse1k}, std::pair{int64_t{10000}, kSparse10k}}) {
     const std::string size = std::to_string(batch);
     const bool gather_selected = selected("sparse gather", size);
-    const bool push_selected = selected("sparse push+Adam", size);
-    if (!gather_selected && !push_selected) continue;
-    if (!table_created) {
-      auto variable =
-          strategy.CreateVariable(table, init::Uniform({kTableRows, kEmbeddingDim}), opt::Adam());
+    const bool sgd_selected = selected("sparse push+SGD", size);
+    const bool adam_selected = selected("sparse push+Adam", size);
+    if (!gather_selected && !sgd_selected && !adam_selected) continue;
+    auto create = [&](const std::string& name, const OptimizerConfig& optimizer, bool& created) {
+      if (created) return true;
+      auto variable = strategy.CreateVariable(name, init::Uniform({table_rows, kEmbeddingDim}), optimizer);
       if (!variable.ok()) {
-        std::fprintf(stderr, "cannot create the table: %s\n", variable.status().ToString().c_str());
+        std::fprintf(stderr, "cannot create %s: %s\n", name.c_str(), variable.status().ToString().c_str());
         return false;
       }
-      table_created = true;
-    }
-    const std::vector<Tensor> ids = ZipfIdBatches(kTableRows, kZipfExponent, batch, kIdBatches);
+      created = true;
+      return true;
+    };
+    if ((gather_selected || sgd_selected) && !create("table_sgd", opt::SGD(1e-3), sgd_created)) return false;
+    if (adam_selected && !create("table_adam", opt::Adam(), adam_created)) return false;
+    if (!pinning) pinning.emplace(num_ps, config, **cluster);
+    const std::vector<Tensor> ids = UniformIdBatches(table_rows, kRepeatFraction, batch, kIdBatches);
     const size_t row_bytes = static_cast<size_t>(batch * kEmbeddingDim) * sizeof(float);
-    auto rows = ps.Gather(table, ids[0]);
-    if (!rows.ok() || rows->rank() != 2 || rows->dim(0) != batch || rows->dim(1) != kEmbeddingDim) {
-      std::fprintf(stderr, "gather returned a wrong shape\n");
-      return false;
-    }
     size_t next = 0;
     if (gather_selected) {
-      Timing gather = Measure(num_ps, row_bytes, iterations(its),
-                              [&] { return ps.Gather(table, ids[next++ % ids.size()]).status(); });
+      auto rows = ps.Gather("table_sgd", ids[0]);
+      if (!rows.ok() || rows->rank() != 2 || rows->dim(0) != batch || rows->dim(1) != kEmbeddingDim) {
+        std::fprintf(stderr, "gather returned a wrong shape\n");
+        return false;
+      }
+      Timing gather = Measure(
+          num_ps, row_bytes, iterations(its),
+          [&] { return ps.Gather("table_sgd", ids[next++ % ids.size()]).status(); }, pinning->receiver_cpu());
       if (!gather.ok) return false;
       aims.sparse &= ReportSparse(num_ps, "sparse gather", batch, gather, kSparseAim);
     }
-    if (push_selected) {
-      const Tensor gradient = Gradient({batch, kEmbeddingDim});
-      Timing push = Measure(num_ps, row_bytes, iterations(its), [&] {
-        return ps.PushGradients({{table, gradient, ids[next++ % ids.size()]}});
-      });
+    const Tensor gradient = Gradient({batch, kEmbeddingDim});
+    for (const auto& [selected_push, what, name] :
+         {std::tuple{sgd_selected, "sparse push+SGD", "table_sgd"},
+          std::tuple{adam_selected, "sparse push+Adam", "table_adam"}}) {
+      if (!selected_push) continue;
+      const std::string table = name;
+      Timing push = Measure(
+          num_ps, row_bytes, iterations(its),
+          [&] { return ps.PushGradients({{table, gradient, ids[next++ % ids.size()]}}); },
+          pinning->receiver_cpu());
       if (!push.ok) return false;
-      aims.sparse &= ReportSparse(num_ps, "sparse push+Adam", batch, push, kSparseAim);
+      aims.sparse &= ReportSparse(num_ps, what, batch, push, kSparseAim);
     }
   }
   return true;
@@ -722,12 +777,20 @@ int main(int argc, char** argv) {
       config.quick = true;
     } else if (std::strncmp(argv[i], "--only=", 7) == 0) {
       config.only = argv[i] + 7;
+    } else if (std::strncmp(argv[i], "--scale=", 8) == 0 && std::atoi(argv[i] + 8) > 0) {
+      config.scale = std::atoi(argv[i] + 8);
+    } else if (std::strncmp(argv[i], "--sparse_pin=", 13) == 0 &&
+               (std::strcmp(argv[i] + 13, "split") == 0 || std::strcmp(argv[i] + 13, "same") == 0 ||
+                std::strcmp(argv[i] + 13, "none") == 0)) {
+      config.sparse_pin = argv[i] + 13;
     } else if (std::strncmp(argv[i], "--pin=", 6) == 0 &&
                (std::strcmp(argv[i] + 6, "split") == 0 || std::strcmp(argv[i] + 6, "same") == 0 ||
                 std::strcmp(argv[i] + 6, "none") == 0)) {
       config.pin = argv[i] + 6;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--only=SUBSTRING] [--pin=split|same|none]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--only=SUBSTRING] [--pin=split|same|none] [--sparse_pin=split|same|none] "
+                   "[--scale=N]\n",
+                   argv[0]);
       return 2;
     }
   }

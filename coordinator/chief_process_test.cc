@@ -218,7 +218,7 @@ TEST(ChiefProcessTest, DestructionCompletesOperationsInFlight) {
   };
   constexpr int kUpdates = 200;
   for (int i = 0; i < kUpdates; ++i) {
-    (*chief)->ps().UpdateAsync({{"counter", ps::UpdateKind::kAdd, Tensor::FromVector<float>({1}, {1.0f}), {}}},
+    (*chief)->ps().UpdateAsync({{"counter", UpdateKind::kAdd, Tensor::FromVector<float>({1}, {1.0f}), {}}},
                                [record](absl::Status s) { record(s); });
   }
   (*chief)->ps().ReadAsync({"stuck"}, [record](absl::StatusOr<std::vector<Tensor>> r) { record(r.status()); });

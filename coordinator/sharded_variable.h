@@ -49,7 +49,7 @@ class ShardedVariable {
   absl::Status ScatterDiv(const Tensor& ids, const Tensor& values) const;
 
  private:
-  absl::Status Apply(ps::UpdateKind kind, const Tensor& value, const Tensor* ids) const;
+  absl::Status Apply(UpdateKind kind, const Tensor& value, const Tensor* ids) const;
 
   std::shared_ptr<const VariablePlacement> placement_;
   PsClient* ps_;

@@ -4,7 +4,7 @@
 //   build/bin/asyncps_launch --ps 2 --workers 2 -- build/bin/fashion_mnist [--model mlp|cnn]
 //       [--epochs N] [--batch_size N] [--data_dir DIR] [--torch_threads N] [--eval_every EPOCHS]
 //       [--checkpoint_dir DIR [--checkpoint_every_steps N] [--max_to_keep N]] [--sharding off|dynamic]
-//       [--ps_recovery auto|off]
+//       [--ps_recovery auto|off] [--overlap_pull [--closures_per_worker 2]]
 //       [--stop_at_accuracy A]   (stop once an evaluation, e.g. every --eval_every epochs, reaches A)
 //
 // Every process runs this binary; TF_CONFIG says which role it plays. Workers read their shard
@@ -51,6 +51,7 @@ struct Flags {
   asyncps::fmnist::Options train;
   int torch_threads = 1;
   bool ps_recovery = false;
+  int closures_per_worker = 1;
 };
 
 constexpr char kUsage[] =
@@ -58,6 +59,10 @@ constexpr char kUsage[] =
     "              [--torch_threads N] [--eval_every EPOCHS] [--seed N]\n"
     "              [--checkpoint_dir DIR] [--checkpoint_every_steps N] [--max_to_keep N]\n"
     "              [--sharding off|dynamic] [--stop_at_accuracy A] [--ps_recovery auto|off]\n"
+    "              [--overlap_pull] [--closures_per_worker N]\n"
+    "  --overlap_pull: pull the next step's parameters behind this step's push and free the\n"
+    "    model before the push's answer (ONE STEP MORE STALENESS); pays with\n"
+    "    --closures_per_worker 2 (closures running at once per worker; default 1).\n"
     "Run it under build/bin/asyncps_launch --ps 2 --workers 2 -- (cluster flags pass through).\n";
 
 // Our flags, "--name=value" or "--name value"; cluster flags (--ps_hosts, ...) are left to
@@ -75,7 +80,7 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
     } else if (i + 1 < argc) {
       value = argv[i + 1];
     }
-    bool used = true, ok = true;
+    bool used = true, ok = true, switch_flag = false;
     if (name == "model") {
       flags->train.model = value;
       ok = value == "mlp" || value == "cnn";
@@ -106,13 +111,21 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
     } else if (name == "ps_recovery") {
       ok = value == "auto" || value == "off";
       flags->ps_recovery = value == "auto";
+    } else if (name == "overlap_pull") {
+      // A switch: "--overlap_pull", or "--overlap_pull=true|false"; never takes the next argument.
+      switch_flag = true;
+      const bool has_value = arg.find('=') != std::string::npos;
+      ok = !has_value || value == "true" || value == "false";
+      flags->train.overlap_pull = !has_value || value == "true";
+    } else if (name == "closures_per_worker") {
+      ok = absl::SimpleAtoi(value, &flags->closures_per_worker) && flags->closures_per_worker >= 1;
     } else if (name == "max_to_keep") {
       ok = absl::SimpleAtoi(value, &flags->train.max_to_keep);
     } else {
       used = false;  // a cluster or process flag
     }
     if (!ok) return absl::InvalidArgumentError(absl::StrCat("bad value '", value, "' for --", name));
-    if (used && arg.find('=') == std::string::npos) ++i;
+    if (used && !switch_flag && arg.find('=') == std::string::npos) ++i;
   }
   return absl::OkStatus();
 }
@@ -154,6 +167,7 @@ int main(int argc, char** argv) {
   // through, so it sees every commit (and counts the steps a recovery undoes exactly).
   std::unique_ptr<asyncps::CheckpointManager> checkpoints;
   asyncps::ClusterCoordinator::Options coordinator_options;
+  coordinator_options.closures_per_worker = flags.closures_per_worker;
   if (flags.ps_recovery) {
     if (!flags.train.checkpoint_dir.empty()) {
       checkpoints = std::make_unique<asyncps::CheckpointManager>(strategy, flags.train.checkpoint_dir,

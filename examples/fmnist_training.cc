@@ -137,54 +137,66 @@ absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
   return examples.Batch(batch, /*drop_remainder=*/true).Prefetch(4);
 }
 
-// Returns {loss, examples, pull seconds, compute seconds, push seconds}.
+// Returns {loss, examples}. Reports where its time went as phases (StepContext::AddPhaseTime,
+// the worker's asyncps_worker_step_phase_seconds_total). Holding the model: "model_wait"
+// (another closure on this worker held it), "pull" (waiting for the parameters), "compute"
+// (input conversion, forward, backward), "push" (sending the gradients and, without
+// overlap_pull, waiting for the PS to apply them). With overlap_pull, after the model is free
+// for the worker's next closure: "push_wait" (the PS's answer).
 absl::StatusOr<Values> TrainStep(StepContext& ctx) {
+  // The batch is read before taking the model, so with several closures in flight on this
+  // worker the next step's input is ready while this one computes.
   ASSIGN_OR_RETURN(data::Element batch, ctx.Next(0));
   ASSIGN_OR_RETURN(ModelResource * model, ctx.resource<ModelResource>(1));
-  MutexLock lock(&model->mu);
-  Net& net = model->net();
-  const absl::Time begin = absl::Now();
-  bool pulled = false;
-  if (model->next_pull.has_value()) {
-    PsFuture<std::vector<Tensor>> pull = std::move(*model->next_pull);
-    model->next_pull.reset();
-    // A failed read started by an earlier step is not this step's to report: pull afresh
-    // through this step's context, which then reports a PS failure as one.
-    pulled = torch_bridge::FinishPull(std::move(pull), *net.module).ok();
-  }
-  if (!pulled) RETURN_IF_ERROR(torch_bridge::Pull(ctx, *net.module));
-  const absl::Time pulled_at = absl::Now();
+  absl::Time t = absl::Now();
+  auto phase = [&](const char* name) {
+    const absl::Time now = absl::Now();
+    ctx.AddPhaseTime(name, now - t);
+    t = now;
+  };
   float loss_value = 0;
-  RETURN_IF_ERROR(CatchTorch([&]() -> absl::Status {
-    ASSIGN_OR_RETURN(auto inputs, ToInputs(batch));
-    torch::Tensor loss = torch::nn::functional::cross_entropy(net.forward(inputs.first), inputs.second);
-    loss.backward();
-    loss_value = loss.item<float>();
-    return absl::OkStatus();
-  }));
-  const absl::Time computed_at = absl::Now();
-  if (model->overlap_pull) {
-    // The next step's read goes out right behind this push, so it may miss this push (one
-    // step more staleness) but its round trip overlaps the push's.
-    PsFuture<void> push = torch_bridge::PushGradientsAsync(ctx, *net.module);
-    model->next_pull = torch_bridge::PullAsync(ctx, *net.module);
-    RETURN_IF_ERROR(push.Get());
-  } else {
-    RETURN_IF_ERROR(torch_bridge::PushGradients(ctx, *net.module));
+  std::optional<PsFuture<void>> push;  // overlap_pull: waited for after the model is free
+  {
+    MutexLock lock(&model->mu);
+    phase("model_wait");
+    Net& net = model->net();
+    bool pulled = false;
+    if (model->next_pull.has_value()) {
+      PsFuture<std::vector<Tensor>> pull = std::move(*model->next_pull);
+      model->next_pull.reset();
+      // A failed read started by an earlier step is not this step's to report: pull afresh
+      // through this step's context, which then reports a PS failure as one.
+      pulled = torch_bridge::FinishPull(std::move(pull), *net.module).ok();
+    }
+    if (!pulled) RETURN_IF_ERROR(torch_bridge::Pull(ctx, *net.module));
+    phase("pull");
+    RETURN_IF_ERROR(CatchTorch([&]() -> absl::Status {
+      ASSIGN_OR_RETURN(auto inputs, ToInputs(batch));
+      torch::Tensor loss = torch::nn::functional::cross_entropy(net.forward(inputs.first), inputs.second);
+      loss.backward();
+      loss_value = loss.item<float>();
+      return absl::OkStatus();
+    }));
+    phase("compute");
+    if (model->overlap_pull) {
+      // The next step's read goes out right behind this push, so its round trip overlaps the
+      // push's; it may miss this push (one step more staleness: measured, sending the read
+      // first costs more accuracy than it gains speed). The model is free for the worker's
+      // next closure while this one waits for the push's answer.
+      push = torch_bridge::PushGradientsAsync(ctx, *net.module);
+      model->next_pull = torch_bridge::PullAsync(ctx, *net.module);
+    } else {
+      RETURN_IF_ERROR(torch_bridge::PushGradients(ctx, *net.module));
+    }
+    phase("push");
   }
-  const absl::Time pushed_at = absl::Now();
-  return Values{Tensor::Scalar(loss_value), Tensor::Scalar<int64_t>(batch[1].dim(0)),
-                Tensor::Scalar(absl::ToDoubleSeconds(pulled_at - begin)),
-                Tensor::Scalar(absl::ToDoubleSeconds(computed_at - pulled_at)),
-                Tensor::Scalar(absl::ToDoubleSeconds(pushed_at - computed_at))};
-}
-
-// Adds a step's {.., pull, compute, push} seconds to `result`'s worker-time totals.
-void AddStepTimes(const Values& out, Result* result) {
-  if (out.size() < 5) return;
-  result->pull_seconds += out[2].ScalarAsDouble();
-  result->compute_seconds += out[3].ScalarAsDouble();
-  result->push_seconds += out[4].ScalarAsDouble();
+  if (push.has_value()) {
+    // Still this closure's push: the step reports its own failure, and the chief sees the
+    // step done only once its gradients are applied (checkpoints stay consistent cuts).
+    RETURN_IF_ERROR(push->Get());
+    phase("push_wait");
+  }
+  return Values{Tensor::Scalar(loss_value), Tensor::Scalar<int64_t>(batch[1].dim(0))};
 }
 
 struct TestSet {
@@ -454,7 +466,6 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
       recoveries = recovery.recoveries;
       steps_lost = recovery.steps_lost;
     }
-    AddStepTimes(out, &result);
     if (options.on_step) options.on_step(tracker.steps());
     tracker.MaybeReport(workers);
     if (tracker.EvaluationDue()) {
@@ -470,7 +481,6 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   for (RemoteValue& v : pending) {
     ASSIGN_OR_RETURN(Values out, v.Fetch());
     tracker.Step(out.at(0).ScalarAsDouble(), static_cast<int64_t>(out.at(1).ScalarAsDouble()));
-    AddStepTimes(out, &result);
   }
   RETURN_IF_ERROR(coordinator.Join());
   // The end of training is a checkpoint too, so the same command started again has nothing

@@ -34,9 +34,12 @@ struct Options {
   double eval_every_epochs = 0;
   // Stop as soon as an evaluation reaches this test accuracy (0: train every epoch).
   double stop_at_accuracy = 0;
-  // Each worker's step starts reading the next step's parameters while it pushes this step's
-  // gradients, so that read's round trip overlaps the push's. The next step then computes on
-  // parameters that may lack this worker's own last push: one step more staleness.
+  // Each worker's step starts reading the next step's parameters right behind its push of this
+  // step's gradients, and releases its model before waiting for the push's answer. The next
+  // step then computes on parameters that may lack this worker's own last push: ONE STEP MORE
+  // STALENESS. It pays when the coordinator runs more than one closure per worker
+  // (ClusterCoordinator::Options::closures_per_worker): the next closure pulls and computes
+  // while this one waits for the PS; with one closure per worker the wait stays on the step.
   bool overlap_pull = false;
   // Progress lines on stdout, at most one a second.
   bool progress = true;
@@ -75,12 +78,6 @@ struct Result {
   double train_seconds = 0;    // seconds minus the time spent evaluating
   double examples_per_second = 0;  // examples / train_seconds
   double final_loss = 0;           // mean loss of the last steps
-  // Worker time summed over the steps (Train only): pulling the parameters (waiting for
-  // them), forward and backward, pushing the gradients. The rest of the workers' time
-  // (num_workers * train_seconds minus these) went to input, dispatch and waiting for work.
-  double pull_seconds = 0;
-  double compute_seconds = 0;
-  double push_seconds = 0;
   std::vector<Evaluation> evaluations;  // the last one is the final evaluation
 
   // Seconds until an evaluation first reached `accuracy`; negative when none did.

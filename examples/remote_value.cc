@@ -25,8 +25,8 @@ asyncps::Program MakeProgram() {
   asyncps::Program program;
   program.AddFunction("worker_fn", [](asyncps::StepContext& ctx) -> absl::StatusOr<asyncps::Values> {
     // Both updates travel in one request per PS.
-    RETURN_IF_ERROR(ctx.Update({{"v1", asyncps::ps::UpdateKind::kAdd, asyncps::Tensor::Scalar(0.1f), {}},
-                                {"v2", asyncps::ps::UpdateKind::kSub, asyncps::Tensor::Scalar(0.2f), {}}}));
+    RETURN_IF_ERROR(ctx.Update({{"v1", asyncps::UpdateKind::kAdd, asyncps::Tensor::Scalar(0.1f), {}},
+                                {"v2", asyncps::UpdateKind::kSub, asyncps::Tensor::Scalar(0.2f), {}}}));
     ASSIGN_OR_RETURN(std::vector<asyncps::Tensor> v, ctx.ReadMany({"v1", "v2"}));
     return asyncps::Values{asyncps::Tensor::Scalar(v[0].data<float>()[0] / v[1].data<float>()[0])};
   });

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/durable_file.h"
+#include "ps/variable_store.h"
 
 namespace asyncps::ps {
 namespace {

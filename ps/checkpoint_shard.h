@@ -11,9 +11,12 @@
 #include "core/tensor.h"
 #include "core/optimizer_config.h"
 #include "ps/safetensors.h"
-#include "ps/variable_store.h"
 
 namespace asyncps::ps {
+
+// Declared only: the coordinator reads manifests through this header (and it reaches the
+// installed public API through checkpoints.h) without the PS's store.
+class VariableStore;
 
 // A parameter server's part of a checkpoint: one safetensors file holding, for each shard
 // (variable) it saves, the value as tensor "<shard>" and each optimizer slot as tensor

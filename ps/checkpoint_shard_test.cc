@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "core/durable_file.h"
 #include "ps/test_temp_dir.h"
+#include "ps/variable_store.h"
 
 namespace asyncps::ps {
 namespace {

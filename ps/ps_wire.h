@@ -6,7 +6,7 @@
 #include "ps/ps.capnp.h"
 #include "ps/shard_initializer.h"
 #include "core/optimizer_config.h"
-#include "ps/update_kind.h"
+#include "core/update_kind.h"
 #include "ps/update_tag.h"
 
 namespace asyncps::ps {

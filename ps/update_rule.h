@@ -65,12 +65,14 @@ class UpdateRule {
 
   // Applies one update, with one `step`, to many rows of row-major tables: row r of the
   // variable is the `row_elements` floats at var + r * row_elements, and likewise in every
-  // slots[i]. `grads` holds one packed row of gradient per entry of `rows`, in that order.
-  // `rows` must be distinct. The result is bit-identical to calling Apply once per row; the
-  // point is that per-step constants (Adam's bias-corrected learning rate, ...) are computed
-  // once per call instead of once per row, which dominates for narrow embedding rows.
-  virtual void ApplyRows(float* var, const float* grads, absl::Span<float* const> slots,
-                         int64_t row_elements, absl::Span<const int64_t> rows,
+  // slots[i]. grads[i] points at the `row_elements` floats of gradient for rows[i] (so
+  // grads.size() == rows.size()). `rows` must be distinct. The result is bit-identical to
+  // calling Apply once per row; the point is that per-step constants (Adam's bias-corrected
+  // learning rate, ...) are computed once per call instead of once per row, which dominates for
+  // narrow embedding rows, and that the rows a few places ahead are prefetched while one is
+  // updated (the rows of a large table are cache misses).
+  virtual void ApplyRows(float* var, absl::Span<float* const> slots, int64_t row_elements,
+                         absl::Span<const int64_t> rows, absl::Span<const float* const> grads,
                          int64_t step) const;
 
   const OptimizerConfig& config() const { return config_; }

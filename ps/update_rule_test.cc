@@ -317,7 +317,9 @@ TEST_P(OptimizerReferenceTest, ApplyRowsEqualsPerRowApply) {
                    grads.data() + static_cast<int64_t>(i) * row_len, slots, row_len, step);
       }
       std::vector<float*> slots = batched.SlotPointers();
-      opt->ApplyRows(batched.var.data(), grads.data(), slots, row_len, rows, step);
+      std::vector<const float*> grad_rows;
+      for (size_t i = 0; i < rows.size(); ++i) grad_rows.push_back(grads.data() + static_cast<int64_t>(i) * row_len);
+      opt->ApplyRows(batched.var.data(), slots, row_len, rows, grad_rows, step);
     }
     EXPECT_EQ(batched.var, per_row.var);
     EXPECT_EQ(batched.slots, per_row.slots);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "ps/row_batch.h"
 
 namespace asyncps::ps {
 namespace {
@@ -123,35 +124,34 @@ absl::Status CheckKind(const std::string& name, DType dtype, UpdateKind kind, co
 
 template <typename T, typename Bits>
 bool AllFiniteAs(const Tensor& t) {
-  // Exponent bits all set is infinity or NaN. An OR over the whole array (no early exit)
-  // vectorises; a gradient is read once more anyway when it is applied.
+  // Exponent bits all set is infinity or NaN. A count over the whole array (no early exit) in
+  // fixed-length chunks vectorises at -O2; a gradient is read once more anyway when applied.
   constexpr Bits kExponent = static_cast<Bits>(std::is_same_v<T, float> ? 0x7f800000ULL : 0x7ff0000000000000ULL);
+  constexpr int64_t kChunk = 64;
   const Bits* bits = static_cast<const Bits*>(t.raw_data());
+  const int64_t n = t.num_elements();
   Bits bad = 0;
-  for (int64_t i = 0; i < t.num_elements(); ++i) bad |= ((bits[i] & kExponent) == kExponent) ? 1 : 0;
+  int64_t i = 0;
+  for (; i + kChunk <= n; i += kChunk) {
+    for (int64_t j = 0; j < kChunk; ++j) bad += (bits[i + j] & kExponent) == kExponent ? 1 : 0;
+  }
+  for (; i < n; ++i) bad += (bits[i] & kExponent) == kExponent ? 1 : 0;
   return bad == 0;
 }
 
-// The positions 0..rows.size()-1 of `rows` grouped by stripe (row % kStripes), so a request
-// takes each stripe lock once instead of once per row. Stripe s's positions are
-// order[begin[s], begin[s + 1]), in their original order: a counting sort, so it is O(n) and
-// stable (repeated ids stay in request order, which fixes their apply or summation order).
-struct StripeGroups {
-  std::vector<size_t> order;
-  std::array<size_t, Variable::kStripes + 1> begin{};
-};
+// Prefetches the first bytes of the row `ahead` places further in `order`, if any: gathered and
+// scattered rows of a large table are cache misses, and a row's copy is too short to hide one.
+constexpr size_t kPrefetchRowsAhead = 8;
+constexpr size_t kPrefetchBytes = 512;
 
-StripeGroups GroupByStripe(const std::vector<int64_t>& rows) {
-  StripeGroups g;
-  for (int64_t row : rows) ++g.begin[static_cast<size_t>(row % Variable::kStripes) + 1];
-  for (int s = 0; s < Variable::kStripes; ++s) g.begin[s + 1] += g.begin[s];
-  std::array<size_t, Variable::kStripes> next;
-  std::copy_n(g.begin.begin(), Variable::kStripes, next.begin());
-  g.order.resize(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    g.order[next[static_cast<size_t>(rows[i] % Variable::kStripes)]++] = i;
+void PrefetchRow(const char* row, size_t bytes, int write) {
+  for (size_t b = 0; b < std::min(bytes, kPrefetchBytes); b += 64) {
+    if (write) {
+      __builtin_prefetch(row + b, 1, 3);
+    } else {
+      __builtin_prefetch(row + b, 0, 3);
+    }
   }
-  return g;
 }
 
 }  // namespace
@@ -187,6 +187,7 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(std::string name, Ten
       Tensor t(DType::kF32, v->shape_);
       std::fill_n(t.data<float>(), t.num_elements(), slot.initial_value);
       v->slots_.push_back(std::move(t));
+      v->slot_data_.push_back(v->slots_.back().data<float>());
     }
   }
   return v;
@@ -290,30 +291,15 @@ absl::Status Variable::CheckDense(const Tensor& value) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int64_t>> Variable::CheckIds(const Tensor& ids) const {
+absl::Status Variable::CheckIds(const Tensor& ids) const {
   if (shape_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("variable '", name_, "' is a scalar; it has no rows"));
   }
-  if (ids.rank() != 1 || (ids.dtype() != DType::kI64 && ids.dtype() != DType::kI32)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("row ids for '", name_, "' must be a 1-D i32/i64 tensor, got ", DTypeName(ids.dtype()),
-                     ShapeString(ids.shape())));
-  }
-  std::vector<int64_t> out(static_cast<size_t>(ids.num_elements()));
-  for (int64_t i = 0; i < ids.num_elements(); ++i) {
-    const int64_t id = ids.dtype() == DType::kI64 ? ids.data<int64_t>()[i] : ids.data<int32_t>()[i];
-    if (id < 0 || id >= shape_[0]) {
-      return absl::OutOfRangeError(
-          absl::StrCat("row id ", id, " out of range [0, ", shape_[0], ") for '", name_, "'"));
-    }
-    out[static_cast<size_t>(i)] = id;
-  }
-  return out;
+  return CheckRowIds(ids, shape_[0], name_);
 }
 
 absl::Status Variable::CheckRows(const Tensor& ids, const Tensor& values) const {
-  auto rows = CheckIds(ids);
-  if (!rows.ok()) return rows.status();
+  if (absl::Status s = CheckIds(ids); !s.ok()) return s;
   Shape expected = shape_;
   expected[0] = ids.num_elements();
   if (values.dtype() != dtype_ || values.shape() != expected) {
@@ -346,39 +332,52 @@ absl::Status Variable::Update(UpdateKind kind, const Tensor& value) {
 
 absl::Status Variable::UpdateRows(UpdateKind kind, const Tensor& ids, const Tensor& values) {
   if (absl::Status s = CheckUpdate(kind, &ids, values); !s.ok()) return s;
-  auto rows = CheckIds(ids);
+  const RowIds row_ids(ids);
+  const absl::Span<const int64_t> rows = row_ids.span();
   const int64_t row_elements = value_.row_elements();
-  const StripeGroups groups = GroupByStripe(*rows);
+  const size_t bytes = row_bytes();
+  const char* src = static_cast<const char*>(values.raw_data());
+  char* base = row_ptr(0);
+  const StripeGroups groups(rows);
   ReaderMutexLock lock(&mu_);
   // One stripe at a time, in ascending order (the documented lock order).
   for (int s = 0; s < kStripes; ++s) {
     if (groups.begin[s] == groups.begin[s + 1]) continue;
     MutexLock stripe(&stripes_[static_cast<size_t>(s)]);
     for (size_t j = groups.begin[s]; j < groups.begin[s + 1]; ++j) {
+      if (j + kPrefetchRowsAhead < groups.begin[s + 1]) {
+        PrefetchRow(base + rows[groups.order[j + kPrefetchRowsAhead]] * bytes, bytes, /*write=*/1);
+      }
       const size_t i = groups.order[j];
-      CombineBytes(dtype_, kind, row_ptr((*rows)[i]),
-                   static_cast<const char*>(values.raw_data()) + i * row_bytes(), row_elements);
+      CombineBytes(dtype_, kind, base + rows[i] * bytes, src + i * bytes, row_elements);
     }
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> Variable::Gather(const Tensor& ids) const {
-  auto rows = CheckIds(ids);
-  if (!rows.ok()) return rows.status();
+  if (absl::Status s = CheckIds(ids); !s.ok()) return s;
+  const RowIds row_ids(ids);
+  const absl::Span<const int64_t> rows = row_ids.span();
   Shape out_shape = shape_;
   out_shape[0] = ids.num_elements();
-  Tensor out(dtype_, out_shape);
-  char* dst = static_cast<char*>(out.raw_data());
+  // Every byte of the answer is a copied row: no zero fill first.
   const size_t bytes = row_bytes();
-  const StripeGroups groups = GroupByStripe(*rows);
+  std::shared_ptr<void> block = AllocateAlignedUninitialized(rows.size() * bytes);
+  char* dst = static_cast<char*>(block.get());
+  Tensor out = Tensor::View(dtype_, std::move(out_shape), block, block.get());
+  const char* base = row_ptr(0);
+  const StripeGroups groups(rows);
   ReaderMutexLock lock(&mu_);
   for (int s = 0; s < kStripes; ++s) {
     if (groups.begin[s] == groups.begin[s + 1]) continue;
     ReaderMutexLock stripe(&stripes_[static_cast<size_t>(s)]);
     for (size_t j = groups.begin[s]; j < groups.begin[s + 1]; ++j) {
+      if (j + kPrefetchRowsAhead < groups.begin[s + 1]) {
+        PrefetchRow(base + rows[groups.order[j + kPrefetchRowsAhead]] * bytes, bytes, /*write=*/0);
+      }
       const size_t i = groups.order[j];
-      std::memcpy(dst + i * bytes, row_ptr((*rows)[i]), bytes);
+      std::memcpy(dst + i * bytes, base + rows[i] * bytes, bytes);
     }
   }
   return out;
@@ -388,66 +387,24 @@ absl::Status Variable::ApplyGradient(const Tensor& gradient) {
   if (absl::Status s = CheckGradient(nullptr, gradient); !s.ok()) return s;
   MutexLock lock(&mu_);
   const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
-  std::vector<float*> slots;
-  for (Tensor& t : slots_) slots.push_back(t.data<float>());
-  optimizer_->Apply(value_.data<float>(), gradient.data<float>(), slots, value_.num_elements(), step);
+  optimizer_->Apply(value_.data<float>(), gradient.data<float>(), slot_data_, value_.num_elements(), step);
   return absl::OkStatus();
 }
 
 absl::Status Variable::ApplyRowGradients(const Tensor& ids, const Tensor& gradients) {
   if (absl::Status s = CheckGradient(&ids, gradients); !s.ok()) return s;
-  auto rows = CheckIds(ids);
-  const int64_t n = value_.row_elements();
-  const size_t count = rows->size();
-  // Group by stripe, then by row id within each stripe; ties keep request order, so duplicate
-  // ids are summed in request order as before (TF's sparse apply semantics: sum, then apply
-  // once). Sorting small per-stripe runs is cheaper than a hash map per push.
-  StripeGroups groups = GroupByStripe(*rows);
-  for (int s = 0; s < kStripes; ++s) {
-    std::sort(groups.order.begin() + static_cast<ptrdiff_t>(groups.begin[s]),
-              groups.order.begin() + static_cast<ptrdiff_t>(groups.begin[s + 1]),
-              [&](size_t a, size_t b) {
-                return (*rows)[a] != (*rows)[b] ? (*rows)[a] < (*rows)[b] : a < b;
-              });
-  }
-  // Distinct rows stripe by stripe, with their summed gradients packed in the same order;
-  // stripe s owns unique_rows[unique_begin[s], unique_begin[s + 1]).
-  std::vector<int64_t> unique_rows;
-  unique_rows.reserve(count);
-  std::array<size_t, kStripes + 1> unique_begin{};
-  auto summed = std::make_unique_for_overwrite<float[]>(count * static_cast<size_t>(n));
-  const float* g = gradients.data<float>();
-  for (int s = 0; s < kStripes; ++s) {
-    unique_begin[s] = unique_rows.size();
-    for (size_t j = groups.begin[s]; j < groups.begin[s + 1]; ++j) {
-      const size_t i = groups.order[j];
-      const int64_t row = (*rows)[i];
-      const float* src = g + static_cast<int64_t>(i) * n;
-      if (unique_rows.size() > unique_begin[s] && unique_rows.back() == row) {
-        float* dst = summed.get() + static_cast<int64_t>(unique_rows.size() - 1) * n;
-        for (int64_t k = 0; k < n; ++k) dst[k] += src[k];
-      } else {
-        std::copy_n(src, n, summed.get() + static_cast<int64_t>(unique_rows.size()) * n);
-        unique_rows.push_back(row);
-      }
-    }
-  }
-  unique_begin[kStripes] = unique_rows.size();
-
-  std::vector<float*> slots;
-  for (Tensor& t : slots_) slots.push_back(t.data<float>());
+  const RowIds row_ids(ids);
+  // Duplicate ids summed in request order (TF's sparse apply semantics: sum, then apply once),
+  // distinct rows grouped by stripe; rows that occur once use the request's gradient in place.
+  const SummedRowGradients summed(row_ids.span(), gradients.data<float>(), value_.row_elements());
   ReaderMutexLock lock(&mu_);
   const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
   // Each stripe lock once, ascending; all of the stripe's rows go through one ApplyRows, which
   // computes the per-step constants once.
   for (int s = 0; s < kStripes; ++s) {
-    const size_t begin = unique_begin[s];
-    const size_t end = unique_begin[s + 1];
-    if (begin == end) continue;
+    if (summed.rows(s).empty()) continue;
     MutexLock stripe(&stripes_[static_cast<size_t>(s)]);
-    optimizer_->ApplyRows(value_.data<float>(), summed.get() + static_cast<int64_t>(begin) * n,
-                          slots, n, absl::MakeConstSpan(unique_rows.data() + begin, end - begin),
-                          step);
+    optimizer_->ApplyRows(value_.data<float>(), slot_data_, value_.row_elements(), summed.rows(s), summed.grads(s), step);
   }
   return absl::OkStatus();
 }

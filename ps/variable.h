@@ -11,8 +11,9 @@
 #include "absl/status/statusor.h"
 #include "core/sync.h"
 #include "core/tensor.h"
+#include "ps/row_batch.h"
 #include "ps/update_rule.h"
-#include "ps/update_kind.h"
+#include "core/update_kind.h"
 
 namespace asyncps::ps {
 
@@ -36,7 +37,7 @@ class Variable {
  public:
   // 32 keeps whole-variable reads (which hold every stripe) under ThreadSanitizer's limit
   // of 64 locks held at once, while still spreading sparse writers over many locks.
-  static constexpr int kStripes = 32;
+  static constexpr int kStripes = kRowStripes;
 
   // Takes `initial` as the value (its storage must not be shared). `optimizer` may be null
   // (the variable then rejects gradients). Slots are allocated at their initial values.
@@ -129,7 +130,7 @@ class Variable {
 
  private:
   Variable() = default;
-  absl::StatusOr<std::vector<int64_t>> CheckIds(const Tensor& ids) const;
+  absl::Status CheckIds(const Tensor& ids) const;
   char* row_ptr(int64_t row) const;
   size_t row_bytes() const;
 
@@ -143,6 +144,8 @@ class Variable {
   // handles themselves never change after Create.
   Tensor value_;
   std::vector<Tensor> slots_;
+  // slots_[i]'s floats, for the optimizer.
+  std::vector<float*> slot_data_;
   std::atomic<int64_t> iterations_{0};
   std::atomic<uint64_t> restores_{0};
 };

@@ -252,6 +252,18 @@ TEST(VariableTest, AllFiniteFindsNanAndInfinityInFloatTensors) {
   EXPECT_FALSE(AllFinite(d));
   // Integers are always finite.
   EXPECT_TRUE(AllFinite(Tensor::FromVector<int32_t>({2}, {-1, std::numeric_limits<int32_t>::min()})));
+  // The check runs over fixed-length chunks and a scalar tail: a bad value is found anywhere,
+  // whatever the length.
+  for (int64_t n : {1, 63, 64, 65, 130, 200}) {
+    for (int64_t at = 0; at < n; ++at) {
+      Tensor f(DType::kF32, {n});
+      f.data<float>()[at] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_FALSE(AllFinite(f)) << "f32 n " << n << " at " << at;
+      Tensor g(DType::kF64, {n});
+      g.data<double>()[at] = -std::numeric_limits<double>::infinity();
+      EXPECT_FALSE(AllFinite(g)) << "f64 n " << n << " at " << at;
+    }
+  }
 }
 
 TEST(VariableTest, ChargedBytesCountValueSlotsAndName) {
@@ -711,6 +723,49 @@ TEST(VariableConcurrencyTest, ConcurrentGradientPushesAreNeverLost) {
     int64_t hits = 0;
     for (int t = 0; t < kThreads; ++t) hits += row_hits[t][r];
     for (int64_t c = 0; c < kCols; ++c) wrong += result.data<float>()[r * kCols + c] != -(dense_total + hits);
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+// Large sparse SGD pushes from several threads, each full of duplicates and spread over every
+// stripe, to rows the other threads push too: every occurrence of every id counts exactly once
+// (duplicates are summed within a push, pushes serialise per stripe).
+TEST(VariableConcurrencyTest, ConcurrentSparsePushesWithDuplicatesGiveExactSums) {
+  constexpr int64_t kRows = 3 * Variable::kStripes + 1, kCols = 8, kIdsPerPush = 300;
+  constexpr int kPushes = 200;
+  OptimizerConfig sgd;
+  sgd.learning_rate = 1;  // var -= g: exact for small integers
+  auto v = MakeVariable("emb", Tensor(DType::kF32, {kRows, kCols}), &sgd);
+  ASSERT_NE(v, nullptr);
+  std::vector<std::vector<int64_t>> expected(kThreads, std::vector<int64_t>(kRows * kCols, 0));
+  std::atomic<int> failures{0};
+  RunThreads(kThreads, [&](int t) {
+    std::mt19937 rng(500 + t);
+    std::uniform_int_distribution<int64_t> row(0, kRows - 1);
+    std::uniform_int_distribution<int> value(-2, 3);
+    for (int p = 0; p < kPushes; ++p) {
+      std::vector<int64_t> ids(kIdsPerPush);
+      Tensor grads(DType::kF32, {kIdsPerPush, kCols});
+      for (int64_t k = 0; k < kIdsPerPush; ++k) {
+        ids[k] = row(rng);
+        for (int64_t c = 0; c < kCols; ++c) {
+          const int x = value(rng);
+          grads.data<float>()[k * kCols + c] = static_cast<float>(x);
+          expected[t][ids[k] * kCols + c] -= x;
+        }
+      }
+      const Tensor id_tensor = p % 2 == 0 ? Ids64(ids) : Ids32(std::vector<int32_t>(ids.begin(), ids.end()));
+      if (!v->ApplyRowGradients(id_tensor, grads).ok()) failures.fetch_add(1);
+    }
+  });
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(v->iterations(), kThreads * kPushes);
+  const Tensor result = v->Read();
+  int wrong = 0;
+  for (int64_t e = 0; e < kRows * kCols; ++e) {
+    int64_t total = 0;
+    for (int t = 0; t < kThreads; ++t) total += expected[t][e];
+    wrong += result.data<float>()[e] != static_cast<float>(total);
   }
   EXPECT_EQ(wrong, 0);
 }

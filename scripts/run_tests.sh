@@ -9,8 +9,10 @@ bash scripts/install_deps.sh
 
 echo "== build (RelWithDebInfo) =="
 bash scripts/build.sh build
-echo "== public headers: nothing heavy reachable from include/asyncps/asyncps.h =="
+echo "== public headers: nothing heavy reachable from include/asyncps/*.h =="
 bash scripts/check_public_headers.sh build
+echo "== installed package: find_package(asyncps) from a program outside the tree =="
+bash scripts/check_install.sh build
 echo "== tests =="
 (cd build && ctest --output-on-failure -j2 --timeout 300)
 

@@ -109,33 +109,10 @@ absl::Status FinishPull(PsFuture<std::vector<Tensor>> pull, ::torch::nn::Module&
   return Guard("Pull", [&]() -> absl::Status { return Assign(NamedParameters(module, prefix), values); });
 }
 
-PsFuture<void> PushGradientsAsync(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix) {
-  PsFuture<void> push;
-  absl::Status status = Guard("PushGradients", [&]() -> absl::Status {
+absl::StatusOr<std::vector<GradientUpdate>> TakeGradients(::torch::nn::Module& module, const std::string& prefix) {
+  std::vector<GradientUpdate> gradients;
+  RETURN_IF_ERROR(Guard("TakeGradients", [&]() -> absl::Status {
     Parameters params = NamedParameters(module, prefix);
-    std::vector<GradientUpdate> gradients;
-    absl::Status s;
-    for (size_t i = 0; i < params.tensors.size() && s.ok(); ++i) {
-      const at::Tensor& grad = params.tensors[i].grad();
-      if (!grad.defined()) continue;
-      absl::StatusOr<Tensor> value = FromTorch(grad);
-      if (!value.ok()) {
-        s = value.status();
-        break;
-      }
-      gradients.push_back({params.names[i], std::move(*value), std::nullopt});
-    }
-    push = s.ok() ? ctx.PushGradientsAsync(gradients) : PsFuture<void>::Ready(s);
-    for (at::Tensor& param : params.tensors) param.mutable_grad() = at::Tensor();
-    return absl::OkStatus();
-  });
-  return status.ok() ? push : PsFuture<void>::Ready(status);
-}
-
-absl::Status PushGradients(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix) {
-  return Guard("PushGradients", [&]() -> absl::Status {
-    Parameters params = NamedParameters(module, prefix);
-    std::vector<GradientUpdate> gradients;
     absl::Status status;
     for (size_t i = 0; i < params.tensors.size() && status.ok(); ++i) {
       const at::Tensor& grad = params.tensors[i].grad();
@@ -147,12 +124,23 @@ absl::Status PushGradients(StepContext& ctx, ::torch::nn::Module& module, const 
       }
       gradients.push_back({params.names[i], std::move(*value), std::nullopt});
     }
-    if (status.ok() && !gradients.empty()) status = ctx.PushGradients(gradients);
-    // Cleared whether or not the push went through: a failed step's gradients must not leak
-    // into the next step. The next backward() allocates fresh buffers (no zero-fill needed).
+    // Cleared also on failure: a failed step's gradients must not leak into the next step.
     for (at::Tensor& param : params.tensors) param.mutable_grad() = at::Tensor();
     return status;
-  });
+  }));
+  return gradients;
+}
+
+PsFuture<void> PushGradientsAsync(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix) {
+  absl::StatusOr<std::vector<GradientUpdate>> gradients = TakeGradients(module, prefix);
+  if (!gradients.ok()) return PsFuture<void>::Ready(gradients.status());
+  return ctx.PushGradientsAsync(*gradients);
+}
+
+absl::Status PushGradients(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix) {
+  ASSIGN_OR_RETURN(std::vector<GradientUpdate> gradients, TakeGradients(module, prefix));
+  if (gradients.empty()) return absl::OkStatus();
+  return ctx.PushGradients(gradients);
 }
 
 }  // namespace asyncps::torch_bridge

@@ -14,10 +14,13 @@
 // LibTorch exceptions (c10::Error) are caught here and come back as a Status.
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/optimizer_config.h"
 #include "core/tensor.h"
+#include "worker/ps_client.h"
 #include "worker/ps_future.h"
 
 namespace torch::nn {
@@ -61,6 +64,12 @@ PsFuture<std::vector<Tensor>> PullAsync(StepContext& ctx, ::torch::nn::Module& m
                                         const std::string& prefix = "");
 absl::Status FinishPull(PsFuture<std::vector<Tensor>> pull, ::torch::nn::Module& module,
                         const std::string& prefix = "");
+
+// Worker: the gradients autograd left in `module`'s parameters, ready for
+// StepContext::PushGradients(Async), and clears them from the module (the returned tensors hold
+// autograd's buffers: no copy), so a push can be sent after the module is handed to another
+// step. Parameters without a gradient are skipped.
+absl::StatusOr<std::vector<GradientUpdate>> TakeGradients(::torch::nn::Module& module, const std::string& prefix = "");
 
 // Worker: PushGradients without waiting: sends the gradients and clears them at once (the
 // requests keep autograd's buffers alive); the future says whether every PS applied them.

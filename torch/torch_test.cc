@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "ps/update_rule.h"
 #include "coordinator/parameter_server_strategy.h"
@@ -81,6 +83,30 @@ struct NetImpl : ::torch::nn::Module {
   ::torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
 TORCH_MODULE(Net);
+
+TEST(TakeGradientsTest, HandsOverAutogradsBuffersByNameAndClearsThem) {
+  Net net;
+  EXPECT_TRUE(torch_bridge::TakeGradients(*net)->empty());  // no backward yet: nothing to push
+  net->fc2->bias.set_requires_grad(false);                  // a parameter without a gradient
+  at::Tensor loss = net->forward(at::randn({4, 6})).sum();
+  loss.backward();
+  std::map<std::string, const void*> buffers;
+  for (const auto& p : net->named_parameters()) {
+    if (p.value().grad().defined()) buffers[p.key()] = p.value().grad().data_ptr();
+  }
+  ASSERT_EQ(buffers.size(), 3u);
+
+  auto gradients = torch_bridge::TakeGradients(*net, "net/");
+  ASSERT_TRUE(gradients.ok()) << gradients.status();
+  ASSERT_EQ(gradients->size(), 3u);
+  for (const GradientUpdate& g : *gradients) {
+    SCOPED_TRACE(g.name);
+    ASSERT_EQ(g.name.rfind("net/", 0), 0u);
+    EXPECT_EQ(g.value.raw_data(), buffers.at(g.name.substr(4)));  // the same bytes, not a copy
+    EXPECT_FALSE(g.ids.has_value());
+  }
+  for (const auto& p : net->named_parameters()) EXPECT_FALSE(p.value().grad().defined()) << p.key();
+}
 
 class ModuleVariablesTest : public ::testing::Test {
  protected:

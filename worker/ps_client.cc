@@ -149,11 +149,11 @@ struct ShardPiece {
   std::string shard_name;
   Tensor value;
   std::optional<Tensor> local_ids;
-  ps::UpdateKind kind = ps::UpdateKind::kAssign;
+  UpdateKind kind = UpdateKind::kAssign;
 };
 
 // Splits a dense or row update of `p` into per-shard pieces, grouped by PS. Validates first.
-absl::Status SplitUpdate(const VariablePlacement& p, ps::UpdateKind kind, const Tensor& value,
+absl::Status SplitUpdate(const VariablePlacement& p, UpdateKind kind, const Tensor& value,
                          const std::optional<Tensor>& ids, std::map<int, std::vector<ShardPiece>>* by_ps) {
   if (!ids.has_value()) {
     RETURN_IF_ERROR(CheckValue(p, value, p.shape));
@@ -448,7 +448,7 @@ void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, 
   for (const GradientUpdate& g : gradients) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(g.name);
     if (!p.ok()) return done(p.status());
-    if (absl::Status s = SplitUpdate(**p, ps::UpdateKind::kAssign, g.value, g.ids, &by_ps); !s.ok()) {
+    if (absl::Status s = SplitUpdate(**p, UpdateKind::kAssign, g.value, g.ids, &by_ps); !s.ok()) {
       return done(s);
     }
   }

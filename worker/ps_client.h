@@ -11,7 +11,7 @@
 #include "core/tensor.h"
 #include "ps/shard_initializer.h"
 #include "core/optimizer_config.h"
-#include "ps/update_kind.h"
+#include "core/update_kind.h"
 #include "ps/update_tag.h"
 #include "worker/ps_future.h"
 #include "worker/variable_directory.h"
@@ -25,7 +25,7 @@ class RpcClient;
 // with those global row ids (1-D i32/i64; duplicates allowed).
 struct VariableUpdate {
   std::string name;
-  ps::UpdateKind kind = ps::UpdateKind::kAssign;
+  UpdateKind kind = UpdateKind::kAssign;
   Tensor value;
   std::optional<Tensor> ids;
 };

@@ -91,7 +91,7 @@ TEST_F(PsClientAsyncTest, ManyUpdatesInFlightFromOneThreadAllApply) {
   std::vector<PsFuture<void>> futures;
   for (int i = 0; i < kCalls; ++i) {
     futures.push_back(client_->UpdateAsync(
-        {{"counter", ps::UpdateKind::kAdd, Tensor::FromVector<float>({1}, {1.0f}), std::nullopt}}));
+        {{"counter", UpdateKind::kAdd, Tensor::FromVector<float>({1}, {1.0f}), std::nullopt}}));
   }
   for (auto& f : futures) ASSERT_TRUE(f.Get().ok());
   auto value = client_->Read({"counter"});
@@ -107,7 +107,7 @@ TEST_F(PsClientAsyncTest, EachResultGoesToItsOwnCallWhateverTheCompletionOrder) 
     values.push_back(static_cast<float>(r));
     values.push_back(static_cast<float>(-r));
   }
-  ASSERT_TRUE(client_->Update({{"table", ps::UpdateKind::kAssign,
+  ASSERT_TRUE(client_->Update({{"table", UpdateKind::kAssign,
                                 Tensor::FromVector<float>({8, 2}, absl::MakeConstSpan(values)), std::nullopt}})
                   .ok());
   constexpr int kCalls = 64;
@@ -165,7 +165,7 @@ TEST_F(PsClientAsyncTest, ErrorsBeforeSendingCompleteOnTheCallingThread) {
   const std::thread::id caller = std::this_thread::get_id();
   std::thread::id ran_on;
   absl::Status status;
-  client_->UpdateAsync({{"missing", ps::UpdateKind::kAssign, Tensor::Scalar(1.0f), std::nullopt}},
+  client_->UpdateAsync({{"missing", UpdateKind::kAssign, Tensor::Scalar(1.0f), std::nullopt}},
                        [&](absl::Status s) {
                          ran_on = std::this_thread::get_id();
                          status = s;

@@ -30,6 +30,16 @@ absl::StatusOr<data::Element> StepContext::Next(size_t i) {
   return element;
 }
 
+void StepContext::AddPhaseTime(absl::string_view phase, absl::Duration time) {
+  for (auto& [name, total] : phase_times_) {
+    if (name == phase) {
+      total += time;
+      return;
+    }
+  }
+  phase_times_.emplace_back(std::string(phase), time);
+}
+
 void StepContext::Failures::Track(const absl::Status& status) {
   if (IsPsUnreachable(status)) unreachable.store(true, std::memory_order_release);
   if (IsPsStateLost(status)) state_lost.store(true, std::memory_order_release);
@@ -92,15 +102,15 @@ absl::StatusOr<std::vector<Tensor>> StepContext::ReadMany(const std::vector<std:
 }
 
 absl::Status StepContext::Assign(const std::string& name, const Tensor& value) {
-  return Update({{name, ps::UpdateKind::kAssign, value, std::nullopt}});
+  return Update({{name, UpdateKind::kAssign, value, std::nullopt}});
 }
 
 absl::Status StepContext::AssignAdd(const std::string& name, const Tensor& value) {
-  return Update({{name, ps::UpdateKind::kAdd, value, std::nullopt}});
+  return Update({{name, UpdateKind::kAdd, value, std::nullopt}});
 }
 
 absl::Status StepContext::AssignSub(const std::string& name, const Tensor& value) {
-  return Update({{name, ps::UpdateKind::kSub, value, std::nullopt}});
+  return Update({{name, UpdateKind::kSub, value, std::nullopt}});
 }
 
 ps::UpdateTag StepContext::NextTag() {
@@ -121,7 +131,7 @@ absl::StatusOr<Tensor> StepContext::Gather(const std::string& name, const Tensor
   return Track(ps_.Gather(name, ids));
 }
 
-absl::Status StepContext::Scatter(ps::UpdateKind kind, const std::string& name, const Tensor& ids,
+absl::Status StepContext::Scatter(UpdateKind kind, const std::string& name, const Tensor& ids,
                                   const Tensor& values) {
   return Update({{name, kind, values, ids}});
 }

@@ -4,11 +4,13 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
@@ -70,7 +72,7 @@ class StepContext {
   absl::Status Update(const std::vector<VariableUpdate>& updates);
   // Rows of a (sharded) variable by global id: an embedding lookup.
   absl::StatusOr<Tensor> Gather(const std::string& name, const Tensor& ids);
-  absl::Status Scatter(ps::UpdateKind kind, const std::string& name, const Tensor& ids, const Tensor& values);
+  absl::Status Scatter(UpdateKind kind, const std::string& name, const Tensor& ids, const Tensor& values);
   // Gradients applied by each variable's optimizer on its PS; one request per PS.
   absl::Status PushGradients(const std::vector<GradientUpdate>& gradients);
 
@@ -106,6 +108,14 @@ class StepContext {
   absl::Duration input_wait() const { return input_wait_; }
   int64_t examples() const { return examples_; }
 
+  // Adds `time` to what this step spent in `phase`: how the function's own time divides (e.g.
+  // "pull", "compute", "push"), exported by the worker as
+  // asyncps_worker_step_phase_seconds_total{function,phase} when the step ends. `phase` must
+  // be one of a small fixed set of the function's own words (a metric label), never data.
+  void AddPhaseTime(absl::string_view phase, absl::Duration time);
+  // The phases in the order first added, each with its total.
+  const std::vector<std::pair<std::string, absl::Duration>>& phase_times() const { return phase_times_; }
+
  private:
   // Set by operations' results, which asynchronous ones deliver on the RPC loop thread
   // (possibly after this context is gone: hence shared).
@@ -136,6 +146,7 @@ class StepContext {
   ps::UpdateTag closure_;  // sequence: the calls made so far
   absl::Duration input_wait_;
   int64_t examples_ = 0;
+  std::vector<std::pair<std::string, absl::Duration>> phase_times_;
 };
 
 }  // namespace asyncps

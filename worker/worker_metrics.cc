@@ -41,6 +41,11 @@ WorkerMetrics::WorkerMetrics(metrics::ProcessMetrics& m) {
                    .Labels(labels)
                    .Register(m.registry())
                    .Add({});
+  phase_seconds_ = &prometheus::BuildCounter()
+                        .Name("asyncps_worker_step_phase_seconds_total")
+                        .Help("Time steps reported spending in each phase of their own (e.g. pull, compute, push)")
+                        .Labels(labels)
+                        .Register(m.registry());
 }
 
 WorkerMetrics::~WorkerMetrics() = default;
@@ -64,6 +69,18 @@ void WorkerMetrics::RecordStep(const std::string& function, bool ok, double seco
   (ok ? c.ok : c.error)->Increment();
   if (input_wait_seconds > 0) input_wait_->Increment(input_wait_seconds);
   if (examples > 0) examples_->Increment(static_cast<double>(examples));
+}
+
+void WorkerMetrics::RecordPhases(const std::string& function,
+                                 const std::vector<std::pair<std::string, absl::Duration>>& phases) {
+  if (phases.empty()) return;
+  MutexLock lock(&mu_);
+  for (const auto& [phase, time] : phases) {
+    prometheus::Counter*& counter = phases_[{function, phase}];
+    if (counter == nullptr) counter = &phase_seconds_->Add({{"function", function}, {"phase", phase}});
+    const double seconds = absl::ToDoubleSeconds(time);
+    if (seconds > 0) counter->Increment(seconds);
+  }
 }
 
 }  // namespace asyncps

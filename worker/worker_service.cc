@@ -143,6 +143,7 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
   if (metrics_ != nullptr) {
     metrics_->RecordStep(function_name, result.ok(), absl::ToDoubleSeconds(absl::Now() - start),
                          absl::ToDoubleSeconds(ctx.input_wait()), ctx.examples());
+    metrics_->RecordPhases(function_name, ctx.phase_times());
   }
   if (!result.ok()) {
     body.setCode(static_cast<int>(result.status().code()));

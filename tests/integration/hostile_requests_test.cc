@@ -114,7 +114,7 @@ class HostileRequestsTest : public ::testing::Test {
     return r.ok() && r->size() == 1 ? (*r)[0] : Tensor();
   }
 
-  absl::Status Update(const std::string& name, ps::UpdateKind kind, const Tensor& value,
+  absl::Status Update(const std::string& name, UpdateKind kind, const Tensor& value,
                       std::optional<Tensor> ids = std::nullopt) {
     net::OutMessage req;
     auto list = req.InitRequestBody<wire::UpdateRequest>().initUpdates(1);
@@ -190,23 +190,23 @@ TEST_F(HostileRequestsTest, IntegerArithmeticWrapsAndNeverKillsThePs) {
   ASSERT_TRUE(CreateFrom("u8", Tensor::FromVector<uint8_t>({2}, {255, 0})).ok());
 
   // MIN / -1 once raised SIGFPE in the PS: dense, and by rows.
-  ASSERT_TRUE(Update("i32", ps::UpdateKind::kDiv, Tensor::FromVector<int32_t>({4}, {-1, -1, -1, -1})).ok());
+  ASSERT_TRUE(Update("i32", UpdateKind::kDiv, Tensor::FromVector<int32_t>({4}, {-1, -1, -1, -1})).ok());
   EXPECT_EQ(Values<int32_t>(ReadOne("i32")), (std::vector<int32_t>{kMin32, -kMax32, -7, 0}));
-  ASSERT_TRUE(Update("i64", ps::UpdateKind::kDiv, Tensor::FromVector<int64_t>({1, 1}, {-1}),
+  ASSERT_TRUE(Update("i64", UpdateKind::kDiv, Tensor::FromVector<int64_t>({1, 1}, {-1}),
                      Tensor::FromVector<int64_t>({1}, {0}))
                   .ok());
   EXPECT_EQ(Values<int64_t>(ReadOne("i64")), (std::vector<int64_t>{kMin64, 5}));
   // Overflowing add/sub/mul wrap.
-  ASSERT_TRUE(Update("i64", ps::UpdateKind::kSub, Tensor::FromVector<int64_t>({2, 1}, {1, 0})).ok());
+  ASSERT_TRUE(Update("i64", UpdateKind::kSub, Tensor::FromVector<int64_t>({2, 1}, {1, 0})).ok());
   EXPECT_EQ(Values<int64_t>(ReadOne("i64"))[0], std::numeric_limits<int64_t>::max());
-  ASSERT_TRUE(Update("i32", ps::UpdateKind::kMul, Tensor::FromVector<int32_t>({4}, {2, 2, 2, 2})).ok());
+  ASSERT_TRUE(Update("i32", UpdateKind::kMul, Tensor::FromVector<int32_t>({4}, {2, 2, 2, 2})).ok());
   EXPECT_EQ(Values<int32_t>(ReadOne("i32")), (std::vector<int32_t>{0, 2, -14, 0}));
-  ASSERT_TRUE(Update("u8", ps::UpdateKind::kAdd, Tensor::FromVector<uint8_t>({2}, {1, 0})).ok());
+  ASSERT_TRUE(Update("u8", UpdateKind::kAdd, Tensor::FromVector<uint8_t>({2}, {1, 0})).ok());
   EXPECT_EQ(Values<uint8_t>(ReadOne("u8")), (std::vector<uint8_t>{0, 0}));
   // Division by zero is refused at every integer dtype.
-  EXPECT_EQ(Update("u8", ps::UpdateKind::kDiv, Tensor::FromVector<uint8_t>({2}, {1, 0})).code(),
+  EXPECT_EQ(Update("u8", UpdateKind::kDiv, Tensor::FromVector<uint8_t>({2}, {1, 0})).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Update("i32", ps::UpdateKind::kDiv, Tensor::FromVector<int32_t>({1}, {0}),
+  EXPECT_EQ(Update("i32", UpdateKind::kDiv, Tensor::FromVector<int32_t>({1}, {0}),
                    Tensor::FromVector<int32_t>({1}, {3}))
                 .code(),
             absl::StatusCode::kInvalidArgument);

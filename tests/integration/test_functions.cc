@@ -145,7 +145,7 @@ Program MakeTestProgram() {
   program.AddFunction("add_to_row", [](StepContext& ctx) -> absl::StatusOr<Values> {
     ASSIGN_OR_RETURN(Tensor row, ctx.arg(0));
     ASSIGN_OR_RETURN(Tensor ms, ctx.arg(1));
-    RETURN_IF_ERROR(ctx.Scatter(ps::UpdateKind::kAdd, "rows", Tensor::FromVector<int64_t>({1}, {row.data<int64_t>()[0]}),
+    RETURN_IF_ERROR(ctx.Scatter(UpdateKind::kAdd, "rows", Tensor::FromVector<int64_t>({1}, {row.data<int64_t>()[0]}),
                                 Tensor::FromVector<int64_t>({1}, {1})));
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
     while (std::chrono::steady_clock::now() < end) {
@@ -175,7 +175,7 @@ Program MakeTestProgram() {
     const Tensor& ids = batch->at(0);
     const int64_t n = ids.dim(0);
     RETURN_IF_ERROR(
-        ctx.Scatter(ps::UpdateKind::kAdd, "counts", ids, Tensor::FromVector(std::vector<int64_t>(n, 1))));
+        ctx.Scatter(UpdateKind::kAdd, "counts", ids, Tensor::FromVector(std::vector<int64_t>(n, 1))));
     ASSIGN_OR_RETURN(Tensor ms, ctx.arg(1));
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
     while (std::chrono::steady_clock::now() < end) {

@@ -1,6 +1,6 @@
-#include "ps/update_kind.h"
+#include "core/update_kind.h"
 
-namespace asyncps::ps {
+namespace asyncps {
 
 absl::string_view UpdateKindName(UpdateKind kind) {
   switch (kind) {
@@ -22,4 +22,4 @@ absl::string_view UpdateKindName(UpdateKind kind) {
   return "invalid";
 }
 
-}  // namespace asyncps::ps
+}  // namespace asyncps
