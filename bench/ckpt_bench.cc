@@ -127,10 +127,12 @@ bool Run(bool quick) {
   o.num_workers = 1;
   auto cluster = testutil::LocalCluster::Start(o);
   if (!cluster.ok()) return Fail(cluster.status().ToString());
-  auto strategy = (*cluster)->MakeStrategy();
+  auto chief = (*cluster)->MakeChief();
+  if (!chief.ok()) return Fail(chief.status().ToString());
+  ParameterServerStrategy& strategy = (*chief)->strategy();
   for (int t = 0; t < kTables; ++t) {
-    auto v = strategy->CreateVariable(absl::StrCat("table_", t),
-                                      init::Uniform({rows, cols}, -1, 1, t + 1));
+    auto v = strategy.CreateVariable(absl::StrCat("table_", t),
+                                     init::Uniform({rows, cols}, -1, 1, t + 1));
     if (!v.ok()) return Fail(v.status().ToString());
   }
   // Each round first changes every value and copies the tables here: the reference writes
@@ -147,9 +149,9 @@ bool Run(bool quick) {
     }
     for (int t = 0; t < kTables; ++t) {
       const std::string name = absl::StrCat("table_", t);
-      if (!strategy->ps().Update({{name, UpdateKind::kAdd, delta, std::nullopt}}).ok())
+      if (!strategy.process().ps().Update({{name, UpdateKind::kAdd, delta, std::nullopt}}).ok())
         return false;
-      auto value = strategy->ps().Read({name});
+      auto value = strategy.process().ps().Read({name});
       if (!value.ok()) return false;
       std::memcpy(buffer.get() + static_cast<size_t>(t) * static_cast<size_t>(table_bytes),
                   (*value)[0].raw_data(), static_cast<size_t>(table_bytes));
@@ -159,10 +161,10 @@ bool Run(bool quick) {
   };
   CheckpointManager::Options verify_opts;
   verify_opts.max_to_keep = 1;
-  CheckpointManager manager(*strategy, dir + "/ckpts", verify_opts);
+  CheckpointManager manager(strategy, dir + "/ckpts", verify_opts);
   CheckpointManager::Options fast_opts = verify_opts;
   fast_opts.verify_before_restore = false;
-  CheckpointManager fast(*strategy, dir + "/ckpts", fast_opts);
+  CheckpointManager fast(strategy, dir + "/ckpts", fast_opts);
 
   std::vector<double> write_s, save_s, read_s, restore_s, restore_fast_s;
   for (int r = 0; r < rounds; ++r) {
@@ -184,7 +186,7 @@ bool Run(bool quick) {
     if (r % 2 == 1 && !plain_write()) return Fail("plain write failed");
 
     // Change the values, so a restore that did nothing would be caught.
-    if (!strategy->ps()
+    if (!strategy.process().ps()
              .Update({{"table_0", UpdateKind::kAdd, expected[0], std::nullopt}})
              .ok()) {
       return Fail("update failed");
@@ -203,7 +205,7 @@ bool Run(bool quick) {
     step = fast.Restore(*path);
     if (!step.ok()) return Fail(step.status().ToString());
     restore_fast_s.push_back(Seconds(rs));
-    auto got = strategy->ps().Read({"table_0", "table_7"});
+    auto got = strategy.process().ps().Read({"table_0", "table_7"});
     if (!got.ok() || !(*got)[0].Equals(expected[0]) || !(*got)[1].Equals(expected[1])) {
       return Fail("restored values differ from the saved ones");
     }

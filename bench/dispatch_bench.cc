@@ -310,12 +310,14 @@ int Run(bool quick) {
       std::fprintf(stderr, "bad cluster spec: %s\n", spec.status().ToString().c_str());
       return 1;
     }
-    ParameterServerStrategy::Options strategy_options;
-    strategy_options.process.cluster_token = (*cluster)->token();
-    strategy_options.process.metrics_port = -1;
-    ParameterServerStrategy strategy(*spec, nullptr, strategy_options);
+    absl::StatusOr<std::unique_ptr<ChiefProcess>> chief = ChiefProcess::Create(*spec, (*cluster)->ChiefOptions());
+    if (!chief.ok()) {
+      std::fprintf(stderr, "cannot start the chief: %s\n", chief.status().ToString().c_str());
+      return 1;
+    }
+    ParameterServerStrategy strategy(**chief);
 
-    // The raw clients share the strategy's I/O loop with the coordinator's, as a user's own
+    // The raw clients share the chief's I/O loop with the coordinator's, as a user's own
     // RPCs from the chief would; one connection per worker, like the coordinator's.
     std::vector<std::unique_ptr<net::RpcClient>> clients;
     for (int i = 0; i < workers; ++i) {
@@ -324,7 +326,7 @@ int Run(bool quick) {
       o.role = "chief";
       o.token = (*cluster)->token();
       o.wait_for_ready = true;
-      clients.push_back(std::make_unique<net::RpcClient>(strategy.loop(), o));
+      clients.push_back(std::make_unique<net::RpcClient>((*chief)->loop(), o));
     }
 
     if (workers == 1) {

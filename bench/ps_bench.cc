@@ -470,7 +470,7 @@ std::string PinForSmallPushes(const Config& config, const std::vector<pid_t>& ps
 // A one-PS cluster and a client holding a small SGD variable.
 struct SmallPushTarget {
   std::unique_ptr<testutil::LocalCluster> cluster;
-  std::unique_ptr<ParameterServerStrategy> strategy;
+  std::unique_ptr<testutil::TestChief> chief;
 };
 
 absl::StatusOr<SmallPushTarget> StartSmallPushTarget(bool inline_small_updates) {
@@ -481,11 +481,8 @@ absl::StatusOr<SmallPushTarget> StartSmallPushTarget(bool inline_small_updates) 
   cluster_options.extra_env = {{"ASYNCPS_PS_INLINE_SMALL_UPDATES", inline_small_updates ? "1" : "0"}};
   SmallPushTarget t;
   ASSIGN_OR_RETURN(t.cluster, testutil::LocalCluster::Start(cluster_options));
-  ParameterServerStrategy::Options options;
-  options.process.cluster_token = t.cluster->token();
-  options.process.metrics_port = -1;
-  t.strategy = std::make_unique<ParameterServerStrategy>(t.cluster->chief_spec(), nullptr, options);
-  RETURN_IF_ERROR(t.strategy->CreateVariable("small", init::Zeros({1}), opt::SGD(1e-6)).status());
+  ASSIGN_OR_RETURN(t.chief, t.cluster->MakeChief());
+  RETURN_IF_ERROR(t.chief->strategy().CreateVariable("small", init::Zeros({1}), opt::SGD(1e-6)).status());
   return t;
 }
 
@@ -507,8 +504,8 @@ bool RunSmallPushes(const Config& config) {
   const std::string layout = PinForSmallPushes(config, ps_pids);
   const int server_cpu = layout.rfind("PS", 0) == 0 ? 0 : -1;
   const int rounds = config.quick ? 2 : 6;
-  PsClient& inline_ps = inline_target->strategy->ps();
-  PsClient& default_ps = default_target->strategy->ps();
+  PsClient& inline_ps = inline_target->chief->process().ps();
+  PsClient& default_ps = default_target->chief->process().ps();
   bool ok = true;
   std::printf("small push (1 f32, SGD) from one thread (a ring of PsFutures), %s; medians of %d alternating rounds; "
               "load average %s\n",
@@ -616,11 +613,13 @@ bool RunCluster(int num_ps, const Config& config, Aims& aims) {
   }
   std::shared_ptr<const Partitioner> partitioner;
   if (num_ps > 1) partitioner = *FixedShardsPartitioner::Create(num_ps);
-  ParameterServerStrategy::Options options;
-  options.process.cluster_token = (*cluster)->token();
-  options.process.metrics_port = -1;
-  ParameterServerStrategy strategy((*cluster)->chief_spec(), partitioner, options);
-  PsClient& ps = strategy.ps();
+  auto chief = (*cluster)->MakeChief(partitioner);
+  if (!chief.ok()) {
+    std::fprintf(stderr, "cannot start the chief: %s\n", chief.status().ToString().c_str());
+    return false;
+  }
+  ParameterServerStrategy& strategy = (*chief)->strategy();
+  PsClient& ps = (*chief)->process().ps();
   auto iterations = [&config](Iterations i) { return config.quick ? i.quick : i.full * config.scale; };
 
   // The fixed cost of one call, which dominates small sparse batches: an empty RPC against a

@@ -240,17 +240,18 @@ absl::StatusOr<Measurement> RunPushPull(const Config& config, const std::string&
                    StartCluster(workers, ps, "scaling_worker"));
   ASSIGN_OR_RETURN(std::shared_ptr<const Partitioner> partitioner,
                    FixedShardsPartitioner::Create(ps));
-  std::unique_ptr<ParameterServerStrategy> strategy = cluster->MakeStrategy(partitioner);
+  ASSIGN_OR_RETURN(std::unique_ptr<testutil::TestChief> chief, cluster->MakeChief(partitioner));
+  ParameterServerStrategy& strategy = chief->strategy();
   const Program program = bench::MakeScalingProgram();
-  ClusterCoordinator coordinator(*strategy, program);
+  ClusterCoordinator coordinator(strategy, program);
   std::string function;
   if (workload == "dense") {
     const int64_t rows = std::max<int64_t>(1, config.dense_kib / 4);  // 1024 f32 = 4 KiB a row
     RETURN_IF_ERROR(
-        strategy->CreateVariable("dense", init::Constant({rows, 1024}, 0.5), opt::Adam()).status());
+        strategy.CreateVariable("dense", init::Constant({rows, 1024}, 0.5), opt::Adam()).status());
     function = "dense_step";
   } else {
-    RETURN_IF_ERROR(strategy->CreateVariable("small", init::Zeros({1}), opt::SGD(1e-6)).status());
+    RETURN_IF_ERROR(strategy.CreateVariable("small", init::Zeros({1}), opt::SGD(1e-6)).status());
     function = "small_step";
   }
   // The window is timed, not counted: the small step is ~100x cheaper than the dense one, and
@@ -288,9 +289,10 @@ absl::StatusOr<Measurement> RunTrain(const Config& config, int workers, int ps) 
                    StartCluster(workers, ps, "fashion_mnist"));
   ASSIGN_OR_RETURN(std::shared_ptr<const Partitioner> partitioner,
                    MinSizePartitioner::Create(MinSizePartitioner::kDefaultMinShardBytes, ps));
-  std::unique_ptr<ParameterServerStrategy> strategy = cluster->MakeStrategy(partitioner);
+  ASSIGN_OR_RETURN(std::unique_ptr<testutil::TestChief> chief, cluster->MakeChief(partitioner));
+  ParameterServerStrategy& strategy = chief->strategy();
   const Program program = fmnist::MakeProgram();
-  ClusterCoordinator coordinator(*strategy, program);
+  ClusterCoordinator coordinator(strategy, program);
   fmnist::Options options;
   options.progress = false;
   options.epochs = 1;  // 468 steps of 128 examples
@@ -301,7 +303,7 @@ absl::StatusOr<Measurement> RunTrain(const Config& config, int workers, int ps) 
   const int64_t end = config.quick ? 240 : 440;
   Window window(*cluster, workers, ps, warmup, end);
   options.on_step = [&window](int64_t step) { window.Done(step); };
-  RETURN_IF_ERROR(fmnist::Train(*strategy, coordinator, options).status());
+  RETURN_IF_ERROR(fmnist::Train(strategy, coordinator, options).status());
   ASSIGN_OR_RETURN(Measurement m, window.Result());
   // Units: examples.
   const double per_step = options.batch_size;

@@ -109,7 +109,7 @@ class ClusterProbe {
       s.ps.push_back(testutil::HttpGetBody(ps_ports_[i], "/metrics"));
       s.ps_cpu.push_back(bench::ProcessCpuSeconds(cluster_.ps_pid(i)));
     }
-    s.chief = strategy_.process_metrics().Serialize();
+    s.chief = strategy_.process().process_metrics().Serialize();
     s.chief_cpu = bench::ProcessCpuSeconds(getpid());
     return s;
   }
@@ -218,12 +218,13 @@ absl::StatusOr<Run> TrainDistributed(const Config& config, const fmnist::Options
     ASSIGN_OR_RETURN(auto p, MinSizePartitioner::Create(MinSizePartitioner::kDefaultMinShardBytes, kNumPs));
     partitioner = std::move(p);
   }
-  auto strategy = cluster->MakeStrategy(partitioner);
+  ASSIGN_OR_RETURN(std::unique_ptr<testutil::TestChief> chief, cluster->MakeChief(partitioner));
+  ParameterServerStrategy& strategy = chief->strategy();
   const Program program = fmnist::MakeProgram();
   ClusterCoordinator::Options co;
   co.closures_per_worker = config.closures_per_worker;
-  ClusterCoordinator coordinator(*strategy, program, co);
-  ClusterProbe probe(*cluster, *strategy);
+  ClusterCoordinator coordinator(strategy, program, co);
+  ClusterProbe probe(*cluster, strategy);
   if (!probe.ok()) return absl::InternalError("no metrics port in a ps or worker's output");
 
   fmnist::Options run = options;
@@ -238,7 +239,7 @@ absl::StatusOr<Run> TrainDistributed(const Config& config, const fmnist::Options
   };
   Run r;
   r.load_before = bench::LoadAverage();
-  ASSIGN_OR_RETURN(r.result, fmnist::Train(*strategy, coordinator, run));
+  ASSIGN_OR_RETURN(r.result, fmnist::Train(strategy, coordinator, run));
   r.load_after = bench::LoadAverage();
   r.breakdown = Breakdown(before, after, &r.cpu_per_step);
   return r;

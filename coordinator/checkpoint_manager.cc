@@ -43,7 +43,7 @@ std::vector<absl::StatusOr<net::InMessage>> CallEach(
   }
   for (size_t i = 0; i < calls.size(); ++i) {
     const int ps = calls[i].first;
-    net::RpcClient& client = strategy.ps_rpc(ps);
+    net::RpcClient& client = strategy.process().ps_rpc(ps);
     client.CallAsync(
         method, std::move(calls[i].second), net::RpcClient::CallOptions{timeout, false},
         [state, i, ps, address = client.address()](absl::StatusOr<net::InMessage> r) {
@@ -64,7 +64,7 @@ std::vector<absl::StatusOr<net::InMessage>> CallEach(
 
 std::vector<VariablePlacement> Placements(const ParameterServerStrategy& strategy) {
   std::vector<VariablePlacement> out;
-  for (const auto& p : strategy.directory().All()) out.push_back(*p);
+  for (const auto& p : strategy.process().directory().All()) out.push_back(*p);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   return out;
 }
@@ -154,8 +154,8 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step,
                   : absl::StatusOr<CheckpointManifest>(failed);
   if (!manifest.ok()) {
     spdlog::error("checkpoint {} not committed: {}", dir, manifest.status().ToString());
-    strategy_.checkpoint_metrics().RecordFailed();
-    strategy_.status_board().AddEvent("checkpoint_failed",
+    strategy_.process().checkpoint_metrics().RecordFailed();
+    strategy_.process().status_board().AddEvent("checkpoint_failed",
                                       absl::StrCat("step ", step, ": ", manifest.status().message()));
     RemoveBestEffort(dir);
     return absl::Status(
@@ -176,8 +176,8 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("checkpoint {} committed: {} variables, {} files, {} bytes in {:.3f} s", dir,
                manifest->variables.size(), manifest->files.size(), bytes, seconds);
-  strategy_.checkpoint_metrics().RecordSaved(seconds, bytes, step);
-  strategy_.status_board().AddEvent(
+  strategy_.process().checkpoint_metrics().RecordSaved(seconds, bytes, step);
+  strategy_.process().status_board().AddEvent(
       "checkpoint_saved", absl::StrCat("step ", step, ": ", bytes, " bytes in ", absl::StrFormat("%.2f", seconds), " s"));
   for (const auto& [id, listener] : listeners_) listener(step);
 

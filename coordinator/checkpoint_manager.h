@@ -44,7 +44,7 @@ namespace asyncps {
 // a variable (e.g. restarted) creates it. The checkpoint directory must be reachable under
 // the same path from the coordinator and every PS (a shared file system).
 //
-// Thread-safe; calls are serialised. The strategy must outlive the manager.
+// Thread-safe; calls are serialised. The strategy (and its ChiefProcess) must outlive the manager.
 class CheckpointManager {
  public:
   struct Options {

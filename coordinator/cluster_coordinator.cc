@@ -36,24 +36,18 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
     : strategy_(strategy),
       program_(program),
       options_(options),
-      metrics_(std::make_unique<CoordinatorMetrics>(strategy.process_metrics())),
+      metrics_(std::make_unique<CoordinatorMetrics>(strategy.process().process_metrics())),
       queue_(options.queue_capacity) {
   const ClusterSpec& cluster = strategy.cluster();
   for (int i = 0; i < cluster.num_workers(); ++i) {
-    net::RpcClient::Options o;
-    o.address = cluster.workers()[i];
-    o.role = "chief";
-    o.task_index = cluster.task_index();
-    o.token = strategy.options().process.cluster_token;
-    o.metrics = &strategy.rpc_metrics();
-    workers_.push_back(std::make_unique<WorkerHandle>(i, std::make_unique<net::RpcClient>(strategy.loop(), o)));
+    workers_.push_back(std::make_unique<WorkerHandle>(i, strategy.process().Connect(cluster.workers()[i])));
   }
   if (options_.ps_recovery.enabled) {
     ps_recovery_ = std::make_unique<PsRecovery>(
         queue_, PsRecovery::MakeClusterPsRepair(strategy, options_.ps_recovery.checkpoints), metrics_.get(),
         options_.ps_recovery);
   }
-  metrics::StatusBoard& board = strategy_.status_board();
+  metrics::StatusBoard& board = strategy_.process().status_board();
   for (auto& w : workers_) board.SetMember("worker", w->index(), w->address(), "starting", 0);
   board.SetValuesSource([this] {
     return std::map<std::string, double>{
@@ -77,7 +71,7 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
 ClusterCoordinator::~ClusterCoordinator() {
   if (ps_recovery_ != nullptr) ps_recovery_->Stop();  // a repair in progress stops at its next step
   // Waits for a status request reading this coordinator; later ones see no values.
-  strategy_.status_board().ClearValuesSource();
+  strategy_.process().status_board().ClearValuesSource();
   queue_.Stop();  // nothing new is handed out; queued closures are cancelled
   // Cooperative functions stop within the grace and report normally.
   for (auto& w : workers_) w->CancelRunning();
@@ -277,15 +271,15 @@ void ClusterCoordinator::WorkerFailed(WorkerHandle& worker, uint64_t incarnation
   if (worker.MarkDown(incarnation, reason)) {
     metrics_->worker_failures.Increment();
     UpdateWorkerGauge();
-    strategy_.status_board().SetMember("worker", worker.index(), worker.address(), "down", 0);
-    strategy_.status_board().AddEvent("worker_down",
+    strategy_.process().status_board().SetMember("worker", worker.index(), worker.address(), "down", 0);
+    strategy_.process().status_board().AddEvent("worker_down",
                                       absl::StrCat("worker ", worker.index(), ": ", reason.ToString()));
   }
 }
 
 void ClusterCoordinator::MonitorLoop(WorkerHandle& worker) {
   absl::Duration backoff = absl::Milliseconds(50);
-  metrics::StatusBoard& board = strategy_.status_board();
+  metrics::StatusBoard& board = strategy_.process().status_board();
   bool admitted_before = false;  // a later admission is a recovery
   while (true) {
     if (worker.up()) {
@@ -302,7 +296,7 @@ void ClusterCoordinator::MonitorLoop(WorkerHandle& worker) {
         resources = resources_;
       }
       if (admitted_before) board.SetMember("worker", worker.index(), worker.address(), "recovering", 0);
-      absl::Status s = worker.Recover(strategy_.directory(), resources, options_.rpc_timeout);
+      absl::Status s = worker.Recover(strategy_.process().directory(), resources, options_.rpc_timeout);
       if (s.ok()) {
         UpdateWorkerGauge();
         const int64_t rebuilt = worker.TakeResourcesRebuilt();
@@ -363,7 +357,7 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
     queue_.PutBack(closure);
     return;
   }
-  if (absl::Status s = worker.SyncDirectory(strategy_.directory(), options_.rpc_timeout); !s.ok()) {
+  if (absl::Status s = worker.SyncDirectory(strategy_.process().directory(), options_.rpc_timeout); !s.ok()) {
     return put_back(s);
   }
   const auto& payload = *std::static_pointer_cast<const ClosureArgs>(closure->payload);

@@ -75,8 +75,9 @@ class ClusterCoordinator {
     PsRecovery::Options ps_recovery;
   };
 
-  // `strategy` and `program` must outlive the coordinator. `program` is used to reject
-  // unknown function and resource names at Schedule time.
+  // `strategy` (and its ChiefProcess, whose I/O loop, metrics and status page the coordinator
+  // uses) and `program` must outlive the coordinator. `program` is used to reject unknown
+  // function and resource names at Schedule time.
   ClusterCoordinator(ParameterServerStrategy& strategy, const Program& program);
   ClusterCoordinator(ParameterServerStrategy& strategy, const Program& program, Options options);
 

@@ -1,69 +1,15 @@
 #include "coordinator/parameter_server_strategy.h"
 
-#include <spdlog/spdlog.h>
-
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "coordinator/coordinator_metrics.h"
-#include "metrics/process_metrics.h"
-#include "metrics/rpc_metrics.h"
-#include "metrics/status_board.h"
-#include "net/event_loop.h"
-#include "net/rpc_client.h"
 #include "partitioners/div_partition.h"
+#include "worker/ps_client.h"
 
 namespace asyncps {
 
-ParameterServerStrategy::ParameterServerStrategy(const ClusterSpec& cluster,
+ParameterServerStrategy::ParameterServerStrategy(ChiefProcess& process,
                                                  std::shared_ptr<const Partitioner> partitioner)
-    : ParameterServerStrategy(cluster, std::move(partitioner), Options()) {}
-
-ParameterServerStrategy::ParameterServerStrategy(const ClusterSpec& cluster,
-                                                 std::shared_ptr<const Partitioner> partitioner,
-                                                 Options options)
-    : cluster_(cluster), partitioner_(std::move(partitioner)), options_(std::move(options)) {
-  const int port = options_.process.metrics_port;
-  auto m = metrics::ProcessMetrics::Create("chief", cluster_.task_index(),
-                                           port < 0 ? "" : "127.0.0.1:" + std::to_string(port));
-  if (!m.ok()) {
-    spdlog::warn("metrics endpoint disabled: {}", m.status().ToString());
-    m = metrics::ProcessMetrics::Create("chief", cluster_.task_index(), "");
-  }
-  metrics_ = std::move(*m);
-  if (metrics_->port() > 0) spdlog::info("coordinator metrics on port {}", metrics_->port());
-  rpc_metrics_ = std::make_unique<metrics::RpcMetrics>(*metrics_);
-  status_board_ = std::make_unique<metrics::StatusBoard>(*metrics_);
-  checkpoint_metrics_ = std::make_unique<CheckpointMetrics>(*metrics_);
-  for (int i = 0; i < cluster_.num_ps(); ++i) {
-    // The chief does not watch parameter servers between calls (Prometheus's `up` does).
-    status_board_->SetMember("ps", i, cluster_.ps()[i], "unwatched", 0);
-  }
-  status_board_->Serve();
-  if (metrics_->port() > 0) spdlog::info("status page on http://127.0.0.1:{}/status", metrics_->port());
-  loop_ = std::make_unique<net::EventLoop>();
-  std::vector<net::RpcClient*> ptrs;
-  for (const std::string& address : cluster_.ps()) {
-    net::RpcClient::Options o;
-    o.address = address;
-    o.role = "chief";
-    o.task_index = cluster_.task_index();
-    o.token = options_.process.cluster_token;
-    o.metrics = rpc_metrics_.get();
-    ps_clients_.push_back(std::make_unique<net::RpcClient>(*loop_, o));
-    ptrs.push_back(ps_clients_.back().get());
-  }
-  ps_client_ = std::make_unique<PsClient>(ptrs, directory_, PsClient::Options{options_.rpc_timeout});
-}
-
-absl::Status ParameterServerStrategy::ReportScalar(const std::string& name, int64_t step, double value) {
-  return status_board_->ReportScalar(name, step, value);
-}
-
-ParameterServerStrategy::~ParameterServerStrategy() {
-  ps_client_.reset();
-  ps_clients_.clear();  // before the loop they run on
-  loop_.reset();
-}
+    : process_(process), partitioner_(std::move(partitioner)) {}
 
 absl::StatusOr<VariablePlacement> ParameterServerStrategy::Place(const std::string& name,
                                                                  const VariableInit& init) {
@@ -77,7 +23,7 @@ absl::StatusOr<VariablePlacement> ParameterServerStrategy::Place(const std::stri
     RETURN_IF_ERROR(ValidatePartitions(partitions, init.shape));
     shards = partitions[0];
   }
-  const int num_ps = cluster_.num_ps();
+  const int num_ps = process_.cluster().num_ps();
   if (shards <= 1) {
     p.shards.push_back({name, next_ps_++ % num_ps, 0, init.shape.empty() ? 1 : init.shape[0]});
     return p;
@@ -107,47 +53,47 @@ absl::StatusOr<ShardedVariable> ParameterServerStrategy::CreateVariable(
       const std::string* name;
     } claim{&creating_, &name};
     mu_.Await(absl::Condition(+[](Claim* c) { return !c->creating->contains(*c->name); }, &claim));
-    if (directory_.Find(name).ok()) return absl::AlreadyExistsError(absl::StrCat("variable '", name, "' exists"));
+    if (process_.directory().Find(name).ok()) {
+      return absl::AlreadyExistsError(absl::StrCat("variable '", name, "' exists"));
+    }
     ASSIGN_OR_RETURN(placement, Place(name, init));
     creating_.insert(name);
   }
-  absl::Status created = ps_client_->CreateVariable(placement, init.spec, optimizer ? &*optimizer : nullptr,
-                                                    /*wait_for_ready=*/true);
+  absl::Status created = process_.ps().CreateVariable(placement, init.spec, optimizer ? &*optimizer : nullptr,
+                                                      /*wait_for_ready=*/true);
   {
     MutexLock lock(&mu_);
     if (created.ok()) {
-      directory_.Add(placement);
+      process_.directory().Add(placement);
       recipes_[name] = Recipe{init.spec, optimizer};
     }
     creating_.erase(name);
   }
   RETURN_IF_ERROR(created);
-  ASSIGN_OR_RETURN(auto stored, directory_.Find(name));
-  return ShardedVariable(std::move(stored), ps_client_.get());
+  ASSIGN_OR_RETURN(auto stored, process_.directory().Find(name));
+  return ShardedVariable(std::move(stored), &process_.ps());
 }
 
 absl::Status ParameterServerStrategy::RecreateVariables() {
   std::vector<std::pair<std::shared_ptr<const VariablePlacement>, Recipe>> todo;
   {
     MutexLock lock(&mu_);
-    for (const auto& placement : directory_.All()) {
+    for (const auto& placement : process_.directory().All()) {
       auto it = recipes_.find(placement->name);
       if (it != recipes_.end()) todo.emplace_back(placement, it->second);
     }
   }
   for (const auto& [placement, recipe] : todo) {
-    RETURN_IF_ERROR(ps_client_->CreateVariable(*placement, recipe.init,
-                                               recipe.optimizer ? &*recipe.optimizer : nullptr,
-                                               /*wait_for_ready=*/false));
+    RETURN_IF_ERROR(process_.ps().CreateVariable(*placement, recipe.init,
+                                                 recipe.optimizer ? &*recipe.optimizer : nullptr,
+                                                 /*wait_for_ready=*/false));
   }
   return absl::OkStatus();
 }
 
-net::RpcClient& ParameterServerStrategy::ps_rpc(int i) { return *ps_clients_[static_cast<size_t>(i)]; }
-
 absl::StatusOr<ShardedVariable> ParameterServerStrategy::GetVariable(const std::string& name) const {
-  ASSIGN_OR_RETURN(auto placement, directory_.Find(name));
-  return ShardedVariable(std::move(placement), ps_client_.get());
+  ASSIGN_OR_RETURN(auto placement, process_.directory().Find(name));
+  return ShardedVariable(std::move(placement), &process_.ps());
 }
 
 }  // namespace asyncps

@@ -27,7 +27,7 @@ class ClusterPsRepair : public PsRecovery::Repair {
 
   absl::Status ProbeAll(absl::Duration timeout) override {
     for (int i = 0; i < strategy_.cluster().num_ps(); ++i) {
-      RETURN_IF_ERROR(strategy_.ps().Health(i, timeout, /*wait_for_ready=*/true));
+      RETURN_IF_ERROR(strategy_.process().ps().Health(i, timeout, /*wait_for_ready=*/true));
     }
     return absl::OkStatus();
   }
@@ -35,15 +35,15 @@ class ClusterPsRepair : public PsRecovery::Repair {
   absl::StatusOr<std::vector<int>> PsMissingVariables() override {
     const int num_ps = strategy_.cluster().num_ps();
     std::vector<absl::flat_hash_set<std::string>> expected(static_cast<size_t>(num_ps));
-    for (const auto& placement : strategy_.directory().All()) {
+    for (const auto& placement : strategy_.process().directory().All()) {
       for (const auto& shard : placement->shards)
         expected[static_cast<size_t>(shard.ps)].insert(shard.name);
     }
     std::vector<int> missing;
     for (int i = 0; i < num_ps; ++i) {
-      net::RpcClient& client = strategy_.ps_rpc(i);
+      net::RpcClient& client = strategy_.process().ps_rpc(i);
       ASSIGN_OR_RETURN(net::InMessage response, client.Call("ps.ListVariables", net::OutMessage(),
-                                                            strategy_.options().rpc_timeout));
+                                                            strategy_.process().options().rpc_timeout));
       size_t held = 0;
       RETURN_IF_ERROR(net::CatchDecodeErrors([&] {
         for (auto v : response.ResponseBody<wire::ListVariablesResponse>().getVariables()) {

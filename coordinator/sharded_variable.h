@@ -16,7 +16,7 @@ namespace asyncps {
 // several ("name/part_i", rows split on axis 0), each on its own PS. Operations address the
 // whole variable and are split per shard and sent to all PS at once; row ids are global.
 //
-// Cheap to copy. Thread-safe. Valid while the strategy that created it lives.
+// Cheap to copy. Thread-safe. Valid while the ChiefProcess of the strategy that created it lives.
 class ShardedVariable {
  public:
   ShardedVariable(std::shared_ptr<const VariablePlacement> placement, PsClient* ps)

@@ -35,6 +35,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "asyncps/checkpoints.h"
+#include "asyncps/chief.h"
 #include "asyncps/cluster_spec.h"
 #include "asyncps/coordinator.h"
 #include "asyncps/process.h"
@@ -143,15 +144,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fashion_mnist: %s\n%s", cluster.status().ToString().c_str(), kUsage);
     return 2;
   }
+  // Every role's process settings (token, /metrics port, log level, limits), from flags and
+  // environment, read once here and passed to whichever role this process plays.
+  const asyncps::ProcessOptions process = asyncps::ProcessOptions::FromEnvAndFlags(argc, argv);
   asyncps::fmnist::SetTorchThreads(flags.torch_threads);
   if (cluster->task_type() == asyncps::TaskType::kEvaluator) {
-    return asyncps::fmnist::RunEvaluator(*cluster, flags.train, argc, argv);
+    return asyncps::fmnist::RunEvaluator(*cluster, process, flags.train, argc, argv);
   }
   asyncps::Program program = asyncps::fmnist::MakeProgram();
-  if (!cluster->is_chief()) return asyncps::Serve(*cluster, program);
+  if (!cluster->is_chief()) return asyncps::Serve(*cluster, program, process);
 
-  asyncps::InitLogging("chief", cluster->task_index());
-  asyncps::ParameterServerStrategy strategy(*cluster);
+  // The chief's wiring, each piece made here: the process (I/O loop, PS connections, /metrics
+  // and the status page), then the strategy and coordinator on it, destroyed in reverse order.
+  asyncps::InitLogging("chief", cluster->task_index(), process.log_level);
+  auto chief = asyncps::ChiefProcess::Create(*cluster, {.process = process});
+  if (!chief.ok()) {
+    std::fprintf(stderr, "fashion_mnist: %s\n", chief.status().ToString().c_str());
+    return asyncps::ExitCodeForStatus(chief.status());
+  }
+  asyncps::ParameterServerStrategy strategy(**chief);
   // With automatic PS recovery the coordinator restores from the very manager training saves
   // through, so it sees every commit (and counts the steps a recovery undoes exactly).
   std::unique_ptr<asyncps::CheckpointManager> checkpoints;

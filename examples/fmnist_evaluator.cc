@@ -75,8 +75,8 @@ absl::StatusOr<EvaluatorFlags> ParseEvaluatorFlags(int argc, char** argv) {
   return flags;
 }
 
-int RunEvaluator(const ClusterSpec& cluster, const Options& train, int argc, char** argv) {
-  const ProcessOptions process = ProcessOptions::FromEnvAndFlags(argc, argv);
+int RunEvaluator(const ClusterSpec& cluster, const ProcessOptions& process, const Options& train, int argc,
+                 char** argv) {
   InitLogging("evaluator", cluster.task_index(), process.log_level);
   absl::StatusOr<EvaluatorFlags> flags = ParseEvaluatorFlags(argc, argv);
   if (flags.ok() && flags->checkpoint_dir.empty()) {

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "asyncps/cluster_spec.h"
+#include "asyncps/process.h"
 #include "examples/fmnist_training.h"
 
 namespace asyncps::fmnist {
@@ -41,8 +42,10 @@ absl::StatusOr<EvaluatorFlags> ParseEvaluatorFlags(int argc, char** argv);
 // (core/exit_code.h): 0 then; 2 for bad flags; 1 when the test set cannot be read; 200 when
 // the checkpoint directory went quiet for --eval_idle_timeout_s. A checkpoint that cannot be
 // evaluated (deleted meanwhile, corrupt) is logged, counted and skipped. `train` gives the
-// model and the data directory (the chief's --model and --data_dir). Call from main.
-int RunEvaluator(const ClusterSpec& cluster, const Options& train, int argc, char** argv);
+// model and the data directory (the chief's --model and --data_dir); `process` the log level and
+// /metrics port main read; `argv` the evaluator's own flags (ParseEvaluatorFlags). Call from main.
+int RunEvaluator(const ClusterSpec& cluster, const ProcessOptions& process, const Options& train, int argc,
+                 char** argv);
 
 }  // namespace asyncps::fmnist
 

@@ -430,7 +430,7 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
 
   // Loss and accuracy go to the chief's status page and to Prometheus (asyncps_scalar{name}).
   auto report = [&](const char* name, double value) {
-    absl::Status s = strategy.ReportScalar(name, tracker.steps(), value);
+    absl::Status s = strategy.process().ReportScalar(name, tracker.steps(), value);
     if (!s.ok()) std::fprintf(stderr, "%s\n", s.ToString().c_str());  // e.g. a NaN loss: training goes on
   };
   auto report_accuracy = [&] {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "asyncps/chief.h"
 #include "asyncps/cluster_spec.h"
 #include "asyncps/coordinator.h"
 #include "asyncps/process.h"
@@ -32,8 +33,8 @@ asyncps::Program MakeProgram() {
   return program;
 }
 
-absl::Status RunChief(const asyncps::ClusterSpec& cluster, const asyncps::Program& program) {
-  asyncps::ParameterServerStrategy strategy(cluster);
+absl::Status RunChief(asyncps::ChiefProcess& chief, const asyncps::Program& program) {
+  asyncps::ParameterServerStrategy strategy(chief);
   ASSIGN_OR_RETURN(auto v1, strategy.CreateVariable("v1", asyncps::init::Scalar(0.0f)));
   ASSIGN_OR_RETURN(auto v2, strategy.CreateVariable("v2", asyncps::init::Scalar(1.0f)));
   std::printf("v1 on ps %d, v2 on ps %d\n", v1.shards()[0].ps, v2.shards()[0].ps);
@@ -66,11 +67,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "remote_value: %s\n", cluster.status().ToString().c_str());
     return asyncps::kExitUsage;
   }
+  // Settings every role takes (token, /metrics port, log level), from flags and environment.
+  const asyncps::ProcessOptions process = asyncps::ProcessOptions::FromEnvAndFlags(argc, argv);
   asyncps::Program program = MakeProgram();
-  if (!cluster->is_chief()) return asyncps::Serve(*cluster, program);
+  if (!cluster->is_chief()) return asyncps::Serve(*cluster, program, process);
 
-  asyncps::InitLogging("chief", cluster->task_index());
-  absl::Status status = RunChief(*cluster, program);
+  // The chief's wiring: the process (I/O loop, PS connections, /metrics and the status page)
+  // that the strategy and coordinator run on.
+  asyncps::InitLogging("chief", cluster->task_index(), process.log_level);
+  absl::StatusOr<std::unique_ptr<asyncps::ChiefProcess>> chief =
+      asyncps::ChiefProcess::Create(*cluster, {.process = process});
+  absl::Status status = chief.ok() ? RunChief(**chief, program) : chief.status();
   if (!status.ok()) {
     std::fprintf(stderr, "remote_value failed: %s\n", status.ToString().c_str());
     return asyncps::ExitCodeForStatus(status);

@@ -81,7 +81,7 @@ absl::Status ReadVariables(ParameterServerStrategy& strategy, ::torch::nn::Modul
                            const std::string& prefix) {
   return Guard("ReadVariables", [&]() -> absl::Status {
     const Parameters params = NamedParameters(module, prefix);
-    ASSIGN_OR_RETURN(std::vector<Tensor> values, strategy.ps().Read(params.names));
+    ASSIGN_OR_RETURN(std::vector<Tensor> values, strategy.process().ps().Read(params.names));
     return Assign(params, values);
   });
 }

@@ -120,14 +120,18 @@ class ModuleVariablesTest : public ::testing::Test {
     // Two shards per variable: every pull and push crosses both PS.
     auto partitioner = FixedShardsPartitioner::Create(2);
     ASSERT_TRUE(partitioner.ok());
-    strategy_ = cluster_->MakeStrategy(std::move(*partitioner));
+    auto chief = cluster_->MakeChief(std::move(*partitioner));
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    chief_ = std::move(*chief);
   }
 
-  StepContext Context() { return StepContext(0, {}, strategy_->ps(), std::make_shared<std::atomic<bool>>(false)); }
+  StepContext Context() {
+    return StepContext(0, {}, chief_->process().ps(), std::make_shared<std::atomic<bool>>(false));
+  }
 
   // The variable's value on the PS.
   Tensor PsValue(const std::string& name) {
-    auto v = strategy_->GetVariable(name);
+    auto v = chief_->strategy().GetVariable(name);
     EXPECT_TRUE(v.ok()) << v.status();
     auto t = v->Read();
     EXPECT_TRUE(t.ok()) << t.status();
@@ -135,13 +139,13 @@ class ModuleVariablesTest : public ::testing::Test {
   }
 
   std::unique_ptr<testutil::LocalCluster> cluster_;
-  std::unique_ptr<ParameterServerStrategy> strategy_;
+  std::unique_ptr<testutil::TestChief> chief_;
 };
 
 TEST_F(ModuleVariablesTest, PullGivesEveryParameterThePsValueBitForBit) {
   Net chief;
-  ASSERT_TRUE(torch_bridge::CreateVariables(*strategy_, *chief, opt::Adam(1e-3f), "net/").ok());
-  auto fc1 = strategy_->GetVariable("net/fc1.weight");
+  ASSERT_TRUE(torch_bridge::CreateVariables(chief_->strategy(), *chief, opt::Adam(1e-3f), "net/").ok());
+  auto fc1 = chief_->strategy().GetVariable("net/fc1.weight");
   ASSERT_TRUE(fc1.ok());
   EXPECT_EQ(fc1->num_shards(), 2u);
   EXPECT_NE(fc1->shards()[0].ps, fc1->shards()[1].ps);
@@ -163,7 +167,7 @@ TEST_F(ModuleVariablesTest, PushAppliesExactlyTheAutogradGradients) {
   auto local = ps::UpdateRule::Create(adam);
   ASSERT_TRUE(local.ok());
   Net chief;
-  ASSERT_TRUE(torch_bridge::CreateVariables(*strategy_, *chief, adam).ok());
+  ASSERT_TRUE(torch_bridge::CreateVariables(chief_->strategy(), *chief, adam).ok());
 
   // The expected state, kept here: variable values and Adam's m and v per parameter.
   std::map<std::string, std::vector<Tensor>> expected;  // name -> {var, m, v}
@@ -198,7 +202,7 @@ TEST_F(ModuleVariablesTest, PushAppliesExactlyTheAutogradGradients) {
 
 TEST_F(ModuleVariablesTest, MismatchedModuleIsRejectedAndLeftUnchanged) {
   Net chief;
-  ASSERT_TRUE(torch_bridge::CreateVariables(*strategy_, *chief, opt::SGD(0.1f)).ok());
+  ASSERT_TRUE(torch_bridge::CreateVariables(chief_->strategy(), *chief, opt::SGD(0.1f)).ok());
   Net other(/*hidden=*/4);
   at::Tensor before = other->fc2->bias.clone();
   StepContext ctx = Context();
@@ -210,12 +214,12 @@ TEST_F(ModuleVariablesTest, MismatchedModuleIsRejectedAndLeftUnchanged) {
 
 TEST_F(ModuleVariablesTest, ReadVariablesGivesTheChiefThePsValues) {
   Net chief;
-  ASSERT_TRUE(torch_bridge::CreateVariables(*strategy_, *chief, opt::SGD(0.1f)).ok());
-  auto bias = strategy_->GetVariable("fc2.bias");
+  ASSERT_TRUE(torch_bridge::CreateVariables(chief_->strategy(), *chief, opt::SGD(0.1f)).ok());
+  auto bias = chief_->strategy().GetVariable("fc2.bias");
   ASSERT_TRUE(bias.ok());
   ASSERT_TRUE(bias->Assign(Tensor::FromVector<float>({3}, {1, 2, 3})).ok());
   Net reader;
-  ASSERT_TRUE(torch_bridge::ReadVariables(*strategy_, *reader).ok());
+  ASSERT_TRUE(torch_bridge::ReadVariables(chief_->strategy(), *reader).ok());
   EXPECT_TRUE(at::equal(reader->fc2->bias, at::tensor({1.0f, 2.0f, 3.0f})));
 }
 

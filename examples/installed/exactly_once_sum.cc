@@ -65,8 +65,8 @@ absl::Status Expect(bool ok, const std::string& what) {
   return ok ? absl::OkStatus() : absl::InternalError(what);
 }
 
-absl::Status RunChief(const asyncps::ClusterSpec& cluster, const asyncps::Program& program) {
-  asyncps::ParameterServerStrategy strategy(cluster);
+absl::Status RunChief(asyncps::ChiefProcess& chief, const asyncps::Program& program) {
+  asyncps::ParameterServerStrategy strategy(chief);
   ASSIGN_OR_RETURN(
       asyncps::ShardedVariable total,
       strategy.CreateVariable("total", asyncps::init::Zeros({}, asyncps::DType::kI64)));
@@ -144,11 +144,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "exactly_once_sum: %s\n", cluster.status().ToString().c_str());
     return asyncps::kExitUsage;
   }
+  // Settings every role takes (token, /metrics port, log level), from flags and environment.
+  const asyncps::ProcessOptions process = asyncps::ProcessOptions::FromEnvAndFlags(argc, argv);
   asyncps::Program program = MakeProgram();
-  if (!cluster->is_chief()) return asyncps::Serve(*cluster, program);  // ps and workers serve
+  if (!cluster->is_chief()) return asyncps::Serve(*cluster, program, process);  // ps and workers serve
 
-  asyncps::InitLogging("chief", cluster->task_index());
-  const absl::Status status = RunChief(*cluster, program);
+  // The chief: its process (I/O loop, PS connections, /metrics), then the strategy on it.
+  asyncps::InitLogging("chief", cluster->task_index(), process.log_level);
+  absl::StatusOr<std::unique_ptr<asyncps::ChiefProcess>> chief =
+      asyncps::ChiefProcess::Create(*cluster, {.process = process});
+  const absl::Status status = chief.ok() ? RunChief(**chief, program) : chief.status();
   if (!status.ok()) {
     std::fprintf(stderr, "exactly_once_sum failed: %s\n", status.ToString().c_str());
     return asyncps::ExitCodeForStatus(status);

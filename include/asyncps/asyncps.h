@@ -5,6 +5,7 @@
 // from here includes Asio, generated Cap'n Proto headers, Eigen or spdlog (scripts/
 // check_public_headers.sh fails CI otherwise).
 
+#include "asyncps/chief.h"         // IWYU pragma: export
 #include "asyncps/cluster_spec.h"  // IWYU pragma: export
 #include "asyncps/coordinator.h"   // IWYU pragma: export
 #include "asyncps/datasets.h"      // IWYU pragma: export

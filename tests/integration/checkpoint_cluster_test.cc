@@ -65,12 +65,12 @@ void CreateAndTrain(ParameterServerStrategy& strategy) {
 
 void Train(ParameterServerStrategy& strategy, int steps, float scale) {
   for (int i = 0; i < steps; ++i) {
-    ASSERT_TRUE(strategy.ps()
+    ASSERT_TRUE(strategy.process().ps()
                     .PushGradients(
                         {{"emb", Pattern({13, 4}, scale * static_cast<float>(i + 1)), std::nullopt},
                          {"bias", Pattern({6}, scale), std::nullopt}})
                     .ok());
-    ASSERT_TRUE(strategy.ps()
+    ASSERT_TRUE(strategy.process().ps()
                     .PushGradients(
                         {{"emb", Pattern({3, 4}, scale), Tensor::FromVector<int64_t>({0, 7, 12})}})
                     .ok());
@@ -78,7 +78,7 @@ void Train(ParameterServerStrategy& strategy, int steps, float scale) {
 }
 
 std::vector<Tensor> ReadAll(ParameterServerStrategy& strategy) {
-  auto values = strategy.ps().Read({"emb", "bias", "count"});
+  auto values = strategy.process().ps().Read({"emb", "bias", "count"});
   EXPECT_TRUE(values.ok()) << values.status();
   return values.ok() ? *values : std::vector<Tensor>();
 }
@@ -114,15 +114,17 @@ SlotView SlotsOf(const std::string& checkpoint) {
 TEST(CheckpointClusterTest, SavesAndRestoresAcrossRealPsWithSlotsAndRetention) {
   auto cluster = StartCluster(2);
   ASSERT_NE(cluster, nullptr);
-  auto strategy = cluster->MakeStrategy(Fixed(4));
-  CreateAndTrain(*strategy);
-  Train(*strategy, 3, 0.01f);
+  auto chief = cluster->MakeChief(Fixed(4));
+  ASSERT_TRUE(chief.ok()) << chief.status();
+  ParameterServerStrategy& strategy = (*chief)->strategy();
+  CreateAndTrain(strategy);
+  Train(strategy, 3, 0.01f);
   const std::string dir = TempDir();
-  CheckpointManager manager(*strategy, dir, /*max_to_keep=*/2);
+  CheckpointManager manager(strategy, dir, /*max_to_keep=*/2);
   auto first = manager.Save(100);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(*first, dir + "/ckpt-100");
-  const std::vector<Tensor> saved = ReadAll(*strategy);
+  const std::vector<Tensor> saved = ReadAll(strategy);
   // Two files, one per PS, each written by its PS.
   auto manifest = ReadManifest(*first);
   ASSERT_TRUE(manifest.ok());
@@ -132,14 +134,14 @@ TEST(CheckpointClusterTest, SavesAndRestoresAcrossRealPsWithSlotsAndRetention) {
   EXPECT_EQ(manifest->FindVariable("emb")->optimizer->kind, OptimizerKind::kAdam);
   EXPECT_EQ(manager.Save(100).status().code(), absl::StatusCode::kAlreadyExists);
 
-  Train(*strategy, 2, 0.03f);
+  Train(strategy, 2, 0.03f);
   ASSERT_TRUE(manager.Save(200).ok());
-  EXPECT_FALSE(ReadAll(*strategy)[0].Equals(saved[0]));
+  EXPECT_FALSE(ReadAll(strategy)[0].Equals(saved[0]));
 
   auto step = manager.Restore(*first);
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(*step, 100);
-  ExpectSameTensors(ReadAll(*strategy), saved);
+  ExpectSameTensors(ReadAll(strategy), saved);
   // Slots and step counters came back too: a new checkpoint of the restored state has the
   // moments and counters of the first.
   const SlotView before = SlotsOf(*first);  // before retention deletes it
@@ -168,14 +170,16 @@ TEST(CheckpointClusterTest, RestoresIntoOtherClusterShapes) {
   {
     auto cluster = StartCluster(2);
     ASSERT_NE(cluster, nullptr);
-    auto strategy = cluster->MakeStrategy(Fixed(4));
-    CreateAndTrain(*strategy);
-    Train(*strategy, 2, 0.02f);
-    CheckpointManager manager(*strategy, dir, 3);
+    auto chief = cluster->MakeChief(Fixed(4));
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    ParameterServerStrategy& strategy = (*chief)->strategy();
+    CreateAndTrain(strategy);
+    Train(strategy, 2, 0.02f);
+    CheckpointManager manager(strategy, dir, 3);
     auto path = manager.Save(7);
     ASSERT_TRUE(path.ok()) << path.status();
     checkpoint = *path;
-    saved = ReadAll(*strategy);
+    saved = ReadAll(strategy);
   }
   const SlotView saved_slots = SlotsOf(checkpoint);
   auto cluster = StartCluster(3);
@@ -191,16 +195,18 @@ TEST(CheckpointClusterTest, RestoresIntoOtherClusterShapes) {
     SCOPED_TRACE(shape.what);
     // Fresh variable names per round are not needed: each round uses its own PS processes'
     // shard names ("emb/part_i" vs "emb"), and values are overwritten by the restore.
-    auto strategy = cluster->MakeStrategy(shape.partitioner);
-    ASSERT_TRUE(strategy->CreateVariable("emb", init::Zeros({13, 4}), opt::Adam(0.05f)).ok());
-    ASSERT_TRUE(strategy->CreateVariable("bias", init::Zeros({6}), opt::Adam(0.05f)).ok());
-    ASSERT_TRUE(strategy->CreateVariable("count", init::Zeros({2}, DType::kI64)).ok());
-    EXPECT_EQ(strategy->GetVariable("emb")->num_shards(), shape.emb_shards);
-    CheckpointManager manager(*strategy, dir, 3);
+    auto chief = cluster->MakeChief(shape.partitioner);
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    ParameterServerStrategy& strategy = (*chief)->strategy();
+    ASSERT_TRUE(strategy.CreateVariable("emb", init::Zeros({13, 4}), opt::Adam(0.05f)).ok());
+    ASSERT_TRUE(strategy.CreateVariable("bias", init::Zeros({6}), opt::Adam(0.05f)).ok());
+    ASSERT_TRUE(strategy.CreateVariable("count", init::Zeros({2}, DType::kI64)).ok());
+    EXPECT_EQ(strategy.GetVariable("emb")->num_shards(), shape.emb_shards);
+    CheckpointManager manager(strategy, dir, 3);
     auto step = manager.Restore(checkpoint);
     ASSERT_TRUE(step.ok()) << step.status();
     EXPECT_EQ(*step, 7);
-    ExpectSameTensors(ReadAll(*strategy), saved);
+    ExpectSameTensors(ReadAll(strategy), saved);
     auto again = manager.Save(100 + round++);
     ASSERT_TRUE(again.ok()) << again.status();
     const SlotView slots = SlotsOf(*again);
@@ -223,14 +229,16 @@ TEST(CheckpointClusterTest, PsKilledInTheMiddleOfSaveLeavesThePreviousCheckpoint
   unsetenv("ASYNCPS_TEST_CKPT_HANG_AT_STEP");
   ASSERT_TRUE(restarted.ok()) << restarted;
 
-  auto strategy = cluster->MakeStrategy(Fixed(4));
-  CreateAndTrain(*strategy);
-  Train(*strategy, 2, 0.01f);
+  auto chief = cluster->MakeChief(Fixed(4));
+  ASSERT_TRUE(chief.ok()) << chief.status();
+  ParameterServerStrategy& strategy = (*chief)->strategy();
+  CreateAndTrain(strategy);
+  Train(strategy, 2, 0.01f);
   const std::string dir = TempDir();
-  CheckpointManager manager(*strategy, dir, 5);
+  CheckpointManager manager(strategy, dir, 5);
   ASSERT_TRUE(manager.Save(10).ok());
-  const std::vector<Tensor> at_10 = ReadAll(*strategy);
-  Train(*strategy, 2, 0.05f);
+  const std::vector<Tensor> at_10 = ReadAll(strategy);
+  Train(strategy, 2, 0.05f);
 
   absl::StatusOr<std::string> second = absl::UnknownError("not run");
   std::thread save([&] { second = manager.Save(20); });
@@ -249,9 +257,9 @@ TEST(CheckpointClusterTest, PsKilledInTheMiddleOfSaveLeavesThePreviousCheckpoint
   auto step = manager.RestoreLatest();
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(*step, 10);
-  ExpectSameTensors(ReadAll(*strategy), at_10);
+  ExpectSameTensors(ReadAll(strategy), at_10);
   // Training continues on the restored state.
-  Train(*strategy, 1, 0.01f);
+  Train(strategy, 1, 0.01f);
   EXPECT_TRUE(manager.Save(30).ok());
   fs::remove_all(dir);
 }

@@ -30,17 +30,19 @@ class CoordinatorRecoveryTest : public ::testing::Test {
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
-    strategy_ = cluster_->MakeStrategy();
+    auto chief = cluster_->MakeChief();
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    chief_ = std::move(*chief);
   }
 
   void StartCoordinator() {
     ClusterCoordinator::Options co = testutil::FastFailureDetection();
-    coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, co);
+    coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, co);
   }
 
   void TearDown() override {
     coordinator_.reset();
-    strategy_.reset();
+    chief_.reset();
     cluster_.reset();
   }
 
@@ -65,7 +67,7 @@ class CoordinatorRecoveryTest : public ::testing::Test {
 
   Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<ParameterServerStrategy> strategy_;
+  std::unique_ptr<testutil::TestChief> chief_;
   std::unique_ptr<ClusterCoordinator> coordinator_;
 };
 
@@ -73,7 +75,7 @@ class CoordinatorRecoveryTest : public ::testing::Test {
 // strategy created is a PS failure: Unavailable, marked so automatic recovery can key on it.
 TEST_F(CoordinatorRecoveryTest, PsRestartedEmptyIsUnavailableNotNotFound) {
   Start(/*workers=*/1, /*ps=*/1);
-  auto iterations = strategy_->CreateVariable("iterations", init::Zeros({}, DType::kI64));
+  auto iterations = chief_->strategy().CreateVariable("iterations", init::Zeros({}, DType::kI64));
   ASSERT_TRUE(iterations.ok()) << iterations.status();
   StartCoordinator();
   ASSERT_TRUE(RunOne("increment").ok());
@@ -113,7 +115,7 @@ TEST_F(CoordinatorRecoveryTest, ConcurrentCreatesOfOneVariablePlaceItOnce) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       go.WaitForNotification();
-      codes[t] = strategy_->CreateVariable("contended", init::Zeros({4}, DType::kF32)).status().code();
+      codes[t] = chief_->strategy().CreateVariable("contended", init::Zeros({4}, DType::kF32)).status().code();
     });
   }
   go.Notify();
@@ -125,9 +127,9 @@ TEST_F(CoordinatorRecoveryTest, ConcurrentCreatesOfOneVariablePlaceItOnce) {
   }
   EXPECT_EQ(created, 1);
   EXPECT_EQ(exists, kThreads - 1);
-  auto contended = strategy_->GetVariable("contended");
+  auto contended = chief_->strategy().GetVariable("contended");
   ASSERT_TRUE(contended.ok());
-  auto next = strategy_->CreateVariable("next", init::Zeros({4}, DType::kF32));
+  auto next = chief_->strategy().CreateVariable("next", init::Zeros({4}, DType::kF32));
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->shards()[0].ps, (contended->shards()[0].ps + 1) % 2) << "placed more than once";
 }

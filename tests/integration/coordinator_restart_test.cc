@@ -139,10 +139,12 @@ TEST(CoordinatorRestartTest, WorkerDropsThePredecessorsStateAndRefusesIt) {
   }
 
   // The successor: this process's coordinator (another incarnation).
-  auto strategy = (*cluster)->MakeStrategy();
-  ASSERT_TRUE(strategy->CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
+  auto chief = (*cluster)->MakeChief();
+  ASSERT_TRUE(chief.ok()) << chief.status();
+  ParameterServerStrategy& strategy = (*chief)->strategy();
+  ASSERT_TRUE(strategy.CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
   const Program program = testutil::MakeTestProgram();
-  ClusterCoordinator coordinator(*strategy, program, testutil::FastFailureDetection());
+  ClusterCoordinator coordinator(strategy, program, testutil::FastFailureDetection());
   // Runs only if the worker took the successor's directory, not the predecessor's of the
   // same version.
   auto incremented = coordinator.Schedule("increment");
@@ -195,7 +197,7 @@ TEST(CoordinatorRestartTest, NewChiefRecreatesVariablesAndContinuesFromTheCheckp
   std::filesystem::remove_all(dir);
   const Program program = testutil::MakeTestProgram();
   auto iterations = [](ParameterServerStrategy& strategy) -> int64_t {
-    auto values = strategy.ps().Read({"iterations"});
+    auto values = strategy.process().ps().Read({"iterations"});
     EXPECT_TRUE(values.ok()) << values.status();
     return values.ok() ? (*values)[0].data<int64_t>()[0] : -1;
   };
@@ -204,26 +206,30 @@ TEST(CoordinatorRestartTest, NewChiefRecreatesVariablesAndContinuesFromTheCheckp
     ASSERT_TRUE(coordinator.Join().ok());
   };
   {
-    auto strategy = (*cluster)->MakeStrategy();
-    ASSERT_TRUE(strategy->CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
-    ClusterCoordinator coordinator(*strategy, program, testutil::FastFailureDetection());
-    CheckpointManager checkpoints(*strategy, dir, 2);
+    auto chief = (*cluster)->MakeChief();
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    ParameterServerStrategy& strategy = (*chief)->strategy();
+    ASSERT_TRUE(strategy.CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
+    ClusterCoordinator coordinator(strategy, program, testutil::FastFailureDetection());
+    CheckpointManager checkpoints(strategy, dir, 2);
     increment(coordinator, 5);
     ASSERT_TRUE(checkpoints.Save(5).ok());
     increment(coordinator, 3);  // lost with the chief: after the last checkpoint
-    ASSERT_EQ(iterations(*strategy), 8);
+    ASSERT_EQ(iterations(strategy), 8);
   }
-  auto strategy = (*cluster)->MakeStrategy();
-  ASSERT_TRUE(strategy->CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
-  EXPECT_EQ(iterations(*strategy), 8) << "creating it again must not reset the PS's variable";
-  CheckpointManager checkpoints(*strategy, dir, 2);
+  auto chief = (*cluster)->MakeChief();
+  ASSERT_TRUE(chief.ok()) << chief.status();
+  ParameterServerStrategy& strategy = (*chief)->strategy();
+  ASSERT_TRUE(strategy.CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
+  EXPECT_EQ(iterations(strategy), 8) << "creating it again must not reset the PS's variable";
+  CheckpointManager checkpoints(strategy, dir, 2);
   auto step = checkpoints.RestoreLatest();
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(*step, 5);
-  EXPECT_EQ(iterations(*strategy), 5);
-  ClusterCoordinator coordinator(*strategy, program, testutil::FastFailureDetection());
+  EXPECT_EQ(iterations(strategy), 5);
+  ClusterCoordinator coordinator(strategy, program, testutil::FastFailureDetection());
   increment(coordinator, 1);
-  EXPECT_EQ(iterations(*strategy), 6);
+  EXPECT_EQ(iterations(strategy), 6);
   std::filesystem::remove_all(dir);
 }
 

@@ -30,23 +30,25 @@ class CoordinatorShutdownTest : public ::testing::Test {
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
-    strategy_ = cluster_->MakeStrategy();
-    auto started = strategy_->CreateVariable("started", init::Zeros({}, DType::kI64));
+    auto chief = cluster_->MakeChief();
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    chief_ = std::move(*chief);
+    auto started = chief_->strategy().CreateVariable("started", init::Zeros({}, DType::kI64));
     ASSERT_TRUE(started.ok()) << started.status();
     started_ = std::make_unique<ShardedVariable>(*started);
-    ASSERT_TRUE(strategy_->CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
+    ASSERT_TRUE(chief_->strategy().CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
   }
 
   void TearDown() override {
     if (stopped_) cluster_->SignalWorker(0, SIGCONT);
     coordinator_.reset();
     started_.reset();
-    strategy_.reset();
+    chief_.reset();
     cluster_.reset();
   }
 
   void StartCoordinator(ClusterCoordinator::Options o) {
-    coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, o);
+    coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, o);
   }
 
   void Hang() {
@@ -99,7 +101,7 @@ class CoordinatorShutdownTest : public ::testing::Test {
 
   Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<ParameterServerStrategy> strategy_;
+  std::unique_ptr<testutil::TestChief> chief_;
   std::unique_ptr<ShardedVariable> started_;
   std::unique_ptr<ClusterCoordinator> coordinator_;
   bool stopped_ = false;

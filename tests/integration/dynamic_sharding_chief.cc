@@ -3,7 +3,8 @@
 // every joined round of closures. Started again after a SIGKILL, it restores the latest
 // checkpoint — the counter's values and the split cursor — and finishes the epoch.
 //
-// Environment: TF_CONFIG (task chief), ASYNCPS_CLUSTER_TOKEN, and DS_DIR (checkpoints),
+// Environment: TF_CONFIG (task chief), ASYNCPS_CLUSTER_TOKEN (and the other ProcessOptions
+// variables), and DS_DIR (checkpoints),
 // DS_IDS, DS_BATCH, DS_RECORDS_PER_SPLIT, DS_LINGER_MS. Prints "checkpoint N saved" after each
 // save and "epoch complete: counted N ids" at the end (exit 0); any error exits 1.
 #include <cstdio>
@@ -14,8 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/checkpoint_reader.h"
+#include "coordinator/chief_process.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
+#include "core/process_options.h"
 #include "core/status_macros.h"
 #include "partitioners/partitioner.h"
 #include "tests/integration/test_functions.h"
@@ -31,7 +34,7 @@ absl::StatusOr<int64_t> IntEnv(const char* name) {
   return n;
 }
 
-absl::Status Run() {
+absl::Status Run(const ProcessOptions& process) {
   const char* tf_config = std::getenv("TF_CONFIG");
   const char* dir = std::getenv("DS_DIR");
   if (tf_config == nullptr || dir == nullptr) return absl::InvalidArgumentError("set TF_CONFIG and DS_DIR");
@@ -41,7 +44,8 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(int64_t linger_ms, IntEnv("DS_LINGER_MS"));
   ASSIGN_OR_RETURN(ClusterSpec cluster, ClusterSpec::FromTfConfig(tf_config));
   ASSIGN_OR_RETURN(auto partitioner, FixedShardsPartitioner::Create(2));
-  ParameterServerStrategy strategy(cluster, std::move(partitioner));
+  ASSIGN_OR_RETURN(std::unique_ptr<ChiefProcess> chief, ChiefProcess::Create(cluster, {.process = process}));
+  ParameterServerStrategy strategy(*chief, std::move(partitioner));
   // A restarted chief re-creates its variables (the PS keep theirs); the restore below resets them.
   RETURN_IF_ERROR(strategy.CreateVariable("counts", init::Zeros({ids}, DType::kI64)).status());
   CheckpointManager checkpoints(strategy, dir, /*max_to_keep=*/3);
@@ -87,8 +91,8 @@ absl::Status Run() {
 }  // namespace
 }  // namespace asyncps
 
-int main() {
-  absl::Status s = asyncps::Run();
+int main(int argc, char** argv) {
+  absl::Status s = asyncps::Run(asyncps::ProcessOptions::FromEnvAndFlags(argc, argv));
   if (!s.ok()) {
     std::fprintf(stderr, "dynamic_sharding_chief: %s\n", s.ToString().c_str());
     return 1;

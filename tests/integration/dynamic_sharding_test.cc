@@ -47,8 +47,10 @@ class DynamicShardingTest : public ::testing::Test {
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
-    strategy_ = cluster_->MakeStrategy(*FixedShardsPartitioner::Create(2));
-    auto counts = strategy_->CreateVariable("counts", init::Zeros({kIds}, DType::kI64));
+    auto chief = cluster_->MakeChief(*FixedShardsPartitioner::Create(2));
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    chief_ = std::move(*chief);
+    auto counts = chief_->strategy().CreateVariable("counts", init::Zeros({kIds}, DType::kI64));
     ASSERT_TRUE(counts.ok()) << counts.status();
     counts_ = std::make_unique<ShardedVariable>(*counts);
   }
@@ -82,7 +84,7 @@ class DynamicShardingTest : public ::testing::Test {
   void TearDown() override {
     coordinator_.reset();
     counts_.reset();
-    strategy_.reset();
+    chief_.reset();
     cluster_.reset();
   }
 
@@ -90,11 +92,11 @@ class DynamicShardingTest : public ::testing::Test {
     ClusterCoordinator::Options options = testutil::FastFailureDetection();
     options.deduplicate_updates = deduplicate;
     coordinator_.reset();
-    coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, options);
+    coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, options);
   }
 
   double Retried() {
-    const std::string text = strategy_->process_metrics().Serialize();
+    const std::string text = chief_->process().process_metrics().Serialize();
     const std::string name = "asyncps_coordinator_closures_retried_total{";
     const size_t at = text.find(name);
     if (at == std::string::npos) return 0;
@@ -146,7 +148,7 @@ class DynamicShardingTest : public ::testing::Test {
 
   Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<ParameterServerStrategy> strategy_;
+  std::unique_ptr<testutil::TestChief> chief_;
   std::unique_ptr<ShardedVariable> counts_;
   std::unique_ptr<ClusterCoordinator> coordinator_;
 };
@@ -238,7 +240,7 @@ TEST_F(DynamicShardingTest, StaticDataShardingSplitsTheIdsByWorker) {
 TEST_F(DynamicShardingTest, CoordinatorRestartedFromACheckpointFinishesTheEpoch) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/dynamic_sharding_test_", getpid());
   std::filesystem::remove_all(dir);
-  Subprocess::Options o = cluster_->ChiefProcessOptions({LocalCluster::BinaryPath("dynamic_sharding_chief")});
+  Subprocess::Options o = cluster_->ChiefSubprocessOptions({LocalCluster::BinaryPath("dynamic_sharding_chief")});
   o.env.insert({{"DS_DIR", dir},
                 {"DS_IDS", std::to_string(kIds)},
                 {"DS_BATCH", std::to_string(kBatch)},

@@ -40,8 +40,10 @@ class ExactlyOnceTest : public ::testing::Test {
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
-    strategy_ = cluster_->MakeStrategy(*FixedShardsPartitioner::Create(2));
-    auto rows = strategy_->CreateVariable("rows", init::Zeros({kRows}, DType::kI64));
+    auto chief = cluster_->MakeChief(*FixedShardsPartitioner::Create(2));
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    chief_ = std::move(*chief);
+    auto rows = chief_->strategy().CreateVariable("rows", init::Zeros({kRows}, DType::kI64));
     ASSERT_TRUE(rows.ok()) << rows.status();
     rows_ = std::make_unique<ShardedVariable>(*rows);
     ASSERT_EQ(rows_->num_shards(), 2u);
@@ -49,12 +51,12 @@ class ExactlyOnceTest : public ::testing::Test {
 
   void TearDown() override {
     rows_.reset();
-    strategy_.reset();
+    chief_.reset();
     cluster_.reset();
   }
 
   double Retried() {
-    const std::string text = strategy_->process_metrics().Serialize();
+    const std::string text = chief_->process().process_metrics().Serialize();
     const std::string name = "asyncps_coordinator_closures_retried_total{";
     const size_t at = text.find(name);
     if (at == std::string::npos) return 0;
@@ -67,7 +69,7 @@ class ExactlyOnceTest : public ::testing::Test {
     EXPECT_TRUE(rows_->Assign(Tensor::FromVector(std::vector<int64_t>(kRows, 0))).ok());
     ClusterCoordinator::Options options = testutil::FastFailureDetection();
     options.deduplicate_updates = deduplicate;
-    ClusterCoordinator coordinator(*strategy_, program_, options);
+    ClusterCoordinator coordinator(chief_->strategy(), program_, options);
     for (int64_t i = 0; i < kRows; ++i) {
       auto scheduled = coordinator.Schedule(
           "add_to_row", {Tensor::Scalar<int64_t>(i), Tensor::Scalar<int64_t>(kWorkAfterUpdateMs)});
@@ -83,7 +85,7 @@ class ExactlyOnceTest : public ::testing::Test {
 
   Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<ParameterServerStrategy> strategy_;
+  std::unique_ptr<testutil::TestChief> chief_;
   std::unique_ptr<ShardedVariable> rows_;
 };
 

@@ -41,8 +41,10 @@ class FaultToleranceTest : public ::testing::TestWithParam<ClusterSize> {
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
-    strategy_ = cluster_->MakeStrategy();
-    auto iterations = strategy_->CreateVariable("iterations", init::Zeros({}, DType::kI64));
+    auto chief = cluster_->MakeChief();
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    chief_ = std::move(*chief);
+    auto iterations = chief_->strategy().CreateVariable("iterations", init::Zeros({}, DType::kI64));
     ASSERT_TRUE(iterations.ok()) << iterations.status();
     iterations_ = std::make_unique<ShardedVariable>(*iterations);
     StartCoordinator(1);
@@ -52,13 +54,13 @@ class FaultToleranceTest : public ::testing::TestWithParam<ClusterSize> {
     coordinator_.reset();
     ClusterCoordinator::Options co = testutil::FastFailureDetection();
     co.closures_per_worker = closures_per_worker;
-    coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, co);
+    coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, co);
   }
 
   void TearDown() override {
     coordinator_.reset();
     iterations_.reset();
-    strategy_.reset();
+    chief_.reset();
     cluster_.reset();
   }
 
@@ -82,7 +84,7 @@ class FaultToleranceTest : public ::testing::TestWithParam<ClusterSize> {
   }
 
   double CoordinatorCounter(const std::string& name) {
-    const std::string text = strategy_->process_metrics().Serialize();
+    const std::string text = chief_->process().process_metrics().Serialize();
     const size_t at = text.find(name + "{");
     if (at == std::string::npos) return -1;
     const size_t space = text.find("} ", at);
@@ -93,7 +95,7 @@ class FaultToleranceTest : public ::testing::TestWithParam<ClusterSize> {
 
   Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<ParameterServerStrategy> strategy_;
+  std::unique_ptr<testutil::TestChief> chief_;
   std::unique_ptr<ShardedVariable> iterations_;
   std::unique_ptr<ClusterCoordinator> coordinator_;
 };
@@ -114,14 +116,14 @@ TEST_P(FaultToleranceTest, WorkerKilledBetweenFunctionsAndRestarted) {
 // event, the worker up again under a new incarnation; in /metrics one recovery counted.
 TEST_P(FaultToleranceTest, WorkerRestartShowsOnStatusBoardAndInMetrics) {
   auto worker0 = [&] {
-    const auto doc = nlohmann::json::parse(strategy_->status_board().Json());
+    const auto doc = nlohmann::json::parse(chief_->process().status_board().Json());
     for (const auto& m : doc["members"]) {
       if (m["role"] == "worker" && m["index"] == 0) return m;
     }
     return nlohmann::json();
   };
   auto has_event = [&](const std::string& kind) {
-    const auto doc = nlohmann::json::parse(strategy_->status_board().Json());
+    const auto doc = nlohmann::json::parse(chief_->process().status_board().Json());
     for (const auto& e : doc["events"]) {
       if (e["kind"] == kind) return true;
     }
@@ -136,7 +138,7 @@ TEST_P(FaultToleranceTest, WorkerRestartShowsOnStatusBoardAndInMetrics) {
   };
   Schedule("increment", 2);
   ASSERT_TRUE(coordinator_->Join().ok());
-  ASSERT_TRUE(wait_until([&] { return worker0()["state"] == "up"; })) << strategy_->status_board().Json();
+  ASSERT_TRUE(wait_until([&] { return worker0()["state"] == "up"; })) << chief_->process().status_board().Json();
   const std::string first = worker0()["incarnation"];
   EXPECT_FALSE(first.empty());
   EXPECT_EQ(CoordinatorCounter("asyncps_coordinator_worker_recoveries_total"), 0);
@@ -149,7 +151,7 @@ TEST_P(FaultToleranceTest, WorkerRestartShowsOnStatusBoardAndInMetrics) {
   ASSERT_TRUE(wait_until([&] {
     return has_event("worker_rebuilt") && worker0()["state"] == "up" &&
            CoordinatorCounter("asyncps_coordinator_worker_recoveries_total") >= 1;
-  })) << strategy_->status_board().Json();
+  })) << chief_->process().status_board().Json();
   EXPECT_TRUE(has_event("worker_down"));
   EXPECT_EQ(worker0()["state"], "up");
   EXPECT_NE(worker0()["incarnation"], first);

@@ -50,12 +50,12 @@ TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUp
   std::filesystem::create_directories(dir);
 
   // The evaluator's TF_CONFIG: the training cluster plus an evaluator job.
-  const ClusterSpec& chief = (*cluster)->chief_spec();
+  const ClusterSpec& training = (*cluster)->chief_spec();
   auto port = PickUnusedPort();
   ASSERT_TRUE(port.ok()) << port.status();
-  auto spec = ClusterSpec::Create({{TaskType::kChief, {chief.chief()}},
-                                   {TaskType::kPs, chief.ps()},
-                                   {TaskType::kWorker, chief.workers()},
+  auto spec = ClusterSpec::Create({{TaskType::kChief, {training.chief()}},
+                                   {TaskType::kPs, training.ps()},
+                                   {TaskType::kWorker, training.workers()},
                                    {TaskType::kEvaluator, {absl::StrCat("127.0.0.1:", *port)}}},
                                   TaskType::kEvaluator, 0);
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -72,10 +72,12 @@ TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUp
   const int metrics_port = std::stoi(following->substr(port_at + 16));
   ASSERT_GT(metrics_port, 0) << *following;
 
-  auto strategy = (*cluster)->MakeStrategy();
+  auto chief = (*cluster)->MakeChief();
+  ASSERT_TRUE(chief.ok()) << chief.status();
+  ParameterServerStrategy& strategy = (*chief)->strategy();
   const Program program = fmnist::MakeProgram();
-  auto coordinator = std::make_unique<ClusterCoordinator>(*strategy, program);
-  CheckpointManager checkpoints(*strategy, dir, /*max_to_keep=*/10);
+  auto coordinator = std::make_unique<ClusterCoordinator>(strategy, program);
+  CheckpointManager checkpoints(strategy, dir, /*max_to_keep=*/10);
   ASSERT_TRUE(ClearFinalCheckpointMarker(dir).ok());
 
   fmnist::Options options;
@@ -93,7 +95,7 @@ TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUp
     save_status = path.status();
     if (path.ok()) saved.push_back(step);
   };
-  auto result = fmnist::Train(*strategy, *coordinator, options);
+  auto result = fmnist::Train(strategy, *coordinator, options);
   // Training finished with the evaluator frozen: nothing waited for it.
   const bool frozen_through_training = (*evaluator)->running();
   ASSERT_TRUE(result.ok()) << result.status();

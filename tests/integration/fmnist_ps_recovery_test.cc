@@ -37,7 +37,7 @@ TEST(FashionMnistPsRecoveryTest, PsKilledAndRestartedIsRepairedAndTrainingReache
   const fs::path dir =
       fs::path(::testing::TempDir()) / absl::StrCat("fmnist_ps_recovery_", getpid());
   fs::remove_all(dir);
-  Subprocess::Options chief = (*cluster)->ChiefProcessOptions(
+  Subprocess::Options chief = (*cluster)->ChiefSubprocessOptions(
       {testutil::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=12",
        absl::StrCat("--checkpoint_dir=", dir.string()), "--checkpoint_every_steps=1000",
        "--max_to_keep=2", "--ps_recovery=auto"});

@@ -53,7 +53,7 @@ TEST(FashionMnistResumeTest, ChiefKilledAfterACheckpointResumesFromItsStepAndRea
 
   const fs::path dir = fs::path(::testing::TempDir()) / absl::StrCat("fmnist_resume_", getpid());
   fs::remove_all(dir);
-  Subprocess::Options chief = (*cluster)->ChiefProcessOptions(
+  Subprocess::Options chief = (*cluster)->ChiefSubprocessOptions(
       {testutil::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=20", "--eval_every=1",
        "--stop_at_accuracy=0.88", absl::StrCat("--checkpoint_dir=", dir.string()),
        "--checkpoint_every_steps=1000", "--max_to_keep=2"});

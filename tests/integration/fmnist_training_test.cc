@@ -26,7 +26,7 @@ namespace asyncps {
 namespace {
 
 double Counter(ParameterServerStrategy& strategy, const std::string& name) {
-  const std::string text = strategy.process_metrics().Serialize();
+  const std::string text = strategy.process().process_metrics().Serialize();
   const size_t at = text.find(name + "{");
   if (at == std::string::npos) return -1;
   const size_t space = text.find("} ", at);
@@ -40,10 +40,12 @@ TEST(FashionMnistTrainingTest, WorkerKilledAndRestartedMidTrainingStillReachesTh
   o.worker_binary = "fashion_mnist";
   auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto strategy = (*cluster)->MakeStrategy();
+  auto chief = (*cluster)->MakeChief();
+  ASSERT_TRUE(chief.ok()) << chief.status();
+  ParameterServerStrategy& strategy = (*chief)->strategy();
   const Program program = fmnist::MakeProgram();
   ClusterCoordinator::Options co = testutil::FastFailureDetection();
-  auto coordinator = std::make_unique<ClusterCoordinator>(*strategy, program, co);
+  auto coordinator = std::make_unique<ClusterCoordinator>(strategy, program, co);
 
   fmnist::Options options;
   options.epochs = 12;
@@ -65,7 +67,7 @@ TEST(FashionMnistTrainingTest, WorkerKilledAndRestartedMidTrainingStillReachesTh
     }
     rejoined = coordinator->workers_up() == 2;
   };
-  auto result = fmnist::Train(*strategy, *coordinator, options);
+  auto result = fmnist::Train(strategy, *coordinator, options);
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_TRUE(kill_status.ok()) << kill_status;
   ASSERT_TRUE(restart_status.ok()) << restart_status;
@@ -73,9 +75,9 @@ TEST(FashionMnistTrainingTest, WorkerKilledAndRestartedMidTrainingStillReachesTh
 
   EXPECT_EQ(result->steps, options.epochs * (60'000 / 128));
   EXPECT_GE(result->test_accuracy, 0.88);
-  EXPECT_GE(Counter(*strategy, "asyncps_coordinator_worker_failures_total"), 1);
+  EXPECT_GE(Counter(strategy, "asyncps_coordinator_worker_failures_total"), 1);
   // The dataset, the iterator and the model, rebuilt on the new worker process.
-  EXPECT_GE(Counter(*strategy, "asyncps_coordinator_resources_rebuilt_total"), 3);
+  EXPECT_GE(Counter(strategy, "asyncps_coordinator_resources_rebuilt_total"), 3);
   const std::string log = (*cluster)->worker_output(1);
   EXPECT_NE(log.find("per-worker dataset 'fmnist_train' built on worker 1"), std::string::npos) << log;
   EXPECT_NE(log.find("per-worker iterator over dataset 'fmnist_train' built on worker 1"), std::string::npos) << log;
@@ -95,17 +97,19 @@ TEST(FashionMnistTrainingTest, PipelinedStepsReachTheTargetAndReportTheirPhases)
   o.extra_env = {{"ASYNCPS_METRICS_PORT", "0"}};
   auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto strategy = (*cluster)->MakeStrategy();
+  auto chief = (*cluster)->MakeChief();
+  ASSERT_TRUE(chief.ok()) << chief.status();
+  ParameterServerStrategy& strategy = (*chief)->strategy();
   const Program program = fmnist::MakeProgram();
   ClusterCoordinator::Options co;
   co.closures_per_worker = 2;
-  auto coordinator = std::make_unique<ClusterCoordinator>(*strategy, program, co);
+  auto coordinator = std::make_unique<ClusterCoordinator>(strategy, program, co);
 
   fmnist::Options options;
   options.epochs = 12;
   options.progress = false;
   options.overlap_pull = true;
-  auto result = fmnist::Train(*strategy, *coordinator, options);
+  auto result = fmnist::Train(strategy, *coordinator, options);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->steps, options.epochs * (60'000 / 128));
   EXPECT_GE(result->test_accuracy, 0.88);

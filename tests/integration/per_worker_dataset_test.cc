@@ -27,9 +27,11 @@ class PerWorkerDatasetTest : public ::testing::Test {
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
-    strategy_ = cluster_->MakeStrategy();
+    auto chief = cluster_->MakeChief();
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    chief_ = std::move(*chief);
     ClusterCoordinator::Options co = testutil::FastFailureDetection();
-    coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, co);
+    coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, co);
     // Datasets created while every worker is up are built at once, so a factory error reaches
     // CreatePerWorkerDataset (a worker still starting builds them when it is admitted).
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
@@ -41,7 +43,7 @@ class PerWorkerDatasetTest : public ::testing::Test {
 
   void TearDown() override {
     coordinator_.reset();
-    strategy_.reset();
+    chief_.reset();
     cluster_.reset();
   }
 
@@ -65,7 +67,7 @@ class PerWorkerDatasetTest : public ::testing::Test {
   }
 
   double CoordinatorCounter(const std::string& name) {
-    const std::string text = strategy_->process_metrics().Serialize();
+    const std::string text = chief_->process().process_metrics().Serialize();
     const size_t at = text.find(name + "{");
     if (at == std::string::npos) return -1;
     const size_t space = text.find("} ", at);
@@ -74,7 +76,7 @@ class PerWorkerDatasetTest : public ::testing::Test {
 
   Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<ParameterServerStrategy> strategy_;
+  std::unique_ptr<testutil::TestChief> chief_;
   std::unique_ptr<ClusterCoordinator> coordinator_;
 };
 

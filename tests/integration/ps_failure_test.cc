@@ -41,10 +41,12 @@ class PsFailureTest : public ::testing::Test {
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
-    strategy_ = cluster_->MakeStrategy();
+    auto chief = cluster_->MakeChief();
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    chief_ = std::move(*chief);
     // Round-robin placement: "iterations" on PS 0, "mirror" on PS 1.
-    ASSERT_TRUE(strategy_->CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
-    ASSERT_TRUE(strategy_->CreateVariable("mirror", init::Zeros({}, DType::kI64)).ok());
+    ASSERT_TRUE(chief_->strategy().CreateVariable("iterations", init::Zeros({}, DType::kI64)).ok());
+    ASSERT_TRUE(chief_->strategy().CreateVariable("mirror", init::Zeros({}, DType::kI64)).ok());
     dir_ = absl::StrCat(::testing::TempDir(), "/ps_failure_test_", getpid(), "_",
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
@@ -54,23 +56,23 @@ class PsFailureTest : public ::testing::Test {
   void TearDown() override {
     coordinator_.reset();
     checkpoints_.reset();
-    strategy_.reset();
+    chief_.reset();
     cluster_.reset();
     fs::remove_all(dir_);
   }
 
   void StartCoordinator(bool automatic, bool with_checkpoints,
                         absl::Duration timeout = absl::Minutes(2)) {
-    if (with_checkpoints) checkpoints_ = std::make_unique<CheckpointManager>(*strategy_, dir_, 3);
+    if (with_checkpoints) checkpoints_ = std::make_unique<CheckpointManager>(chief_->strategy(), dir_, 3);
     ClusterCoordinator::Options co = testutil::FastFailureDetection();
     co.ps_recovery.enabled = automatic;
     co.ps_recovery.checkpoints = checkpoints_.get();
     co.ps_recovery.timeout = timeout;
-    coordinator_ = std::make_unique<ClusterCoordinator>(*strategy_, program_, co);
+    coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, co);
   }
 
   int64_t Read(const std::string& name) {
-    auto t = strategy_->ps().Read({name});
+    auto t = chief_->process().ps().Read({name});
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? (*t)[0].data<int64_t>()[0] : -1;
   }
@@ -95,7 +97,7 @@ class PsFailureTest : public ::testing::Test {
   }
 
   double Metric(const std::string& name) {
-    const std::string text = strategy_->process_metrics().Serialize();
+    const std::string text = chief_->process().process_metrics().Serialize();
     const size_t at = text.find(name + "{");
     if (at == std::string::npos) return -1;
     return std::stod(text.substr(text.find("} ", at) + 2));
@@ -111,7 +113,7 @@ class PsFailureTest : public ::testing::Test {
 
   Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<ParameterServerStrategy> strategy_;
+  std::unique_ptr<testutil::TestChief> chief_;
   std::unique_ptr<CheckpointManager> checkpoints_;
   std::unique_ptr<ClusterCoordinator> coordinator_;
   std::string dir_;

@@ -17,7 +17,7 @@ class ShardedVariableTest : public ::testing::Test {
   // Starts `num_ps` parameter servers (once per test) and a strategy with `partitioner`.
   void StartCluster(int num_ps, std::shared_ptr<const Partitioner> partitioner) {
     if (cluster_ == nullptr || cluster_->chief_spec().num_ps() != num_ps) {
-      strategy_.reset();
+      chief_.reset();
       LocalCluster::Options o;
       o.num_ps = num_ps;
       o.num_workers = 1;
@@ -25,11 +25,13 @@ class ShardedVariableTest : public ::testing::Test {
       ASSERT_TRUE(cluster.ok()) << cluster.status();
       cluster_ = std::move(*cluster);
     }
-    strategy_ = cluster_->MakeStrategy(std::move(partitioner));
+    auto chief = cluster_->MakeChief(std::move(partitioner));
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    chief_ = std::move(*chief);
   }
 
   void TearDown() override {
-    strategy_.reset();
+    chief_.reset();
     cluster_.reset();
   }
 
@@ -55,7 +57,7 @@ class ShardedVariableTest : public ::testing::Test {
   }
 
   std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<ParameterServerStrategy> strategy_;
+  std::unique_ptr<testutil::TestChief> chief_;
 };
 
 // TF testDefaultNoPartition / round-robin placement on 3 PS.
@@ -63,7 +65,7 @@ TEST_F(ShardedVariableTest, PlainVariablesGoRoundRobin) {
   StartCluster(3, nullptr);
   std::vector<int> placed;
   for (const char* name : {"v1", "v2", "v3", "v4"}) {
-    auto v = strategy_->CreateVariable(name, init::Ones({3}));
+    auto v = chief_->strategy().CreateVariable(name, init::Ones({3}));
     ASSERT_TRUE(v.ok()) << v.status();
     EXPECT_EQ(v->num_shards(), 1u);
     EXPECT_EQ(v->shards()[0].name, name);
@@ -75,7 +77,7 @@ TEST_F(ShardedVariableTest, PlainVariablesGoRoundRobin) {
 // TF testBasic: a (5, 2) variable split by FixedShardsPartitioner(2) into 3 + 2 rows.
 TEST_F(ShardedVariableTest, FiveByTwoSplitsThreePlusTwoOnTwoPs) {
   StartCluster(2, Fixed(2));
-  auto v = strategy_->CreateVariable("v", init::FromTensor(Rows(5, 2)));
+  auto v = chief_->strategy().CreateVariable("v", init::FromTensor(Rows(5, 2)));
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(ShardRows(*v), (std::vector<int64_t>{3, 2}));
   EXPECT_EQ(ShardPs(*v), (std::vector<int>{0, 1}));
@@ -85,7 +87,7 @@ TEST_F(ShardedVariableTest, FiveByTwoSplitsThreePlusTwoOnTwoPs) {
   ASSERT_TRUE(value.ok()) << value.status();
   EXPECT_TRUE(value->Equals(Rows(5, 2)));
   // Plain variables created afterwards continue the same round-robin counter.
-  auto w = strategy_->CreateVariable("w", init::Zeros({}));
+  auto w = chief_->strategy().CreateVariable("w", init::Zeros({}));
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(w->shards()[0].ps, 0);
 }
@@ -93,18 +95,18 @@ TEST_F(ShardedVariableTest, FiveByTwoSplitsThreePlusTwoOnTwoPs) {
 // 10 rows into 4 shards -> 3,3,2,2 on ps 0,1,0,1; asking 4 shards of 3 rows gives 3 shards.
 TEST_F(ShardedVariableTest, DivStrategyAndShardCap) {
   StartCluster(2, Fixed(4));
-  auto v = strategy_->CreateVariable("ten", init::Zeros({10, 4}));
+  auto v = chief_->strategy().CreateVariable("ten", init::Zeros({10, 4}));
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(ShardRows(*v), (std::vector<int64_t>{3, 3, 2, 2}));
   EXPECT_EQ(ShardPs(*v), (std::vector<int>{0, 1, 0, 1}));
-  auto small = strategy_->CreateVariable("three", init::Zeros({3, 4}));
+  auto small = chief_->strategy().CreateVariable("three", init::Zeros({3, 4}));
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_EQ(ShardRows(*small), (std::vector<int64_t>{1, 1, 1}));
 }
 
 TEST_F(ShardedVariableTest, MinSizePartitionerWithLargeMinimumGivesPlainVariables) {
   StartCluster(2, std::shared_ptr<const Partitioner>(MinSizePartitioner::Create(64 << 20, 2).value()));
-  auto v = strategy_->CreateVariable("dense", init::Zeros({100, 100}));
+  auto v = chief_->strategy().CreateVariable("dense", init::Zeros({100, 100}));
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->num_shards(), 1u);
   EXPECT_EQ(v->shards()[0].name, "dense");
@@ -125,16 +127,16 @@ TEST_F(ShardedVariableTest, InvalidPartitionerResultsAreRejected) {
   for (const std::vector<int>& bad : {std::vector<int>{}, std::vector<int>{0, 1}, std::vector<int>{1, 2},
                                       std::vector<int>{2, 2}}) {
     StartCluster(2, std::make_shared<ConstantPartitioner>(bad));
-    auto v = strategy_->CreateVariable("bad", init::Zeros({4, 4}));
+    auto v = chief_->strategy().CreateVariable("bad", init::Zeros({4, 4}));
     EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << v.status();
-    EXPECT_FALSE(strategy_->GetVariable("bad").ok());
+    EXPECT_FALSE(chief_->strategy().GetVariable("bad").ok());
   }
 }
 
 // TF sharded_variable_test testScatterOps on uneven shards: 32 rows in 3 shards (11/11/10).
 TEST_F(ShardedVariableTest, UnevenScatterAcrossShards) {
   StartCluster(2, Fixed(3));
-  auto v = strategy_->CreateVariable("table", init::FromTensor(Rows(32, 2)));
+  auto v = chief_->strategy().CreateVariable("table", init::FromTensor(Rows(32, 2)));
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(ShardRows(*v), (std::vector<int64_t>{11, 11, 10}));
   const Tensor ids = Tensor::FromVector<int64_t>({0, 10, 11, 12, 30, 31});
@@ -164,7 +166,7 @@ TEST_F(ShardedVariableTest, UnevenScatterAcrossShards) {
 // TF testEmbeddingLookup: ids [0, 3, 4] on shards of 2, 2 and 1 rows.
 TEST_F(ShardedVariableTest, EmbeddingLookupAcrossShards) {
   StartCluster(2, Fixed(3));
-  auto v = strategy_->CreateVariable("emb", init::FromTensor(Rows(5, 3)));
+  auto v = chief_->strategy().CreateVariable("emb", init::FromTensor(Rows(5, 3)));
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(ShardRows(*v), (std::vector<int64_t>{2, 2, 1}));
   auto rows = v->Gather(Tensor::FromVector<int64_t>({0, 3, 4}));
@@ -178,7 +180,7 @@ TEST_F(ShardedVariableTest, EmbeddingLookupAcrossShards) {
 
 TEST_F(ShardedVariableTest, OutOfRangeIdsChangeNothing) {
   StartCluster(2, Fixed(2));
-  auto v = strategy_->CreateVariable("t", init::FromTensor(Rows(4, 1)));
+  auto v = chief_->strategy().CreateVariable("t", init::FromTensor(Rows(4, 1)));
   ASSERT_TRUE(v.ok());
   // The last id is bad: no shard may apply the earlier good ones.
   absl::Status s = v->ScatterAdd(Tensor::FromVector<int64_t>({0, 3, 4}), Tensor::FromVector<float>({3, 1}, {1, 1, 1}));
@@ -197,11 +199,11 @@ TEST_F(ShardedVariableTest, OutOfRangeIdsChangeNothing) {
 
 TEST_F(ShardedVariableTest, ShardedInitialisationEqualsUnsharded) {
   StartCluster(2, nullptr);
-  auto whole = strategy_->CreateVariable("whole", init::GlorotUniform({13, 8}, /*seed=*/42));
+  auto whole = chief_->strategy().CreateVariable("whole", init::GlorotUniform({13, 8}, /*seed=*/42));
   ASSERT_TRUE(whole.ok());
   auto a = whole->Read();  // before its strategy is replaced: handles live as long as it
   StartCluster(2, Fixed(5));
-  auto sharded = strategy_->CreateVariable("sharded", init::GlorotUniform({13, 8}, /*seed=*/42));
+  auto sharded = chief_->strategy().CreateVariable("sharded", init::GlorotUniform({13, 8}, /*seed=*/42));
   ASSERT_TRUE(sharded.ok());
   EXPECT_EQ(ShardRows(*sharded), (std::vector<int64_t>{3, 3, 3, 2, 2}));
   auto b = sharded->Read();
@@ -213,7 +215,7 @@ TEST_F(ShardedVariableTest, ShardedInitialisationEqualsUnsharded) {
 
 TEST_F(ShardedVariableTest, DenseUpdatesSplitAcrossShards) {
   StartCluster(2, Fixed(2));
-  auto v = strategy_->CreateVariable("d", init::Ones({5, 2}));
+  auto v = chief_->strategy().CreateVariable("d", init::Ones({5, 2}));
   ASSERT_TRUE(v.ok());
   ASSERT_TRUE(v->AssignAdd(Rows(5, 2)).ok());
   ASSERT_TRUE(v->AssignSub(Tensor::FromVector<float>({5, 2}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1})).ok());

@@ -21,9 +21,10 @@ TEST(SparseTrainingTest, ThreeWorkersTwoPsConvergeToKnownOptimum) {
   o.num_workers = 3;
   auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto strategy_owner =
-      (*cluster)->MakeStrategy(std::shared_ptr<const Partitioner>(FixedShardsPartitioner::Create(4).value()));
-  ParameterServerStrategy& strategy = *strategy_owner;
+  auto chief =
+      (*cluster)->MakeChief(std::shared_ptr<const Partitioner>(FixedShardsPartitioner::Create(4).value()));
+  ASSERT_TRUE(chief.ok()) << chief.status();
+  ParameterServerStrategy& strategy = (*chief)->strategy();
   auto w = strategy.CreateVariable("w", init::Zeros({testutil::kVocab, 1}), opt::SGD(4.0f));
   ASSERT_TRUE(w.ok()) << w.status();
   ASSERT_EQ(w->num_shards(), 4u);

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/cluster_spec.h"
+#include "core/process_options.h"
 #include "tests/integration/test_functions.h"
 #include "worker/serve.h"
 
@@ -13,5 +14,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "asyncps_test_program: %s\n", cluster.status().ToString().c_str());
     return 2;
   }
-  return asyncps::Serve(*cluster, asyncps::testutil::MakeTestProgram());
+  return asyncps::Serve(*cluster, asyncps::testutil::MakeTestProgram(),
+                        asyncps::ProcessOptions::FromEnvAndFlags(argc, argv));
 }

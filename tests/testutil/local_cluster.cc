@@ -54,16 +54,21 @@ absl::StatusOr<std::unique_ptr<Subprocess>> LocalCluster::Launch(TaskType type, 
   return process;
 }
 
-std::unique_ptr<ParameterServerStrategy> LocalCluster::MakeStrategy(
-    std::shared_ptr<const Partitioner> partitioner) const {
-  ParameterServerStrategy::Options options;
+ChiefProcess::Options LocalCluster::ChiefOptions() const {
+  ChiefProcess::Options options;
   options.process.cluster_token = options_.token;
   options.process.metrics_port = -1;
   options.rpc_timeout = absl::Seconds(20);
-  return std::make_unique<ParameterServerStrategy>(chief_spec_, std::move(partitioner), options);
+  return options;
 }
 
-Subprocess::Options LocalCluster::ChiefProcessOptions(std::vector<std::string> argv) const {
+absl::StatusOr<std::unique_ptr<TestChief>> LocalCluster::MakeChief(
+    std::shared_ptr<const Partitioner> partitioner) const {
+  ASSIGN_OR_RETURN(std::unique_ptr<ChiefProcess> process, ChiefProcess::Create(chief_spec_, ChiefOptions()));
+  return std::make_unique<TestChief>(std::move(process), std::move(partitioner));
+}
+
+Subprocess::Options LocalCluster::ChiefSubprocessOptions(std::vector<std::string> argv) const {
   Subprocess::Options o;
   o.argv = std::move(argv);
   o.env = {{"TF_CONFIG", chief_spec_.ToTfConfig(TaskType::kChief, 0)},

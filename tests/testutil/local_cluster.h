@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "coordinator/chief_process.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/cluster_spec.h"
@@ -24,6 +25,21 @@ inline ClusterCoordinator::Options FastFailureDetection() {
   o.max_recovery_backoff = absl::Milliseconds(200);
   return o;
 }
+
+// The in-process chief of a LocalCluster, wired as a chief's main wires it: a ChiefProcess and
+// a strategy on it (destroyed first, as its contract asks).
+class TestChief {
+ public:
+  TestChief(std::unique_ptr<ChiefProcess> process, std::shared_ptr<const Partitioner> partitioner)
+      : process_(std::move(process)), strategy_(*process_, std::move(partitioner)) {}
+
+  ChiefProcess& process() { return *process_; }
+  ParameterServerStrategy& strategy() { return strategy_; }
+
+ private:
+  std::unique_ptr<ChiefProcess> process_;
+  ParameterServerStrategy strategy_;
+};
 
 // Real parameter-server and worker processes on 127.0.0.1 (ephemeral ports) for integration
 // tests, with the test process itself as the chief. Processes are killed with SIGKILL and
@@ -50,13 +66,17 @@ class LocalCluster {
   // The spec the in-process chief uses.
   const ClusterSpec& chief_spec() const { return chief_spec_; }
 
-  // A strategy for the in-process chief of this cluster (its token, no /metrics endpoint).
-  std::unique_ptr<ParameterServerStrategy> MakeStrategy(std::shared_ptr<const Partitioner> partitioner = nullptr) const;
+  // Options for this cluster's in-process chief: its token, no /metrics endpoint, PS calls
+  // that give up after 20 s.
+  ChiefProcess::Options ChiefOptions() const;
+  // The in-process chief of this cluster, made with ChiefOptions(); the process's errors.
+  absl::StatusOr<std::unique_ptr<TestChief>> MakeChief(std::shared_ptr<const Partitioner> partitioner = nullptr) const;
   const std::string& token() const { return options_.token; }
-  // How to start a chief *process* for this cluster (a user program, `argv` its binary and
-  // flags): TF_CONFIG as task chief 0, the cluster token, no /metrics endpoint. Callers may add
-  // to the environment.
-  Subprocess::Options ChiefProcessOptions(std::vector<std::string> argv) const;
+  // How to start a chief as a separate process for this cluster (a user program, `argv` its
+  // binary and flags; not to be confused with the in-process ChiefProcess of MakeChief):
+  // TF_CONFIG as task chief 0, the cluster token, no /metrics endpoint. Callers may add to the
+  // environment.
+  Subprocess::Options ChiefSubprocessOptions(std::vector<std::string> argv) const;
 
   absl::Status KillWorker(int i);
   absl::Status RestartWorker(int i);

@@ -1,0 +1,82 @@
+#include "coordinator/chief_process.h"
+
+#include <spdlog/spdlog.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/coordinator_metrics.h"
+#include "metrics/process_metrics.h"
+#include "metrics/rpc_metrics.h"
+#include "metrics/status_board.h"
+#include "net/event_loop.h"
+#include "net/rpc_client.h"
+
+namespace asyncps {
+
+absl::StatusOr<std::unique_ptr<ChiefProcess>> ChiefProcess::Create(const ClusterSpec& cluster, Options options) {
+  if (!cluster.is_chief()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the chief's process needs the chief's cluster spec, not ", cluster.TaskLabel()));
+  }
+  std::unique_ptr<ChiefProcess> p(new ChiefProcess(cluster, std::move(options)));
+  const ProcessOptions& process = p->options_.process;
+  metrics::ProcessMetrics::HttpOptions http;
+  http.threads = static_cast<int>(process.metrics_threads);
+  http.request_timeout_ms = static_cast<int>(process.metrics_request_timeout_ms);
+  auto m = metrics::ProcessMetrics::Create(
+      "chief", cluster.task_index(),
+      process.metrics_port < 0 ? "" : absl::StrCat("127.0.0.1:", process.metrics_port), http);
+  if (!m.ok()) {
+    return absl::Status(m.status().code(), absl::StrCat("chief metrics endpoint (--metrics_port=",
+                                                        process.metrics_port, "): ", m.status().message()));
+  }
+  p->metrics_ = std::move(*m);
+  p->rpc_metrics_ = std::make_unique<metrics::RpcMetrics>(*p->metrics_);
+  p->status_board_ = std::make_unique<metrics::StatusBoard>(*p->metrics_);
+  p->checkpoint_metrics_ = std::make_unique<CheckpointMetrics>(*p->metrics_);
+  for (int i = 0; i < cluster.num_ps(); ++i) {
+    // The chief does not watch parameter servers between calls (Prometheus's `up` does).
+    p->status_board_->SetMember("ps", i, cluster.ps()[static_cast<size_t>(i)], "unwatched", 0);
+  }
+  p->status_board_->Serve();
+  if (p->metrics_->port() > 0) {
+    spdlog::info("chief metrics on port {}; status page on http://127.0.0.1:{}/status", p->metrics_->port(),
+                 p->metrics_->port());
+  }
+  p->loop_ = std::make_unique<net::EventLoop>();
+  std::vector<net::RpcClient*> ptrs;
+  for (const std::string& address : cluster.ps()) {
+    p->ps_clients_.push_back(p->Connect(address));
+    ptrs.push_back(p->ps_clients_.back().get());
+  }
+  p->ps_client_ = std::make_unique<PsClient>(ptrs, p->directory_, PsClient::Options{p->options_.rpc_timeout});
+  return p;
+}
+
+ChiefProcess::ChiefProcess(const ClusterSpec& cluster, Options options)
+    : cluster_(cluster), options_(std::move(options)) {}
+
+ChiefProcess::~ChiefProcess() {
+  ps_client_.reset();
+  ps_clients_.clear();  // before the loop they run on
+  loop_.reset();
+}
+
+net::RpcClient& ChiefProcess::ps_rpc(int i) { return *ps_clients_[static_cast<size_t>(i)]; }
+
+std::unique_ptr<net::RpcClient> ChiefProcess::Connect(const std::string& address) {
+  net::RpcClient::Options o;
+  o.address = address;
+  o.role = "chief";
+  o.task_index = cluster_.task_index();
+  o.token = options_.process.cluster_token;
+  o.metrics = rpc_metrics_.get();
+  return std::make_unique<net::RpcClient>(*loop_, o);
+}
+
+absl::Status ChiefProcess::ReportScalar(const std::string& name, int64_t step, double value) {
+  return status_board_->ReportScalar(name, step, value);
+}
+
+}  // namespace asyncps
