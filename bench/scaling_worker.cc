@@ -4,6 +4,7 @@
 
 #include "bench/scaling_program.h"
 #include "core/cluster_spec.h"
+#include "core/process_options.h"
 #include "worker/serve.h"
 
 int main(int argc, char** argv) {
@@ -12,5 +13,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "scaling_worker: %s\n", cluster.status().ToString().c_str());
     return 2;
   }
-  return asyncps::Serve(*cluster, asyncps::bench::MakeScalingProgram());
+  return asyncps::Serve(*cluster, asyncps::bench::MakeScalingProgram(),
+                        asyncps::ProcessOptions::FromEnvAndFlags(argc, argv));
 }

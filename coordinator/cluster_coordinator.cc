@@ -271,9 +271,12 @@ void ClusterCoordinator::WorkerFailed(WorkerHandle& worker, uint64_t incarnation
   if (worker.MarkDown(incarnation, reason)) {
     metrics_->worker_failures.Increment();
     UpdateWorkerGauge();
-    strategy_.process().status_board().SetMember("worker", worker.index(), worker.address(), "down", 0);
-    strategy_.process().status_board().AddEvent("worker_down",
-                                      absl::StrCat("worker ", worker.index(), ": ", reason.ToString()));
+    metrics::StatusBoard& board = strategy_.process().status_board();
+    board.AddEvent("worker_down", absl::StrCat("worker ", worker.index(), ": ", reason.ToString()));
+    MutexLock lock(&member_state_mu_);
+    // The monitor may have recovered the worker since MarkDown (and written "up"): then
+    // "down" is no longer true and must not be the board's last word.
+    if (!worker.up()) board.SetMember("worker", worker.index(), worker.address(), "down", 0);
   }
 }
 
@@ -301,7 +304,10 @@ void ClusterCoordinator::MonitorLoop(WorkerHandle& worker) {
         UpdateWorkerGauge();
         const int64_t rebuilt = worker.TakeResourcesRebuilt();
         metrics_->resources_rebuilt.Increment(static_cast<double>(rebuilt));
-        board.SetMember("worker", worker.index(), worker.address(), "up", worker.incarnation());
+        {
+          MutexLock lock(&member_state_mu_);
+          board.SetMember("worker", worker.index(), worker.address(), "up", worker.incarnation());
+        }
         if (admitted_before) {
           metrics_->worker_recoveries.Increment();
           board.AddEvent("worker_rebuilt", absl::StrCat("worker ", worker.index(), " admitted again as incarnation ",

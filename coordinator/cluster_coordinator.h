@@ -169,6 +169,11 @@ class ClusterCoordinator {
 
   Mutex resources_mu_;
   std::vector<ResourceSpec> resources_ ABSL_GUARDED_BY(resources_mu_);
+  // Orders the status board's "down" (a failed call, after checking the worker is still
+  // down) against the monitor's "up" (after recovering it), so the board's last word on a
+  // worker is its current state; without it a failed call's "down" could land after the
+  // monitor had recovered the worker and written "up", and stay there.
+  Mutex member_state_mu_;
 
   // Dynamic sharding: per dataset, the split size, the next epoch and its latest cursor;
   // per iterator, its cursor; cursors restored from a checkpoint until their dataset's next

@@ -11,11 +11,10 @@ namespace asyncps {
 //   ps        serves variables (the same as the asyncps_ps binary);
 //   worker    serves `program`'s functions and per-worker resources, talking to every PS.
 //   evaluator is not served yet (returns 2 with an error).
+// `options` (token, /metrics port, log level) are read by the caller's main, typically with
+// ProcessOptions::FromEnvAndFlags(argc, argv): nothing here reads the environment.
 // Call from main before starting any thread: it blocks SIGINT/SIGTERM to wait for them.
 int Serve(const ClusterSpec& cluster, const Program& program, const ProcessOptions& options);
-inline int Serve(const ClusterSpec& cluster, const Program& program) {
-  return Serve(cluster, program, ProcessOptions::FromEnvAndFlags(0, nullptr));
-}
 
 }  // namespace asyncps
 
