@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -147,6 +148,37 @@ class PipelinedEcho {
   std::vector<uint8_t> in_;
   std::thread server_;
 };
+
+// Keeps `window` requests in flight from this thread until `total` have completed: a ring of
+// slots, waiting for the oldest before issuing the next. `issue(slot)` sends one request into
+// `slot`; `wait(slot)` blocks until that slot's request completed and returns its status.
+// Appends each request's latency (issue to completion seen, µs) to `micros` when given; the
+// first failure is printed after `what`. Requests per second, 0 on any failure.
+template <typename Issue, typename Wait>
+double PipelinedRequests(int total, int window, const char* what, Issue issue, Wait wait, std::vector<double>* micros) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<Clock::time_point> sent(static_cast<size_t>(window));
+  const Clock::time_point begin = Clock::now();
+  bool ok = true;
+  for (int i = 0; i < total + window; ++i) {
+    const size_t slot = static_cast<size_t>(i % window);
+    if (i >= window) {
+      const auto status = wait(slot);
+      if (micros != nullptr) {
+        micros->push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent[slot]).count());
+      }
+      if (!status.ok()) {
+        if (ok) std::fprintf(stderr, "%s failed: %s\n", what, status.ToString().c_str());
+        ok = false;
+      }
+    }
+    if (i < total) {
+      sent[slot] = Clock::now();
+      issue(slot);
+    }
+  }
+  return ok ? total / std::chrono::duration<double>(Clock::now() - begin).count() : 0;
+}
 
 }  // namespace asyncps::bench
 

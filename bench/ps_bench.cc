@@ -433,27 +433,9 @@ struct Config {
 double PipelinedPushes(PsClient& ps, const std::vector<GradientUpdate>& push, int total, int window,
                        std::vector<double>* micros) {
   std::vector<PsFuture<void>> ring(static_cast<size_t>(window));
-  std::vector<Clock::time_point> sent(static_cast<size_t>(window));
-  const Clock::time_point begin = Clock::now();
-  bool ok = true;
-  for (int i = 0; i < total + window; ++i) {
-    const size_t slot = static_cast<size_t>(i % window);
-    if (i >= window) {
-      absl::Status s = ring[slot].Get();
-      if (micros != nullptr) {
-        micros->push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent[slot]).count());
-      }
-      if (!s.ok()) {
-        if (ok) std::fprintf(stderr, "small push failed: %s\n", s.ToString().c_str());
-        ok = false;
-      }
-    }
-    if (i < total) {
-      sent[slot] = Clock::now();
-      ring[slot] = ps.PushGradientsAsync(push);
-    }
-  }
-  return ok ? total / Seconds(begin, Clock::now()) : 0;
+  return bench::PipelinedRequests(
+      total, window, "small push", [&](size_t slot) { ring[slot] = ps.PushGradientsAsync(push); },
+      [&](size_t slot) { return ring[slot].Get(); }, micros);
 }
 
 // Pins the PS processes and this process as `config.pin` says; returns a description.

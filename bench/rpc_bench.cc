@@ -284,27 +284,12 @@ class CallSlot {
 double PipelinedCalls(RpcClient& client, const char* method, const Tensor& payload, int total, int window,
                       std::vector<double>* micros) {
   std::vector<CallSlot> ring(static_cast<size_t>(window));
-  std::vector<Clock::time_point> sent(static_cast<size_t>(window));
-  const Clock::time_point begin = Clock::now();
-  bool ok = true;
-  for (int i = 0; i < total + window; ++i) {
-    const size_t slot = static_cast<size_t>(i % window);
-    if (i >= window) {
-      absl::Status s = ring[slot].Wait();
-      if (micros != nullptr) {
-        micros->push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent[slot]).count());
-      }
-      if (!s.ok()) {
-        if (ok) std::fprintf(stderr, "rpc echo failed: %s\n", s.ToString().c_str());
-        ok = false;
-      }
-    }
-    if (i < total) {
-      sent[slot] = Clock::now();
-      client.CallAsync(method, EchoRequest(payload), absl::InfiniteDuration(), ring[slot].Callback());
-    }
-  }
-  return ok ? total / std::chrono::duration<double>(Clock::now() - begin).count() : 0;
+  return bench::PipelinedRequests(
+      total, window, "rpc echo",
+      [&](size_t slot) {
+        client.CallAsync(method, EchoRequest(payload), absl::InfiniteDuration(), ring[slot].Callback());
+      },
+      [&](size_t slot) { return ring[slot].Wait(); }, micros);
 }
 
 double Median(std::vector<double> v) {
