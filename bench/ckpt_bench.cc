@@ -38,6 +38,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_flags.h"
+#include "bench/stats.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/initializers.h"
 #include "coordinator/parameter_server_strategy.h"
@@ -47,16 +48,13 @@
 namespace asyncps {
 namespace {
 
+using bench::Median;
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 bool Fail(const std::string& what) {

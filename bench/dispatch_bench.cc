@@ -42,6 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "bench/bench_flags.h"
+#include "bench/stats.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/cluster_spec.h"
@@ -55,6 +56,8 @@
 
 namespace asyncps {
 namespace {
+
+using bench::Median;
 
 using Clock = std::chrono::steady_clock;
 using testutil::LocalCluster;
@@ -218,11 +221,6 @@ bool TimeCoordinator(ClusterCoordinator& coordinator, int closures, Cost* cost) 
 }
 
 // ----- the run -----------------------------------------------------------------------------------
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 struct Result {
   double ops = 0;           // per figure

@@ -59,6 +59,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "bench/pipelined_echo.h"
+#include "bench/stats.h"
 #include "coordinator/initializers.h"
 #include "ps/update_rule.h"
 #include "coordinator/parameter_server_strategy.h"
@@ -73,6 +74,9 @@
 
 namespace asyncps {
 namespace {
+
+using bench::Median;
+using bench::Percentile;
 
 using Clock = std::chrono::steady_clock;
 using net::tcp;
@@ -106,19 +110,6 @@ constexpr Iterations kSparse10k = {200, 4};
 
 double Seconds(Clock::time_point begin, Clock::time_point end) {
   return std::chrono::duration<double>(end - begin).count();
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// The `p` quantile (0..1) of `v`.
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
 const char* Verdict(bool met) { return met ? "AIM MET" : "AIM MISSED"; }

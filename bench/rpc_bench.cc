@@ -39,6 +39,7 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/pipelined_echo.h"
+#include "bench/stats.h"
 #include "core/one_shot_event.h"
 #include "core/sync.h"
 #include "core/logging.h"
@@ -52,6 +53,9 @@
 
 namespace asyncps::net {
 namespace {
+
+using bench::Median;
+using bench::Percentile;
 
 using Clock = std::chrono::steady_clock;
 
@@ -88,12 +92,7 @@ struct Samples {
   double seconds = 0;          // wall time of all measured round trips
   size_t round_trips = 0;
 
-  double Percentile(double p) {
-    if (micros.empty()) return 0;
-    std::sort(micros.begin(), micros.end());
-    const size_t i = std::min(micros.size() - 1, static_cast<size_t>(p * micros.size()));
-    return micros[i];
-  }
+  double Percentile(double p) const { return bench::Percentile(micros, p); }
   double MegabytesPerSecond(size_t bytes) const {
     return seconds > 0 ? static_cast<double>(bytes) * round_trips / seconds / 1e6 : 0;
   }
@@ -290,18 +289,6 @@ double PipelinedCalls(RpcClient& client, const char* method, const Tensor& paylo
         client.CallAsync(method, EchoRequest(payload), absl::InfiniteDuration(), ring[slot].Callback());
       },
       [&](size_t slot) { return ring[slot].Wait(); }, micros);
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
 }
 
 struct Config {
