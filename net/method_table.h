@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "net/message.h"
 #include "net/peer.h"
+#include "net/wire_check.h"
 
 namespace asyncps::net {
 
@@ -63,7 +64,7 @@ inline PeerRoles ChiefOnly() { return {"chief"}; }
 class MethodTable {
  public:
   struct Entry {
-    capnp::StructSchema request;
+    WireChecker request;
     PeerRoles callers;
     Handler handler;
     Dispatch dispatch;
@@ -72,7 +73,7 @@ class MethodTable {
   template <typename Request>
   void Register(const std::string& method, PeerRoles callers, Handler handler,
                 Dispatch dispatch = Dispatch::kPool) {
-    methods_.insert_or_assign(method, Entry{capnp::Schema::from<Request>(), std::move(callers),
+    methods_.insert_or_assign(method, Entry{WireChecker(capnp::Schema::from<Request>()), std::move(callers),
                                             std::move(handler), dispatch});
   }
 

@@ -34,7 +34,7 @@ OutMessage Serve(const MethodTable::Entry& entry, const RequestContext& ctx, uin
   } else {
     // Checked completely first, so the handler's reads cannot throw half-way through
     // applying the request. The catch below stays as the last line of defence.
-    status = CheckStruct(frame.envelope().getRequest().getBody(), entry.request);
+    status = entry.request.Check(frame.envelope().getRequest().getBody());
     if (status.ok()) {
       try {
         status = entry.handler(ctx, frame, &response);

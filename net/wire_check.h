@@ -4,6 +4,8 @@
 #include <capnp/any.h>
 #include <capnp/schema.h>
 
+#include <memory>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "net/message.h"
@@ -21,6 +23,26 @@ namespace asyncps::net {
 // type. Errors: InvalidArgument naming the problem.
 //
 // Thread-safe for concurrent readers of one message (it only reads).
+//
+// WireChecker is the same check with the schema's walk planned once: build one per schema
+// when registering (it copies cheaply and is immutable, so any thread may use it) and check
+// each message with it. CheckStruct plans afresh on every call, for code off the hot path.
+class WireChecker {
+ public:
+  explicit WireChecker(capnp::StructSchema schema);
+  ~WireChecker();
+  WireChecker(const WireChecker&);
+  WireChecker& operator=(const WireChecker&);
+
+  // OK, or InvalidArgument naming the schema and the problem.
+  absl::Status Check(capnp::AnyPointer::Reader pointer) const;
+
+  struct Plan;  // private to wire_check.cc
+
+ private:
+  std::shared_ptr<const Plan> plan_;
+};
+
 absl::Status CheckStruct(capnp::AnyPointer::Reader pointer, capnp::StructSchema schema);
 
 template <typename T>
