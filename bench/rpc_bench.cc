@@ -1,7 +1,7 @@
 // Round-trip latency and throughput of our RPC against a plain Boost.Asio TCP echo of the same
 // payload, measured in the same run over loopback.
 //
-// Usage: rpc_bench [--quick] [--only=SUBSTRING] [--pin=split|same|none]
+// Usage: rpc_bench [--quick] [--only=SUBSTRING] [--pin=split|same|none] [--windows=1,8,64]
 //
 // Cases (--only runs those whose label contains SUBSTRING):
 //   * "64B", "64KiB", "1MiB", "16MiB": blocking Call round trips against a blocking raw echo of
@@ -37,7 +37,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "bench/pipelined_echo.h"
 #include "bench/stats.h"
 #include "core/one_shot_event.h"
@@ -295,6 +297,7 @@ struct Config {
   bool quick = false;
   std::string only;  // run only cases whose label contains this
   std::string pin = "split";
+  std::vector<int> windows = {1, 8, 64};  // calls in flight for the "in flight" cases
 };
 
 // Where the threads run: the server side (server I/O thread, raw echo servers) and the client
@@ -334,14 +337,15 @@ bool PinLoop(EventLoop& loop, int cpu) {
 // servers' views of the same echo: always on the I/O thread (kInline), and adaptive (the
 // dispatch of small PS updates: inline only while nothing else is going on). The headline is
 // the adaptive one.
-bool RunInFlight(RpcClient& client, const Layout& layout, bool quick, bool* latency_met, bool* throughput_met) {
+bool RunInFlight(RpcClient& client, const Layout& layout, const std::vector<int>& windows, bool quick,
+                 bool* latency_met, bool* throughput_met) {
   const int rounds = quick ? 2 : 6;
   Tensor payload(DType::kU8, {64});
   for (int64_t i = 0; i < 64; ++i) payload.data<uint8_t>()[i] = static_cast<uint8_t>(i);
   std::printf("64B calls in flight from one thread (a ring of CallAsync completions) vs a raw echo with as many "
               "in flight; medians of %d alternating rounds\n",
               rounds);
-  for (int window : {1, 8, 64}) {
+  for (int window : windows) {
     const int total = quick ? 500 : (window == 1 ? 5000 : 20000);
     bench::PipelinedEcho echo(64, layout.server_cpu);
     const bool latency = window == 1;
@@ -478,7 +482,7 @@ int Run(const Config& config) {
   }
 
   if (std::string("in flight").find(config.only) != std::string::npos) {
-    if (!RunInFlight(client, layout, config.quick, &in_flight_latency_met, &in_flight_throughput_met)) {
+    if (!RunInFlight(client, layout, config.windows, config.quick, &in_flight_latency_met, &in_flight_throughput_met)) {
       std::printf("in flight FAILED (see stderr)\n");
       failed = true;
     }
@@ -510,8 +514,18 @@ int main(int argc, char** argv) {
                (std::strcmp(argv[i] + 6, "split") == 0 || std::strcmp(argv[i] + 6, "same") == 0 ||
                 std::strcmp(argv[i] + 6, "none") == 0)) {
       config.pin = argv[i] + 6;
+    } else if (std::strncmp(argv[i], "--windows=", 10) == 0) {
+      config.windows.clear();
+      for (absl::string_view w : absl::StrSplit(argv[i] + 10, ',')) {
+        int n = 0;
+        if (!absl::SimpleAtoi(w, &n) || n < 1 || n > 4096) {
+          std::fprintf(stderr, "--windows: a comma-separated list of 1..4096\n");
+          return 2;
+        }
+        config.windows.push_back(n);
+      }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--only=SUBSTRING] [--pin=split|same|none]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--only=SUBSTRING] [--pin=split|same|none] [--windows=1,8,64]\n", argv[0]);
       return 2;
     }
   }
