@@ -53,9 +53,14 @@ TEST(ProcessMetricsTest, NoEndpointStillRecords) {
   ASSERT_TRUE(metrics.ok());
   EXPECT_EQ((*metrics)->port(), 0);
   RpcMetrics rpc(**metrics);
-  rpc.AddBytesSent(42);
-  EXPECT_NE((*metrics)->Serialize().find("asyncps_net_sent_bytes_total{role=\"worker\",task=\"0\"} 42"),
-            std::string::npos);
+  rpc.RecordWrite(42, 3);
+  rpc.RecordWrite(8, 0);  // the rest of a frame that did not fit the first write
+  const std::string body = (*metrics)->Serialize();
+  EXPECT_NE(body.find("asyncps_net_sent_bytes_total{role=\"worker\",task=\"0\"} 50"), std::string::npos) << body;
+  EXPECT_NE(body.find("asyncps_net_socket_writes_total{role=\"worker\",task=\"0\"} 2"), std::string::npos) << body;
+  EXPECT_NE(body.find("asyncps_net_sent_frames_total{role=\"worker\",task=\"0\"} 3"), std::string::npos) << body;
+  EXPECT_EQ(rpc.SocketWrites(), 2);
+  EXPECT_EQ(rpc.FramesSent(), 3);
 }
 
 TEST(ProcessMetricsTest, StaysReachableWithManyIdleConnectionsOpen) {

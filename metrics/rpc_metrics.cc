@@ -63,6 +63,18 @@ RpcMetrics::RpcMetrics(ProcessMetrics& metrics) : metrics_(metrics) {
                      .Labels(labels)
                      .Register(registry)
                      .Add({});
+  socket_writes_ = &prometheus::BuildCounter()
+                        .Name("asyncps_net_socket_writes_total")
+                        .Help("Write system calls on RPC connections (frames sent per write: coalescing)")
+                        .Labels(labels)
+                        .Register(registry)
+                        .Add({});
+  frames_sent_ = &prometheus::BuildCounter()
+                      .Name("asyncps_net_sent_frames_total")
+                      .Help("Frames written to RPC connections")
+                      .Labels(labels)
+                      .Register(registry)
+                      .Add({});
 }
 
 RpcMetrics::~RpcMetrics() = default;
@@ -94,7 +106,14 @@ void RpcMetrics::RecordClientCall(absl::string_view method, int code, double sec
 }
 
 void RpcMetrics::AddBytesReceived(uint64_t bytes) { bytes_received_->Increment(static_cast<double>(bytes)); }
-void RpcMetrics::AddBytesSent(uint64_t bytes) { bytes_sent_->Increment(static_cast<double>(bytes)); }
+void RpcMetrics::RecordWrite(uint64_t bytes, uint64_t frames) {
+  bytes_sent_->Increment(static_cast<double>(bytes));
+  socket_writes_->Increment();
+  if (frames > 0) frames_sent_->Increment(static_cast<double>(frames));
+}
+
+double RpcMetrics::SocketWrites() const { return socket_writes_->Value(); }
+double RpcMetrics::FramesSent() const { return frames_sent_->Value(); }
 
 void RpcMetrics::RecordRejected(absl::string_view reason) {
   rejected_->Add({{"reason", std::string(reason)}}).Increment();

@@ -290,6 +290,33 @@ void Connection::Send(OutMessage message) {
   if (schedule) ScheduleWriteQueued();
 }
 
+void Connection::SendDeferred(OutMessage message) {
+  if (std::this_thread::get_id() == loop_thread_) return Send(std::move(message));
+  Queued q{std::move(message), {}, 0};
+  q.frame = EncodeFrame(q.message);
+  {
+    MutexLock lock(&send_mu_);
+    if (send_closed_) return;
+    queue_.push_back(std::move(q));
+    // A flush or a write of the loop's is pending: it takes this frame along.
+    if (writer_active_) return;
+    writer_active_ = true;
+  }
+  asio::post(socket_.get_executor(), [self = shared_from_this()] { self->FlushQueued(); });
+}
+
+void Connection::FlushQueued() {
+  std::vector<Queued> sent;
+  {
+    MutexLock lock(&send_mu_);
+    if (send_closed_) return;
+    writer_active_ = false;
+    if (WriteDirectLocked(&sent)) return;
+  }
+  // The socket would block (or failed): the loop writes the rest asynchronously.
+  WriteQueued();
+}
+
 bool Connection::WriteDirectLocked(std::vector<Queued>* sent) {
   iovec iov[kMaxGatherRanges];
   while (!queue_.empty()) {
@@ -312,7 +339,7 @@ bool Connection::WriteDirectLocked(std::vector<Queued>* sent) {
       writer_active_ = true;
       return false;
     }
-    if (metrics_ != nullptr) metrics_->AddBytesSent(static_cast<uint64_t>(n));
+    uint64_t frames = 0;
     for (size_t left = static_cast<size_t>(n); left > 0;) {
       Queued& front = queue_.front();
       const size_t unwritten = front.frame.total_bytes - front.written;
@@ -323,7 +350,9 @@ bool Connection::WriteDirectLocked(std::vector<Queued>* sent) {
       left -= unwritten;
       sent->push_back(std::move(front));
       queue_.pop_front();
+      ++frames;
     }
+    if (metrics_ != nullptr) metrics_->RecordWrite(static_cast<uint64_t>(n), frames);
   }
   return true;
 }
@@ -362,9 +391,10 @@ void Connection::WriteQueued() {
   }
   asio::async_write(socket_, buffers,
                     [this, self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+                      const size_t frames = writing_.size();
                       writing_.clear();
                       if (ec) return Fail(ec, "write error");
-                      if (metrics_ != nullptr) metrics_->AddBytesSent(n);
+                      if (metrics_ != nullptr) metrics_->RecordWrite(n, frames);
                       WriteQueued();
                     });
 }

@@ -32,7 +32,8 @@ namespace asyncps::net {
 // Writing (any thread): Send writes the frame at once from the calling thread with one
 // non-blocking gather write when nothing else is queued or being written, which spares a
 // thread switch per message. Otherwise, or when the socket would block, the frame is queued
-// and the loop thread writes the queue with async_write. `send_mu_` makes every write to the
+// and the loop thread writes the queue with async_write. SendDeferred always queues and
+// leaves the write to the loop thread, so frames sent in a burst go out together. `send_mu_` makes every write to the
 // socket exclusive and orders them against Close, so the descriptor is never written after it
 // was closed (and possibly reused). While the loop delivers a batch of frames the connection
 // is corked: responses the loop thread sends meanwhile are queued and written together
@@ -62,11 +63,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Thread-safe. Frames sent after the connection closed are dropped (the close handler has
   // reported, or will report, why).
   void Send(OutMessage message) ABSL_LOCKS_EXCLUDED(send_mu_);
+  // Thread-safe. Like Send, but from a thread other than the loop's the frame is only queued:
+  // the loop thread writes everything queued by the time it gets to it in one gather write
+  // (one post per batch, not per frame). For a caller with other calls in flight, whose
+  // next frames are likely a moment behind this one: they then share one system call on
+  // each side instead of waking the peer once per frame.
+  void SendDeferred(OutMessage message) ABSL_LOCKS_EXCLUDED(send_mu_);
   void Close(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(send_mu_);
   bool closed() const { return closed_; }
-  // Loop thread (inside the frame handler): whether bytes after the frame being delivered
-  // have been read already.
-  bool input_pending() const { return read_end_ > read_begin_; }
   const std::string& peer_address() const { return peer_address_; }
 
  private:
@@ -103,6 +107,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void WriteQueued() ABSL_LOCKS_EXCLUDED(send_mu_);
   // Runs WriteQueued on the loop thread: at once when called there, else posted.
   void ScheduleWriteQueued();
+  // Loop thread: writes what SendDeferred queued.
+  void FlushQueued() ABSL_LOCKS_EXCLUDED(send_mu_);
   void Cork() ABSL_LOCKS_EXCLUDED(send_mu_);
   void Uncork() ABSL_LOCKS_EXCLUDED(send_mu_);
 
@@ -131,8 +137,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Write state.
   Mutex send_mu_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(send_mu_);
-  // The loop thread owns the socket's write side (an async_write is in flight or scheduled);
-  // Send only queues.
+  // The loop thread owns the socket's write side (an async_write or a flush of deferred
+  // frames is in flight or scheduled); Send only queues.
   bool writer_active_ ABSL_GUARDED_BY(send_mu_) = false;
   bool send_closed_ ABSL_GUARDED_BY(send_mu_) = false;
   int write_errno_ ABSL_GUARDED_BY(send_mu_) = 0;  // a direct write failed; the loop closes

@@ -30,7 +30,6 @@ class ConnectionTransport : public SessionTransport {
   void Send(OutMessage message) override { connection_->Send(std::move(message)); }
   void Close(const absl::Status& reason) override { connection_->Close(reason); }
   void SetLimits(const FrameLimits& limits) override { connection_->SetLimits(limits); }
-  bool InputPending() const override { return connection_->input_pending(); }
 
  private:
   const std::shared_ptr<Connection> connection_;

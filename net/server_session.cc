@@ -201,7 +201,7 @@ bool ServerSession::RunInline(Dispatch dispatch, const InMessage& frame) const {
     case Dispatch::kInlineIfSmall:
       return frame.payload_bytes() <= kSmallRequestPayloadBytes;
     case Dispatch::kAdaptive:
-      return frame.payload_bytes() <= kSmallRequestPayloadBytes && !transport_->InputPending() &&
+      return frame.payload_bytes() <= kSmallRequestPayloadBytes &&
              (config_.pool_load == nullptr || config_.pool_load->load(std::memory_order_relaxed) == 0);
   }
   return false;

@@ -43,9 +43,6 @@ class SessionTransport {
   virtual void Close(const absl::Status& reason) = 0;
   // The session's thread, between frames: limits for the frames that follow.
   virtual void SetLimits(const FrameLimits& limits) = 0;
-  // The session's thread, inside OnFrame: whether bytes of a further frame have arrived
-  // already (another request is right behind this one).
-  virtual bool InputPending() const { return false; }
 };
 
 // The server side of one connection's protocol, without any I/O: the handshake (challenge,
