@@ -163,16 +163,8 @@ void RpcServer::Impl::Accept(tcp::socket socket) {
     return;
   }
   ThreadPool* pool = server->pool_.get();
-  std::atomic<int>* load = &server->pool_load_;
   auto session = std::make_shared<ServerSession>(
-      &server->session_config_, &server->methods_,
-      [pool, load](std::function<void()> fn) {
-        load->fetch_add(1, std::memory_order_relaxed);
-        pool->Submit([load, fn = std::move(fn)] {
-          fn();
-          load->fetch_sub(1, std::memory_order_relaxed);
-        });
-      },
+      &server->session_config_, &server->methods_, [pool](std::function<void()> fn) { pool->Submit(std::move(fn)); },
       std::make_unique<ConnectionTransport>(connection), connection->peer_address(), MakeNonce());
   sessions.insert(session);
   std::weak_ptr<ServerSession> weak = session;

@@ -89,6 +89,16 @@ class RpcTest : public ::testing::Test {
           return absl::OkStatus();
         },
         Dispatch::kAdaptive);
+    // A small update that waits for `release_small_` wherever it runs.
+    server_->Register<testwire::ReadResponse>(
+        "test.BlockAdaptive", kCallers,
+        [this](const RequestContext&, const InMessage&, OutMessage*) {
+          small_ran_inline_ = loop_.InLoopThread();
+          small_entered_.Notify();
+          release_small_.WaitForNotification();
+          return absl::OkStatus();
+        },
+        Dispatch::kAdaptive);
     server_->Register<wire::Empty>("test.ChiefOnly", PeerRoles{"chief"}, [](const RequestContext&, const InMessage&, OutMessage*) {
       return absl::OkStatus();
     });
@@ -137,6 +147,7 @@ class RpcTest : public ::testing::Test {
 
   void Release() {
     if (!release_.HasBeenNotified()) release_.Notify();
+    if (!release_small_.HasBeenNotified()) release_small_.Notify();
   }
 
   EventLoop loop_;
@@ -144,6 +155,9 @@ class RpcTest : public ::testing::Test {
   std::vector<std::unique_ptr<RpcClient>> clients_;
   Notification entered_;
   Notification release_;
+  Notification small_entered_;
+  bool small_ran_inline_ = false;  // written before small_entered_ is notified
+  Notification release_small_;
 };
 
 using testutil::RawClient;
@@ -344,6 +358,35 @@ TEST_F(RpcTest, AdaptiveRunsALoneSmallRequestInlineAndDefersToABusyPool) {
   int where = call(16);
   while (where == 0 && absl::Now() < deadline) where = call(16);
   EXPECT_EQ(where, 1);
+}
+
+TEST_F(RpcTest, ASmallUpdateOnThePoolDoesNotSendTheNextOnesThere) {
+  RpcClient& client = NewClient();
+  auto where = [&] {
+    auto frame = client.Call("test.WhereRunAdaptive", WhereRunRequest(16), absl::Seconds(30));
+    return frame.ok() ? RanInline(*frame) : -1;
+  };
+  // A pooled handler holds a pool thread, so a small update goes to the pool too (it runs
+  // on another pool thread, and is held there).
+  Notification block_done;
+  Notification small_done;
+  client.CallAsync("test.Block", OutMessage(), absl::InfiniteDuration(),
+                   [&](absl::StatusOr<InMessage>) { block_done.Notify(); });
+  entered_.WaitForNotification();
+  client.CallAsync("test.BlockAdaptive", WhereRunRequest(16), absl::InfiniteDuration(),
+                   [&](absl::StatusOr<InMessage>) { small_done.Notify(); });
+  ASSERT_TRUE(small_entered_.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_FALSE(small_ran_inline_);
+  release_.Notify();
+  ASSERT_TRUE(block_done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  // Only the small update is left on the pool: the next small update is served inline
+  // rather than queued behind it.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  int w = where();
+  while (w == 0 && absl::Now() < deadline) w = where();  // until the blocked handler has returned
+  EXPECT_EQ(w, 1);
+  release_small_.Notify();
+  ASSERT_TRUE(small_done.WaitForNotificationWithTimeout(absl::Seconds(30)));
 }
 
 TEST_F(RpcTest, AdaptiveServesABurstOfSmallRequestsInlineWhileThePoolIsIdle) {

@@ -242,11 +242,16 @@ void ServerSession::HandleRequest(InMessage frame) {
     Touch();
     return;
   }
+  const bool small_update = (entry->dispatch == Dispatch::kAdaptive || entry->dispatch == Dispatch::kInlineIfSmall) &&
+                            frame.payload_bytes() <= kSmallRequestPayloadBytes;
+  std::atomic<int>* load = small_update ? nullptr : config_.pool_load;
+  if (load != nullptr) load->fetch_add(1, std::memory_order_relaxed);
   // The pool thread sends the response itself (transports are thread-safe), so a pooled call
   // costs one hop (loop -> pool), not two.
   pool_([entry, metrics = config_.metrics, ctx = std::move(ctx), request_id, method = std::move(method),
-         received, weak = weak_from_this(), frame = std::make_shared<InMessage>(std::move(frame))] {
+         received, load, weak = weak_from_this(), frame = std::make_shared<InMessage>(std::move(frame))] {
     OutMessage response = Serve(*entry, ctx, request_id, method, received, *frame, metrics);
+    if (load != nullptr) load->fetch_sub(1, std::memory_order_relaxed);
     if (auto self = weak.lock()) {
       self->transport_->Send(std::move(response));
       self->in_flight_.fetch_sub(1);

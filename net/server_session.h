@@ -26,9 +26,12 @@ struct SessionConfig {
   FrameLimits handshake_limits;  // frames until the handshake completes
   FrameLimits limits;            // frames after it
   metrics::RpcMetrics* metrics = nullptr;  // optional; not owned
-  // Handlers queued or running on the pool, over all sessions (for Dispatch::kAdaptive);
-  // nullptr: the pool counts as idle. Not owned.
-  const std::atomic<int>* pool_load = nullptr;
+  // Handlers queued or running on the pool that may hold it up, over all sessions (for
+  // Dispatch::kAdaptive): every pooled handler except small requests of kAdaptive and
+  // kInlineIfSmall methods, which hold locks only for a moment (counting those too let one
+  // pooled small update send every later one of a burst to the pool). Sessions count them;
+  // nullptr: the pool counts as idle. Not owned; outlives the pool's jobs.
+  std::atomic<int>* pool_load = nullptr;
 };
 
 // Where a session's frames go. The socket-backed one wraps a Connection; tests and the
