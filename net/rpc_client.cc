@@ -54,26 +54,36 @@ struct RpcClient::Impl : std::enable_shared_from_this<RpcClient::Impl> {
   // kHandshaking: connected, waiting for the server's challenge; kAwaitingAck: Hello sent.
   enum class State { kIdle, kConnecting, kHandshaking, kAwaitingAck, kReady };
 
+  using Expiry = asio::steady_timer::time_point;
+
   struct Pending {
     std::string method;
     std::optional<OutMessage> unsent;  // set while waiting for a connection
     Callback done;
-    std::unique_ptr<asio::steady_timer> timer;
+    std::optional<Expiry> expiry;  // none: no deadline
+    absl::Duration timeout = absl::InfiniteDuration();
     absl::Time start;
     bool wait_for_ready = false;
   };
 
   Impl(EventLoop& l, const Options& o)
-      : loop(l), options(o), retry_timer(l.context()), connect_timer(l.context()),
-        backoff(o.initial_backoff) {}
+      : loop(l), options(o), retry_timer(l.context()), connect_timer(l.context()), backoff(o.initial_backoff),
+        deadline_timer(l.context()) {}
 
   // Any thread: sends the call at once when a connection is ready. Otherwise returns false
   // and leaves `request` and `done` untouched.
   bool TrySendNow(const std::string& method, OutMessage& request, const CallOptions& call_options,
                   Callback& done) ABSL_LOCKS_EXCLUDED(mu);
-  // Registers call `id` (with its deadline timer, if any) under mu.
+  // Registers call `id` (and its deadline, if any) under mu.
   Pending& AddPendingLocked(uint64_t id, std::string method, const CallOptions& call_options,
                             Callback done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // One timer serves every call's deadline: armed for the earliest deadline it knows of, and
+  // moved only when a call with an earlier one arrives. A call that completes leaves it
+  // alone; when it fires, the calls past their deadline fail and it is re-armed for the
+  // earliest left. (A timer per call cost two trips through the reactor's timer queue per
+  // call.)
+  void ArmDeadlineLocked(Expiry expiry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void OnDeadline() ABSL_LOCKS_EXCLUDED(mu);
 
   // The rest runs on the loop thread.
   void Submit(std::string method, OutMessage request, const CallOptions& call_options, Callback done);
@@ -106,6 +116,9 @@ struct RpcClient::Impl : std::enable_shared_from_this<RpcClient::Impl> {
   std::string client_nonce;      // this connection's challenge to the server
 
   mutable Mutex mu;
+  // Touched only under mu (by callers arming it and by the loop when it fires).
+  asio::steady_timer deadline_timer ABSL_GUARDED_BY(mu);
+  std::optional<Expiry> deadline_armed ABSL_GUARDED_BY(mu);  // what deadline_timer waits for
   bool shut_down ABSL_GUARDED_BY(mu) = false;
   uint64_t next_id ABSL_GUARDED_BY(mu) = 1;
   absl::flat_hash_map<uint64_t, Pending> pending ABSL_GUARDED_BY(mu);
@@ -141,18 +154,49 @@ RpcClient::Impl::Pending& RpcClient::Impl::AddPendingLocked(uint64_t id, std::st
   p.done = std::move(done);
   p.start = absl::Now();
   p.wait_for_ready = call_options.wait_for_ready.value_or(options.wait_for_ready);
-  const absl::Duration timeout = call_options.timeout;
-  if (timeout != absl::InfiniteDuration()) {
-    // Armed while `mu` is held, so the expiry cannot complete the call before it is registered.
-    p.timer = std::make_unique<asio::steady_timer>(loop.context(), ToAsio(timeout));
-    p.timer->async_wait([self = shared_from_this(), id, timeout](const boost::system::error_code& ec) {
-      if (ec) return;  // cancelled: the call completed first
-      self->Complete(id, absl::DeadlineExceededError(absl::StrCat(
-                             "no response from ", self->options.address, " within ",
-                             absl::FormatDuration(timeout))));
-    });
+  p.timeout = call_options.timeout;
+  if (p.timeout != absl::InfiniteDuration()) {
+    // Registered while `mu` is held, so the deadline cannot pass unnoticed before the call is.
+    p.expiry = asio::steady_timer::clock_type::now() + ToAsio(p.timeout);
+    if (!deadline_armed.has_value() || *p.expiry < *deadline_armed) ArmDeadlineLocked(*p.expiry);
   }
   return p;
+}
+
+void RpcClient::Impl::ArmDeadlineLocked(Expiry expiry) {
+  deadline_armed = expiry;
+  deadline_timer.expires_at(expiry);  // a wait armed before completes with operation_aborted
+  deadline_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (!ec) self->OnDeadline();
+  });
+}
+
+void RpcClient::Impl::OnDeadline() {
+  struct Expired {
+    uint64_t id;
+    absl::Duration timeout;
+  };
+  std::vector<Expired> expired;
+  {
+    MutexLock lock(&mu);
+    if (shut_down) return;
+    const Expiry now = asio::steady_timer::clock_type::now();
+    std::optional<Expiry> next;
+    for (const auto& [id, p] : pending) {
+      if (!p.expiry.has_value()) continue;
+      if (*p.expiry <= now) {
+        expired.push_back({id, p.timeout});
+      } else if (!next.has_value() || *p.expiry < *next) {
+        next = p.expiry;
+      }
+    }
+    deadline_armed.reset();
+    if (next.has_value()) ArmDeadlineLocked(*next);
+  }
+  for (const Expired& e : expired) {
+    Complete(e.id, absl::DeadlineExceededError(absl::StrCat("no response from ", options.address, " within ",
+                                                            absl::FormatDuration(e.timeout))));
+  }
 }
 
 bool RpcClient::Impl::TrySendNow(const std::string& method, OutMessage& request,
@@ -170,8 +214,7 @@ bool RpcClient::Impl::TrySendNow(const std::string& method, OutMessage& request,
     // A lone call is written at once from this thread, sparing the hop to the loop.
     defer = !pending.empty();
     id = next_id++;
-    Pending& p = AddPendingLocked(id, method, call_options, std::move(done));
-    if (p.timer != nullptr) expiry = p.timer->expiry();
+    expiry = AddPendingLocked(id, method, call_options, std::move(done)).expiry;
   }
   PrepareRequest(request, id, method, expiry);
   // If the connection closed meanwhile, Send drops the frame and OnClosed fails the call.
@@ -193,7 +236,7 @@ void RpcClient::Impl::Submit(std::string method, OutMessage request,
     if (!shut_down) {
       id = next_id++;
       Pending& p = AddPendingLocked(id, method, call_options, std::move(done));
-      if (p.timer != nullptr) expiry = p.timer->expiry();
+      expiry = p.expiry;
       if (state == State::kReady) {
         conn = connection;
       } else {
@@ -223,7 +266,6 @@ void RpcClient::Impl::Complete(uint64_t id, absl::StatusOr<InMessage> result) {
     p = std::move(it->second);
     pending.erase(it);
   }
-  if (p.timer != nullptr) p.timer->cancel();
   if (options.metrics != nullptr) {
     options.metrics->RecordClientCall(p.method, static_cast<int>(result.status().code()),
                                       absl::ToDoubleSeconds(absl::Now() - p.start));
@@ -445,8 +487,7 @@ void RpcClient::Impl::OnFrame(InMessage frame) {
         auto it = pending.find(id);
         if (it == pending.end() || !it->second.unsent.has_value()) continue;
         Pending& p = it->second;
-        unsent.push_back({id, p.method, std::nullopt, std::move(*p.unsent)});
-        if (p.timer != nullptr) unsent.back().expiry = p.timer->expiry();
+        unsent.push_back({id, p.method, p.expiry, std::move(*p.unsent)});
         p.unsent.reset();
       }
     }
@@ -509,6 +550,8 @@ void RpcClient::Impl::Shutdown() {
     shut_down = true;
     ready = nullptr;
     for (const auto& [id, p] : pending) ids.push_back(id);
+    deadline_timer.cancel();  // its wait holds this object
+    deadline_armed.reset();
   }
   retry_timer.cancel();
   connect_timer.cancel();

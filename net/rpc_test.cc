@@ -485,6 +485,46 @@ TEST_F(RpcTest, DeferredCallsOnAConnectionThatDropsEachCompleteOnce) {
   EXPECT_TRUE(Scale(client, {2}, 2).ok());
 }
 
+TEST_F(RpcTest, DeadlinesOfCallsInFlightTogetherEachExpireOnTime) {
+  // One timer serves every deadline of a client: a shorter deadline arriving after a longer
+  // one must still fire first, a call that completes must not disturb the others', and the
+  // timer must be re-armed after it fired.
+  RpcClient& client = NewClient();
+  ASSERT_TRUE(Scale(client, {1}, 1).ok());
+  Notification long_done;
+  absl::Status long_status;
+  client.CallAsync("test.Block", OutMessage(), absl::Hours(1), [&](absl::StatusOr<InMessage> r) {
+    long_status = r.status();
+    long_done.Notify();
+  });
+  entered_.WaitForNotification();
+  // Two short deadlines in flight at once: after the first fires, the timer must be re-armed
+  // for the second (or it would wait for the hour).
+  Notification later_done;
+  absl::Status later_status;
+  client.CallAsync("test.Block", OutMessage(), absl::Milliseconds(120), [&](absl::StatusOr<InMessage> r) {
+    later_status = r.status();
+    later_done.Notify();
+  });
+  EXPECT_EQ(client.Call("test.Block", OutMessage(), absl::Milliseconds(40)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  later_done.WaitForNotification();
+  EXPECT_EQ(later_status.code(), absl::StatusCode::kDeadlineExceeded) << later_status;
+  for (absl::Duration timeout : {absl::Milliseconds(100), absl::Milliseconds(30), absl::Milliseconds(60)}) {
+    const absl::Time start = absl::Now();
+    auto r = client.Call("test.Block", OutMessage(), timeout);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+    EXPECT_GE(absl::Now() - start, timeout);
+    // A call answered meanwhile (on the server's I/O thread: the expired calls still hold
+    // pool threads) leaves the deadlines of the others alone.
+    EXPECT_TRUE(client.Call("test.WhereRun", WhereRunRequest(16), absl::Seconds(30)).ok());
+  }
+  EXPECT_FALSE(long_done.HasBeenNotified());
+  Release();
+  ASSERT_TRUE(long_done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(long_status.ok()) << long_status;
+}
+
 TEST_F(RpcTest, DeadlineExceededWhileServerIsBusy) {
   RpcClient& client = NewClient();
   auto resp = client.Call("test.Block", OutMessage(), absl::Milliseconds(50));
