@@ -290,27 +290,38 @@ void Connection::Send(OutMessage message) {
   if (schedule) ScheduleWriteQueued();
 }
 
-void Connection::SendDeferred(OutMessage message) {
+void Connection::SendDeferred(OutMessage message, size_t flush_frames) {
   if (std::this_thread::get_id() == loop_thread_) return Send(std::move(message));
   Queued q{std::move(message), {}, 0};
   q.frame = EncodeFrame(q.message);
+  std::vector<Queued> sent;  // destroyed after unlocking
+  bool post = false;
+  bool schedule = false;
   {
     MutexLock lock(&send_mu_);
     if (send_closed_) return;
     queue_.push_back(std::move(q));
-    // A flush or a write of the loop's is pending: it takes this frame along.
+    // The loop thread is writing: it takes this frame along.
     if (writer_active_) return;
-    writer_active_ = true;
+    if (queue_.size() >= flush_frames) {
+      // Enough for one write: send them now, so the peer works on these while this thread
+      // makes the next ones (rather than the two taking turns with whole bursts).
+      schedule = !WriteDirectLocked(&sent);
+    } else if (!flush_posted_) {
+      flush_posted_ = true;
+      post = true;
+    }
   }
-  asio::post(socket_.get_executor(), [self = shared_from_this()] { self->FlushQueued(); });
+  if (schedule) ScheduleWriteQueued();
+  if (post) asio::post(socket_.get_executor(), [self = shared_from_this()] { self->FlushQueued(); });
 }
 
 void Connection::FlushQueued() {
   std::vector<Queued> sent;
   {
     MutexLock lock(&send_mu_);
-    if (send_closed_) return;
-    writer_active_ = false;
+    flush_posted_ = false;
+    if (send_closed_ || writer_active_ || queue_.empty()) return;
     if (WriteDirectLocked(&sent)) return;
   }
   // The socket would block (or failed): the loop writes the rest asynchronously.

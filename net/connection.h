@@ -65,10 +65,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Send(OutMessage message) ABSL_LOCKS_EXCLUDED(send_mu_);
   // Thread-safe. Like Send, but from a thread other than the loop's the frame is only queued:
   // the loop thread writes everything queued by the time it gets to it in one gather write
-  // (one post per batch, not per frame). For a caller with other calls in flight, whose
-  // next frames are likely a moment behind this one: they then share one system call on
-  // each side instead of waking the peer once per frame.
-  void SendDeferred(OutMessage message) ABSL_LOCKS_EXCLUDED(send_mu_);
+  // (one post per batch, not per frame), or this thread does once `flush_frames` are
+  // queued. For a caller with other calls in flight, whose next frames are likely a moment
+  // behind this one: they then share one system call on each side instead of waking the
+  // peer once per frame.
+  void SendDeferred(OutMessage message, size_t flush_frames) ABSL_LOCKS_EXCLUDED(send_mu_);
   void Close(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(send_mu_);
   bool closed() const { return closed_; }
   const std::string& peer_address() const { return peer_address_; }
@@ -137,9 +138,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Write state.
   Mutex send_mu_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(send_mu_);
-  // The loop thread owns the socket's write side (an async_write or a flush of deferred
-  // frames is in flight or scheduled); Send only queues.
+  // The loop thread owns the socket's write side (an async_write is in flight or scheduled);
+  // Send only queues.
   bool writer_active_ ABSL_GUARDED_BY(send_mu_) = false;
+  // A FlushQueued is posted for frames SendDeferred queued.
+  bool flush_posted_ ABSL_GUARDED_BY(send_mu_) = false;
   bool send_closed_ ABSL_GUARDED_BY(send_mu_) = false;
   int write_errno_ ABSL_GUARDED_BY(send_mu_) = 0;  // a direct write failed; the loop closes
   std::vector<Queued> writing_;  // loop thread: frames of the async_write in flight

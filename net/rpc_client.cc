@@ -129,6 +129,15 @@ struct RpcClient::Impl : std::enable_shared_from_this<RpcClient::Impl> {
 
 namespace {
 
+// With other calls in flight, a call is likely part of a burst: it is queued, and written
+// together with the ones queued before it once half as many as are in flight have gathered
+// (at most 16), or by the loop thread when this thread stops making calls. The server then
+// reads them with one system call and answers them with one, and works on one part of a
+// burst while this thread makes the next (writing whole bursts made the two sides take
+// turns: 64 in flight measured 1.0-1.3x a raw echo, in parts 1.4-2.3x). A lone call is
+// written at once from this thread, sparing the hop to the loop.
+size_t FlushFrames(size_t in_flight) { return std::clamp<size_t>(in_flight / 2, 1, 16); }
+
 // Fills in what the RPC layer owns in a request envelope.
 void PrepareRequest(OutMessage& request, uint64_t id, const std::string& method,
                     std::optional<asio::steady_timer::time_point> expiry) {
@@ -204,22 +213,19 @@ bool RpcClient::Impl::TrySendNow(const std::string& method, OutMessage& request,
   std::shared_ptr<Connection> conn;
   uint64_t id = 0;
   std::optional<asio::steady_timer::time_point> expiry;
-  bool defer = false;
+  size_t in_flight = 0;
   {
     MutexLock lock(&mu);
     if (ready == nullptr) return false;
     conn = ready;
-    // With other calls in flight, this one is likely part of a burst: queue it for the loop
-    // thread, which writes the burst in one system call (and the server reads it in one).
-    // A lone call is written at once from this thread, sparing the hop to the loop.
-    defer = !pending.empty();
+    in_flight = pending.size();
     id = next_id++;
     expiry = AddPendingLocked(id, method, call_options, std::move(done)).expiry;
   }
   PrepareRequest(request, id, method, expiry);
   // If the connection closed meanwhile, Send drops the frame and OnClosed fails the call.
-  if (defer) {
-    conn->SendDeferred(std::move(request));
+  if (in_flight > 0) {
+    conn->SendDeferred(std::move(request), FlushFrames(in_flight));
   } else {
     conn->Send(std::move(request));
   }

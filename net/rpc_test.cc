@@ -409,18 +409,14 @@ TEST_F(RpcTest, AdaptiveServesABurstOfSmallRequestsInlineWhileThePoolIsIdle) {
   EXPECT_EQ(where[2], 1);
 }
 
-TEST_F(RpcTest, CallsMadeWhileOthersAreInFlightGoOutInOneWrite) {
+TEST_F(RpcTest, ABurstOfCallsSharesWrites) {
   auto process = metrics::ProcessMetrics::Create("worker", 1, "");
   ASSERT_TRUE(process.ok()) << process.status();
   metrics::RpcMetrics rpc(**process);
   RpcClient& client = NewClient(kToken, absl::Milliseconds(20), &rpc);
   ASSERT_TRUE(Scale(client, {1}, 1).ok());  // connected
-  // One call in flight, held by the server.
-  Notification blocked_done;
-  client.CallAsync("test.Block", OutMessage(), absl::InfiniteDuration(),
-                   [&](absl::StatusOr<InMessage>) { blocked_done.Notify(); });
-  entered_.WaitForNotification();
-  // Hold the loop thread, so the burst can only be queued for it.
+  // Hold the loop thread (the server's too), so nothing is answered while the burst is made
+  // and only the calling thread can write.
   Notification holding;
   Notification hold;
   loop_.Post([&] {
@@ -430,7 +426,7 @@ TEST_F(RpcTest, CallsMadeWhileOthersAreInFlightGoOutInOneWrite) {
   holding.WaitForNotification();
   const double writes = rpc.SocketWrites();
   const double frames = rpc.FramesSent();
-  constexpr int kBurst = 20;
+  constexpr int kBurst = 64;
   std::atomic<int> right{0};
   std::atomic<int> done{0};
   Notification all_done;
@@ -442,14 +438,14 @@ TEST_F(RpcTest, CallsMadeWhileOthersAreInFlightGoOutInOneWrite) {
                        if (done.fetch_add(1) + 1 == kBurst) all_done.Notify();
                      });
   }
-  EXPECT_EQ(rpc.SocketWrites(), writes);  // queued, not written from this thread
+  // Some of the burst is still queued for the loop thread.
+  EXPECT_LT(rpc.FramesSent() - frames, kBurst);
   hold.Notify();
   ASSERT_TRUE(all_done.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_EQ(right.load(), kBurst);
-  EXPECT_EQ(rpc.SocketWrites() - writes, 1);
   EXPECT_EQ(rpc.FramesSent() - frames, kBurst);
-  Release();
-  ASSERT_TRUE(blocked_done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  // One write per call would be 64; in parts of up to half the calls in flight it is 9.
+  EXPECT_LE(rpc.SocketWrites() - writes, kBurst / 4);
 }
 
 TEST_F(RpcTest, DeferredCallsOnAConnectionThatDropsEachCompleteOnce) {
