@@ -36,6 +36,13 @@ OutMessage::~OutMessage() = default;
 
 wire::Envelope::Builder OutMessage::envelope() { return builder_->getRoot<wire::Envelope>(); }
 
+void InMessage::LiftTraversalLimit() {
+  if (reader_ == nullptr) return;
+  capnp::ReaderOptions options = reader_->getOptions();
+  options.traversalLimitInWords = kj::maxValue;
+  reader_ = std::make_unique<capnp::FlatArrayMessageReader>(words_, options);
+}
+
 void OutMessage::AddTensor(const Tensor& tensor, wire::TensorRef::Builder ref) {
   ref.setDtype(static_cast<uint8_t>(tensor.dtype()));
   SetShape(ref.initShape(static_cast<unsigned>(tensor.rank())), tensor.shape());

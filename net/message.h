@@ -67,7 +67,8 @@ class OutMessage {
 // A received, validated frame. Payloads live in one 64-byte aligned block and tensors
 // returned by TensorAt view that block in place (it stays alive while any view does).
 //
-// Immutable after construction; safe to read from several threads.
+// Immutable after construction (but for LiftTraversalLimit); safe to read from several
+// threads.
 class InMessage {
  public:
   InMessage() = default;
@@ -78,6 +79,13 @@ class InMessage {
   // The untyped root (for net/wire_check.h). Only valid when has_reader().
   capnp::AnyPointer::Reader root() const { return reader_->getRoot<capnp::AnyPointer>(); }
   bool has_reader() const { return reader_ != nullptr; }
+
+  // Reads of the frame are charged against a budget linear in its size (Cap'n Proto's
+  // traversal limit), so a crafted frame cannot make its readers do unbounded work. Once
+  // everything a reader will touch has been read completely in one pass within that budget
+  // (net/wire_check.h), this lifts it for the reads that follow. Call before the frame is
+  // shared with other threads; readers obtained before the call must not be used after it.
+  void LiftTraversalLimit();
 
   template <typename T>
   typename T::Reader RequestBody() const {

@@ -166,7 +166,10 @@ RpcClient::Impl::Pending& RpcClient::Impl::AddPendingLocked(uint64_t id, std::st
   p.timeout = call_options.timeout;
   if (p.timeout != absl::InfiniteDuration()) {
     // Registered while `mu` is held, so the deadline cannot pass unnoticed before the call is.
-    p.expiry = asio::steady_timer::clock_type::now() + ToAsio(p.timeout);
+    // Saturated: a timeout of centuries must not wrap around into the past.
+    const Expiry now = asio::steady_timer::clock_type::now();
+    const auto left = ToAsio(p.timeout);
+    p.expiry = left >= Expiry::max() - now ? Expiry::max() : now + left;
     if (!deadline_armed.has_value() || *p.expiry < *deadline_armed) ArmDeadlineLocked(*p.expiry);
   }
   return p;

@@ -99,6 +99,17 @@ class RpcTest : public ::testing::Test {
           return absl::OkStatus();
         },
         Dispatch::kAdaptive);
+    // Reads every placement's name and answers how many it read.
+    server_->Register<testwire::SetDirectoryRequest>(
+        "test.Directory", kCallers, [](const RequestContext&, const InMessage& req, OutMessage* resp) {
+          int64_t read = 0;
+          for (auto placement : req.RequestBody<testwire::SetDirectoryRequest>().getVariables()) {
+            read += placement.getName().size() == 0 ? 1 : 0;
+          }
+          auto out = resp->InitResponseBody<testwire::ReadResponse>().initTensors(1);
+          resp->AddTensor(Tensor::Scalar<int64_t>(read), out[0]);
+          return absl::OkStatus();
+        });
     server_->Register<wire::Empty>("test.ChiefOnly", PeerRoles{"chief"}, [](const RequestContext&, const InMessage&, OutMessage*) {
       return absl::OkStatus();
     });
@@ -519,6 +530,42 @@ TEST_F(RpcTest, DeadlinesOfCallsInFlightTogetherEachExpireOnTime) {
   Release();
   ASSERT_TRUE(long_done.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_TRUE(long_status.ok()) << long_status;
+}
+
+TEST_F(RpcTest, AVeryLongTimeoutDoesNotWrapIntoThePast) {
+  RpcClient& client = NewClient();
+  auto r = Scale(client, {2}, 3, absl::Hours(24 * 365 * 1000));
+  EXPECT_TRUE(r.ok()) << r.status();
+}
+
+TEST_F(RpcTest, AHandlerNeverFailsOnReadBudgetTheCheckLeftIt) {
+  // A list of zero-sized structs is one word on the wire but is charged per element on every
+  // read. Whatever the count, the request is either refused by the check or read to the end
+  // by the handler: never accepted and then failing half-way through the handler's reads.
+  RpcClient& client = NewClient();
+  int served = 0;
+  int refused = 0;
+  for (uint32_t n : {1u, 10u, 50u, 62u, 100u, 200u, 500u, 1000u, 5000u, 100000u}) {
+    OutMessage m;
+    auto body = m.InitRequestBody<testwire::SetDirectoryRequest>();
+    body.setVersion(1);
+    testutil::PointerField(body, "variables").initAsListOfAnyStruct(0, 0, n);
+    auto r = client.Call("test.Directory", std::move(m), absl::Seconds(30));
+    if (r.ok()) {
+      ++served;
+      auto read = r->TensorAt(r->ResponseBody<testwire::ReadResponse>().getTensors()[0]);
+      ASSERT_TRUE(read.ok()) << read.status();
+      EXPECT_EQ(read->data<int64_t>()[0], n);
+    } else {
+      ++refused;
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << n;
+      // Refused by the check, not by a handler's read failing after it passed.
+      EXPECT_NE(r.status().message().find("malformed SetDirectoryRequest"), absl::string_view::npos)
+          << n << ": " << r.status();
+    }
+  }
+  EXPECT_GT(served, 3);
+  EXPECT_GT(refused, 0);
 }
 
 TEST_F(RpcTest, DeadlineExceededWhileServerIsBusy) {

@@ -32,19 +32,17 @@ OutMessage Serve(const MethodTable::Entry& entry, const RequestContext& ctx, uin
   if (absl::Now() > ctx.deadline) {
     status = absl::DeadlineExceededError("request expired before it was served");
   } else {
-    // Checked completely first, so the handler's reads cannot throw half-way through
-    // applying the request. The catch below stays as the last line of defence.
-    status = entry.request.Check(frame.envelope().getRequest().getBody());
-    if (status.ok()) {
-      try {
-        status = entry.handler(ctx, frame, &response);
-      } catch (const kj::Exception& e) {
-        status = absl::InvalidArgumentError(absl::StrCat("malformed request: ", e.getDescription().cStr()));
-      } catch (const std::exception& e) {
-        status = absl::InternalError(absl::StrCat("handler failed: ", e.what()));
-      } catch (...) {
-        status = absl::InternalError("handler failed with an unknown exception");
-      }
+    // The body was checked completely before (HandleRequest), so the handler's reads cannot
+    // throw half-way through applying the request. The catch stays as the last line of
+    // defence.
+    try {
+      status = entry.handler(ctx, frame, &response);
+    } catch (const kj::Exception& e) {
+      status = absl::InvalidArgumentError(absl::StrCat("malformed request: ", e.getDescription().cStr()));
+    } catch (const std::exception& e) {
+      status = absl::InternalError(absl::StrCat("handler failed: ", e.what()));
+    } catch (...) {
+      status = absl::InternalError("handler failed with an unknown exception");
     }
   }
   if (!status.ok()) {
@@ -234,6 +232,17 @@ void ServerSession::HandleRequest(InMessage frame) {
                   absl::PermissionDeniedError(absl::StrCat(method, " may be called by ", entry->callers.ToString(),
                                                            ", not by ", peer_.role)));
   }
+
+  // Checked completely before the handler runs, so its reads cannot throw half-way through
+  // applying the request. Then the frame's read budget is lifted: the check read all of it
+  // once within the budget, so the handler's reads are bounded by how often its own code
+  // reads, and must not fail on budget the parse and the checks spent (a list of
+  // zero-sized structs is charged per element on every read, not per byte on the wire).
+  if (absl::Status s = entry->request.Check(envelope.getRequest().getBody()); !s.ok()) {
+    spdlog::warn("{} from {}: {}", method, peer_.address, s.ToString());
+    return Answer(request_id, method, s);
+  }
+  frame.LiftTraversalLimit();
 
   in_flight_.fetch_add(1);
   if (RunInline(entry->dispatch, frame)) {

@@ -7,7 +7,9 @@
 #include <deque>
 #include <exception>
 
-#include "absl/container/flat_hash_map.h"
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 
 namespace asyncps::net {
@@ -47,7 +49,9 @@ struct WireChecker::Plan {
   std::string name;
   std::deque<Struct> structs;  // deques: pointers into them stay valid as they grow
   std::deque<Value> values;
-  absl::flat_hash_map<uint64_t, const Struct*> by_id;  // recursive schemas refer back
+  // Recursive schemas refer back. Keyed by schema identity, which includes a generic
+  // struct's brand (its type parameters), not by node id alone.
+  std::vector<std::pair<capnp::StructSchema, const Struct*>> built;
 
   const Struct* Build(capnp::StructSchema schema);
   // nullptr for types whose reads cannot fail (scalars, AnyPointer, interfaces).
@@ -125,10 +129,11 @@ const WireChecker::Plan::Value* WireChecker::Plan::BuildValue(capnp::Type type) 
 }
 
 const WireChecker::Plan::Struct* WireChecker::Plan::Build(capnp::StructSchema schema) {
-  const uint64_t id = schema.getProto().getId();
-  if (auto it = by_id.find(id); it != by_id.end()) return it->second;
+  for (const auto& [known, plan] : built) {
+    if (known == schema) return plan;
+  }
   Struct& s = structs.emplace_back();
-  by_id[id] = &s;  // before the fields: a field may refer back to this struct
+  built.emplace_back(schema, &s);  // before the fields: a field may refer back to this struct
   s.discriminant_offset = schema.getProto().getStruct().getDiscriminantOffset();
   for (capnp::StructSchema::Field field : schema.getFields()) {
     const auto proto = field.getProto();

@@ -18,9 +18,12 @@ namespace asyncps::net {
 // the peer put a pointer of the wrong kind where a struct, list, text or data is expected,
 // or text without its NUL terminator. These functions read every pointer field the schema
 // describes (recursively; for unions only the active member) inside one try block, so after
-// they return OK no generated accessor on that data can throw, and a handler never fails
-// half-way through applying a request. AnyPointer fields are left to whoever knows their
-// type. Errors: InvalidArgument naming the problem.
+// they return OK no generated accessor on that data can throw — given read budget left: every
+// read is charged against the message's traversal limit, and some shapes (lists of zero-sized
+// structs) cost more per read than their size on the wire. The server therefore lifts the
+// limit after the check (InMessage::LiftTraversalLimit), and a handler never fails half-way
+// through applying a request. AnyPointer fields are left to whoever knows their type.
+// Errors: InvalidArgument naming the problem.
 //
 // Thread-safe for concurrent readers of one message (it only reads).
 //
