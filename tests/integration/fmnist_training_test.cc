@@ -87,8 +87,9 @@ TEST(FashionMnistTrainingTest, WorkerKilledAndRestartedMidTrainingStillReachesTh
 // The pipelined step (Options::overlap_pull with two closures per worker: one step more
 // staleness) still trains to the target, and the workers say where a step's time went through
 // their own metrics: the step waited for the model while another closure held it, and waited
-// for its push's answer after letting the model go. Twelve epochs like the test above: at ten,
-// train_bench measured 0.8825-0.8890 (the target with next to no margin).
+// for its push's answer after letting the model go. Fifteen epochs: at twelve (like the test
+// above) one run in about four ended at 0.879, below the target (the extra step of staleness
+// and two closures per worker cost a little accuracy early on).
 TEST(FashionMnistTrainingTest, PipelinedStepsReachTheTargetAndReportTheirPhases) {
   testutil::LocalCluster::Options o;
   o.num_ps = 2;
@@ -106,7 +107,7 @@ TEST(FashionMnistTrainingTest, PipelinedStepsReachTheTargetAndReportTheirPhases)
   auto coordinator = std::make_unique<ClusterCoordinator>(strategy, program, co);
 
   fmnist::Options options;
-  options.epochs = 12;
+  options.epochs = 15;
   options.progress = false;
   options.overlap_pull = true;
   auto result = fmnist::Train(strategy, *coordinator, options);
