@@ -21,7 +21,7 @@ const std::vector<double>& LatencyBuckets() {
   return buckets;
 }
 
-RpcMetrics::RpcMetrics(ProcessMetrics& metrics) : metrics_(metrics) {
+RpcMetrics::RpcMetrics(ProcessMetrics& metrics) {
   auto& registry = metrics.registry();
   const std::map<std::string, std::string> labels = {{"role", metrics.role()},
                                                      {"task", metrics.task()}};

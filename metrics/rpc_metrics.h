@@ -52,7 +52,6 @@ class RpcMetrics {
   struct MethodChildren;
   MethodChildren& Children(bool server, absl::string_view method, int code);
 
-  ProcessMetrics& metrics_;
   prometheus::Family<prometheus::Counter>* server_requests_;
   prometheus::Family<prometheus::Histogram>* server_seconds_;
   prometheus::Family<prometheus::Counter>* client_requests_;
