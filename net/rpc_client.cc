@@ -134,7 +134,7 @@ namespace {
 // (at most 16), or by the loop thread when this thread stops making calls. The server then
 // reads them with one system call and answers them with one, and works on one part of a
 // burst while this thread makes the next (writing whole bursts made the two sides take
-// turns: 64 in flight measured 1.0-1.3x a raw echo, in parts 1.4-2.3x). A lone call is
+// turns: 64 in flight measured 1.0-1.4x a raw echo, in parts 1.3-2.3x). A lone call is
 // written at once from this thread, sparing the hop to the loop.
 size_t FlushFrames(size_t in_flight) { return std::clamp<size_t>(in_flight / 2, 1, 16); }
 
