@@ -21,12 +21,7 @@ absl::StatusOr<std::unique_ptr<ChiefProcess>> ChiefProcess::Create(const Cluster
   }
   std::unique_ptr<ChiefProcess> p(new ChiefProcess(cluster, std::move(options)));
   const ProcessOptions& process = p->options_.process;
-  metrics::ProcessMetrics::HttpOptions http;
-  http.threads = static_cast<int>(process.metrics_threads);
-  http.request_timeout_ms = static_cast<int>(process.metrics_request_timeout_ms);
-  auto m = metrics::ProcessMetrics::Create(
-      "chief", cluster.task_index(),
-      process.metrics_port < 0 ? "" : absl::StrCat("127.0.0.1:", process.metrics_port), http);
+  auto m = metrics::ProcessMetrics::Create("chief", cluster.task_index(), process);
   if (!m.ok()) {
     return absl::Status(m.status().code(), absl::StrCat("chief metrics endpoint (--metrics_port=",
                                                         process.metrics_port, "): ", m.status().message()));

@@ -86,12 +86,7 @@ int RunEvaluator(const ClusterSpec& cluster, const ProcessOptions& process, cons
     spdlog::error("{}", flags.status().ToString());
     return kExitUsage;
   }
-  metrics::ProcessMetrics::HttpOptions http;
-  http.threads = static_cast<int>(process.metrics_threads);
-  http.request_timeout_ms = static_cast<int>(process.metrics_request_timeout_ms);
-  auto registry = metrics::ProcessMetrics::Create(
-      "evaluator", cluster.task_index(),
-      process.metrics_port < 0 ? "" : absl::StrCat("127.0.0.1:", process.metrics_port), http);
+  auto registry = metrics::ProcessMetrics::Create("evaluator", cluster.task_index(), process);
   if (!registry.ok()) {
     spdlog::error("{}", registry.status().ToString());
     return ExitCodeForStatus(registry.status());

@@ -51,6 +51,15 @@ class FunctionHandler : public CivetHandler {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<ProcessMetrics>> ProcessMetrics::Create(const std::string& role, int task_index,
+                                                                       const ProcessOptions& options) {
+  HttpOptions http;
+  http.threads = static_cast<int>(options.metrics_threads);
+  http.request_timeout_ms = static_cast<int>(options.metrics_request_timeout_ms);
+  return Create(role, task_index,
+                options.metrics_port < 0 ? "" : absl::StrCat("127.0.0.1:", options.metrics_port), http);
+}
+
 absl::StatusOr<std::unique_ptr<ProcessMetrics>> ProcessMetrics::Create(
     const std::string& role, int task_index, const std::string& listen_address, const HttpOptions& http) {
   std::unique_ptr<ProcessMetrics> m(new ProcessMetrics());

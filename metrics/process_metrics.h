@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/process_options.h"
 #include "core/sync.h"
 
 class CivetHandler;
@@ -45,6 +46,10 @@ class ProcessMetrics {
                                                                 const std::string& listen_address) {
     return Create(role, task_index, listen_address, HttpOptions());
   }
+  // The endpoint a process's options ask for: 127.0.0.1:--metrics_port (none when negative;
+  // 0 picks a free port), with --metrics_threads and --metrics_request_timeout_ms.
+  static absl::StatusOr<std::unique_ptr<ProcessMetrics>> Create(const std::string& role, int task_index,
+                                                                const ProcessOptions& options);
   ~ProcessMetrics();
 
   // A page served beside /metrics on the same HTTP server (GET only).

@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "absl/strings/str_cat.h"
 #include "core/exit_code.h"
 
 namespace asyncps::net {
@@ -17,12 +16,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Create(const Clust
   int port = 0;
   if (absl::Status s = ParseHostPort(cluster.self_address(), &host, &port); !s.ok()) return s;
   const std::string role(TaskTypeName(cluster.task_type()));
-  metrics::ProcessMetrics::HttpOptions http;
-  http.threads = static_cast<int>(options.metrics_threads);
-  http.request_timeout_ms = static_cast<int>(options.metrics_request_timeout_ms);
-  auto metrics = metrics::ProcessMetrics::Create(
-      role, cluster.task_index(), options.metrics_port < 0 ? "" : absl::StrCat("127.0.0.1:", options.metrics_port),
-      http);
+  auto metrics = metrics::ProcessMetrics::Create(role, cluster.task_index(), options);
   if (!metrics.ok()) return metrics.status();
   p->metrics_ = std::move(*metrics);
   p->rpc_metrics_ = std::make_unique<metrics::RpcMetrics>(*p->metrics_);

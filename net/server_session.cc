@@ -190,16 +190,16 @@ void ServerSession::Answer(uint64_t request_id, const std::string& method, const
   transport_->Send(std::move(response));
 }
 
-bool ServerSession::RunInline(Dispatch dispatch, const InMessage& frame) const {
+bool ServerSession::RunInline(Dispatch dispatch, bool small_update) const {
   switch (dispatch) {
     case Dispatch::kPool:
       return false;
     case Dispatch::kInline:
       return true;
     case Dispatch::kInlineIfSmall:
-      return frame.payload_bytes() <= kSmallRequestPayloadBytes;
+      return small_update;
     case Dispatch::kAdaptive:
-      return frame.payload_bytes() <= kSmallRequestPayloadBytes &&
+      return small_update &&
              (config_.pool_load == nullptr || config_.pool_load->load(std::memory_order_relaxed) == 0);
   }
   return false;
@@ -244,15 +244,16 @@ void ServerSession::HandleRequest(InMessage frame) {
   }
   frame.LiftTraversalLimit();
 
+  // A small request of a method whose work grows with what it carries (net::Dispatch).
+  const bool small_update = (entry->dispatch == Dispatch::kAdaptive || entry->dispatch == Dispatch::kInlineIfSmall) &&
+                            frame.payload_bytes() <= kSmallRequestPayloadBytes;
   in_flight_.fetch_add(1);
-  if (RunInline(entry->dispatch, frame)) {
+  if (RunInline(entry->dispatch, small_update)) {
     transport_->Send(Serve(*entry, ctx, request_id, method, received, frame, config_.metrics));
     in_flight_.fetch_sub(1);
     Touch();
     return;
   }
-  const bool small_update = (entry->dispatch == Dispatch::kAdaptive || entry->dispatch == Dispatch::kInlineIfSmall) &&
-                            frame.payload_bytes() <= kSmallRequestPayloadBytes;
   std::atomic<int>* load = small_update ? nullptr : config_.pool_load;
   if (load != nullptr) load->fetch_add(1, std::memory_order_relaxed);
   // The pool thread sends the response itself (transports are thread-safe), so a pooled call

@@ -96,8 +96,9 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   void OnFrameUnchecked(InMessage& frame);
   void HandleHello(const InMessage& frame);
   void HandleRequest(InMessage frame);
-  // Whether a request for a method registered with `dispatch` runs on this thread.
-  bool RunInline(Dispatch dispatch, const InMessage& frame) const;
+  // Whether a request for a method registered with `dispatch` runs on this thread;
+  // `small_update`: a small request of a kAdaptive or kInlineIfSmall method.
+  bool RunInline(Dispatch dispatch, bool small_update) const;
   void Touch();
   // Answers request `request_id` with `status` (no body) at once.
   void Answer(uint64_t request_id, const std::string& method, const absl::Status& status);
