@@ -459,6 +459,29 @@ TEST_F(RpcTest, ABurstOfCallsSharesWrites) {
   EXPECT_LE(rpc.SocketWrites() - writes, kBurst / 4);
 }
 
+TEST_F(RpcTest, ALoneCallIsWrittenAtOnceFromTheCallingThread) {
+  auto process = metrics::ProcessMetrics::Create("worker", 1, "");
+  ASSERT_TRUE(process.ok()) << process.status();
+  metrics::RpcMetrics rpc(**process);
+  RpcClient& client = NewClient(kToken, absl::Milliseconds(20), &rpc);
+  ASSERT_TRUE(Scale(client, {1}, 1).ok());  // connected, nothing in flight
+  // With the loop thread held, only the calling thread can have written it.
+  Notification holding;
+  Notification hold;
+  loop_.Post([&] {
+    holding.Notify();
+    hold.WaitForNotification();
+  });
+  holding.WaitForNotification();
+  const double frames = rpc.FramesSent();
+  Notification done;
+  client.CallAsync("test.Scale", ScaleRequest({1}, 2), absl::Seconds(30),
+                   [&](absl::StatusOr<InMessage>) { done.Notify(); });
+  EXPECT_EQ(rpc.FramesSent() - frames, 1);
+  hold.Notify();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+}
+
 TEST_F(RpcTest, DeferredCallsOnAConnectionThatDropsEachCompleteOnce) {
   // Bursts queued for the loop race a disconnect: every call completes exactly once, either
   // answered or failed with Unavailable, and the client then works again.
