@@ -123,13 +123,14 @@ std::string StatusBoard::Json() {
   MutexLock lock(&mu_);
   nlohmann::json members = nlohmann::json::array();
   for (const auto& [key, m] : members_) {
-    members.push_back({{"role", key.first},
-                       {"index", key.second},
-                       {"address", m.address},
-                       {"state", m.state},
-                       // Hex: a 64-bit id does not survive JavaScript's doubles.
-                       {"incarnation", m.incarnation == 0 ? "" : absl::StrCat(absl::Hex(m.incarnation))},
-                       {"restarts", m.restarts}});
+    members.push_back(
+        {{"role", key.first},
+         {"index", key.second},
+         {"address", m.address},
+         {"state", m.state},
+         // Hex: a 64-bit id does not survive JavaScript's doubles.
+         {"incarnation", m.incarnation == 0 ? "" : absl::StrCat(absl::Hex(m.incarnation))},
+         {"restarts", m.restarts}});
   }
   doc["members"] = members;
   nlohmann::json series = nlohmann::json::object();

@@ -45,7 +45,9 @@ TEST(StatusBoardTest, CountsRestartsByNewIncarnations) {
   auto metrics = ProcessMetrics::Create("chief", 0, "");
   ASSERT_TRUE(metrics.ok());
   StatusBoard board(**metrics);
-  auto restarts = [&board] { return nlohmann::json::parse(board.Json())["members"][0]["restarts"]; };
+  auto restarts = [&board] {
+    return nlohmann::json::parse(board.Json())["members"][0]["restarts"];
+  };
   board.SetMember("worker", 1, "127.0.0.1:5", "starting", 0);
   board.SetMember("worker", 1, "127.0.0.1:5", "up", 0x11);
   EXPECT_EQ(restarts(), 0);
