@@ -145,7 +145,7 @@ double FinalAccuracy(const std::string& text) {
 // under the launcher, with worker 1 SIGKILLed twice while it trains: restarted twice, the job
 // ends 0 at the target. Its output is the quiet main command's: the launcher's line per process,
 // then only the chief's, and at the end the checkpoint and the command that resumes from it.
-TEST(LauncherRestartTest, MainJobSurvivesAWorkerKilledTwiceAndSaysHowToResume) {
+TEST(LauncherRestartTest, MainJobSurvivesTwoWorkerKillsAndSaysHowToResume) {
   constexpr double kTarget = 0.85;
   const std::string dir =
       (std::filesystem::path(::testing::TempDir()) / absl::StrCat("launcher_restart_", getpid()))
