@@ -286,7 +286,8 @@ void Subprocess::RecordExitLocked(int wait_status) {
   if (WIFEXITED(wait_status)) {
     exit_code_ = WEXITSTATUS(wait_status);
   } else if (WIFSIGNALED(wait_status)) {
-    exit_code_ = 128 + WTERMSIG(wait_status);
+    term_signal_ = WTERMSIG(wait_status);
+    exit_code_ = 128 + term_signal_;
   }
 }
 
@@ -435,6 +436,12 @@ bool Subprocess::running() {
   MutexLock lock(&mu_);
   TryReapLocked();
   return !reaped_;
+}
+
+int Subprocess::term_signal() {
+  MutexLock lock(&mu_);
+  TryReapLocked();
+  return term_signal_;
 }
 
 std::string Subprocess::output() {

@@ -55,6 +55,10 @@ class Subprocess {
   // True until the process has exited and been reaped.
   bool running();
 
+  // The signal that ended the process (SIGKILL, SIGSEGV, ...); 0 while it runs, when it
+  // exited by itself (an exit(137) is not a SIGKILL), or when its status was lost.
+  int term_signal();
+
   // Everything printed so far (when keep_lines), newline-joined.
   std::string output();
 
@@ -81,6 +85,7 @@ class Subprocess {
   bool exited_and_drained_ ABSL_GUARDED_BY(mu_) = false;
   bool reaped_ ABSL_GUARDED_BY(mu_) = false;
   int exit_code_ ABSL_GUARDED_BY(mu_) = -1;
+  int term_signal_ ABSL_GUARDED_BY(mu_) = 0;
   Options options_;
   std::thread reader_;
 };

@@ -96,6 +96,7 @@ TEST(SubprocessTest, KilledBySignalGives128PlusSignal) {
   absl::StatusOr<int> code = proc->Wait(kTimeout);
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 128 + SIGKILL);
+  EXPECT_EQ(proc->term_signal(), SIGKILL);
   EXPECT_FALSE(proc->running());
   proc->Signal(SIGKILL);  // a no-op once reaped
 
@@ -104,6 +105,13 @@ TEST(SubprocessTest, KilledBySignalGives128PlusSignal) {
   ASSERT_TRUE(term->WaitForLine("up", kTimeout).ok());
   term->Signal(SIGTERM);
   EXPECT_EQ(*term->Wait(kTimeout), 128 + SIGTERM);
+  EXPECT_EQ(term->term_signal(), SIGTERM);
+
+  // The same code from an exit of its own is no signal.
+  auto exited = StartShell("exit 137");
+  ASSERT_NE(exited, nullptr);
+  EXPECT_EQ(*exited->Wait(kTimeout), 137);
+  EXPECT_EQ(exited->term_signal(), 0);
 }
 
 TEST(SubprocessTest, WaitTimesOut) {

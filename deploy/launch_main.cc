@@ -1,6 +1,7 @@
 // asyncps_launch: runs a whole cluster of one program on this machine.
 //
-//   asyncps_launch --ps 2 --workers 3 [--evaluator] [--token T] -- ./my_trainer --steps=100
+//   asyncps_launch --ps 2 --workers 3 [--evaluator] [--max_restarts 3] [--log_level info]
+//       [--token T] -- ./my_trainer --steps=100
 //
 // Every task is the same program (TensorFlow's "same binary for all tasks"); each learns its
 // role from the TF_CONFIG the launcher puts in its environment, so a program that runs here
@@ -9,45 +10,64 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
-#include "core/sync.h"
 #include "absl/time/time.h"
 #include "core/cluster_spec.h"
 #include "core/exit_code.h"
 #include "core/incarnation.h"
+#include "core/process_options.h"
 #include "core/subprocess.h"
+#include "core/sync.h"
 #include "deploy/file_sd.h"
 
 namespace asyncps {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: asyncps_launch --ps N --workers M [--evaluator] [--token T] [--file_sd PATH]\n"
-    "                      -- PROGRAM [ARGS...]\n"
+    "usage: asyncps_launch --ps N --workers M [--evaluator] [--max_restarts R] [--log_level L]\n"
+    "                      [--token T] [--file_sd PATH] -- PROGRAM [ARGS...]\n"
     "\n"
     "Starts a local cluster on 127.0.0.1: N parameter servers, M workers, one chief (and one\n"
     "evaluator with --evaluator), each running PROGRAM with TF_CONFIG set for its task and\n"
     "ASYNCPS_CLUSTER_TOKEN set to a shared token (--token, else $ASYNCPS_CLUSTER_TOKEN, else a\n"
-    "random one). Output lines are prefixed with their task: [ps:0], [worker:1], [chief].\n"
+    "random one). It prints one line per task it starts (\"started ps:0 pid 123 at ...\"); the\n"
+    "tasks' output lines follow, prefixed with their task: [ps:0], [worker:1], [chief].\n"
     "When the chief exits, the other tasks are stopped and the launcher exits with the chief's\n"
     "exit code; if it succeeded, an evaluator is first left to finish its last evaluation (its\n"
     "failure is then the launcher's exit code). SIGINT or SIGTERM stops every task and exits with\n"
     "128 + the signal (130, 143).\n"
+    "\n"
+    "--max_restarts R (default 0): a parameter server or worker that exits abnormally (a code\n"
+    "other than 0, or killed by a signal) is started again with the same address and TF_CONFIG\n"
+    "(a new process: a new incarnation), up to R times per task (not per job as torchrun counts:\n"
+    "one crash-looping task cannot use up the others' restarts), after 0.5 s doubling to at most\n"
+    "8 s. When a task fails with its restarts used up, every task is stopped and the launcher\n"
+    "exits with that task's exit code (128 + the signal when one killed it: 137 for SIGKILL).\n"
+    "With 0, a task that dies is not restarted and the job goes on: the chief decides.\n"
+    "\n"
+    "--log_level L (trace, debug, info, warn, error, critical, off) sets ASYNCPS_LOG_LEVEL for\n"
+    "every task. Without it the tasks log at warn, unless ASYNCPS_LOG_LEVEL is set already (or\n"
+    "PROGRAM is given --log_level). Every task also gets ASYNCPS_LAUNCH_COMMAND, this command\n"
+    "line shell-quoted (a chief prints it as the way to resume from its checkpoints).\n"
     "\n"
     "Every task serves /metrics on a port of its own (ASYNCPS_METRICS_PORT; the chief's also\n"
     "serves the status page /status); --file_sd PATH writes them as a Prometheus file_sd\n"
@@ -56,16 +76,28 @@ constexpr char kUsage[] =
 
 // Upper bound on tasks per job: a local cluster larger than this is a typo, not a plan.
 constexpr int kMaxTasksPerJob = 256;
+// Upper bound on --max_restarts: beyond it a crash loop is a bug to fix, not to retry.
+constexpr int kMaxRestartsLimit = 1000;
 // How long stopped tasks get to exit after SIGTERM before SIGKILL.
 constexpr absl::Duration kGracePeriod = absl::Seconds(2);
+// Wait before restart k of a task: kFirstRestartDelay * 2^(k-1), at most kMaxRestartDelay. A
+// task that dies at once (a port still taken, a peer not back yet) does not spin.
+constexpr absl::Duration kFirstRestartDelay = absl::Milliseconds(500);
+constexpr absl::Duration kMaxRestartDelay = absl::Seconds(8);
+// The children's log level when neither --log_level nor ASYNCPS_LOG_LEVEL gives one: the
+// launcher's own lines and the chief's progress, not every process's start-up chatter.
+constexpr char kDefaultChildLogLevel[] = "warn";
 
 struct LaunchArgs {
   int num_ps = 0;
   int num_workers = 0;
   bool evaluator = false;
+  int max_restarts = 0;
+  std::string log_level;  // empty: ASYNCPS_LOG_LEVEL as inherited, else kDefaultChildLogLevel
   std::string token;
   std::string file_sd;  // Prometheus targets file to write; empty: none
   std::vector<std::string> program;
+  std::string command;  // the whole command line, shell-quoted
 };
 
 absl::Status ParseCount(absl::string_view flag, const std::string& value, int* out) {
@@ -76,9 +108,23 @@ absl::Status ParseCount(absl::string_view flag, const std::string& value, int* o
   return absl::OkStatus();
 }
 
+// `arg` as one shell word: as it is when it holds nothing a shell would interpret, else in
+// single quotes.
+std::string ShellQuote(absl::string_view arg) {
+  const bool plain = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+           absl::string_view("_-./:=,+@%").find(c) != absl::string_view::npos;
+  });
+  if (plain) return std::string(arg);
+  return absl::StrCat("'", absl::StrReplaceAll(arg, {{"'", "'\\''"}}), "'");
+}
+
 // Returns the parsed arguments; "help" as a NotFound status when usage was asked for.
 absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
   LaunchArgs args;
+  std::vector<std::string> words;
+  for (int i = 0; i < argc; ++i) words.push_back(ShellQuote(argv[i]));
+  args.command = absl::StrJoin(words, " ");
   bool have_ps = false;
   bool have_workers = false;
   int i = 1;
@@ -112,6 +158,21 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
       status = take_value();
       if (status.ok()) status = ParseCount("workers", value, &args.num_workers);
       have_workers = true;
+    } else if (name == "--max_restarts") {
+      status = take_value();
+      if (status.ok() && (!absl::SimpleAtoi(value, &args.max_restarts) || args.max_restarts < 0 ||
+                          args.max_restarts > kMaxRestartsLimit)) {
+        status = absl::InvalidArgumentError(absl::StrCat("--max_restarts wants a number in 0..",
+                                                         kMaxRestartsLimit, ", got '", value, "'"));
+      }
+    } else if (name == "--log_level") {
+      status = take_value();
+      if (status.ok() && !IsLogLevelName(value)) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "--log_level wants trace, debug, info, warn, error, critical or off, got '", value,
+            "'"));
+      }
+      args.log_level = value;
     } else if (name == "--token") {
       status = take_value();
       if (status.ok() && value.empty()) status = absl::InvalidArgumentError("--token must not be empty");
@@ -133,6 +194,31 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
   for (; i < argc; ++i) args.program.emplace_back(argv[i]);
   if (args.program.empty()) return absl::InvalidArgumentError("no program given after '--'");
   return args;
+}
+
+// "SIGKILL" for the signals a task commonly dies of, "signal N" for the rest.
+std::string SignalName(int sig) {
+  static constexpr std::pair<int, const char*> kNames[] = {
+      {SIGKILL, "SIGKILL"}, {SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT"}, {SIGSEGV, "SIGSEGV"},
+      {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"}, {SIGILL, "SIGILL"},
+      {SIGHUP, "SIGHUP"},   {SIGPIPE, "SIGPIPE"}};
+  for (const auto& [number, name] : kNames) {
+    if (number == sig) return name;
+  }
+  return absl::StrCat("signal ", sig);
+}
+
+// "0.5", "8.0": a duration in seconds with one decimal.
+std::string TenthsOfSeconds(absl::Duration d) {
+  const int64_t tenths = absl::ToInt64Milliseconds(d) / 100;
+  return absl::StrCat(tenths / 10, ".", tenths % 10);
+}
+
+// The wait before restart `attempt` (1-based).
+absl::Duration RestartDelay(int attempt) {
+  absl::Duration delay = kFirstRestartDelay;
+  for (int k = 1; k < attempt && delay < kMaxRestartDelay; ++k) delay *= 2;
+  return std::min(delay, kMaxRestartDelay);
 }
 
 std::string RandomToken() {
@@ -166,8 +252,9 @@ class Launcher {
   struct Task {
     TaskType type;
     int index;
-    std::string label;  // "ps:0", "worker:1", "chief", "evaluator"
-    std::unique_ptr<Subprocess> proc;
+    std::string label;            // "ps:0", "worker:1", "chief", "evaluator"
+    std::string address;          // host:port of its RPC server
+    Subprocess::Options options;  // how it was started, to start it again the same way
     std::thread waiter;
   };
 
@@ -203,19 +290,35 @@ class Launcher {
       const char* env = std::getenv("ASYNCPS_CLUSTER_TOKEN");
       token = (env != nullptr && *env != '\0') ? env : RandomToken();
     }
+    // The children's log level: the flag, else what the environment already says, else quiet.
+    std::string log_level = args_.log_level;
+    if (log_level.empty()) {
+      const char* env = std::getenv("ASYNCPS_LOG_LEVEL");
+      log_level = (env != nullptr && *env != '\0') ? env : kDefaultChildLogLevel;
+    }
 
     // Servers first, so the chief finds them listening (it still has to retry: a server may
     // take a moment to bind).
-    for (int i = 0; i < args_.num_ps; ++i) tasks_.push_back({TaskType::kPs, i, absl::StrCat("ps:", i), {}, {}});
+    auto add = [&](TaskType type, int index, std::string label, std::string addr) {
+      tasks_.push_back({type, index, std::move(label), std::move(addr), {}, {}});
+    };
+    for (int i = 0; i < args_.num_ps; ++i)
+      add(TaskType::kPs, i, absl::StrCat("ps:", i), spec->ps()[static_cast<size_t>(i)]);
     for (int i = 0; i < args_.num_workers; ++i) {
-      tasks_.push_back({TaskType::kWorker, i, absl::StrCat("worker:", i), {}, {}});
+      add(TaskType::kWorker, i, absl::StrCat("worker:", i),
+          spec->workers()[static_cast<size_t>(i)]);
     }
     if (args_.evaluator) {
-      tasks_.push_back({TaskType::kEvaluator, 0, "evaluator", {}, {}});
+      add(TaskType::kEvaluator, 0, "evaluator", spec->evaluator());
       evaluator_ = static_cast<int>(tasks_.size()) - 1;
     }
-    tasks_.push_back({TaskType::kChief, 0, "chief", {}, {}});
+    add(TaskType::kChief, 0, "chief", spec->chief());
     chief_ = static_cast<int>(tasks_.size()) - 1;
+    {
+      MutexLock lock(&mu_);
+      procs_.resize(tasks_.size());
+      restarts_.assign(tasks_.size(), 0);
+    }
 
     std::map<std::string, int> metrics_ports;  // by task label
     if (serve_metrics) {
@@ -235,33 +338,42 @@ class Launcher {
       Print("launcher", absl::StrCat("status page http://127.0.0.1:", metrics_ports["chief"], "/status"));
     }
 
-    Print("launcher", absl::StrCat("cluster: chief ", spec->chief(), ", ps ", absl::StrJoin(spec->ps(), " "),
-                                   ", worker ", absl::StrJoin(spec->workers(), " "),
-                                   args_.evaluator ? absl::StrCat(", evaluator ", spec->evaluator()) : ""));
-
     bool started_all = true;
     for (size_t t = 0; t < tasks_.size(); ++t) {
+      Task& task = tasks_[t];
+      Subprocess::Options& options = task.options;
+      options.argv = args_.program;
+      options.env = {{"TF_CONFIG", spec->ToTfConfig(task.type, task.index)},
+                     {"ASYNCPS_CLUSTER_TOKEN", token},
+                     {"ASYNCPS_LOG_LEVEL", log_level},
+                     {"ASYNCPS_LAUNCH_COMMAND", args_.command}};
+      std::string metrics_note;
+      if (serve_metrics) {
+        options.env["ASYNCPS_METRICS_PORT"] = std::to_string(metrics_ports[task.label]);
+        metrics_note = absl::StrCat(", metrics port ", metrics_ports[task.label]);
+      }
+      options.keep_lines = false;  // printed as they come; keeping them would grow without bound
+      options.on_line = [this, label = task.label](const std::string& line) { Print(label, line); };
+      pid_t pid = 0;
       {
         MutexLock lock(&mu_);
         if (signals_ > 0) {
           started_all = false;
           break;
         }
+        absl::StatusOr<std::unique_ptr<Subprocess>> proc = Subprocess::Start(options);
+        if (!proc.ok()) {
+          Print("launcher",
+                absl::StrCat("error: cannot start ", task.label, ": ", proc.status().ToString()));
+          started_all = false;
+          break;
+        }
+        pid = (*proc)->pid();
+        procs_[t] = std::move(*proc);
+        ++started_;
       }
-      Task& task = tasks_[t];
-      Subprocess::Options options;
-      options.argv = args_.program;
-      options.env = {{"TF_CONFIG", spec->ToTfConfig(task.type, task.index)}, {"ASYNCPS_CLUSTER_TOKEN", token}};
-      if (serve_metrics) options.env["ASYNCPS_METRICS_PORT"] = std::to_string(metrics_ports[task.label]);
-      options.keep_lines = false;  // printed as they come; keeping them would grow without bound
-      options.on_line = [this, label = task.label](const std::string& line) { Print(label, line); };
-      absl::StatusOr<std::unique_ptr<Subprocess>> proc = Subprocess::Start(std::move(options));
-      if (!proc.ok()) {
-        Print("launcher", absl::StrCat("error: cannot start ", task.label, ": ", proc.status().ToString()));
-        started_all = false;
-        break;
-      }
-      task.proc = std::move(*proc);
+      Print("launcher",
+            absl::StrCat("started ", task.label, " pid ", pid, " at ", task.address, metrics_note));
       task.waiter = std::thread([this, t]() { WatchTask(t); });
     }
 
@@ -269,11 +381,11 @@ class Launcher {
     {
       MutexLock lock(&mu_);
       if (started_all) {
-        auto chief_done_or_signalled = [this]() {
+        auto chief_done_or_failed = [this]() {
           mu_.AssertReaderHeld();
-          return chief_done_ || signals_ > 0;
+          return chief_done_ || failed_task_ >= 0 || signals_ > 0;
         };
-        mu_.Await(absl::Condition(&chief_done_or_signalled));
+        mu_.Await(absl::Condition(&chief_done_or_failed));
       }
       // The evaluator ends by itself after the final checkpoint (which a chief that succeeded
       // has marked): give it that time, as TFJob does; the other tasks are stopped after it.
@@ -289,6 +401,8 @@ class Launcher {
         code = evaluator_code_;
       } else if (chief_done_) {
         code = chief_code_;
+      } else if (failed_task_ >= 0) {
+        code = failed_code_;  // its waiter said why
       } else if (signals_ > 0) {
         code = ExitCodeForSignal(first_signal_);  // retryable: the launcher was stopped
       }
@@ -297,70 +411,138 @@ class Launcher {
     return code;
   }
 
-  // Runs on a per-task thread: notices the task's exit.
+  // "killed by SIGKILL" or "exited with code 3".
+  static std::string HowItEnded(int exit_code, int term_signal) {
+    return term_signal != 0 ? absl::StrCat("killed by ", SignalName(term_signal))
+                            : absl::StrCat("exited with code ", exit_code);
+  }
+
+  // Runs on a per-task thread: notices the task's exit and, for a parameter server or worker
+  // that failed while the job runs, starts it again (--max_restarts). Returns once the task
+  // has exited for good.
   void WatchTask(size_t t) {
-    absl::StatusOr<int> code = tasks_[t].proc->Wait(absl::InfiniteDuration());
-    const int exit_code = code.ok() ? *code : -1;
-    bool early = false;
-    bool evaluator_finished = false;
-    {
-      MutexLock lock(&mu_);
-      ++exited_;
-      if (static_cast<int>(t) == chief_) {
-        chief_done_ = true;
-        chief_code_ = exit_code;
-      } else if (static_cast<int>(t) == evaluator_ && !stopping_) {
-        evaluator_done_ = true;
-        evaluator_code_ = exit_code;
-        evaluator_finished = true;
-      } else {
-        early = !stopping_;
+    const Task& task = tasks_[t];
+    const bool restartable_role = task.type == TaskType::kPs || task.type == TaskType::kWorker;
+    while (true) {
+      Subprocess* proc = nullptr;
+      {
+        MutexLock lock(&mu_);
+        proc = procs_[t].get();  // replaced only by this thread; kept until StopAll
       }
-    }
-    if (static_cast<int>(t) == chief_) {
-      Print("launcher", absl::StrCat("chief exited with code ", exit_code));
-    } else if (evaluator_finished) {
-      Print("launcher", absl::StrCat("evaluator exited with code ", exit_code));
-    } else if (early) {
-      Print("launcher", absl::StrCat(tasks_[t].label, " exited early with code ", exit_code,
-                                     "; leaving it to the chief whether to go on"));
+      absl::StatusOr<int> code = proc->Wait(absl::InfiniteDuration());
+      const int exit_code = code.ok() ? *code : -1;
+      const std::string ended = HowItEnded(exit_code, proc->term_signal());
+      int attempt = 0;  // > 0: this is restart `attempt` of the task
+      bool evaluator_finished = false;
+      {
+        MutexLock lock(&mu_);
+        const bool job_running = !stopping_ && !chief_done_ && signals_ == 0 && failed_task_ < 0;
+        if (static_cast<int>(t) == chief_) {
+          chief_done_ = true;
+          chief_code_ = exit_code;
+        } else if (static_cast<int>(t) == evaluator_ && !stopping_) {
+          evaluator_done_ = true;
+          evaluator_code_ = exit_code;
+          evaluator_finished = true;
+        } else if (restartable_role && job_running && exit_code != 0 && args_.max_restarts > 0) {
+          if (restarts_[t] < args_.max_restarts) {
+            attempt = ++restarts_[t];
+          } else {
+            failed_task_ = static_cast<int>(t);
+            failed_code_ = exit_code < 0 ? kExitFailure : exit_code;
+            // Under mu_: said before the main thread wakes to stop the job.
+            Print(
+                "launcher",
+                absl::StrCat(task.label, " ", ended, " with no restarts left (", args_.max_restarts,
+                             " used); stopping the job with exit code ", failed_code_));
+          }
+        }
+        if (attempt == 0) {
+          ++exited_;
+          if (static_cast<int>(t) != chief_ && static_cast<int>(t) != evaluator_ && job_running &&
+              failed_task_ != static_cast<int>(t)) {
+            Print("launcher", absl::StrCat(task.label, " ", ended,
+                                           "; leaving it to the chief whether to go on"));
+          }
+        }
+      }
+      if (static_cast<int>(t) == chief_) {
+        Print("launcher", absl::StrCat("chief exited with code ", exit_code));
+        return;
+      }
+      if (evaluator_finished)
+        Print("launcher", absl::StrCat("evaluator exited with code ", exit_code));
+      if (attempt == 0) return;
+      const absl::Duration delay = RestartDelay(attempt);
+      Print("launcher", absl::StrCat(task.label, " ", ended, "; restart ", attempt, "/",
+                                     args_.max_restarts, " in ", TenthsOfSeconds(delay), " s"));
+      pid_t pid = 0;
+      {
+        MutexLock lock(&mu_);
+        auto job_ending = [this]() {
+          mu_.AssertReaderHeld();
+          return stopping_ || chief_done_ || signals_ > 0 || failed_task_ >= 0;
+        };
+        // Started under mu_, so StopAll (which sets stopping_ under mu_ first) sees every
+        // process there is.
+        if (mu_.AwaitWithTimeout(absl::Condition(&job_ending), delay)) {
+          ++exited_;
+          return;
+        }
+        absl::StatusOr<std::unique_ptr<Subprocess>> next = Subprocess::Start(task.options);
+        if (!next.ok()) {
+          Print("launcher",
+                absl::StrCat("error: cannot restart ", task.label, ": ", next.status().ToString()));
+          failed_task_ = static_cast<int>(t);
+          failed_code_ = ExitCodeForStatus(next.status());
+          ++exited_;
+          return;
+        }
+        pid = (*next)->pid();
+        retired_.push_back(std::move(procs_[t]));
+        procs_[t] = std::move(*next);
+      }
+      Print("launcher", absl::StrCat("restarted ", task.label, " (restart ", attempt, "/",
+                                     args_.max_restarts, "): pid ", pid, " at ", task.address));
     }
   }
 
   // SIGTERM to every task still running, SIGKILL to those still there after the grace period
   // (or at once on a second SIGINT/SIGTERM), then reap and join everything.
   void StopAll() {
-    int started = 0;
     int signals_at_start = 0;
+    std::vector<Subprocess*> procs;
     {
       MutexLock lock(&mu_);
       stopping_ = true;
       signals_at_start = signals_;
+      for (const std::unique_ptr<Subprocess>& proc : procs_) {
+        if (proc != nullptr) procs.push_back(proc.get());
+      }
     }
-    for (Task& task : tasks_) {
-      if (task.proc == nullptr) continue;
-      ++started;
-      task.proc->Signal(SIGTERM);
-    }
+    // No task is restarted from here on, so `procs` stay the current processes.
+    for (Subprocess* proc : procs) proc->Signal(SIGTERM);
     {
       MutexLock lock(&mu_);
       auto settled = [&]() {
         mu_.AssertReaderHeld();
-        return exited_ == started || signals_ > signals_at_start;
+        return exited_ == started_ || signals_ > signals_at_start;
       };
       mu_.AwaitWithTimeout(absl::Condition(&settled), kGracePeriod);
     }
-    for (Task& task : tasks_) {
-      if (task.proc != nullptr && task.proc->running()) {
-        Print("launcher", absl::StrCat(task.label, " did not stop; sending SIGKILL"));
-        task.proc->Signal(SIGKILL);
+    for (size_t t = 0; t < procs.size(); ++t) {
+      if (procs[t]->running()) {
+        Print("launcher", absl::StrCat("pid ", procs[t]->pid(), " did not stop; sending SIGKILL"));
+        procs[t]->Signal(SIGKILL);
       }
     }
     for (Task& task : tasks_) {
       if (task.waiter.joinable()) task.waiter.join();
     }
     // Destroying a Subprocess joins its reader after it prints what is left in the pipe.
-    for (Task& task : tasks_) task.proc.reset();
+    MutexLock lock(&mu_);
+    procs_.clear();
+    retired_.clear();
   }
 
   void StartSignalThread() {
@@ -407,11 +589,20 @@ class Launcher {
   std::thread signal_thread_;
 
   Mutex mu_;
-  int exited_ ABSL_GUARDED_BY(mu_) = 0;
+  // Each task's current process (null until started), by index into tasks_; a restart moves
+  // the one it replaces to retired_, where it stays until StopAll.
+  std::vector<std::unique_ptr<Subprocess>> procs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Subprocess>> retired_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> restarts_ ABSL_GUARDED_BY(mu_);  // restarts so far, by task
+  int started_ ABSL_GUARDED_BY(mu_) = 0;            // tasks started (each has a waiter)
+  int exited_ ABSL_GUARDED_BY(mu_) = 0;             // tasks whose waiter saw them exit for good
   bool chief_done_ ABSL_GUARDED_BY(mu_) = false;
   int chief_code_ ABSL_GUARDED_BY(mu_) = -1;
   bool evaluator_done_ ABSL_GUARDED_BY(mu_) = false;
   int evaluator_code_ ABSL_GUARDED_BY(mu_) = -1;
+  // The task that failed with no restarts left (-1: none), and its exit code: the job's.
+  int failed_task_ ABSL_GUARDED_BY(mu_) = -1;
+  int failed_code_ ABSL_GUARDED_BY(mu_) = 0;
   int signals_ ABSL_GUARDED_BY(mu_) = 0;
   int first_signal_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -130,6 +130,29 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
   return absl::OkStatus();
 }
 
+// The end of a run: where its checkpoint is and the command that resumes from it (or trains on,
+// given a larger --epochs), and where the status page was.
+void PrintWhereToGoOn(const asyncps::fmnist::Options& train, const asyncps::fmnist::Result& result,
+                      int metrics_port) {
+  if (!train.checkpoint_dir.empty()) {
+    const std::string path =
+        result.checkpoint_path.empty() ? train.checkpoint_dir : result.checkpoint_path;
+    std::printf("checkpoint %s\n", path.c_str());
+    // asyncps_launch gives every task its own command line; the same command restores the
+    // newest checkpoint in --checkpoint_dir.
+    const char* command = std::getenv("ASYNCPS_LAUNCH_COMMAND");
+    if (command != nullptr && *command != '\0') {
+      std::printf("resume (or train on with a larger --epochs): %s\n", command);
+    } else {
+      std::printf(
+          "resume (or train on with a larger --epochs): start every task again with the same "
+          "arguments\n");
+    }
+  }
+  if (metrics_port > 0) std::printf("status page was http://127.0.0.1:%d/status\n", metrics_port);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -191,5 +214,6 @@ int main(int argc, char** argv) {
               static_cast<long long>(result->steps), static_cast<long long>(result->examples), result->seconds,
               result->examples_per_second, result->final_loss);
   std::printf("test accuracy %.4f\n", result->test_accuracy);
+  PrintWhereToGoOn(flags.train, *result, (*chief)->process_metrics().port());
   return 0;
 }

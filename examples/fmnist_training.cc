@@ -253,8 +253,13 @@ absl::Status CheckOptions(const Options& options) {
 class Tracker {
  public:
   // `start_step`: the step a resumed run continues from (its epoch and evaluations count on).
-  Tracker(const Options& options, int64_t steps_per_epoch, int64_t total_steps, int64_t start_step = 0)
-      : options_(options), steps_per_epoch_(steps_per_epoch), total_steps_(total_steps), steps_(start_step) {}
+  Tracker(const Options& options, int64_t steps_per_epoch, int64_t total_steps,
+          int64_t start_step = 0)
+      : options_(options),
+        steps_per_epoch_(steps_per_epoch),
+        total_steps_(total_steps),
+        start_step_(start_step),
+        steps_(start_step) {}
 
   void Step(double loss, int64_t examples) {
     ++steps_;
@@ -265,21 +270,37 @@ class Tracker {
     recent_loss_ = recent_loss_ == 0 ? loss : 0.98 * recent_loss_ + 0.02 * loss;
   }
 
-  // Prints a line when a second has passed since the last one.
+  // Prints a line when a second has passed since the last one: epoch, step, examples/s and
+  // mean loss since the last line, and the time left for every epoch at this run's mean pace
+  // (an early stop at stop_at_accuracy comes sooner).
   void MaybeReport(const std::function<std::string()>& extra) {
     const absl::Time now = absl::Now();
     if (!options_.progress || now - last_report_ < absl::Seconds(1)) return;
     const double seconds = absl::ToDoubleSeconds(now - last_report_);
     const int64_t epoch = std::min<int64_t>(options_.epochs, steps_ / steps_per_epoch_ + 1);
-    std::printf("epoch %lld/%d  step %lld/%lld  %.0f examples/s  loss %.4f%s\n", static_cast<long long>(epoch),
-                options_.epochs, static_cast<long long>(steps_), static_cast<long long>(total_steps_),
+    std::printf("epoch %lld/%d  step %lld/%lld  %.0f examples/s  loss %.4f  ETA %s%s\n",
+                static_cast<long long>(epoch), options_.epochs, static_cast<long long>(steps_),
+                static_cast<long long>(total_steps_),
                 static_cast<double>(examples_ - reported_examples_) / seconds,
-                window_steps_ > 0 ? window_loss_ / static_cast<double>(window_steps_) : 0.0, extra().c_str());
+                window_steps_ > 0 ? window_loss_ / static_cast<double>(window_steps_) : 0.0,
+                Eta(now).c_str(), extra().c_str());
     std::fflush(stdout);
     last_report_ = now;
     reported_examples_ = examples_;
     window_loss_ = 0;
     window_steps_ = 0;
+  }
+
+  // "1m05s", "42s"; "?" before the first step of this run.
+  std::string Eta(absl::Time now) const {
+    const int64_t done = steps_ - start_step_;
+    if (done <= 0) return "?";
+    const double per_step = absl::ToDoubleSeconds(now - started_) / static_cast<double>(done);
+    const int64_t left = static_cast<int64_t>(
+        per_step * static_cast<double>(std::max<int64_t>(0, total_steps_ - steps_)) + 0.5);
+    if (left >= 3600) return absl::StrFormat("%dh%02dm", left / 3600, left % 3600 / 60);
+    if (left >= 60) return absl::StrFormat("%dm%02ds", left / 60, left % 60);
+    return absl::StrFormat("%ds", left);
   }
 
   bool EvaluationDue() const {
@@ -300,6 +321,8 @@ class Tracker {
   const Options& options_;
   const int64_t steps_per_epoch_;
   const int64_t total_steps_;
+  const int64_t start_step_;
+  const absl::Time started_ = absl::Now();
   int64_t steps_;
   int64_t examples_ = 0;
   int64_t reported_examples_ = 0;
@@ -420,6 +443,7 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   auto save = [&](int64_t step) -> absl::Status {
     RETURN_IF_ERROR(coordinator.Join());
     ASSIGN_OR_RETURN(std::string dir, checkpoints.Save(step));
+    if (!dir.empty()) result.checkpoint_path = dir;
     if (!dir.empty() && options.progress) {
       std::printf("saved checkpoint step %lld (%s)\n", static_cast<long long>(step), dir.c_str());
       std::fflush(stdout);

@@ -78,6 +78,10 @@ struct Result {
   double train_seconds = 0;    // seconds minus the time spent evaluating
   double examples_per_second = 0;  // examples / train_seconds
   double final_loss = 0;           // mean loss of the last steps
+  // The directory of the last checkpoint this run saved (with checkpoint_dir, the one at the
+  // end of training); empty when it saved none (no checkpoint_dir, or a resumed run that had
+  // nothing left to train).
+  std::string checkpoint_path;
   std::vector<Evaluation> evaluations;  // the last one is the final evaluation
 
   // Seconds until an evaluation first reached `accuracy`; negative when none did.

@@ -50,7 +50,14 @@ void StatusBoard::Serve() {
 void StatusBoard::SetMember(const std::string& role, int index, const std::string& address,
                             const std::string& state, uint64_t incarnation) {
   MutexLock lock(&mu_);
-  members_[{role, index}] = Member{address, state, incarnation};
+  Member& m = members_[{role, index}];
+  if (incarnation != 0) {
+    if (m.last_known_incarnation != 0 && incarnation != m.last_known_incarnation) ++m.restarts;
+    m.last_known_incarnation = incarnation;
+  }
+  m.address = address;
+  m.state = state;
+  m.incarnation = incarnation;
 }
 
 void StatusBoard::AddEvent(const std::string& kind, const std::string& text) {
@@ -116,12 +123,14 @@ std::string StatusBoard::Json() {
   MutexLock lock(&mu_);
   nlohmann::json members = nlohmann::json::array();
   for (const auto& [key, m] : members_) {
-    members.push_back({{"role", key.first},
-                       {"index", key.second},
-                       {"address", m.address},
-                       {"state", m.state},
-                       // Hex: a 64-bit id does not survive JavaScript's doubles.
-                       {"incarnation", m.incarnation == 0 ? "" : absl::StrCat(absl::Hex(m.incarnation))}});
+    members.push_back(
+        {{"role", key.first},
+         {"index", key.second},
+         {"address", m.address},
+         {"state", m.state},
+         // Hex: a 64-bit id does not survive JavaScript's doubles.
+         {"incarnation", m.incarnation == 0 ? "" : absl::StrCat(absl::Hex(m.incarnation))},
+         {"restarts", m.restarts}});
   }
   doc["members"] = members;
   nlohmann::json series = nlohmann::json::object();

@@ -45,7 +45,10 @@ class StatusBoard {
   void Serve();
 
   // A cluster member's state as the chief sees it: "up", "down", "recovering", "starting",
-  // or anything short; `incarnation` 0 when unknown. Adds or replaces (role, index).
+  // or anything short; `incarnation` 0 when unknown. Adds or replaces (role, index). Each
+  // non-zero incarnation that differs from the last non-zero one seen for (role, index) counts
+  // as a restart of that member (the "restarts" field of /status.json): a new process at the
+  // same address, however it was started (asyncps_launch --max_restarts, Kubernetes, by hand).
   void SetMember(const std::string& role, int index, const std::string& address, const std::string& state,
                  uint64_t incarnation);
   // `kind` is a word ("worker_down", "worker_rebuilt", "checkpoint_saved", ...).
@@ -69,6 +72,8 @@ class StatusBoard {
     std::string address;
     std::string state;
     uint64_t incarnation = 0;
+    uint64_t last_known_incarnation = 0;  // the last non-zero one; kept while down
+    int64_t restarts = 0;
   };
   struct Event {
     absl::Time time;

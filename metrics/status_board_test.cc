@@ -39,6 +39,30 @@ TEST(StatusBoardTest, JsonCarriesMembersValuesSeriesAndEvents) {
   EXPECT_NE(text.find("asyncps_scalar_step{role=\"chief\",task=\"0\",name=\"loss\"} 20"), std::string::npos);
 }
 
+// A member back with a new incarnation (the launcher, Kubernetes or a person restarted it) is a
+// restart; the same incarnation again, or the unknown (0) of a down member, is not.
+TEST(StatusBoardTest, CountsRestartsByNewIncarnations) {
+  auto metrics = ProcessMetrics::Create("chief", 0, "");
+  ASSERT_TRUE(metrics.ok());
+  StatusBoard board(**metrics);
+  auto restarts = [&board] {
+    return nlohmann::json::parse(board.Json())["members"][0]["restarts"];
+  };
+  board.SetMember("worker", 1, "127.0.0.1:5", "starting", 0);
+  board.SetMember("worker", 1, "127.0.0.1:5", "up", 0x11);
+  EXPECT_EQ(restarts(), 0);
+  board.SetMember("worker", 1, "127.0.0.1:5", "up", 0x11);
+  board.SetMember("worker", 1, "127.0.0.1:5", "down", 0);
+  board.SetMember("worker", 1, "127.0.0.1:5", "recovering", 0);
+  EXPECT_EQ(restarts(), 0);
+  board.SetMember("worker", 1, "127.0.0.1:5", "up", 0x22);
+  EXPECT_EQ(restarts(), 1);
+  board.SetMember("worker", 1, "127.0.0.1:5", "down", 0);
+  board.SetMember("worker", 1, "127.0.0.1:5", "up", 0x33);
+  EXPECT_EQ(restarts(), 2);
+  EXPECT_EQ(nlohmann::json::parse(board.Json())["members"][0]["incarnation"], "33");
+}
+
 TEST(StatusBoardTest, RejectsBadScalarsAndBoundsWhatItKeeps) {
   auto metrics = ProcessMetrics::Create("chief", 0, "");
   ASSERT_TRUE(metrics.ok());

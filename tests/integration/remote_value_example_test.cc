@@ -11,8 +11,9 @@ namespace {
 
 TEST(RemoteValueExampleTest, LaunchedClusterReproducesTensorFlowNumbers) {
   Subprocess::Options o;
-  o.argv = {testutil::LocalCluster::BinaryPath("asyncps_launch"), "--ps", "2", "--workers", "2", "--",
-            testutil::LocalCluster::BinaryPath("remote_value")};
+  // --log_level info: the tasks' start and stop lines (the launcher's default, warn, hides them).
+  o.argv = {testutil::LocalCluster::BinaryPath("asyncps_launch"), "--log_level", "info", "--ps", "2",
+            "--workers", "2", "--", testutil::LocalCluster::BinaryPath("remote_value")};
   o.env = {{"ASYNCPS_METRICS_PORT", "-1"}};
   auto launcher = Subprocess::Start(o);
   ASSERT_TRUE(launcher.ok()) << launcher.status();
