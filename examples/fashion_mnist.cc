@@ -6,6 +6,8 @@
 //       [--checkpoint_dir DIR [--checkpoint_every_steps N] [--max_to_keep N]] [--sharding off|dynamic]
 //       [--ps_recovery auto|off] [--overlap_pull [--closures_per_worker 2]]
 //       [--stop_at_accuracy A]   (stop once an evaluation, e.g. every --eval_every epochs, reaches A)
+//       [--count_examples]       (a counter per example on the PS: fail unless each was applied
+//                                 exactly once per epoch; needs --sharding dynamic)
 //
 // Every process runs this binary; TF_CONFIG says which role it plays. Workers read their shard
 // of the 60,000 training images themselves (a per-worker dataset, rebuilt if a worker
@@ -59,10 +61,13 @@ constexpr char kUsage[] =
     "              [--torch_threads N] [--eval_every EPOCHS] [--seed N]\n"
     "              [--checkpoint_dir DIR] [--checkpoint_every_steps N] [--max_to_keep N]\n"
     "              [--sharding off|dynamic] [--stop_at_accuracy A] [--ps_recovery auto|off]\n"
-    "              [--overlap_pull] [--closures_per_worker N]\n"
+    "              [--overlap_pull] [--closures_per_worker N] [--count_examples]\n"
     "  --overlap_pull: pull the next step's parameters behind this step's push and free the\n"
     "    model before the push's answer (ONE STEP MORE STALENESS); pays with\n"
     "    --closures_per_worker 2 (closures running at once per worker; default 1).\n"
+    "  --count_examples: count on the PS how often each training example was applied and fail\n"
+    "    unless it is exactly once per epoch (needs --sharding dynamic and a --batch_size that\n"
+    "    divides 60000, e.g. 120; scripts/soak.py uses it).\n"
     "Run it under build/bin/asyncps_launch --ps 2 --workers 2 -- (cluster flags pass through).\n";
 
 // Our flags, "--name=value" or "--name value"; cluster flags (--ps_hosts, ...) are left to
@@ -117,6 +122,12 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
       const bool has_value = arg.find('=') != std::string::npos;
       ok = !has_value || value == "true" || value == "false";
       flags->train.overlap_pull = !has_value || value == "true";
+    } else if (name == "count_examples") {
+      // A switch like --overlap_pull.
+      switch_flag = true;
+      const bool has_value = arg.find('=') != std::string::npos;
+      ok = !has_value || value == "true" || value == "false";
+      flags->train.count_examples = !has_value || value == "true";
     } else if (name == "closures_per_worker") {
       ok = absl::SimpleAtoi(value, &flags->closures_per_worker) && flags->closures_per_worker >= 1;
     } else if (name == "max_to_keep") {

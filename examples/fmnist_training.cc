@@ -15,6 +15,7 @@
 #include "asyncps/checkpoints.h"
 #include "asyncps/coordinator.h"
 #include "asyncps/datasets.h"
+#include "asyncps/initializers.h"
 #include "asyncps/optimizers.h"
 #include "asyncps/status.h"
 #include "asyncps/step_context.h"
@@ -29,6 +30,8 @@ namespace {
 constexpr int64_t kTrainExamples = 60'000;
 constexpr int64_t kTestExamples = 10'000;
 constexpr int kClasses = 10;
+// Options::count_examples: the per-example counter variable.
+constexpr char kExampleCounts[] = "example_counts";
 // Pixel statistics of the training set, for inputs of mean 0 and deviation 1.
 constexpr float kPixelMean = 0.2860f;
 constexpr float kPixelStd = 0.3530f;
@@ -110,9 +113,10 @@ auto CatchTorch(Fn&& fn) -> decltype(fn()) {
   }
 }
 
-// u8 [B, 28, 28] images -> normalised f32; u8 [B] labels -> i64.
+// u8 [B, 28, 28] images -> normalised f32; u8 [B] labels -> i64. A third component (the
+// examples' ids, Options::count_examples) is not an input.
 absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> ToInputs(const data::Element& batch) {
-  if (batch.size() != 2 || batch[0].dtype() != DType::kU8 || batch[1].dtype() != DType::kU8 ||
+  if (batch.size() < 2 || batch.size() > 3 || batch[0].dtype() != DType::kU8 || batch[1].dtype() != DType::kU8 ||
       batch[0].rank() != 3 || batch[1].rank() != 1 || batch[0].dim(0) != batch[1].dim(0)) {
     return absl::InvalidArgumentError("want a batch of {u8 [B, 28, 28] images, u8 [B] labels}");
   }
@@ -130,7 +134,10 @@ absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
   if (batch < 1) return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
   // Under dynamic sharding the chief makes the epochs (no Repeat) and the shard (worker 0 of 1).
   const bool repeat = ctx.IntArg("repeat").value_or(1) != 0;
-  data::Dataset examples = data::Dataset::Zip({data::Dataset::IdxFile(images), data::Dataset::IdxFile(labels)})
+  std::vector<data::Dataset> sources = {data::Dataset::IdxFile(images), data::Dataset::IdxFile(labels)};
+  // Options::count_examples: each example's index in the files (its id), split with it.
+  if (ctx.IntArg("ids").value_or(0) != 0) sources.push_back(data::Dataset::Range(0, kTrainExamples));
+  data::Dataset examples = data::Dataset::Zip(std::move(sources))
                                .Shard(ctx.num_workers(), ctx.worker_index())
                                .Shuffle(10'000, static_cast<uint64_t>(seed) + static_cast<uint64_t>(ctx.worker_index()));
   if (repeat) examples = examples.Repeat();
@@ -190,6 +197,12 @@ absl::StatusOr<Values> TrainStep(StepContext& ctx) {
     }
     phase("push");
   }
+  if (batch.size() == 3) {
+    // Options::count_examples: one more update of this closure, deduplicated like the push.
+    const int64_t n = batch[2].dim(0);
+    RETURN_IF_ERROR(ctx.Scatter(UpdateKind::kAdd, kExampleCounts, batch[2],
+                                Tensor::FromVector(std::vector<int64_t>(static_cast<size_t>(n), 1))));
+  }
   if (push.has_value()) {
     // Still this closure's push: the step reports its own failure, and the chief sees the
     // step done only once its gradients are applied (checkpoints stay consistent cuts).
@@ -238,7 +251,8 @@ std::map<std::string, std::string> DatasetArgs(const Options& options, int64_t s
           {"labels", options.data_dir + "/train-labels-idx1-ubyte.gz"},
           {"batch", absl::StrCat(options.batch_size)},
           {"seed", absl::StrCat(options.seed + static_cast<uint64_t>(start_step))},
-          {"repeat", options.dynamic_sharding ? "0" : "1"}};
+          {"repeat", options.dynamic_sharding ? "0" : "1"},
+          {"ids", options.count_examples ? "1" : "0"}};
 }
 
 absl::Status CheckOptions(const Options& options) {
@@ -246,6 +260,13 @@ absl::Status CheckOptions(const Options& options) {
     return absl::InvalidArgumentError("epochs must be >= 1 and batch size in 1..60000");
   }
   if (options.checkpoint_every_steps < 1) return absl::InvalidArgumentError("checkpoint_every_steps must be >= 1");
+  if (options.count_examples &&
+      (!options.dynamic_sharding || kTrainExamples % options.batch_size != 0 || options.stop_at_accuracy > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "count_examples needs dynamic sharding, a batch size that divides ", kTrainExamples,
+        " (no example dropped with a partial batch) and no stop_at_accuracy; got batch size ",
+        options.batch_size));
+  }
   return absl::OkStatus();
 }
 
@@ -362,6 +383,32 @@ void Finish(const Tracker& tracker, absl::Time start, absl::Duration eval_time, 
   result->test_accuracy = result->evaluations.empty() ? 0 : result->evaluations.back().accuracy;
 }
 
+// Options::count_examples: every example's counter must equal the epochs trained.
+absl::Status CheckExampleCounts(ParameterServerStrategy& strategy, const Options& options, int64_t epochs) {
+  ASSIGN_OR_RETURN(ShardedVariable counts, strategy.GetVariable(kExampleCounts));
+  ASSIGN_OR_RETURN(Tensor values, counts.Read());
+  if (values.dtype() != DType::kI64 || values.num_elements() != kTrainExamples) {
+    return absl::InternalError("example_counts has the wrong dtype or shape");
+  }
+  const int64_t* count = values.data<int64_t>();
+  int64_t wrong = 0;
+  std::string first;
+  for (int64_t id = 0; id < kTrainExamples; ++id) {
+    if (count[id] == epochs) continue;
+    if (++wrong <= 5) absl::StrAppend(&first, first.empty() ? "" : ", ", "#", id, ": ", count[id]);
+  }
+  if (wrong > 0) {
+    return absl::DataLossError(absl::StrCat(wrong, " of ", kTrainExamples, " examples were not applied exactly ",
+                                            epochs, " times (", first, wrong > 5 ? ", ..." : "", ")"));
+  }
+  if (options.progress) {
+    std::printf("exactly once: %lld examples x %lld epochs, every example applied once per epoch\n",
+                static_cast<long long>(kTrainExamples), static_cast<long long>(epochs));
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 double Result::SecondsTo(double accuracy) const {
@@ -397,6 +444,10 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   // The chief's model gives the variables their initial values.
   // Idempotent: a restarted chief finds them on the running PS (and restores them below).
   RETURN_IF_ERROR(torch_bridge::CreateVariables(strategy, *net.module, opt::Adam(options.learning_rate)));
+  if (options.count_examples) {
+    // Created before the restore below, so a checkpoint puts the counts back with the model.
+    RETURN_IF_ERROR(strategy.CreateVariable(kExampleCounts, init::Zeros({kTrainExamples}, DType::kI64)).status());
+  }
   TrainingCheckpoints checkpoints(strategy, {options.checkpoint_dir, options.checkpoint_every_steps,
                                              options.max_to_keep, options.checkpoint_manager});
   ASSIGN_OR_RETURN(const int64_t start_step, checkpoints.RestoreLatest());
@@ -514,6 +565,7 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
     RETURN_IF_ERROR(save(tracker.steps()));
     RETURN_IF_ERROR(checkpoints.MarkFinal(tracker.steps()));
   }
+  if (options.count_examples) RETURN_IF_ERROR(CheckExampleCounts(strategy, options, tracker.steps() / steps_per_epoch));
   ASSIGN_OR_RETURN(bool unused, EvaluateInto(options, net, test, load, start, tracker.steps(), &eval_time, &result));
   (void)unused;
   report_accuracy();

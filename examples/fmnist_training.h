@@ -59,6 +59,13 @@ struct Options {
   // --ps_recovery=auto). Steps a recovery loses (ClusterCoordinator::ps_recovery_stats) are
   // trained again, so the step count always equals the updates in the model. Not owned.
   CheckpointManager* checkpoint_manager = nullptr;
+  // A proof of exactly-once training (scripts/soak.py): a counter per training example on the
+  // parameter servers (variable "example_counts", i64 [60000]) to which every step adds 1 for
+  // each example of its batch, deduplicated like its gradients. At the end the chief reads it
+  // and Train fails (DataLoss) unless every example was applied exactly once per epoch. Needs
+  // dynamic_sharding and a batch_size that divides 60,000 (so no example is dropped with a
+  // partial batch), and a run that trains every epoch (no stop_at_accuracy).
+  bool count_examples = false;
   // Called on the chief after each completed step (1-based); for tests that inject failures.
   std::function<void(int64_t step)> on_step;
 };
