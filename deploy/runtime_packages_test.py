@@ -99,19 +99,29 @@ def closure(roots, packages):
     return chosen
 
 
-def package_of(path):
-    """The package that installed the library at `path`, or None."""
-    real = os.path.realpath(path)
-    candidates = []
-    for p in (path, real):
+def candidates(path):
+    """Where dpkg may have registered the library ldd found at `path`: the path itself, where its
+    links lead (SONAME links, alternatives), each with and without /usr (merged /usr)."""
+    out = []
+    for p in (path, os.path.realpath(path)):
         bare = p[len("/usr"):] if p.startswith("/usr/") else p
-        candidates += [p, bare, "/usr" + bare]
-    for candidate in dict.fromkeys(candidates):
-        out = run("dpkg", "-S", candidate)
-        for line in out.stdout.splitlines():
-            if out.returncode == 0 and not line.startswith("diversion"):
-                return line.split(":", 1)[0]
-    return None
+        out += [p, bare, "/usr" + bare]
+    return list(dict.fromkeys(out))
+
+
+def packages_of(paths):
+    """Library path -> the package that installed it (None when none did), from one dpkg -S over
+    every candidate path (one call: each call reads dpkg's whole file database)."""
+    wanted = sorted({c for p in paths for c in candidates(p)})
+    owner = {}
+    out = run("dpkg", "-S", *wanted) if wanted else None
+    for line in out.stdout.splitlines() if out else []:
+        if line.startswith("diversion"):
+            continue
+        packages, sep, path = line.partition(": ")
+        if sep:
+            owner.setdefault(path.strip(), packages.split(",")[0].split(":")[0].strip())
+    return {p: next((owner[c] for c in candidates(p) if c in owner), None) for p in paths}
 
 
 def is_elf(path):
@@ -152,8 +162,7 @@ def check(build, required, prefix):
                    if is_elf(os.path.join(d, f)))
     if not elves:
         raise Failure("no ELF file under the staged prefix")
-    needed_by = {}  # package -> (file, library) first seen
-    libraries = {}  # library path -> package
+    linked = {}  # library path -> (file, library) first seen
     problems = []
     for elf in elves:
         rel = os.path.relpath(elf, prefix)
@@ -167,12 +176,13 @@ def check(build, required, prefix):
             m = re.search(r"=> (/\S+)", line) or re.match(r"\s*(/\S+) \(", line)
             if m is None or m.group(1).startswith(prefix + os.sep):
                 continue  # linux-vdso.so.1
-            lib = m.group(1)
-            if lib not in libraries:
-                libraries[lib] = package_of(lib)
-                if libraries[lib] is None:
-                    raise Failure(f"{lib} (needed by {rel}) belongs to no Debian package")
-            needed_by.setdefault(libraries[lib], (rel, os.path.basename(lib)))
+            linked.setdefault(m.group(1), (rel, os.path.basename(m.group(1))))
+    libraries = packages_of(linked)  # library path -> package
+    needed_by = {}  # package -> (file, library) first seen
+    for lib, (rel, name) in sorted(linked.items()):
+        if libraries[lib] is None:
+            raise Failure(f"{lib} (needed by {rel}) belongs to no Debian package")
+        needed_by.setdefault(libraries[lib], (rel, name))
 
     packages = installed_packages()
     installs = closure(runtime, packages)
