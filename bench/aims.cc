@@ -80,7 +80,8 @@ std::string Aims::Summary() const {
   int met = 0, missed = 0, not_run = 0;
   for (size_t i = 0; i < aims_.size(); ++i) {
     const Aim& aim = aims_[i];
-    absl::StrAppend(&out, i == 0 ? " " : ", ", aim.name, " ", aim.Condition(), " ", AimStateText(aim.state()));
+    absl::StrAppend(&out, i == 0 ? " " : ", ", aim.name, " ", aim.Condition(), " ",
+                    AimStateText(aim.state()));
     switch (aim.state()) {
       case AimState::kMet:
         ++met;

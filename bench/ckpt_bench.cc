@@ -245,8 +245,8 @@ bool Run(bool quick, bench::Report& report) {
               .reference = "plain read (cold)",
               .reference_value = read_gbs});
   std::printf("  checkpoint save     %6.3f s  %6.2f GB/s  = %.2fx plain write  %s (>= %.2f)\n",
-              Median(save_s), rate(Median(save_s)), Median(write_s) / Median(save_s), bench::Verdict(met),
-              kSaveAimRatio);
+              Median(save_s), rate(Median(save_s)), Median(write_s) / Median(save_s),
+              bench::Verdict(met), kSaveAimRatio);
   std::printf("  plain read (cold)   %6.3f s  %6.2f GB/s\n", Median(read_s), rate(Median(read_s)));
   std::printf("  restore, verified   %6.3f s  %6.2f GB/s  = %.2fx plain read\n", Median(restore_s),
               rate(Median(restore_s)), Median(read_s) / Median(restore_s));

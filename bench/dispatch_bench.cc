@@ -2,7 +2,8 @@
 // Schedule/Join, against plain RpcClient round trips to the same worker processes measured in
 // the same run.
 //
-// Usage: dispatch_bench [--quick] [--json=PATH]   (--json: the figures as JSON too, bench/report.h)
+// Usage: dispatch_bench [--quick] [--json=PATH]
+//   (--json: the figures as JSON too, bench/report.h)
 //
 // The cluster is real: one parameter server and four workers (bin/asyncps_test_program, whose
 // Program has "noop") started through LocalCluster, with this process as the chief. Each
@@ -362,7 +363,8 @@ int Run(bool quick, bench::Report& report) {
       const double runs = Result::PerSecond(r.ops, r.run);
       const double ratio = closures / heartbeats;
       const double overhead = 1 - ratio;
-      const std::string label = absl::StrCat("workers=", workers, " in_flight/worker=", per_worker);
+      const std::string label =
+          absl::StrCat("workers=", workers, " in_flight/worker=", per_worker);
       const bool met = report.Add({.name = label + " coordinator",
                                    .value = closures,
                                    .unit = "closures/s",
@@ -372,7 +374,9 @@ int Run(bool quick, bench::Report& report) {
                                    .note = absl::StrCat("median round ratio ", r.median_ratio)});
       report.Add({.name = label + " raw worker.Run(noop)", .value = runs, .unit = "calls/s"});
       std::string verdict;
-      if (per_worker == kAimInFlight) verdict = met ? "  AIM MET (<= 10%)" : "  AIM MISSED (<= 10%)";
+      if (per_worker == kAimInFlight) {
+        verdict = met ? "  AIM MET (<= 10%)" : "  AIM MISSED (<= 10%)";
+      }
       std::printf(
           "workers=%d in_flight/worker=%d: coordinator %6.0f closures/s | raw heartbeat %6.0f calls/s "
           "(%2d in flight) | ratio=%.2f overhead=%5.1f%% (median round ratio %.2f)%s\n"

@@ -97,7 +97,8 @@ bool Run(const std::string& kind, const Shape& shape, int repeats, bench::Report
               .unit = "ms",
               .reference = "std::fill of the same bytes",
               .reference_value = best_fill.cpu * 1e3,
-              .note = absl::StrFormat("wall %.1f ms, fill wall %.1f ms", best.wall * 1e3, best_fill.wall * 1e3)});
+              .note = absl::StrFormat("wall %.1f ms, fill wall %.1f ms", best.wall * 1e3,
+                                      best_fill.wall * 1e3)});
   return true;
 }
 

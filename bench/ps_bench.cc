@@ -349,7 +349,8 @@ std::string SizeLabel(size_t bytes) {
 
 // Prints a dense figure beside its references and adds it to `report`, judged against the
 // aim `aim`; returns whether the aim was met.
-bool ReportDense(Report& report, int num_ps, const char* what, size_t bytes, const Timing& t, const char* aim) {
+bool ReportDense(Report& report, int num_ps, const char* what, size_t bytes, const Timing& t,
+                 const char* aim) {
   const double gbs = static_cast<double>(bytes) / t.op_seconds / 1e9;
   const double raw_gbs = static_cast<double>(bytes) / t.raw_seconds / 1e9;
   const double memcpy_gbs = static_cast<double>(bytes) / t.memcpy_seconds / 1e9;
@@ -363,7 +364,8 @@ bool ReportDense(Report& report, int num_ps, const char* what, size_t bytes, con
                                .aim = aim});
   report.Add({.name = label + ", memcpy of the same bytes", .value = memcpy_gbs, .unit = "GB/s"});
   if (t.adam_seconds > 0) {
-    report.Add({.name = label + ", Adam alone", .value = static_cast<double>(bytes) / t.adam_seconds / 1e9,
+    report.Add({.name = label + ", Adam alone",
+                .value = static_cast<double>(bytes) / t.adam_seconds / 1e9,
                 .unit = "GB/s"});
   }
   const std::string adam = t.adam_seconds > 0
@@ -379,7 +381,8 @@ bool ReportDense(Report& report, int num_ps, const char* what, size_t bytes, con
   return met;
 }
 
-bool ReportSparse(Report& report, int num_ps, const char* what, int64_t batch, const Timing& t, const char* aim) {
+bool ReportSparse(Report& report, int num_ps, const char* what, int64_t batch, const Timing& t,
+                  const char* aim) {
   const double bytes = static_cast<double>(batch * kEmbeddingDim) * sizeof(float);
   const double rows = static_cast<double>(batch) / t.op_seconds;
   const double raw_rows = static_cast<double>(batch) / t.raw_seconds;
@@ -392,7 +395,8 @@ bool ReportSparse(Report& report, int num_ps, const char* what, int64_t batch, c
                                .reference = absl::StrFormat("raw TCP x%d conn", num_ps),
                                .reference_value = raw_rows / 1e6,
                                .aim = aim});
-  report.Add({.name = label + ", memcpy of the same rows", .value = memcpy_rows / 1e6, .unit = "Mrows/s"});
+  report.Add(
+      {.name = label + ", memcpy of the same rows", .value = memcpy_rows / 1e6, .unit = "Mrows/s"});
   std::printf(
       "ps=%d %-17s %5lld ids %6.2f Mrows/s (%6.3f ms, %5.2f GB/s) | raw TCP %6.2f Mrows/s "
       "x%d conn  ratio %.2f  %-10s (%s) | memcpy %6.1f Mrows/s\n",
@@ -717,7 +721,8 @@ bool RunCluster(int num_ps, const Config& config, Report& report) {
       // Twice the push case's iterations: the difference sought is small beside the noise.
       auto t = MeasurePair(2 * iterations(its), tagged, untagged);
       if (!t) return false;
-      const bool met = report.Add({.name = absl::StrFormat("ps=%d dense push+Adam %s dedup on", num_ps, SizeLabel(bytes)),
+      const bool met = report.Add({.name = absl::StrFormat("ps=%d dense push+Adam %s dedup on", num_ps,
+                                                           SizeLabel(bytes)),
                                    .value = t->a_seconds * 1e3,
                                    .unit = "ms",
                                    .reference = "dedup off",
@@ -804,7 +809,8 @@ int Run(const Config& config, Report& report) {
   aims.Declare(kDensePull, bench::AimBound::kAtLeast, kDensePullAim);
   aims.Declare(kSparse, bench::AimBound::kAtLeast, kSparseAim);
   aims.Declare(kDedup, bench::AimBound::kAtMost, kDedupCostAim);
-  if (std::string("ps=1 small push").find(config.only) != std::string::npos && !RunSmallPushes(config, report)) {
+  if (std::string("ps=1 small push").find(config.only) != std::string::npos &&
+      !RunSmallPushes(config, report)) {
     std::printf("small push FAILED (see stderr)\n");
     return 1;
   }

@@ -42,7 +42,9 @@ const char* StateWord(AimState state) {
 
 bool ParseJsonFlag(const char* arg, std::string* path) {
   constexpr char kFlag[] = "--json=";
-  if (std::strncmp(arg, kFlag, sizeof(kFlag) - 1) != 0 || arg[sizeof(kFlag) - 1] == '\0') return false;
+  if (std::strncmp(arg, kFlag, sizeof(kFlag) - 1) != 0 || arg[sizeof(kFlag) - 1] == '\0') {
+    return false;
+  }
   *path = arg + sizeof(kFlag) - 1;
   return true;
 }

@@ -37,11 +37,20 @@ TEST(Report, JsonHoldsFiguresAndAims) {
   Report report = MakeReport();
   report.aims().Declare("dense pull", AimBound::kAtLeast, 0.9);
   report.aims().Declare("sparse", AimBound::kAtLeast, 0.5);
-  EXPECT_FALSE(report.Add({.name = "ps=1 dense pull 4MiB", .value = 1.5, .unit = "GB/s", .reference = "raw TCP",
-                           .reference_value = 2.0, .aim = "dense pull"}));
+  EXPECT_FALSE(report.Add({.name = "ps=1 dense pull 4MiB",
+                           .value = 1.5,
+                           .unit = "GB/s",
+                           .reference = "raw TCP",
+                           .reference_value = 2.0,
+                           .aim = "dense pull"}));
   EXPECT_TRUE(report.Add({.name = "call floor", .value = 40, .unit = "us"}));
-  EXPECT_TRUE(report.Add({.name = "dedup", .value = 7, .unit = "ms", .reference = "off", .reference_value = 7,
-                          .ratio = 1.01, .note = "paired"}));
+  EXPECT_TRUE(report.Add({.name = "dedup",
+                          .value = 7,
+                          .unit = "ms",
+                          .reference = "off",
+                          .reference_value = 7,
+                          .ratio = 1.01,
+                          .note = "paired"}));
 
   const nlohmann::json j = nlohmann::json::parse(report.Json(true));
   EXPECT_EQ(j["schema"], 1);
@@ -90,7 +99,10 @@ TEST(Report, UndeclaredAimIsMissedInTheJsonToo) {
 
 TEST(Report, NonFiniteNumbersAreNull) {
   Report report = MakeReport();
-  report.Add({.name = "x", .value = std::numeric_limits<double>::quiet_NaN(), .unit = "s", .reference = "y",
+  report.Add({.name = "x",
+              .value = std::numeric_limits<double>::quiet_NaN(),
+              .unit = "s",
+              .reference = "y",
               .reference_value = 0});
   const nlohmann::json j = nlohmann::json::parse(report.Json(false));
   EXPECT_EQ(j["complete"], false);

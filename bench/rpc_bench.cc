@@ -391,7 +391,9 @@ bool RunInFlight(RpcClient& client, const Layout& layout, const std::vector<int>
                 .reference = "raw echo",
                 .reference_value = raw_rate});
     std::string aim;
-    if (window == 64) aim = absl::StrFormat("  %s (>= %.1f)", Verdict(met), kMinInFlightThroughputRatio);
+    if (window == 64) {
+      aim = absl::StrFormat("  %s (>= %.1f)", Verdict(met), kMinInFlightThroughputRatio);
+    }
     std::printf("in flight %2d: rpc %7.0f calls/s | raw echo %7.0f/s  ratio %.2f%s | always-inline echo %7.0f/s (%.2fx raw)\n",
                 window, rate, raw_rate, ratio, aim.c_str(), Median(inline_rates), Median(inline_rates) / raw_rate);
     if (latency) {
@@ -516,8 +518,13 @@ int Run(const Config& config, Report& report) {
                                        .aim = large ? kLargeThroughputAim : ""});
     std::string latency_aim;
     std::string throughput_aim;
-    if (small) latency_aim = absl::StrFormat("  %s (<= %.1f)", Verdict(small_met), kMaxSmallLatencyRatio);
-    if (large) throughput_aim = absl::StrFormat("  %s (>= %.1f)", Verdict(large_met), kMinLargeThroughputRatio);
+    if (small) {
+      latency_aim = absl::StrFormat("  %s (<= %.1f)", Verdict(small_met), kMaxSmallLatencyRatio);
+    }
+    if (large) {
+      throughput_aim =
+          absl::StrFormat("  %s (>= %.1f)", Verdict(large_met), kMinLargeThroughputRatio);
+    }
     std::printf(
         "size=%-7s rpc p50=%.1fus p99=%.0fus  raw p50=%.1fus p99=%.0fus  ratio p50=%.2f%s  "
         "| rpc %.1f MB/s raw %.1f MB/s ratio=%.2f%s\n",
@@ -569,7 +576,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--quick] [--only=SUBSTRING] [--pin=split|same|none] [--windows=1,8,64] [--json=PATH]\n",
+                   "usage: %s [--quick] [--only=SUBSTRING] [--pin=split|same|none] [--windows=1,8,64] "
+                   "[--json=PATH]\n",
                    argv[0]);
       return 2;
     }

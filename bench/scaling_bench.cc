@@ -339,8 +339,8 @@ std::string Signed(double relative) { return absl::StrFormat("%+.0f%%", 100 * re
 
 // Prints one workload's table, and the mean absolute error of the 2-core predictions over the
 // validation points (W, P in {1, 2}, without W=1 P=1, which the latency is fitted to).
-void Report(const Config& config, const std::string& workload, const std::vector<Measurement>& runs,
-            bench::Report& report) {
+void Report(const Config& config, const std::string& workload,
+            const std::vector<Measurement>& runs, bench::Report& report) {
   const bool train = workload == "train";
   const Measurement* base = nullptr;
   for (const Measurement& m : runs) {
@@ -405,7 +405,8 @@ void Report(const Config& config, const std::string& workload, const std::vector
     report.Add({.name = label + " measured here",
                 .value = measured,
                 .unit = unit,
-                .note = absl::StrFormat("cores busy: ours %.2f, others %.2f", m.our_cores, m.others_cores)});
+                .note = absl::StrFormat("cores busy: ours %.2f, others %.2f", m.our_cores,
+                                        m.others_cores)});
     report.Add({.name = label + " model, 2 cores",
                 .value = on_two.units_per_second,
                 .unit = unit,

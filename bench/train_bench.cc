@@ -280,7 +280,8 @@ constexpr char kSpeedAim[] = "distributed / one process (1 thread) examples/s";
 constexpr double kSpeedAimRatio = 1.0;
 
 void AddReference(bench::Report& report, const std::string& label, const Run& r) {
-  report.Add({.name = label + " examples/s", .value = r.result.examples_per_second, .unit = "examples/s"});
+  report.Add(
+      {.name = label + " examples/s", .value = r.result.examples_per_second, .unit = "examples/s"});
   report.Add({.name = label + " test accuracy", .value = r.result.test_accuracy, .unit = ""});
   report.Add({.name = label + " CPU per step", .value = RefCpuPerStepMs(r), .unit = "ms"});
 }

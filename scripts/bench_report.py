@@ -133,6 +133,13 @@ def fmt(x):
     return f"{x:.3g}"
 
 
+def fmt_ratio(x):
+    """A ratio with two decimals (two significant digits below 0.1); empty for none."""
+    if x is None:
+        return ""
+    return f"{x:.2f}" if abs(x) >= 0.1 else f"{x:.2g}"
+
+
 def cell(text):
     """Text safe inside a markdown table cell."""
     return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
@@ -179,7 +186,7 @@ def render_bench(report):
             if f.get("note"):
                 figure += f" ({cell(f['note'])})"
             lines.append(f"| {figure} | {with_unit(f.get('value'), cell(unit))} | {reference} | "
-                         f"{fmt(f.get('ratio')) if f.get('ratio') is not None else ''} | {aim_text} |")
+                         f"{fmt_ratio(f.get('ratio'))} | {aim_text} |")
         lines.append("")
     aims = report.get("aims", [])
     if aims:

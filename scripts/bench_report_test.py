@@ -52,7 +52,7 @@ class RenderFixture(unittest.TestCase):
         self.assertEqual(self.lines[header + 1], "|---|---:|---|---:|---|")
         rows = self.lines[header + 2:header + 6]
         self.assertEqual(rows, [
-            "| ps=1 dense pull 4MiB | 1.92 GB/s | raw TCP x1 conn: 2.40 GB/s | 0.801 | >= 0.90 **missed** |",
+            "| ps=1 dense pull 4MiB | 1.92 GB/s | raw TCP x1 conn: 2.40 GB/s | 0.80 | >= 0.90 **missed** |",
             "| ps=2 dense pull 4MiB | 2.50 GB/s | raw TCP x2 conn: 2.50 GB/s | 1.00 | >= 0.90 met |",
             "| ps=1 call floor (empty RPC) | 41.7 us | raw TCP 1 byte + ack: 30.2 us | 1.38 |  |",
             "| a\\|b small push 64 in flight (adaptive dispatch) | 123,457 req/s |  |  |  |",
