@@ -2,7 +2,9 @@
 // against a plain sequential write (with fsync) and read of the same number of bytes to the
 // same directory (same disk), measured in the same run.
 //
-// Usage: ckpt_bench [--quick]      (--quick: 32 MiB, one round; a smoke run for ctest)
+// Usage: ckpt_bench [--quick] [--json=PATH]
+//   --quick: 32 MiB, one round (a smoke run for ctest); --json: the figures as JSON too
+//   (bench/report.h).
 //
 // The variables are 8 f32 tables of 128 MiB each (4 MiB with --quick), placed round-robin on
 // 2 PS, so each PS writes half the bytes into its own file, in parallel with the other.
@@ -38,6 +40,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_flags.h"
+#include "bench/report.h"
 #include "bench/stats.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/initializers.h"
@@ -108,7 +111,10 @@ double PlainRead(const std::string& path, char* data, size_t bytes) {
   return Seconds(start);
 }
 
-bool Run(bool quick) {
+constexpr char kSaveAim[] = "checkpoint save";
+constexpr double kSaveAimRatio = 0.8;  // checkpoint save GB/s / plain write+fsync GB/s
+
+bool Run(bool quick, bench::Report& report) {
   const int kTables = 8;
   const int64_t table_bytes = quick ? (int64_t{4} << 20) : (int64_t{128} << 20);
   const int64_t cols = 1024;
@@ -217,14 +223,37 @@ bool Run(bool quick) {
               rounds);
   std::printf("  plain write+fsync   %6.3f s  %6.2f GB/s\n", Median(write_s),
               rate(Median(write_s)));
-  std::printf("  checkpoint save     %6.3f s  %6.2f GB/s  = %.2fx plain write (aim >= 0.80)\n",
-              Median(save_s), rate(Median(save_s)), Median(write_s) / Median(save_s));
+  report.aims().Declare(kSaveAim, bench::AimBound::kAtLeast, kSaveAimRatio);
+  const double write_gbs = rate(Median(write_s));
+  const double read_gbs = rate(Median(read_s));
+  report.Add({.name = "plain write+fsync", .value = write_gbs, .unit = "GB/s"});
+  const bool met = report.Add({.name = "checkpoint save",
+                               .value = rate(Median(save_s)),
+                               .unit = "GB/s",
+                               .reference = "plain write+fsync",
+                               .reference_value = write_gbs,
+                               .aim = kSaveAim});
+  report.Add({.name = "plain read (cold)", .value = read_gbs, .unit = "GB/s"});
+  report.Add({.name = "restore, verified",
+              .value = rate(Median(restore_s)),
+              .unit = "GB/s",
+              .reference = "plain read (cold)",
+              .reference_value = read_gbs});
+  report.Add({.name = "restore, PS checks",
+              .value = rate(Median(restore_fast_s)),
+              .unit = "GB/s",
+              .reference = "plain read (cold)",
+              .reference_value = read_gbs});
+  std::printf("  checkpoint save     %6.3f s  %6.2f GB/s  = %.2fx plain write  %s (>= %.2f)\n",
+              Median(save_s), rate(Median(save_s)), Median(write_s) / Median(save_s),
+              bench::Verdict(met), kSaveAimRatio);
   std::printf("  plain read (cold)   %6.3f s  %6.2f GB/s\n", Median(read_s), rate(Median(read_s)));
   std::printf("  restore, verified   %6.3f s  %6.2f GB/s  = %.2fx plain read\n", Median(restore_s),
               rate(Median(restore_s)), Median(read_s) / Median(restore_s));
   std::printf("  restore, PS checks  %6.3f s  %6.2f GB/s  = %.2fx plain read\n",
               Median(restore_fast_s), rate(Median(restore_fast_s)),
               Median(read_s) / Median(restore_fast_s));
+  std::printf("%s\n", report.aims().Summary().c_str());
   return true;
 }
 
@@ -233,7 +262,9 @@ bool Run(bool quick) {
 
 int main(int argc, char** argv) {
   bool quick = false;
-  if (!asyncps::bench::ParseBenchFlags(argc, argv, &quick)) return 2;
+  std::string json;
+  if (!asyncps::bench::ParseBenchFlags(argc, argv, &quick, &json)) return 2;
   asyncps::InitLogging("bench", 0, "warn");
-  return asyncps::Run(quick) ? 0 : 1;
+  asyncps::bench::Report report(argc, argv);
+  return report.Finish(json, asyncps::Run(quick, report) ? 0 : 1);
 }

@@ -2,7 +2,7 @@
 // Batch(128), and of the full training pipeline (+ Shuffle + Prefetch), beside a raw zlib
 // gzread of the same file measured in the same run (its bytes counted as 784-byte examples).
 //
-// Usage: data_bench [--quick]
+// Usage: data_bench [--quick] [--json=PATH]    (--json: the figures as JSON too, bench/report.h)
 //
 // Rounds alternate raw / pipeline so that noise on the shared machine hits both alike; the
 // best round of each is reported. Exits 0 whether or not the ratio is good: it is a
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "bench/report.h"
 #include "data/dataset.h"
 
 namespace asyncps::data {
@@ -81,7 +82,7 @@ double Pipeline(const Dataset& dataset, int64_t examples) {
   return static_cast<double>(examples) / Seconds(start);
 }
 
-int Main(bool quick) {
+int Main(bool quick, bench::Report& report) {
   if (!std::filesystem::exists(kImages)) {
     std::printf("data_bench: %s not found (install dataset-fashion-mnist); nothing measured\n",
                 kImages);
@@ -117,7 +118,13 @@ int Main(bool quick) {
   std::printf("data_bench: %lld Fashion-MNIST train images (gzipped IDX), best of %d round(s)\n",
               static_cast<long long>(examples), rounds);
   std::printf("  %-46s %12.0f examples/s  (reference)\n", "raw gzread of the same bytes", raw_best);
+  report.Add({.name = "raw gzread of the same bytes", .value = raw_best, .unit = "examples/s"});
   for (const Case& c : cases) {
+    report.Add({.name = c.name,
+                .value = c.best,
+                .unit = "examples/s",
+                .reference = "raw gzread",
+                .reference_value = raw_best});
     std::printf("  %-46s %12.0f examples/s  ratio %.2f of raw\n", c.name, c.best,
                 c.best / raw_best);
   }
@@ -129,6 +136,8 @@ int Main(bool quick) {
 
 int main(int argc, char** argv) {
   bool quick;
-  if (!asyncps::bench::ParseBenchFlags(argc, argv, &quick)) return 2;
-  return asyncps::data::Main(quick);
+  std::string json;
+  if (!asyncps::bench::ParseBenchFlags(argc, argv, &quick, &json)) return 2;
+  asyncps::bench::Report report(argc, argv);
+  return report.Finish(json, asyncps::data::Main(quick, report));
 }

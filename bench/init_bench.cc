@@ -2,7 +2,7 @@
 // std::fill, measured in the same run: what a CreateVariable of a large random table costs
 // beyond touching its memory.
 //
-// Usage: init_bench [--quick]
+// Usage: init_bench [--quick] [--json=PATH]    (--json: the figures as JSON too, bench/report.h)
 //
 // Cases: an f32[10^8] (400 MB) vector — the shape that once took over a minute because every
 // row seeded its own generator — with truncated_normal, normal, uniform and zeros, and a
@@ -23,7 +23,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "bench/bench_flags.h"
+#include "bench/report.h"
 #include "core/tensor.h"
 #include "ps/shard_initializer.h"
 
@@ -59,7 +62,7 @@ Timing FillTiming(const Shape& shape) {
   return out;
 }
 
-bool Run(const std::string& kind, const Shape& shape, int repeats) {
+bool Run(const std::string& kind, const Shape& shape, int repeats, bench::Report& report) {
   ps::InitializerSpec spec;
   spec.kind = kind;
   spec.seed = 7;
@@ -89,18 +92,29 @@ bool Run(const std::string& kind, const Shape& shape, int repeats) {
       "(wall %6.1f ms) | ratio %5.1fx fill\n",
       kind.c_str(), ShapeString(shape).c_str(), best.cpu * 1e3, best.cpu / elements * 1e9, best.wall * 1e3,
       best_fill.cpu * 1e3, best_fill.wall * 1e3, best.cpu / best_fill.cpu);
+  report.Add({.name = absl::StrCat("init ", kind, " f32", ShapeString(shape), " CPU time"),
+              .value = best.cpu * 1e3,
+              .unit = "ms",
+              .reference = "std::fill of the same bytes",
+              .reference_value = best_fill.cpu * 1e3,
+              .note = absl::StrFormat("wall %.1f ms, fill wall %.1f ms", best.wall * 1e3,
+                                      best_fill.wall * 1e3)});
   return true;
 }
 
 int Main(int argc, char** argv) {
   bool quick;
-  if (!bench::ParseBenchFlags(argc, argv, &quick)) return 2;
+  std::string json;
+  if (!bench::ParseBenchFlags(argc, argv, &quick, &json)) return 2;
+  bench::Report report(argc, argv);
   const int64_t n = quick ? 1000000 : 100000000;
   const int repeats = quick ? 1 : 3;
   bool ok = true;
-  for (const char* kind : {"truncated_normal", "normal", "uniform", "zeros"}) ok = ok && Run(kind, {n}, repeats);
-  ok = ok && Run("truncated_normal", {n / 100, 100}, repeats);
-  return ok ? 0 : 1;
+  for (const char* kind : {"truncated_normal", "normal", "uniform", "zeros"}) {
+    ok = ok && Run(kind, {n}, repeats, report);
+  }
+  ok = ok && Run("truncated_normal", {n / 100, 100}, repeats, report);
+  return report.Finish(json, ok ? 0 : 1);
 }
 
 }  // namespace

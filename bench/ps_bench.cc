@@ -2,11 +2,12 @@
 // bytes, measured in the same run over loopback with real PS processes (1 PS, then 2 PS).
 //
 // Usage: ps_bench [--quick] [--only=SUBSTRING] [--pin=split|same|none]
-//                 [--sparse_pin=split|same|none] [--scale=N]
+//                 [--sparse_pin=split|same|none] [--scale=N] [--json=PATH]
 //
 // --only runs just the cases whose label ("ps=2 dense pull 64MiB", "ps=1 sparse gather 1000")
 // contains SUBSTRING, and --scale=N runs N times the iterations, for profiling one case with
-// perf.
+// perf. An aim none of whose cases ran is reported "not run" (bench/aims.h). --json=PATH also
+// writes the figures as JSON (bench/report.h).
 //
 // Cases, for each PS count:
 //   * dense pull (PsClient::Read) and dense push of a gradient with Adam applied on the PS
@@ -58,7 +59,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "bench/aims.h"
 #include "bench/pipelined_echo.h"
+#include "bench/report.h"
 #include "bench/stats.h"
 #include "coordinator/initializers.h"
 #include "ps/update_rule.h"
@@ -77,6 +80,8 @@ namespace {
 
 using bench::Median;
 using bench::Percentile;
+using bench::Report;
+using bench::Verdict;
 
 using Clock = std::chrono::steady_clock;
 using net::tcp;
@@ -89,6 +94,18 @@ constexpr double kDensePullAim = 0.9;
 constexpr double kSparseAim = 0.5;
 // Dense push+Adam with deduplication over the same push without it.
 constexpr double kDedupCostAim = 1.05;
+// Small pushes against a raw echo with as many in flight: 64 in flight (throughput), 1 in
+// flight (p50 latency).
+constexpr double kSmallPushThroughputAim = 1.3;
+constexpr double kSmallPushLatencyAim = 1.3;
+
+// The aims' names in the summary and the JSON report.
+constexpr char kDensePush[] = "dense push+Adam";
+constexpr char kDensePull[] = "dense pull";
+constexpr char kSparse[] = "sparse";
+constexpr char kDedup[] = "dedup on/off";
+constexpr char kSmallPushThroughput[] = "small push 64 in flight";
+constexpr char kSmallPushLatency[] = "small push p50 latency";
 
 constexpr int64_t kDenseCols = 1024;
 constexpr int64_t kTableRows = 1000000;
@@ -111,8 +128,6 @@ constexpr Iterations kSparse10k = {200, 4};
 double Seconds(Clock::time_point begin, Clock::time_point end) {
   return std::chrono::duration<double>(end - begin).count();
 }
-
-const char* Verdict(bool met) { return met ? "AIM MET" : "AIM MISSED"; }
 
 // ----- raw TCP reference -------------------------------------------------------------------------
 
@@ -332,39 +347,62 @@ std::string SizeLabel(size_t bytes) {
                             : absl::StrFormat("%dKiB", bytes >> 10);
 }
 
-// Prints a dense figure beside its references; returns whether the aim was met.
-bool ReportDense(int num_ps, const char* what, size_t bytes, const Timing& t, double aim) {
+// Prints a dense figure beside its references and adds it to `report`, judged against the
+// aim `aim`; returns whether the aim was met.
+bool ReportDense(Report& report, int num_ps, const char* what, size_t bytes, const Timing& t,
+                 const char* aim) {
   const double gbs = static_cast<double>(bytes) / t.op_seconds / 1e9;
   const double raw_gbs = static_cast<double>(bytes) / t.raw_seconds / 1e9;
   const double memcpy_gbs = static_cast<double>(bytes) / t.memcpy_seconds / 1e9;
   const double ratio = gbs / raw_gbs;
-  const bool met = ratio >= aim;
+  const std::string label = absl::StrFormat("ps=%d %s %s", num_ps, what, SizeLabel(bytes));
+  const bool met = report.Add({.name = label,
+                               .value = gbs,
+                               .unit = "GB/s",
+                               .reference = absl::StrFormat("raw TCP x%d conn", num_ps),
+                               .reference_value = raw_gbs,
+                               .aim = aim});
+  report.Add({.name = label + ", memcpy of the same bytes", .value = memcpy_gbs, .unit = "GB/s"});
+  if (t.adam_seconds > 0) {
+    report.Add({.name = label + ", Adam alone",
+                .value = static_cast<double>(bytes) / t.adam_seconds / 1e9,
+                .unit = "GB/s"});
+  }
   const std::string adam = t.adam_seconds > 0
                                ? absl::StrFormat(" | Adam alone %5.2f GB/s",
                                                  static_cast<double>(bytes) / t.adam_seconds / 1e9)
                                : "";
   std::printf(
       "ps=%d %-17s %-6s %6.2f GB/s (%7.2f ms) | raw TCP %5.2f GB/s x%d conn  "
-      "ratio %.2f  %-10s (>= %.1f) | memcpy %5.2f GB/s%s\n",
+      "ratio %.2f  %-10s (%s) | memcpy %5.2f GB/s%s\n",
       num_ps, what, SizeLabel(bytes).c_str(), gbs, t.op_seconds * 1e3, raw_gbs, num_ps, ratio,
-      Verdict(met), aim, memcpy_gbs, adam.c_str());
+      Verdict(met), report.aims().Find(aim)->Condition().c_str(), memcpy_gbs, adam.c_str());
   std::fflush(stdout);
   return met;
 }
 
-bool ReportSparse(int num_ps, const char* what, int64_t batch, const Timing& t, double aim) {
+bool ReportSparse(Report& report, int num_ps, const char* what, int64_t batch, const Timing& t,
+                  const char* aim) {
   const double bytes = static_cast<double>(batch * kEmbeddingDim) * sizeof(float);
   const double rows = static_cast<double>(batch) / t.op_seconds;
   const double raw_rows = static_cast<double>(batch) / t.raw_seconds;
   const double memcpy_rows = static_cast<double>(batch) / t.memcpy_seconds;
   const double ratio = rows / raw_rows;
-  const bool met = ratio >= aim;
+  const std::string label = absl::StrFormat("ps=%d %s %d", num_ps, what, batch);
+  const bool met = report.Add({.name = label,
+                               .value = rows / 1e6,
+                               .unit = "Mrows/s",
+                               .reference = absl::StrFormat("raw TCP x%d conn", num_ps),
+                               .reference_value = raw_rows / 1e6,
+                               .aim = aim});
+  report.Add(
+      {.name = label + ", memcpy of the same rows", .value = memcpy_rows / 1e6, .unit = "Mrows/s"});
   std::printf(
       "ps=%d %-17s %5lld ids %6.2f Mrows/s (%6.3f ms, %5.2f GB/s) | raw TCP %6.2f Mrows/s "
-      "x%d conn  ratio %.2f  %-10s (>= %.1f) | memcpy %6.1f Mrows/s\n",
+      "x%d conn  ratio %.2f  %-10s (%s) | memcpy %6.1f Mrows/s\n",
       num_ps, what, static_cast<long long>(batch), rows / 1e6, t.op_seconds * 1e3,
-      bytes * rows / batch / 1e9, raw_rows / 1e6, num_ps, ratio, Verdict(met), aim,
-      memcpy_rows / 1e6);
+      bytes * rows / batch / 1e9, raw_rows / 1e6, num_ps, ratio, Verdict(met),
+      report.aims().Find(aim)->Condition().c_str(), memcpy_rows / 1e6);
   std::fflush(stdout);
   return met;
 }
@@ -414,6 +452,7 @@ struct Config {
   std::string pin = "split";
   std::string sparse_pin = "none";  // the same for the one-PS sparse cases
   int scale = 1;  // multiplies the full runs' iteration counts (for profiling one case)
+  std::string json;  // --json=PATH: where the figures go as JSON; empty: nowhere
 };
 
 // ----- small pushes in flight --------------------------------------------------------------------
@@ -464,7 +503,7 @@ absl::StatusOr<SmallPushTarget> StartSmallPushTarget(bool inline_small_updates) 
 // net::Dispatch::kAdaptive) and to one that always applies small updates on its I/O thread
 // (--ps_inline_small_updates), beside a raw TCP echo of 64-byte messages with as many in
 // flight (one system call per message). The three alternate round by round.
-bool RunSmallPushes(const Config& config) {
+bool RunSmallPushes(const Config& config, Report& report) {
   auto inline_target = StartSmallPushTarget(true);
   auto default_target = StartSmallPushTarget(false);
   if (!inline_target.ok() || !default_target.ok()) {
@@ -504,19 +543,47 @@ bool RunSmallPushes(const Config& config) {
     const double rate = Median(default_rates);
     const double raw_rate = Median(raw_rates);
     const double ratio = rate / raw_rate;
+    const std::string label = absl::StrFormat("ps=1 small push %d in flight", window);
+    const bool met = report.Add({.name = label,
+                                 .value = rate,
+                                 .unit = "req/s",
+                                 .reference = "raw echo",
+                                 .reference_value = raw_rate,
+                                 .aim = window == 64 ? kSmallPushThroughput : ""});
+    report.Add({.name = label + ", inline small updates",
+                .value = Median(inline_rates),
+                .unit = "req/s",
+                .reference = "raw echo",
+                .reference_value = raw_rate});
     std::printf(
         "ps=1 small push %2d in flight: %7.0f req/s | raw echo %7.0f req/s  ratio %.2f%s | inline small updates "
         "%7.0f req/s (%.2fx raw)\n",
         window, rate, raw_rate, ratio,
-        window == 64 ? absl::StrFormat("  %s (>= 1.3)", Verdict(ratio >= 1.3)).c_str() : "", Median(inline_rates),
-        Median(inline_rates) / raw_rate);
+        window == 64 ? absl::StrFormat("  %s (>= %.1f)", Verdict(met), kSmallPushThroughputAim).c_str() : "",
+        Median(inline_rates), Median(inline_rates) / raw_rate);
     if (latency) {
       const double p50 = Median(default_micros);
       const double raw_p50 = Median(raw_micros);
+      const bool latency_met = report.Add({.name = "ps=1 small push p50 latency, 1 in flight",
+                                           .value = p50,
+                                           .unit = "us",
+                                           .reference = "raw round trip",
+                                           .reference_value = raw_p50,
+                                           .aim = kSmallPushLatency});
+      report.Add({.name = "ps=1 small push p99 latency, 1 in flight",
+                  .value = Percentile(default_micros, 0.99),
+                  .unit = "us",
+                  .reference = "raw round trip",
+                  .reference_value = Percentile(raw_micros, 0.99)});
+      report.Add({.name = "ps=1 small push p50 latency, 1 in flight, inline small updates",
+                  .value = Median(inline_micros),
+                  .unit = "us",
+                  .reference = "raw round trip",
+                  .reference_value = raw_p50});
       std::printf("ps=1 small push p50 latency, 1 in flight: %.1f us (p99 %.0f) | raw round trip %.1f us (p99 %.0f)  "
-                  "ratio %.2f  %s (<= 1.3) | inline small updates %.1f us (%.2fx raw)\n",
+                  "ratio %.2f  %s (<= %.1f) | inline small updates %.1f us (%.2fx raw)\n",
                   p50, Percentile(default_micros, 0.99), raw_p50, Percentile(raw_micros, 0.99), p50 / raw_p50,
-                  Verdict(p50 / raw_p50 <= 1.3), Median(inline_micros), Median(inline_micros) / raw_p50);
+                  Verdict(latency_met), kSmallPushLatencyAim, Median(inline_micros), Median(inline_micros) / raw_p50);
     }
     std::fflush(stdout);
   }
@@ -561,15 +628,9 @@ class SparsePinning {
   pid_t ps_pid_ = 0;
 };
 
-struct Aims {
-  bool dense_push = true;
-  bool dense_pull = true;
-  bool sparse = true;
-  bool dedup = true;
-};
-
-// Runs every selected case against a fresh cluster of `num_ps` PS processes. False on failure.
-bool RunCluster(int num_ps, const Config& config, Aims& aims) {
+// Runs every selected case against a fresh cluster of `num_ps` PS processes, adding its figures
+// to `report`. False on failure.
+bool RunCluster(int num_ps, const Config& config, Report& report) {
   auto selected = [&](const char* what, const std::string& size) {
     return absl::StrFormat("ps=%d %s %s", num_ps, what, size).find(config.only) !=
            std::string::npos;
@@ -603,6 +664,11 @@ bool RunCluster(int num_ps, const Config& config, Aims& aims) {
     if (!floor.ok) return false;
     std::printf("ps=%d call floor: empty RPC (ps.Health) %.0f us | raw TCP 1 byte + ack %.0f us\n",
                 num_ps, floor.op_seconds * 1e6, floor.raw_seconds * 1e6);
+    report.Add({.name = absl::StrFormat("ps=%d call floor (empty RPC)", num_ps),
+                .value = floor.op_seconds * 1e6,
+                .unit = "us",
+                .reference = "raw TCP 1 byte + ack",
+                .reference_value = floor.raw_seconds * 1e6});
   }
 
   // The dedup cases' closures: one coordinator whose closures finish in order, one per
@@ -636,14 +702,14 @@ bool RunCluster(int num_ps, const Config& config, Aims& aims) {
       Timing pull =
           Measure(num_ps, bytes, iterations(its), [&] { return ps.Read({name}).status(); });
       if (!pull.ok) return false;
-      aims.dense_pull &= ReportDense(num_ps, "dense pull", bytes, pull, kDensePullAim);
+      ReportDense(report, num_ps, "dense pull", bytes, pull, kDensePull);
     }
     if (push_selected) {
       const std::vector<GradientUpdate> push = {{name, Gradient({rows, kDenseCols}), std::nullopt}};
       Timing adam = Measure(num_ps, bytes, iterations(its), [&] { return ps.PushGradients(push); });
       if (!adam.ok) return false;
       adam.adam_seconds = AdamSeconds(bytes, std::max(2, std::min(iterations(its), 10)));
-      aims.dense_push &= ReportDense(num_ps, "dense push+Adam", bytes, adam, kDensePushAim);
+      ReportDense(report, num_ps, "dense push+Adam", bytes, adam, kDensePush);
     }
     if (dedup_selected) {
       const std::vector<GradientUpdate> push = {{name, Gradient({rows, kDenseCols}), std::nullopt}};
@@ -655,14 +721,21 @@ bool RunCluster(int num_ps, const Config& config, Aims& aims) {
       // Twice the push case's iterations: the difference sought is small beside the noise.
       auto t = MeasurePair(2 * iterations(its), tagged, untagged);
       if (!t) return false;
-      const bool met = t->ratio <= kDedupCostAim;
+      const bool met = report.Add({.name = absl::StrFormat("ps=%d dense push+Adam %s dedup on", num_ps,
+                                                           SizeLabel(bytes)),
+                                   .value = t->a_seconds * 1e3,
+                                   .unit = "ms",
+                                   .reference = "dedup off",
+                                   .reference_value = t->b_seconds * 1e3,
+                                   .ratio = t->ratio,
+                                   .aim = kDedup,
+                                   .note = "ratio: median of paired on/off ratios"});
       std::printf(
           "ps=%d %-17s %-6s dedup on %7.2f ms | off %7.2f ms  ratio on/off %.3f (paired; of medians %.3f)  "
           "%-10s (<= %.2f)\n",
           num_ps, "dense push+Adam", SizeLabel(bytes).c_str(), t->a_seconds * 1e3, t->b_seconds * 1e3, t->ratio,
           t->a_seconds / t->b_seconds, Verdict(met), kDedupCostAim);
       std::fflush(stdout);
-      aims.dedup &= met;
     }
   }
 
@@ -704,7 +777,7 @@ bool RunCluster(int num_ps, const Config& config, Aims& aims) {
           num_ps, row_bytes, iterations(its),
           [&] { return ps.Gather("table_sgd", ids[next++ % ids.size()]).status(); }, pinning->receiver_cpu());
       if (!gather.ok) return false;
-      aims.sparse &= ReportSparse(num_ps, "sparse gather", batch, gather, kSparseAim);
+      ReportSparse(report, num_ps, "sparse gather", batch, gather, kSparse);
     }
     const Tensor gradient = Gradient({batch, kEmbeddingDim});
     for (const auto& [selected_push, what, name] :
@@ -717,34 +790,38 @@ bool RunCluster(int num_ps, const Config& config, Aims& aims) {
           [&] { return ps.PushGradients({{table, gradient, ids[next++ % ids.size()]}}); },
           pinning->receiver_cpu());
       if (!push.ok) return false;
-      aims.sparse &= ReportSparse(num_ps, what, batch, push, kSparseAim);
+      ReportSparse(report, num_ps, what, batch, push, kSparse);
     }
   }
   return true;
 }
 
-int Run(const Config& config) {
+int Run(const Config& config, Report& report) {
   std::printf(
       "ps_bench%s: real PS processes on loopback; medians; PS op and raw TCP alternate per "
       "iteration\n",
       config.quick ? " --quick" : "");
   std::fflush(stdout);
-  Aims aims;
-  if (std::string("ps=1 small push").find(config.only) != std::string::npos && !RunSmallPushes(config)) {
+  bench::Aims& aims = report.aims();
+  aims.Declare(kSmallPushThroughput, bench::AimBound::kAtLeast, kSmallPushThroughputAim);
+  aims.Declare(kSmallPushLatency, bench::AimBound::kAtMost, kSmallPushLatencyAim);
+  aims.Declare(kDensePush, bench::AimBound::kAtLeast, kDensePushAim);
+  aims.Declare(kDensePull, bench::AimBound::kAtLeast, kDensePullAim);
+  aims.Declare(kSparse, bench::AimBound::kAtLeast, kSparseAim);
+  aims.Declare(kDedup, bench::AimBound::kAtMost, kDedupCostAim);
+  if (std::string("ps=1 small push").find(config.only) != std::string::npos &&
+      !RunSmallPushes(config, report)) {
     std::printf("small push FAILED (see stderr)\n");
     return 1;
   }
   for (int num_ps : {1, 2}) {
-    if (!RunCluster(num_ps, config, aims)) {
+    if (!RunCluster(num_ps, config, report)) {
       std::printf("ps=%d FAILED (see stderr)\n", num_ps);
       return 1;
     }
   }
-  std::printf(
-      "aims: dense push+Adam >= %.1fx raw %s, dense pull >= %.1fx raw %s, sparse >= %.1fx raw %s, "
-      "dedup on/off <= %.2f %s\n",
-      kDensePushAim, Verdict(aims.dense_push), kDensePullAim, Verdict(aims.dense_pull), kSparseAim,
-      Verdict(aims.sparse), kDedupCostAim, Verdict(aims.dedup));
+  // Ratios against raw references (PS figure / raw TCP of the same bytes; dedup on/off).
+  std::printf("%s\n", aims.Summary().c_str());
   return 0;
 }
 
@@ -758,6 +835,7 @@ int main(int argc, char** argv) {
       config.quick = true;
     } else if (std::strncmp(argv[i], "--only=", 7) == 0) {
       config.only = argv[i] + 7;
+    } else if (asyncps::bench::ParseJsonFlag(argv[i], &config.json)) {
     } else if (std::strncmp(argv[i], "--scale=", 8) == 0 && std::atoi(argv[i] + 8) > 0) {
       config.scale = std::atoi(argv[i] + 8);
     } else if (std::strncmp(argv[i], "--sparse_pin=", 13) == 0 &&
@@ -770,12 +848,13 @@ int main(int argc, char** argv) {
       config.pin = argv[i] + 6;
     } else {
       std::fprintf(stderr, "usage: %s [--quick] [--only=SUBSTRING] [--pin=split|same|none] [--sparse_pin=split|same|none] "
-                   "[--scale=N]\n",
+                   "[--scale=N] [--json=PATH]\n",
                    argv[0]);
       return 2;
     }
   }
   // Warnings only: info lines would interleave with the results.
   asyncps::InitLogging("bench", 0, "warn");
-  return asyncps::Run(config);
+  asyncps::bench::Report report(argc, argv);
+  return report.Finish(config.json, asyncps::Run(config, report));
 }

@@ -2,6 +2,7 @@
 // payload, measured in the same run over loopback.
 //
 // Usage: rpc_bench [--quick] [--only=SUBSTRING] [--pin=split|same|none] [--windows=1,8,64]
+//                  [--json=PATH]
 //
 // Cases (--only runs those whose label contains SUBSTRING):
 //   * "64B", "64KiB", "1MiB", "16MiB": blocking Call round trips against a blocking raw echo of
@@ -16,7 +17,9 @@
 //     hand-off a blocking call pays beyond the network round trip (twice).
 // Both sides run in alternating rounds, so noise from the (shared) machine lands on both
 // figures alike rather than on whichever ran second. Exits 0 whether or not the aims are met:
-// it is a measurement, not a test.
+// it is a measurement, not a test. An aim none of whose cases ran (--only, --windows) is
+// reported "not run" (bench/aims.h); --json=PATH also writes the figures as JSON
+// (bench/report.h).
 //
 // Pinning (--pin): "split" (the default, the realistic layout) puts the server's I/O and
 // handler threads and the raw echo servers on CPU 0 and the calling thread and the client's I/O thread on
@@ -40,7 +43,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/aims.h"
 #include "bench/pipelined_echo.h"
+#include "bench/report.h"
 #include "bench/stats.h"
 #include "core/one_shot_event.h"
 #include "core/sync.h"
@@ -58,6 +63,8 @@ namespace {
 
 using bench::Median;
 using bench::Percentile;
+using bench::Report;
+using bench::Verdict;
 
 using Clock = std::chrono::steady_clock;
 
@@ -70,6 +77,12 @@ constexpr char kAdaptiveEchoMethod[] = "bench.AdaptiveEcho";
 constexpr double kMaxSmallLatencyRatio = 1.3;  // rpc p50 / raw p50 at 64 B
 constexpr double kMinLargeThroughputRatio = 0.9;  // rpc MB/s / raw MB/s at 16 MiB
 constexpr double kMinInFlightThroughputRatio = 1.3;  // rpc calls/s / raw echoes/s, 64 in flight
+
+// The aims' names in the summary and the JSON report.
+constexpr char kSmallLatencyAim[] = "64B p50 latency";
+constexpr char kLargeThroughputAim[] = "16MiB throughput";
+constexpr char kInFlightLatencyAim[] = "1 in flight p50 latency";
+constexpr char kInFlightThroughputAim[] = "64 in flight throughput";
 
 struct SizeCase {
   size_t bytes;
@@ -252,8 +265,6 @@ double LoopHopMicrosP50(EventLoop& loop, int iterations) {
   return samples.Percentile(0.5);
 }
 
-const char* Verdict(bool met) { return met ? "AIM MET" : "AIM MISSED"; }
-
 // One call's completion, waited for by the thread that issued it, as a blocking Call waits.
 class CallSlot {
  public:
@@ -298,6 +309,7 @@ struct Config {
   std::string only;  // run only cases whose label contains this
   std::string pin = "split";
   std::vector<int> windows = {1, 8, 64};  // calls in flight for the "in flight" cases
+  std::string json;  // --json=PATH: where the figures go as JSON; empty: nowhere
 };
 
 // Where the threads run: the server side (server I/O thread, raw echo servers) and the client
@@ -338,7 +350,7 @@ bool PinLoop(EventLoop& loop, int cpu) {
 // dispatch of small PS updates: inline only while nothing else is going on). The headline is
 // the adaptive one.
 bool RunInFlight(RpcClient& client, const Layout& layout, const std::vector<int>& windows, bool quick,
-                 bool* latency_met, bool* throughput_met) {
+                 Report& report) {
   const int rounds = quick ? 2 : 6;
   Tensor payload(DType::kU8, {64});
   for (int64_t i = 0; i < 64; ++i) payload.data<uint8_t>()[i] = static_cast<uint8_t>(i);
@@ -366,21 +378,42 @@ bool RunInFlight(RpcClient& client, const Layout& layout, const std::vector<int>
     const double rate = Median(rates);
     const double raw_rate = Median(raw_rates);
     const double ratio = rate / raw_rate;
+    const std::string label = absl::StrFormat("in flight %d: 64B calls", window);
+    const bool met = report.Add({.name = label,
+                                 .value = rate,
+                                 .unit = "calls/s",
+                                 .reference = "raw echo",
+                                 .reference_value = raw_rate,
+                                 .aim = window == 64 ? kInFlightThroughputAim : ""});
+    report.Add({.name = label + ", always-inline echo",
+                .value = Median(inline_rates),
+                .unit = "calls/s",
+                .reference = "raw echo",
+                .reference_value = raw_rate});
     std::string aim;
     if (window == 64) {
-      *throughput_met = ratio >= kMinInFlightThroughputRatio;
-      aim = absl::StrFormat("  %s (>= %.1f)", Verdict(*throughput_met), kMinInFlightThroughputRatio);
+      aim = absl::StrFormat("  %s (>= %.1f)", Verdict(met), kMinInFlightThroughputRatio);
     }
     std::printf("in flight %2d: rpc %7.0f calls/s | raw echo %7.0f/s  ratio %.2f%s | always-inline echo %7.0f/s (%.2fx raw)\n",
                 window, rate, raw_rate, ratio, aim.c_str(), Median(inline_rates), Median(inline_rates) / raw_rate);
     if (latency) {
       const double p50 = Percentile(micros, 0.5);
       const double raw_p50 = Percentile(raw_micros, 0.5);
-      *latency_met = p50 / raw_p50 <= kMaxSmallLatencyRatio;
+      const bool latency_met = report.Add({.name = "in flight 1: p50 latency",
+                                           .value = p50,
+                                           .unit = "us",
+                                           .reference = "raw echo",
+                                           .reference_value = raw_p50,
+                                           .aim = kInFlightLatencyAim});
+      report.Add({.name = "in flight 1: p99 latency",
+                  .value = Percentile(micros, 0.99),
+                  .unit = "us",
+                  .reference = "raw echo",
+                  .reference_value = Percentile(raw_micros, 0.99)});
       std::printf("in flight  1: rpc p50=%.1fus p99=%.1fus | raw p50=%.1fus p99=%.1fus  ratio p50=%.2f  %s (<= %.1f) | "
                   "always-inline echo p50=%.1fus (%.2fx raw)\n",
                   p50, Percentile(micros, 0.99), raw_p50, Percentile(raw_micros, 0.99), p50 / raw_p50,
-                  Verdict(*latency_met), kMaxSmallLatencyRatio, Percentile(inline_micros, 0.5),
+                  Verdict(latency_met), kMaxSmallLatencyRatio, Percentile(inline_micros, 0.5),
                   Percentile(inline_micros, 0.5) / raw_p50);
     }
     std::fflush(stdout);
@@ -388,7 +421,7 @@ bool RunInFlight(RpcClient& client, const Layout& layout, const std::vector<int>
   return true;
 }
 
-int Run(const Config& config) {
+int Run(const Config& config, Report& report) {
   const Layout layout = ChooseLayout(config);
   // Separate loops so the server and the client each have their own I/O thread, as they would
   // in separate processes.
@@ -423,10 +456,11 @@ int Run(const Config& config) {
 
   std::printf("rpc_bench%s: loopback TCP, TCP_NODELAY, %s; load average %s\n", config.quick ? " --quick" : "",
               layout.description.c_str(), bench::LoadAverage().c_str());
-  bool small_met = false;
-  bool large_met = false;
-  bool in_flight_latency_met = false;
-  bool in_flight_throughput_met = false;
+  bench::Aims& aims = report.aims();
+  aims.Declare(kSmallLatencyAim, bench::AimBound::kAtMost, kMaxSmallLatencyRatio);
+  aims.Declare(kLargeThroughputAim, bench::AimBound::kAtLeast, kMinLargeThroughputRatio);
+  aims.Declare(kInFlightLatencyAim, bench::AimBound::kAtMost, kMaxSmallLatencyRatio);
+  aims.Declare(kInFlightThroughputAim, bench::AimBound::kAtLeast, kMinInFlightThroughputRatio);
   bool failed = false;
   for (const SizeCase& c : kCases) {
     if (std::string(c.label).find(config.only) == std::string::npos) continue;
@@ -463,15 +497,33 @@ int Run(const Config& config) {
     const double raw_mbs = raw_samples.MegabytesPerSecond(c.bytes);
     const double latency_ratio = rpc_p50 / raw_p50;
     const double throughput_ratio = rpc_mbs / raw_mbs;
+    const bool small = c.bytes == 64;
+    const bool large = c.bytes == (16 << 20);
+    const bool small_met = report.Add({.name = absl::StrCat("size=", c.label, " p50 latency"),
+                                       .value = rpc_p50,
+                                       .unit = "us",
+                                       .reference = "raw echo",
+                                       .reference_value = raw_p50,
+                                       .aim = small ? kSmallLatencyAim : ""});
+    report.Add({.name = absl::StrCat("size=", c.label, " p99 latency"),
+                .value = rpc_p99,
+                .unit = "us",
+                .reference = "raw echo",
+                .reference_value = raw_p99});
+    const bool large_met = report.Add({.name = absl::StrCat("size=", c.label, " throughput"),
+                                       .value = rpc_mbs,
+                                       .unit = "MB/s",
+                                       .reference = "raw echo",
+                                       .reference_value = raw_mbs,
+                                       .aim = large ? kLargeThroughputAim : ""});
     std::string latency_aim;
     std::string throughput_aim;
-    if (c.bytes == 64) {
-      small_met = latency_ratio <= kMaxSmallLatencyRatio;
-      latency_aim = std::string("  ") + Verdict(small_met) + " (<= 1.3)";
+    if (small) {
+      latency_aim = absl::StrFormat("  %s (<= %.1f)", Verdict(small_met), kMaxSmallLatencyRatio);
     }
-    if (c.bytes == (16 << 20)) {
-      large_met = throughput_ratio >= kMinLargeThroughputRatio;
-      throughput_aim = std::string("  ") + Verdict(large_met) + " (>= 0.9)";
+    if (large) {
+      throughput_aim =
+          absl::StrFormat("  %s (>= %.1f)", Verdict(large_met), kMinLargeThroughputRatio);
     }
     std::printf(
         "size=%-7s rpc p50=%.1fus p99=%.0fus  raw p50=%.1fus p99=%.0fus  ratio p50=%.2f%s  "
@@ -482,21 +534,18 @@ int Run(const Config& config) {
   }
 
   if (std::string("in flight").find(config.only) != std::string::npos) {
-    if (!RunInFlight(client, layout, config.windows, config.quick, &in_flight_latency_met, &in_flight_throughput_met)) {
+    if (!RunInFlight(client, layout, config.windows, config.quick, report)) {
       std::printf("in flight FAILED (see stderr)\n");
       failed = true;
     }
   }
   if (std::string("hand-offs").find(config.only) != std::string::npos) {
-    std::printf("caller->loop->caller hand-offs (Post + OneShotEvent wait): p50=%.1fus\n",
-                LoopHopMicrosP50(client_loop, config.quick ? 1000 : 10000));
+    const double hop = LoopHopMicrosP50(client_loop, config.quick ? 1000 : 10000);
+    std::printf("caller->loop->caller hand-offs (Post + OneShotEvent wait): p50=%.1fus\n", hop);
+    report.Add({.name = "caller->loop->caller hand-offs p50", .value = hop, .unit = "us"});
   }
-  if (config.only.empty()) {
-    std::printf("aims: 64B p50 ratio %s, 16MiB throughput ratio %s, 1 in flight p50 ratio %s, 64 in flight "
-                "throughput ratio %s\n",
-                Verdict(small_met), Verdict(large_met), Verdict(in_flight_latency_met),
-                Verdict(in_flight_throughput_met));
-  }
+  // Ratios: rpc / raw echo of the same payload, calls in flight and pinning.
+  std::printf("%s\n", aims.Summary().c_str());
   return failed ? 1 : 0;
 }
 
@@ -514,6 +563,7 @@ int main(int argc, char** argv) {
                (std::strcmp(argv[i] + 6, "split") == 0 || std::strcmp(argv[i] + 6, "same") == 0 ||
                 std::strcmp(argv[i] + 6, "none") == 0)) {
       config.pin = argv[i] + 6;
+    } else if (asyncps::bench::ParseJsonFlag(argv[i], &config.json)) {
     } else if (std::strncmp(argv[i], "--windows=", 10) == 0) {
       config.windows.clear();
       for (absl::string_view w : absl::StrSplit(argv[i] + 10, ',')) {
@@ -525,11 +575,15 @@ int main(int argc, char** argv) {
         config.windows.push_back(n);
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--only=SUBSTRING] [--pin=split|same|none] [--windows=1,8,64]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--only=SUBSTRING] [--pin=split|same|none] [--windows=1,8,64] "
+                   "[--json=PATH]\n",
+                   argv[0]);
       return 2;
     }
   }
   // Warnings only: the server's "listening" line would interleave with the results.
   asyncps::InitLogging("bench", 0, "warn");
-  return asyncps::net::Run(config);
+  asyncps::bench::Report report(argc, argv);
+  return report.Finish(config.json, asyncps::net::Run(config, report));
 }

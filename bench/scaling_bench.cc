@@ -33,6 +33,8 @@
 // how much of an error is that load.
 //
 // --quick: W=1,2 at P=1,2 for small and dense, W=1 P=1 for train, short windows (ctest smoke).
+// --json=PATH: the figures as JSON too (bench/report.h): per configuration the measured rate,
+// the 2-core model's prediction against it, and the --cores prediction.
 // Exits 1 when a run fails; the figures themselves are not checked.
 
 #include <unistd.h>
@@ -52,10 +54,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/proc_stats.h"
+#include "bench/report.h"
 #include "bench/scaling_model.h"
 #include "bench/scaling_program.h"
 #include "bench/socket_bytes.h"
@@ -83,6 +87,7 @@ struct Config {
   int64_t dense_kib = 1024;
   int repeats = 3;  // runs of each validation point (W, P <= 2), the fastest kept
   std::vector<std::string> workloads = {"small", "dense", "train"};
+  std::string json;  // --json=PATH: where the figures go as JSON; empty: nowhere
 };
 
 // One configuration's window: what every process used and what got done.
@@ -335,7 +340,7 @@ std::string Signed(double relative) { return absl::StrFormat("%+.0f%%", 100 * re
 // Prints one workload's table, and the mean absolute error of the 2-core predictions over the
 // validation points (W, P in {1, 2}, without W=1 P=1, which the latency is fitted to).
 void Report(const Config& config, const std::string& workload,
-            const std::vector<Measurement>& runs) {
+            const std::vector<Measurement>& runs, bench::Report& report) {
   const bool train = workload == "train";
   const Measurement* base = nullptr;
   for (const Measurement& m : runs) {
@@ -395,6 +400,23 @@ void Report(const Config& config, const std::string& workload,
         1e6 * (c.worker_cpu + c.ps_cpu + c.chief_cpu), c.ps_bytes / 1e3, m.chief_bytes,
         on_two.units_per_second, Signed(err).c_str(), on_two.binding.c_str(),
         on_big.units_per_second, efficiency.c_str(), on_big.binding.c_str(), base_figures.c_str());
+    const std::string label = absl::StrFormat("%s W=%d P=%d", workload, m.workers, m.ps);
+    const std::string unit = train ? "examples/s" : "steps/s";
+    report.Add({.name = label + " measured here",
+                .value = measured,
+                .unit = unit,
+                .note = absl::StrFormat("cores busy: ours %.2f, others %.2f", m.our_cores,
+                                        m.others_cores)});
+    report.Add({.name = label + " model, 2 cores",
+                .value = on_two.units_per_second,
+                .unit = unit,
+                .reference = "measured here",
+                .reference_value = measured,
+                .note = absl::StrCat("binds: ", on_two.binding)});
+    report.Add({.name = absl::StrFormat("%s model, %.0f cores (simulated)", label, config.cores),
+                .value = on_big.units_per_second,
+                .unit = unit,
+                .note = absl::StrCat("binds: ", on_big.binding)});
     if (m.workers <= 2 && m.ps <= 2 && !(m.workers == 1 && m.ps == 1)) {
       error_sum += std::abs(err);
       ++validated;
@@ -454,7 +476,7 @@ void Report(const Config& config, const std::string& workload,
   std::fflush(stdout);
 }
 
-int Run(const Config& config) {
+int Run(const Config& config, bench::Report& report) {
   std::printf(
       "scaling_bench%s: real PS, worker and chief processes on loopback; a SIMULATION of a "
       "%.0f-core machine\n"
@@ -496,7 +518,7 @@ int Run(const Config& config) {
       }
       runs.push_back(*best);
     }
-    Report(config, workload, runs);
+    Report(config, workload, runs, report);
   }
   return 0;
 }
@@ -512,6 +534,7 @@ bool ParseFlags(int argc, char** argv, Config* config) {
     bool ok = true;
     if (arg == "--quick") {
       config->quick = true;
+    } else if (bench::ParseJsonFlag(argv[i], &config->json)) {
     } else if (auto v = value("--cores")) {
       ok = absl::SimpleAtod(*v, &config->cores) && config->cores >= 1;
     } else if (auto v = value("--memory_gbs")) {
@@ -531,7 +554,7 @@ bool ParseFlags(int argc, char** argv, Config* config) {
       std::fprintf(
           stderr,
           "usage: %s [--quick] [--cores=16] [--memory_gbs=20] [--dense_kib=1024] [--repeats=3] "
-          "[--workloads=small,dense,train]\n",
+          "[--workloads=small,dense,train] [--json=PATH]\n",
           argv[0]);
       return false;
     }
@@ -547,5 +570,6 @@ int main(int argc, char** argv) {
   if (!asyncps::ParseFlags(argc, argv, &config)) return 2;
   // Warnings only: info lines would interleave with the table.
   asyncps::InitLogging("bench", 0, "warn");
-  return asyncps::Run(config);
+  asyncps::bench::Report report(argc, argv);
+  return report.Finish(config.json, asyncps::Run(config, report));
 }

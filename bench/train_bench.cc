@@ -19,7 +19,8 @@
 // On a machine shared with other jobs the figures mean little unless the bench gets the cores;
 // see the README (Measured) for how they were taken.
 // Flags: --quick (one epoch, one configuration: a smoke run for ctest), --epochs N (default 10,
-// the main job's), --only NAME (one configuration).
+// the main job's), --only NAME (one configuration), --json=PATH (the figures as JSON too,
+// bench/report.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,7 +37,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
+#include "bench/aims.h"
 #include "bench/prometheus_scrape.h"
+#include "bench/report.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "examples/fmnist_training.h"
@@ -272,7 +275,18 @@ void PrintReferenceCpu(const Run& r) {
               r.cpu_seconds / std::max(1e-9, r.result.seconds));
 }
 
-int Main(bool quick, int epochs, const std::string& only) {
+// Distributed examples/s over the one-process reference's with 1 LibTorch thread.
+constexpr char kSpeedAim[] = "distributed / one process (1 thread) examples/s";
+constexpr double kSpeedAimRatio = 1.0;
+
+void AddReference(bench::Report& report, const std::string& label, const Run& r) {
+  report.Add(
+      {.name = label + " examples/s", .value = r.result.examples_per_second, .unit = "examples/s"});
+  report.Add({.name = label + " test accuracy", .value = r.result.test_accuracy, .unit = ""});
+  report.Add({.name = label + " CPU per step", .value = RefCpuPerStepMs(r), .unit = "ms"});
+}
+
+int Main(bool quick, int epochs, const std::string& only, bench::Report& report) {
   fmnist::Options options;
   options.progress = false;
   options.epochs = quick ? 1 : epochs;
@@ -291,6 +305,7 @@ int Main(bool quick, int epochs, const std::string& only) {
   if (!ref1.ok()) return fail("reference", ref1.status());
   PrintLine("reference: one process, 1 LibTorch thread", *ref1);
   PrintReferenceCpu(*ref1);
+  AddReference(report, "reference (1 thread)", *ref1);
   std::optional<Run> refn;
   if (!quick && cores > 1) {
     absl::StatusOr<Run> r = TrainReference(options, cores);
@@ -298,8 +313,10 @@ int Main(bool quick, int epochs, const std::string& only) {
     refn = *std::move(r);
     PrintLine(absl::StrCat("reference: one process, ", cores, " LibTorch threads"), *refn);
     PrintReferenceCpu(*refn);
+    AddReference(report, absl::StrCat("reference (", cores, " threads)"), *refn);
   }
   fmnist::SetTorchThreads(1);
+  report.aims().Declare(kSpeedAim, bench::AimBound::kAtLeast, kSpeedAimRatio);
   for (const Config& config : kConfigs) {
     if (!only.empty() && only != config.name) continue;
     if (quick && std::strcmp(config.name, kConfigs[std::size(kConfigs) - 1].name) != 0) continue;
@@ -308,14 +325,40 @@ int Main(bool quick, int epochs, const std::string& only) {
     PrintLine(absl::StrCat("distributed, ", config.name), *d);
     std::printf("    (%s)\n", config.what);
     const double e = d->result.examples_per_second;
+    const std::string label = absl::StrCat("distributed ", config.name);
+    const bool met = report.Add({.name = label + " examples/s",
+                                 .value = e,
+                                 .unit = "examples/s",
+                                 .reference = "reference (1 thread)",
+                                 .reference_value = ref1->result.examples_per_second,
+                                 .aim = kSpeedAim});
+    if (refn.has_value()) {
+      report.Add({.name = label + " examples/s vs all cores",
+                  .value = e,
+                  .unit = "examples/s",
+                  .reference = absl::StrCat("reference (", cores, " threads)"),
+                  .reference_value = refn->result.examples_per_second});
+    }
+    report.Add({.name = label + " test accuracy",
+                .value = d->result.test_accuracy,
+                .unit = "",
+                .reference = "reference (1 thread)",
+                .reference_value = ref1->result.test_accuracy});
+    report.Add({.name = label + " CPU per step",
+                .value = d->cpu_per_step,
+                .unit = "ms",
+                .reference = "reference (1 thread)",
+                .reference_value = RefCpuPerStepMs(*ref1),
+                .note = "every process of the cluster"});
     std::printf("    ratio to the reference with 1 thread: %.2f", e / ref1->result.examples_per_second);
     if (refn.has_value()) std::printf(", with %d threads: %.2f", cores, e / refn->result.examples_per_second);
-    std::printf("  (aim >= 1.0)\n%s", d->breakdown.c_str());
+    std::printf("  %s (>= %.1f)\n%s", bench::Verdict(met), kSpeedAimRatio, d->breakdown.c_str());
     // What keeping up costs: the reference's rate at this configuration's CPU per step.
     const double needed = ref1->result.examples_per_second / options.batch_size * d->cpu_per_step / 1e3;
     std::printf("    CPU per example %.2f x the reference's; keeping up with its rate needs %.2f cores busy (of %d)\n",
                 d->cpu_per_step / std::max(1e-9, RefCpuPerStepMs(*ref1)), needed, cores);
   }
+  std::printf("%s\n", report.aims().Summary().c_str());
   return 0;
 }
 
@@ -334,6 +377,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   int epochs = 10;
   std::string only;
+  std::string json;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") {
@@ -342,10 +386,12 @@ int main(int argc, char** argv) {
       epochs = std::max(1, std::atoi(argv[++i]));
     } else if (arg == "--only" && i + 1 < argc) {
       only = argv[++i];
+    } else if (asyncps::bench::ParseJsonFlag(argv[i], &json)) {
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--epochs N] [--only CONFIG]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--epochs N] [--only CONFIG] [--json=PATH]\n", argv[0]);
       return 2;
     }
   }
-  return asyncps::Main(quick, epochs, only);
+  asyncps::bench::Report report(argc, argv);
+  return report.Finish(json, asyncps::Main(quick, epochs, only, report));
 }
