@@ -115,7 +115,7 @@ class HttpServer::Impl {
         return;
       }
       Admit(std::move(socket));
-      Accept();
+      if (!accept_paused_) Accept();
     });
   }
 
@@ -126,7 +126,13 @@ class HttpServer::Impl {
   // A session has closed its connection and frees its slot.
   void Leave(std::list<Session*>::iterator it) {
     sessions_.erase(it);
-    if (accept_paused_ && !stopping_) {
+    if (stopping_) return;
+    if (waiting_socket_.has_value()) {
+      tcp::socket next = std::move(*waiting_socket_);
+      waiting_socket_.reset();
+      Admit(std::move(next));
+    }
+    if (accept_paused_) {
       accept_paused_ = false;
       Accept();
     }
@@ -172,6 +178,8 @@ class HttpServer::Impl {
   asio::steady_timer retry_{io_};
   // Open connections, oldest first (owned by their pending operations).
   std::list<Session*> sessions_;
+  // A connection accepted when every slot had just started answering; admitted first.
+  std::optional<tcp::socket> waiting_socket_;
   bool accept_paused_ = false;
   bool stopping_ = false;
   std::thread thread_;
@@ -278,9 +286,10 @@ void HttpServer::Impl::Admit(tcp::socket socket) {
     if (Session* oldest = OldestWaiting()) {
       oldest->Close();
     } else {
-      // Every slot started answering since Accept looked: turn this one away.
-      beast::error_code ignored;
-      socket.close(ignored);
+      // Every slot started answering since Accept looked: this one waits for the first to
+      // finish (as the next ones wait in the listen backlog).
+      waiting_socket_.emplace(std::move(socket));
+      accept_paused_ = true;
       return;
     }
   }
@@ -301,6 +310,7 @@ void HttpServer::Impl::Shutdown() {
   beast::error_code ignored;
   acceptor_.close(ignored);
   retry_.cancel();
+  waiting_socket_.reset();
   // Close removes the session from the list.
   while (!sessions_.empty()) sessions_.front()->Close();
   work_.reset();  // run() returns once the cancelled operations have completed

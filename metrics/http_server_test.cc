@@ -148,6 +148,27 @@ TEST(HttpServerTest, SlowReaderDoesNotHoldUpOtherRequests) {
   close(slow);
 }
 
+// With the only slot busy answering a client that does not read, the next connection waits
+// in the listen backlog until the answer's write times out and frees the slot.
+TEST(HttpServerTest, SlowReaderIsCutOffAfterTheTimeout) {
+  HttpServer::Options options;
+  options.max_connections = 1;
+  options.request_timeout = absl::Milliseconds(200);
+  auto server = StartOrDie(options);
+  ASSERT_NE(server, nullptr);
+  constexpr size_t kBig = 64 << 20;
+  server->AddHandler("/big", [] { return HttpResponse{200, "text/plain", std::string(kBig, 'x')}; });
+  const int slow = Connect("127.0.0.1", server->port());
+  ASSERT_GE(slow, 0);
+  ASSERT_TRUE(SendAll(slow, "GET /big HTTP/1.1\r\n\r\n"));
+  char first;
+  ASSERT_EQ(read(slow, &first, 1), 1);  // the answer has started and holds the one slot
+  EXPECT_EQ(Get("127.0.0.1", server->port(), "/metrics").rfind("HTTP/1.1 200", 0), 0u);
+  // The slot was freed by closing the slow connection part way through its answer.
+  EXPECT_LT(test_client::ReadToEnd(slow).size(), kBig);
+  close(slow);
+}
+
 TEST(HttpServerTest, DestructorWaitsForARunningHandlerAndClosesConnections) {
   auto server = StartOrDie();
   ASSERT_NE(server, nullptr);
