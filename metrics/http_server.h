@@ -26,10 +26,11 @@ struct HttpResponse {
 // in the module order, so it cannot use the process's net::EventLoop; and a scrape must not
 // wait behind RPC work on that loop either. Connections are asynchronous, so an idle or slow
 // one holds no thread: it costs one of max_connections slots, for at most request_timeout to
-// deliver its request and again to take its answer. When every slot is taken, a new
-// connection evicts the oldest one still waiting for its request, so idle connections cannot
-// keep a scrape out; only when every slot is busy answering is the next connection left in
-// the listen backlog until one finishes.
+// deliver its request, again to take its answer, and again to close after it. When every
+// slot is taken, a new connection evicts the oldest one not being answered (waiting for its
+// request, or for its peer to close after the answer), so idle connections cannot keep a
+// scrape out; only when every slot is busy answering does the next connection wait (in the
+// listen backlog) until one finishes.
 //
 // Thread-safe. Handlers run on the server's thread, one at a time.
 class HttpServer {
