@@ -1,5 +1,7 @@
 #include "core/process_options.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -100,11 +102,9 @@ absl::Status BoolOption(int argc, char** argv, std::string_view flag, const char
   return absl::OkStatus();
 }
 
-// Parses the integer setting `flag` (or `env`) into `out` when present; a malformed value or
-// one outside [min, max] is recorded in `error` (the first one only).
-absl::Status IntOption(int argc, char** argv, std::string_view flag, const char* env, int64_t min, int64_t max,
-                       int64_t* out) {
-  Setting s = FlagOrEnv(argc, argv, flag, env);
+// Parses the integer setting `s` into `out` when present; InvalidArgument naming its source
+// when it is malformed or outside [min, max].
+absl::Status IntSetting(const Setting& s, int64_t min, int64_t max, int64_t* out) {
   if (s.value == nullptr) return absl::OkStatus();
   int64_t value;
   if (!absl::SimpleAtoi(s.value, &value) || value < min || value > max) {
@@ -113,6 +113,30 @@ absl::Status IntOption(int argc, char** argv, std::string_view flag, const char*
   }
   *out = value;
   return absl::OkStatus();
+}
+
+absl::Status IntOption(int argc, char** argv, std::string_view flag, const char* env, int64_t min, int64_t max,
+                       int64_t* out) {
+  return IntSetting(FlagOrEnv(argc, argv, flag, env), min, max, out);
+}
+
+// A setting that also answers to an older name: either flag wins over either variable, and the
+// current name over the older one.
+Setting FlagOrEnvWithOldName(int argc, char** argv, std::string_view flag, const char* env,
+                             std::string_view old_flag, const char* old_env) {
+  for (std::string_view f : {flag, old_flag}) {
+    if (const char* v = FlagValue(argc, argv, f)) return {v, absl::StrCat("--", absl::string_view(f.data(), f.size()))};
+  }
+  for (const char* e : {env, old_env}) {
+    if (const char* v = std::getenv(e)) return {v, e};
+  }
+  return {};
+}
+
+// An IPv4 or IPv6 address literal (what a socket can bind without a name lookup).
+bool IsIpLiteral(const char* text) {
+  in6_addr addr;
+  return inet_pton(AF_INET, text, &addr) == 1 || inet_pton(AF_INET6, text, &addr) == 1;
 }
 
 }  // namespace
@@ -131,7 +155,8 @@ static bool DanglingFlag(int argc, char** argv, std::string_view name) {
 }
 
 absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
-  for (std::string_view flag : {"cluster_token", "metrics_port", "log_level", "ps_max_variable_bytes", "ps_max_response_bytes"}) {
+  for (std::string_view flag : {"cluster_token", "metrics_port", "metrics_bind_address", "log_level",
+                                "ps_max_variable_bytes", "ps_max_response_bytes"}) {
     if (DanglingFlag(argc, argv, flag)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", absl::string_view(flag.data(), flag.size()), " needs a value"));
@@ -148,6 +173,15 @@ absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
                                                      "' is not a port (an integer from -1 to 65535)"));
     }
     o.metrics_port = port;
+  }
+  if (Setting s = FlagOrEnv(argc, argv, "metrics_bind_address", "ASYNCPS_METRICS_BIND_ADDRESS");
+      s.value != nullptr) {
+    if (!IsIpLiteral(s.value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          s.source, "='", s.value,
+          "' is not an IP address (an IPv4 or IPv6 literal such as 127.0.0.1, 0.0.0.0 or ::; no host names)"));
+    }
+    o.metrics_bind_address = s.value;
   }
   if (Setting s = FlagOrEnv(argc, argv, "log_level", "ASYNCPS_LOG_LEVEL"); s.value != nullptr) {
     if (!IsLogLevelName(s.value)) {
@@ -171,7 +205,9 @@ absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_handshake_max_bytes", "ASYNCPS_RPC_HANDSHAKE_MAX_BYTES", 256, 1 << 20, &o.rpc_handshake_max_bytes));
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_idle_timeout_s", "ASYNCPS_RPC_IDLE_TIMEOUT_S", 0, 365LL * 86400, &o.rpc_idle_timeout_s));
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_max_frame_bytes", "ASYNCPS_RPC_MAX_FRAME_BYTES", 0, int64_t{1} << 40, &o.rpc_max_frame_bytes));
-  RETURN_IF_ERROR(IntOption(argc, argv, "metrics_threads", "ASYNCPS_METRICS_THREADS", 1, 1024, &o.metrics_threads));
+  RETURN_IF_ERROR(IntSetting(FlagOrEnvWithOldName(argc, argv, "metrics_max_connections", "ASYNCPS_METRICS_MAX_CONNECTIONS",
+                                                  "metrics_threads", "ASYNCPS_METRICS_THREADS"),
+                             1, 1024, &o.metrics_max_connections));
   RETURN_IF_ERROR(IntOption(argc, argv, "metrics_request_timeout_ms", "ASYNCPS_METRICS_REQUEST_TIMEOUT_MS", 1, 3600000, &o.metrics_request_timeout_ms));
   return o;
 }

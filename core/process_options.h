@@ -17,6 +17,10 @@ inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 
 //                                               only when every listener is on loopback)
 //   --metrics_port=N    ASYNCPS_METRICS_PORT    /metrics port, an integer in [-1, 65535];
 //                                               0 picks a free one, -1 disables
+//   --metrics_bind_address=A  ASYNCPS_METRICS_BIND_ADDRESS  the address /metrics (and the
+//                                               chief's status page) listen on: an IPv4 or
+//                                               IPv6 literal, 0.0.0.0 or :: for every
+//                                               interface (127.0.0.1)
 //   --log_level=L       ASYNCPS_LOG_LEVEL       trace, debug, info, warn, error, critical or
 //                                               off (info)
 // Parameter-server limits (asyncps_ps, and the ps role of any binary that calls Serve):
@@ -40,13 +44,17 @@ inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 
 //   --rpc_handshake_max_bytes=N    ASYNCPS_RPC_HANDSHAKE_MAX_BYTES    a frame before it (4096)
 //   --rpc_idle_timeout_s=N         ASYNCPS_RPC_IDLE_TIMEOUT_S         idle connection, 0 = never (600)
 //   --rpc_max_frame_bytes=N        ASYNCPS_RPC_MAX_FRAME_BYTES        payloads of one frame (2 GiB)
-// and of the /metrics endpoint (civetweb):
-//   --metrics_threads=N            ASYNCPS_METRICS_THREADS            HTTP worker threads (16)
-//   --metrics_request_timeout_ms=N ASYNCPS_METRICS_REQUEST_TIMEOUT_MS a connection's read/write (500)
+// and of the /metrics endpoint (metrics/http_server.h: one thread, asynchronous connections):
+//   --metrics_max_connections=N    ASYNCPS_METRICS_MAX_CONNECTIONS    open HTTP connections (16);
+//                                  --metrics_threads / ASYNCPS_METRICS_THREADS, its older name
+//                                  (from when each connection held a thread), still set it
+//   --metrics_request_timeout_ms=N ASYNCPS_METRICS_REQUEST_TIMEOUT_MS to read a request, and
+//                                  again to write the answer (500)
 // Unknown arguments are ignored (they belong to the program).
 struct ProcessOptions {
   std::string cluster_token;
   int metrics_port = 0;
+  std::string metrics_bind_address = "127.0.0.1";
   std::string log_level = "info";
   uint64_t ps_max_variable_bytes = kDefaultPsMaxVariableBytes;
   uint64_t ps_max_response_bytes = kDefaultPsMaxResponseBytes;
@@ -59,7 +67,7 @@ struct ProcessOptions {
   int64_t rpc_handshake_max_bytes = 4096;
   int64_t rpc_idle_timeout_s = 600;
   int64_t rpc_max_frame_bytes = int64_t{2} << 30;
-  int64_t metrics_threads = 16;
+  int64_t metrics_max_connections = 16;
   int64_t metrics_request_timeout_ms = 500;
 
   // The settings from `argv` and the environment. InvalidArgument naming the flag (or the

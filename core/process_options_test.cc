@@ -38,6 +38,9 @@ class ProcessOptionsTest : public ::testing::Test {
     unsetenv("ASYNCPS_CLUSTER_TOKEN");
     unsetenv("ASYNCPS_PS_MAX_VARIABLE_BYTES");
     unsetenv("ASYNCPS_ALLOW_NONFINITE_GRADIENTS");
+    unsetenv("ASYNCPS_METRICS_BIND_ADDRESS");
+    unsetenv("ASYNCPS_METRICS_MAX_CONNECTIONS");
+    unsetenv("ASYNCPS_METRICS_THREADS");
   }
 };
 
@@ -48,6 +51,8 @@ TEST_F(ProcessOptionsTest, DefaultsWithoutFlagsOrEnvironment) {
   EXPECT_EQ(o->metrics_port, 0);
   EXPECT_EQ(o->log_level, "info");
   EXPECT_EQ(o->cluster_token, "");
+  EXPECT_EQ(o->metrics_bind_address, "127.0.0.1");
+  EXPECT_EQ(o->metrics_max_connections, 16);
 }
 
 TEST_F(ProcessOptionsTest, FlagsOverrideTheEnvironment) {
@@ -157,6 +162,45 @@ TEST_F(ProcessOptionsTest, PsLimitsFromTheEnvironmentWhenNoFlag) {
   EXPECT_TRUE(ParseArgs({})->allow_nonfinite_gradients);
   // The flag wins over the environment.
   EXPECT_EQ(ParseArgs({"--ps_max_variable_bytes=2G"})->ps_max_variable_bytes, uint64_t{2} << 30);
+}
+
+TEST_F(ProcessOptionsTest, MetricsBindAddressTakesIpv4AndIpv6Literals) {
+  EXPECT_EQ(ParseArgs({"--metrics_bind_address=0.0.0.0"})->metrics_bind_address, "0.0.0.0");
+  EXPECT_EQ(ParseArgs({"--metrics_bind_address", "::"})->metrics_bind_address, "::");
+  EXPECT_EQ(ParseArgs({"--metrics_bind_address=fd00::17"})->metrics_bind_address, "fd00::17");
+  setenv("ASYNCPS_METRICS_BIND_ADDRESS", "10.1.2.3", 1);
+  EXPECT_EQ(ParseArgs({})->metrics_bind_address, "10.1.2.3");
+  EXPECT_EQ(ParseArgs({"--metrics_bind_address=::1"})->metrics_bind_address, "::1");  // the flag wins
+}
+
+TEST_F(ProcessOptionsTest, BadMetricsBindAddressIsAnErrorNamingTheFlag) {
+  for (const char* bad : {"", "localhost", "0.0.0.0:9100", "[::1]", "256.1.1.1", "1.2.3", "::g"}) {
+    SCOPED_TRACE(bad);
+    absl::StatusOr<ProcessOptions> o = ParseArgs({std::string("--metrics_bind_address=") + bad});
+    ASSERT_FALSE(o.ok());
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(o.status().message()), HasSubstr("--metrics_bind_address"));
+  }
+  setenv("ASYNCPS_METRICS_BIND_ADDRESS", "any", 1);
+  absl::StatusOr<ProcessOptions> o = ParseArgs({});
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(o.status().message()), HasSubstr("ASYNCPS_METRICS_BIND_ADDRESS='any'"));
+  o = ParseArgs({"--metrics_bind_address"});
+  EXPECT_THAT(std::string(o.status().message()), HasSubstr("--metrics_bind_address needs a value"));
+}
+
+TEST_F(ProcessOptionsTest, MetricsThreadsIsTheOlderNameOfMaxConnections) {
+  EXPECT_EQ(ParseArgs({"--metrics_max_connections=40"})->metrics_max_connections, 40);
+  EXPECT_EQ(ParseArgs({"--metrics_threads=8"})->metrics_max_connections, 8);
+  EXPECT_EQ(ParseArgs({"--metrics_threads=8", "--metrics_max_connections=40"})->metrics_max_connections, 40);
+  setenv("ASYNCPS_METRICS_THREADS", "5", 1);
+  EXPECT_EQ(ParseArgs({})->metrics_max_connections, 5);
+  setenv("ASYNCPS_METRICS_MAX_CONNECTIONS", "6", 1);
+  EXPECT_EQ(ParseArgs({})->metrics_max_connections, 6);
+  // Either flag wins over either variable.
+  EXPECT_EQ(ParseArgs({"--metrics_threads=7"})->metrics_max_connections, 7);
+  absl::StatusOr<ProcessOptions> o = ParseArgs({"--metrics_threads=0"});
+  EXPECT_THAT(std::string(o.status().message()), HasSubstr("--metrics_threads='0'"));
 }
 
 }  // namespace

@@ -4,9 +4,13 @@
 // them as JSON. On that JSON this test checks what a server would not: the manifests agree with
 // each other and with deploy/entrypoint.sh — every pod of the StatefulSets and Jobs, run through
 // the entrypoint with its own name and environment, gets a TF_CONFIG that ClusterSpec parses
-// into the cluster the replica counts describe.
+// into the cluster the replica counts describe; and every pod serves /metrics where
+// podmonitor.yaml scrapes it.
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -17,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/cluster_spec.h"
+#include "core/process_options.h"
 #include "core/subprocess.h"
 #include "gtest/gtest.h"
 
@@ -188,6 +193,118 @@ TEST(K8sManifestsTest, EveryStatefulSetAndJobPodGetsAConsistentTfConfig) {
       // The address peers dial is the pod's DNS name under its headless service.
       EXPECT_EQ(spec->self_address(), absl::StrCat(pod.hostname, ".", pod.service, ":2222"));
     }
+  }
+}
+
+TEST(K8sManifestsTest, EveryManifestHereIsDecodedByKubectl) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed (scripts/install_deps.sh installs it)";
+  const std::set<std::string> kKinds = {"Service", "StatefulSet", "Job", "TFJob", "PersistentVolumeClaim",
+                                        "PodMonitor"};
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kSource + "/deploy/k8s")) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++files;
+    const std::string file = entry.path().filename().string();
+    const std::vector<json> objects = Decode(file);
+    EXPECT_FALSE(objects.empty()) << file;
+    for (const json& o : objects) EXPECT_TRUE(kKinds.count(o.value("kind", ""))) << file << ": " << o.value("kind", "");
+  }
+  EXPECT_GE(files, 4);
+}
+
+// A pod template of the manifests: its labels and its one container.
+struct PodTemplate {
+  std::string name;
+  json labels;
+  json container;
+};
+
+std::vector<PodTemplate> AllPodTemplates() {
+  std::vector<PodTemplate> pods;
+  for (const json& o : Decode("statefulsets.yaml")) {
+    if (o["kind"] == "StatefulSet" || o["kind"] == "Job") {
+      const json& t = o["spec"]["template"];
+      pods.push_back({o["metadata"]["name"], t["metadata"]["labels"], t["spec"]["containers"][0]});
+    }
+  }
+  for (const json& o : Decode("tfjob.yaml")) {
+    for (auto& [role, spec] : o["spec"]["tfReplicaSpecs"].items()) {
+      const json& t = spec["template"];
+      pods.push_back({"TFJob " + role, t["metadata"].value("labels", json::object()), t["spec"]["containers"][0]});
+    }
+  }
+  return pods;
+}
+
+// Every process of a job on Kubernetes serves /metrics to the cluster, on the port the
+// PodMonitor scrapes, and its pod is one the PodMonitor selects.
+TEST(K8sManifestsTest, EveryPodServesMetricsWherePodMonitorScrapes) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed (scripts/install_deps.sh installs it)";
+  const auto monitors = ByKindAndName(Decode("podmonitor.yaml"));
+  ASSERT_TRUE(monitors.count("PodMonitor/asyncps"));
+  const json& monitor = monitors.at("PodMonitor/asyncps");
+  EXPECT_EQ(monitor["apiVersion"], "monitoring.coreos.com/v1");
+  const json& selector = monitor["spec"]["selector"];
+  const json& endpoint = monitor["spec"]["podMetricsEndpoints"][0];
+  EXPECT_EQ(endpoint["path"], "/metrics");
+  auto selected = [&](const json& labels) {
+    for (auto& [key, value] : selector["matchLabels"].items()) {
+      if (labels.value(key, json()) != value) return false;
+    }
+    for (const json& e : selector.value("matchExpressions", json::array())) {
+      if (e["operator"] != "In" || !labels.contains(e["key"].get<std::string>())) return false;
+      const json& values = e["values"];
+      if (std::find(values.begin(), values.end(), labels[e["key"].get<std::string>()]) == values.end()) return false;
+    }
+    return true;
+  };
+
+  const std::vector<PodTemplate> pods = AllPodTemplates();
+  EXPECT_EQ(pods.size(), 8u);  // 4 roles without the operator, 4 under it
+  for (const PodTemplate& pod : pods) {
+    SCOPED_TRACE(pod.name);
+    EXPECT_TRUE(selected(pod.labels)) << pod.labels.dump();
+    const std::map<std::string, std::string> env = PlainEnv(pod.container);
+    ASSERT_TRUE(env.count("ASYNCPS_METRICS_BIND_ADDRESS") && env.count("ASYNCPS_METRICS_PORT"));
+    // What the process will make of them.
+    std::vector<std::string> args = {"prog", "--metrics_bind_address=" + env.at("ASYNCPS_METRICS_BIND_ADDRESS"),
+                                      "--metrics_port=" + env.at("ASYNCPS_METRICS_PORT")};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    auto options = ProcessOptions::Parse(static_cast<int>(argv.size()), argv.data());
+    ASSERT_TRUE(options.ok()) << options.status();
+    EXPECT_TRUE(options->metrics_bind_address == "0.0.0.0" || options->metrics_bind_address == "::")
+        << "loopback cannot be scraped from outside the pod: " << options->metrics_bind_address;
+    int metrics_port = -1;
+    for (const json& p : pod.container["ports"]) {
+      if (p.value("name", "") == endpoint["port"]) metrics_port = p["containerPort"];
+    }
+    EXPECT_EQ(metrics_port, options->metrics_port) << "the container port the PodMonitor names";
+  }
+}
+
+// The PodMonitor gives the targets the labels asyncps_launch's file_sd gives, which the
+// Grafana dashboard's queries use: job="asyncps", asyncps_role, asyncps_task.
+TEST(K8sManifestsTest, PodMonitorLabelsTargetsLikeTheLauncher) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed (scripts/install_deps.sh installs it)";
+  const auto monitors = ByKindAndName(Decode("podmonitor.yaml"));
+  ASSERT_TRUE(monitors.count("PodMonitor/asyncps"));
+  std::map<std::string, json> by_target;
+  for (const json& r : monitors.at("PodMonitor/asyncps")["spec"]["podMetricsEndpoints"][0]["relabelings"]) {
+    by_target[r["targetLabel"].get<std::string>()] = r;
+  }
+  ASSERT_TRUE(by_target.count("job") && by_target.count("asyncps_role") && by_target.count("asyncps_task"));
+  EXPECT_EQ(by_target["job"]["replacement"], "asyncps");
+  EXPECT_EQ(by_target["asyncps_role"]["sourceLabels"][0], "__meta_kubernetes_pod_label_asyncps_role");
+  const json& task = by_target["asyncps_task"];
+  EXPECT_EQ(task["sourceLabels"][0], "__meta_kubernetes_pod_name");
+  // Prometheus anchors relabel regexes at both ends, as regex_match does.
+  const std::regex regex(task["regex"].get<std::string>());
+  std::smatch m;
+  for (const auto& [pod, index] : std::vector<std::pair<std::string, std::string>>{
+           {"fmnist-worker-1", "1"}, {"fmnist-ps-12", "12"}, {"my-job-chief-0", "0"}}) {
+    ASSERT_TRUE(std::regex_match(pod, m, regex)) << pod;
+    EXPECT_EQ(std::regex_replace(pod, regex, task["replacement"].get<std::string>()), index) << pod;
   }
 }
 

@@ -1,71 +1,64 @@
 #include "metrics/process_metrics.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <chrono>
-#include <exception>
-#include <thread>
-
-#include <CivetServer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <utility>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "metrics/thread_stacks.h"
+#include "metrics/process_collector.h"
 
 namespace asyncps::metrics {
 namespace {
 
-void Respond(mg_connection* conn, const ProcessMetrics::HttpResponse& r) {
-  const char* reason = r.status == 200 ? "OK" : r.status == 404 ? "Not Found" : "Error";
-  mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n"
-            "Connection: close\r\n\r\n",
-            r.status, reason, r.content_type.c_str(), r.body.size());
-  mg_write(conn, r.body.data(), r.body.size());
+// "1.2.3.4:80" or "[::1]:80" -> address and port.
+absl::Status SplitHostPort(const std::string& listen_address, std::string* address, int* port) {
+  const size_t colon = listen_address.rfind(':');
+  bool ok = colon != std::string::npos && absl::SimpleAtoi(listen_address.substr(colon + 1), port);
+  if (ok) {
+    *address = listen_address.substr(0, colon);
+    if (address->size() >= 2 && address->front() == '[' && address->back() == ']') {
+      *address = address->substr(1, address->size() - 2);
+    } else if (address->find(':') != std::string::npos) {
+      ok = false;  // an IPv6 address needs its brackets to tell it from the port
+    }
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", listen_address, "' is not ADDRESS:PORT (like 127.0.0.1:9100 or [::]:9100)"));
+  }
+  return absl::OkStatus();
 }
 
-class FunctionHandler : public CivetHandler {
- public:
-  explicit FunctionHandler(ProcessMetrics::HttpHandler fn) : fn_(std::move(fn)) {}
-  bool handleGet(CivetServer* /*server*/, mg_connection* conn) override {
-    // Civetweb threads are C code: nothing may escape into them.
-    ProcessMetrics::HttpResponse response;
-    try {
-      response = fn_();
-    } catch (const std::exception& e) {
-      response = {500, "text/plain; charset=utf-8", std::string("internal error: ") + e.what()};
-    }
-    Respond(conn, response);
-    return true;
-  }
-
- private:
-  const ProcessMetrics::HttpHandler fn_;
-};
+std::string ListenAddress(const std::string& address, int port) {
+  return address.find(':') == std::string::npos ? absl::StrCat(address, ":", port)
+                                                : absl::StrCat("[", address, "]:", port);
+}
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ProcessMetrics>> ProcessMetrics::Create(const std::string& role, int task_index,
-                                                                       const ProcessOptions& options) {
+absl::StatusOr<std::unique_ptr<ProcessMetrics>> ProcessMetrics::Create(
+    const std::string& role, int task_index, const ProcessOptions& options) {
   HttpOptions http;
-  http.threads = static_cast<int>(options.metrics_threads);
+  http.max_connections = static_cast<int>(options.metrics_max_connections);
   http.request_timeout_ms = static_cast<int>(options.metrics_request_timeout_ms);
   return Create(role, task_index,
-                options.metrics_port < 0 ? "" : absl::StrCat("127.0.0.1:", options.metrics_port), http);
+                options.metrics_port < 0
+                    ? ""
+                    : ListenAddress(options.metrics_bind_address, options.metrics_port),
+                http);
 }
 
 absl::StatusOr<std::unique_ptr<ProcessMetrics>> ProcessMetrics::Create(
-    const std::string& role, int task_index, const std::string& listen_address, const HttpOptions& http) {
+    const std::string& role, int task_index, const std::string& listen_address,
+    const HttpOptions& http) {
   std::unique_ptr<ProcessMetrics> m(new ProcessMetrics());
   m->role_ = role;
   m->task_ = std::to_string(task_index);
   m->registry_ = std::make_shared<prometheus::Registry>();
+  m->process_collector_ = std::make_unique<ProcessCollector>();
   prometheus::BuildGauge()
       .Name("asyncps_build_info")
       .Help("Always 1; labels say which build and role this process runs")
@@ -73,58 +66,38 @@ absl::StatusOr<std::unique_ptr<ProcessMetrics>> ProcessMetrics::Create(
       .Add({{"version", "0.1.0"}, {"role", m->role_}, {"task", m->task_}})
       .Set(1);
   if (!listen_address.empty()) {
-    try {
-      m->server_ = std::make_unique<CivetServer>(std::vector<std::string>{
-          "listening_ports", listen_address, "num_threads", std::to_string(http.threads),
-          "request_timeout_ms", std::to_string(http.request_timeout_ms)});
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot serve /metrics on ", listen_address, ": ", e.what(),
-          TlsAwareStacksInstalled() ? "" : " (pthread_attr_setstacksize is not the TLS-aware one; see metrics/thread_stacks.h)"));
+    std::string address;
+    int port = 0;
+    if (absl::Status s = SplitHostPort(listen_address, &address, &port); !s.ok()) return s;
+    HttpServer::Options options;
+    options.max_connections = http.max_connections;
+    options.request_timeout = absl::Milliseconds(http.request_timeout_ms);
+    auto server = HttpServer::Start(address, port, options);
+    if (!server.ok()) {
+      return absl::Status(server.status().code(),
+                          absl::StrCat("/metrics: ", server.status().message()));
     }
+    m->server_ = std::move(*server);
     ProcessMetrics* self = m.get();
     m->AddHandler("/metrics", [self] {
       return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", self->Serialize()};
     });
-    auto ports = m->server_->getListeningPorts();
-    if (!ports.empty()) m->port_ = ports.front();
   }
   return m;
 }
 
-ProcessMetrics::~ProcessMetrics() {
-  if (server_ == nullptr) return;
-  // civetweb's stop waits for its accept thread, which polls in 2 s quanta; a connection
-  // wakes that poll so the process exits at once instead of up to 2 s later.
-  std::atomic<bool> stopped{false};
-  std::thread waker([this, &stopped] {
-    while (!stopped.load()) {
-      int fd = socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_port = htons(static_cast<uint16_t>(port_));
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      (void)!connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-      close(fd);
-      // Retry pacing only: the first connect may land before the stop flag is set.
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
-  server_.reset();
-  stopped.store(true);
-  waker.join();
-}
+ProcessMetrics::~ProcessMetrics() = default;
 
 void ProcessMetrics::AddHandler(const std::string& path, HttpHandler handler) {
-  if (server_ == nullptr) return;
-  auto h = std::make_unique<FunctionHandler>(std::move(handler));
-  MutexLock lock(&handlers_mu_);
-  server_->addHandler(path, h.get());
-  handlers_.push_back(std::move(h));
+  if (server_ != nullptr) server_->AddHandler(path, std::move(handler));
 }
 
 std::string ProcessMetrics::Serialize() const {
-  return prometheus::TextSerializer().Serialize(registry_->Collect());
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  std::vector<prometheus::MetricFamily> process = process_collector_->Collect();
+  families.insert(families.end(), std::make_move_iterator(process.begin()),
+                  std::make_move_iterator(process.end()));
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 }  // namespace asyncps::metrics

@@ -26,8 +26,7 @@ if [[ "${ASYNCPS_SKIP_TSAN:-0}" != "1" ]]; then
   ASYNCPS_TARGETS="core_test data_test net_test ps_test worker_test coordinator_test fault_tolerance_test \
     per_worker_dataset_test coordinator_shutdown_test coordinator_recovery_test checkpoint_io_test \
     checkpoint_test checkpoint_cluster_test coordinator_restart_test ps_failure_test update_dedup_test \
-    exactly_once_test dynamic_sharding_test exit_codes_test metrics_test status_board_test \
-    thread_stacks_test" \
+    exactly_once_test dynamic_sharding_test exit_codes_test metrics_test status_board_test" \
     bash scripts/build.sh build-tsan -DASYNCPS_SANITIZE=thread
   echo "== tests under ThreadSanitizer =="
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \

@@ -187,6 +187,11 @@ TEST_F(ObservabilityTest, PrometheusScrapesEveryProcessOfATrainingRun) {
   EXPECT_TRUE(WaitFor([] { return AllAbove("asyncps_worker_examples_total", 0, kWorkers); }));
   EXPECT_TRUE(AllAbove("asyncps_ps_rows_updated_total", 0));
   EXPECT_TRUE(AllAbove("asyncps_ps_variables", 0));
+  // The standard process series of every process (metrics/process_collector.h).
+  EXPECT_TRUE(AllAbove("process_resident_memory_bytes{job=\"asyncps\"}", 0, kProcesses))
+      << Query("process_resident_memory_bytes").dump();
+  EXPECT_TRUE(AllAbove("process_open_fds{job=\"asyncps\"}", 0, kProcesses));
+  EXPECT_TRUE(AllAbove("process_start_time_seconds{job=\"asyncps\"}", 0, kProcesses));
 }
 
 TEST_F(ObservabilityTest, EveryDashboardQueryNamesAScrapedMetric) {
@@ -198,7 +203,7 @@ TEST_F(ObservabilityTest, EveryDashboardQueryNamesAScrapedMetric) {
     for (const json& target : panel["targets"]) exprs.push_back(target["expr"].get<std::string>());
   }
   ASSERT_GE(exprs.size(), 10u);
-  const std::regex metric(R"((asyncps_[a-z0-9_]+|\bup\b))");
+  const std::regex metric(R"((asyncps_[a-z0-9_]+|\bprocess_[a-z_]+|\bup\b))");
   std::set<std::string> named;
   // Label matchers and grouping clauses name labels, not metrics.
   const std::regex labels(R"re(\{[^}]*\}|\b(by|without)\s*\([^)]*\))re");
