@@ -11,7 +11,7 @@ namespace asyncps {
 
 // Where the pieces of a partitioned variable live: what the coordinator decides, workers are
 // told (worker/variable_directory.h) and checkpoints record and re-slice
-// (coordinator/checkpoint_manifest.h). Here, below all of them, so each can name it.
+// (checkpoint/checkpoint_manifest.h). Here, below all of them, so each can name it.
 
 // One shard of a variable: rows [row_begin, row_end) of the whole, held by PS `ps` under
 // `name` ("var" for a plain variable, "var/part_i" for shard i of a sharded one).

@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_PS_CHECKPOINT_SHARD_H_
-#define ASYNCPS_PS_CHECKPOINT_SHARD_H_
+#ifndef ASYNCPS_CHECKPOINT_CHECKPOINT_SHARD_H_
+#define ASYNCPS_CHECKPOINT_CHECKPOINT_SHARD_H_
 
 #include <cstdint>
 #include <functional>
@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "core/optimizer_config.h"
-#include "ps/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace asyncps::ps {
 
@@ -107,4 +107,4 @@ absl::Status RestoreShards(VariableStore& store, const RestorePlan& plan);
 
 }  // namespace asyncps::ps
 
-#endif  // ASYNCPS_PS_CHECKPOINT_SHARD_H_
+#endif  // ASYNCPS_CHECKPOINT_CHECKPOINT_SHARD_H_
