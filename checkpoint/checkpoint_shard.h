@@ -2,7 +2,6 @@
 #define ASYNCPS_CHECKPOINT_CHECKPOINT_SHARD_H_
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,15 +13,13 @@
 
 namespace asyncps::ps {
 
-// Declared only: the coordinator reads manifests through this header (and it reaches the
-// installed public API through checkpoints.h) without the PS's store.
-class VariableStore;
-
-// A parameter server's part of a checkpoint: one safetensors file holding, for each shard
-// (variable) it saves, the value as tensor "<shard>" and each optimizer slot as tensor
-// "<shard>/.OPTIMIZER_SLOT/<slot>" (a name no other variable's value can take unless a user
-// names a variable that way, which the writer then rejects as a duplicate instead of losing
-// data). Step counters go to the file's metadata ("iterations/<shard>") and to the caller.
+// The format of a parameter server's part of a checkpoint: one safetensors file holding, for
+// each shard (variable) it saves, the value as tensor "<shard>" and each optimizer slot as
+// tensor "<shard>/.OPTIMIZER_SLOT/<slot>" (a name no other variable's value can take unless a
+// user names a variable that way, which the writer then rejects as a duplicate instead of
+// losing data). Step counters go to the file's metadata ("iterations/<shard>") and to the caller.
+// The PS writes and reads these files from its store with ps/store_checkpoint.h; the
+// coordinator records them in the manifest (checkpoint_manifest.h).
 
 std::string SlotTensorName(const std::string& shard, const std::string& slot);
 
@@ -44,24 +41,8 @@ struct SavedFile {
   std::vector<SavedShard> shards;
 };
 
-// Test-only hooks (a PS started with ASYNCPS_TEST_CKPT_HANG_AT_STEP uses one to stop between
-// writing its file and renaming it into place, so a test can kill it there).
-struct SaveHooks {
-  std::function<void(const std::string& temp_path)> before_rename;
-};
-
 // A file name a checkpoint may use: non-empty, [A-Za-z0-9._-] only, not "." or "..".
 absl::Status ValidateCheckpointFileName(const std::string& name);
-
-// Writes shards `names` of `store` to `directory`/`file_name` (durably: temporary name, fsync,
-// rename). Each shard is copied under its variable's exclusive lock (see
-// Variable::CheckpointState) one at a time, so training continues meanwhile and memory grows
-// by one shard at most; shards are therefore captured at slightly different moments. Unknown
-// names are NotFound before anything is written. `directory` must exist.
-absl::StatusOr<SavedFile> SaveShards(const VariableStore& store, const std::string& directory,
-                                     const std::string& file_name,
-                                     const std::vector<std::string>& names, int64_t step,
-                                     const SaveHooks& hooks = {});
 
 // Where one piece of a shard comes from: rows [src_row_begin, src_row_end) of tensor `tensor`
 // (and of its slot tensors) in file `file`, going to rows starting at `dst_row_begin`.
@@ -96,14 +77,6 @@ struct RestorePlan {
   std::vector<RestoreFile> files;
   std::vector<RestoreShard> shards;
 };
-
-// Restores `plan` into `store`. Every file is read and checked (size, CRC-32, header) and
-// every piece checked against it (tensor present, dtype, row shape, row range, slots) before
-// any variable changes: an error (DataLoss for a corrupt file, naming it) leaves the store as
-// it was. Slots: every slot of the target variable's optimizer must be in the pieces
-// (FailedPrecondition otherwise); slots the target does not have are ignored. Existing
-// variables must have the plan's dtype and shape.
-absl::Status RestoreShards(VariableStore& store, const RestorePlan& plan);
 
 }  // namespace asyncps::ps
 

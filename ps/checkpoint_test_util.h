@@ -16,7 +16,7 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "checkpoint/checkpoint_shard.h"
+#include "ps/store_checkpoint.h"
 #include "core/durable_file.h"
 #include "ps/variable_store.h"
 

@@ -1,4 +1,4 @@
-#include "checkpoint/checkpoint_shard.h"
+#include "ps/store_checkpoint.h"
 
 #include <unistd.h>
 
