@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "coordinator/checkpoint_reader.h"
+#include "checkpoint/checkpoint_reader.h"
 #include "coordinator/parameter_server_strategy.h"
 
 namespace asyncps {
@@ -20,7 +20,7 @@ namespace asyncps {
 //   directory/ckpt-<step>/manifest.json              written last, by the coordinator
 //
 // Save(step): every PS that holds shards writes its own file (value, optimizer slots and step
-// counter of each shard; see ps/checkpoint_shard.h) to a temporary name, fsyncs and renames
+// counter of each shard; see ps/store_checkpoint.h) to a temporary name, fsyncs and renames
 // it; then the manifest (checkpoint_manifest.h: step, wall time, every variable with dtype,
 // shape, optimizer config and which file and tensor hold which rows, every file's size and
 // CRC-32) goes to a temporary name, is fsynced, renamed into place, and the directory is

@@ -3,7 +3,7 @@
 
 // The evaluator role of examples/fashion_mnist (TensorFlow's side-car evaluator): follows the
 // chief's checkpoint directory, evaluates each new checkpoint on the 10,000 test images, and
-// stops after the one the chief marked final (coordinator/checkpoint_follower.h). It talks to
+// stops after the one the chief marked final (checkpoint/checkpoint_follower.h). It talks to
 // no task of the cluster, so a slow or dead evaluator never holds training up.
 //
 // Its own flags ("--name=value" or "--name value"; other arguments are ignored):

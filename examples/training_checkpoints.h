@@ -18,7 +18,7 @@ class ParameterServerStrategy;
 //
 // Save at a join point (nothing in flight) so the checkpoint is a consistent cut and its step
 // counts exactly the updates it holds; see CheckpointManager. Side-car evaluators following the
-// directory (coordinator/checkpoint_follower.h) learn that training is over from MarkFinal.
+// directory (checkpoint/checkpoint_follower.h) learn that training is over from MarkFinal.
 //
 // Not thread-safe: the chief's training thread uses it.
 class TrainingCheckpoints {

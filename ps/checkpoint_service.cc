@@ -10,7 +10,7 @@
 #include "core/status_macros.h"
 #include "core/sync.h"
 #include "ps/ps.capnp.h"
-#include "ps/checkpoint_shard.h"
+#include "ps/store_checkpoint.h"
 #include "ps/checkpoint_wire.h"
 
 namespace asyncps::ps {

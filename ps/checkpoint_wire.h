@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "ps/ps.capnp.h"
-#include "ps/checkpoint_shard.h"
+#include "checkpoint/checkpoint_shard.h"
 
 namespace asyncps::ps {
 

@@ -132,7 +132,7 @@ struct ListVariablesResponse {
   variables @0 :List(VariableInfo);
 }
 
-# Checkpoints ("ps.SaveCheckpoint" / "ps.RestoreCheckpoint"; see ps/checkpoint_shard.h).
+# Checkpoints ("ps.SaveCheckpoint" / "ps.RestoreCheckpoint"; see ps/store_checkpoint.h).
 
 struct SaveCheckpointRequest {
   directory @0 :Text;          # absolute; exists (a shared file system)

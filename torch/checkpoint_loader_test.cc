@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "coordinator/checkpoint_test_util.h"
+#include "ps/checkpoint_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "torch/tensor_bridge.h"

@@ -7,8 +7,8 @@
 // reading one without a cluster (asyncps::CheckpointReader).
 // Contracts are on each declaration.
 
-#include "coordinator/checkpoint_follower.h"  // IWYU pragma: export
-#include "coordinator/checkpoint_manager.h"   // IWYU pragma: export
-#include "coordinator/checkpoint_reader.h"    // IWYU pragma: export
+#include "checkpoint/checkpoint_follower.h"  // IWYU pragma: export
+#include "checkpoint/checkpoint_reader.h"    // IWYU pragma: export
+#include "coordinator/checkpoint_manager.h"  // IWYU pragma: export
 
 #endif  // ASYNCPS_INCLUDE_ASYNCPS_CHECKPOINTS_H_

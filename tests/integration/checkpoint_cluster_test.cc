@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/checkpoint_manager.h"
-#include "coordinator/checkpoint_reader.h"
+#include "checkpoint/checkpoint_reader.h"
 #include "core/optimizer_config.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "gmock/gmock.h"

@@ -14,7 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/checkpoint_manager.h"
-#include "coordinator/checkpoint_reader.h"
+#include "checkpoint/checkpoint_reader.h"
 #include "coordinator/chief_process.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"

@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "coordinator/checkpoint_follower.h"
+#include "checkpoint/checkpoint_follower.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"

@@ -19,7 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "coordinator/checkpoint_follower.h"
+#include "checkpoint/checkpoint_follower.h"
 #include "core/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/local_cluster.h"

@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_PS_TEST_TEMP_DIR_H_
-#define ASYNCPS_PS_TEST_TEMP_DIR_H_
+#ifndef ASYNCPS_CHECKPOINT_TEST_TEMP_DIR_H_
+#define ASYNCPS_CHECKPOINT_TEST_TEMP_DIR_H_
 
 #include <unistd.h>
 
@@ -25,7 +25,8 @@ class TempDirCleaner : public ::testing::EmptyTestEventListener {
 };
 
 // A fresh, empty directory for the running test (named after the binary's `prefix`, the pid
-// and the test), removed when the test ends. For ps/ tests only; call from the test's thread.
+// and the test), removed when the test ends. For the checkpoint tests here and in ps/; call
+// from the test's thread.
 inline std::string TestTempDir(const std::string& prefix) {
   static const bool registered = [] {
     ::testing::UnitTest::GetInstance()->listeners().Append(new TempDirCleaner);
@@ -42,4 +43,4 @@ inline std::string TestTempDir(const std::string& prefix) {
 
 }  // namespace asyncps::ps
 
-#endif  // ASYNCPS_PS_TEST_TEMP_DIR_H_
+#endif  // ASYNCPS_CHECKPOINT_TEST_TEMP_DIR_H_

@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_PS_SAFETENSORS_H_
-#define ASYNCPS_PS_SAFETENSORS_H_
+#ifndef ASYNCPS_CHECKPOINT_SAFETENSORS_H_
+#define ASYNCPS_CHECKPOINT_SAFETENSORS_H_
 
 #include <cstdint>
 #include <map>
@@ -102,4 +102,4 @@ class SafetensorsFile {
 
 }  // namespace asyncps::ps
 
-#endif  // ASYNCPS_PS_SAFETENSORS_H_
+#endif  // ASYNCPS_CHECKPOINT_SAFETENSORS_H_

@@ -1,4 +1,4 @@
-#include "coordinator/checkpoint_reader.h"
+#include "checkpoint/checkpoint_reader.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,4 +1,4 @@
-#include "ps/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <algorithm>
 #include <cstdlib>

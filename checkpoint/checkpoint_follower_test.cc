@@ -1,10 +1,10 @@
-#include "coordinator/checkpoint_follower.h"
+#include "checkpoint/checkpoint_follower.h"
 
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
-#include "coordinator/checkpoint_test_util.h"
+#include "ps/checkpoint_test_util.h"
 #include "gtest/gtest.h"
 
 namespace asyncps {

@@ -1,4 +1,4 @@
-#include "coordinator/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_manifest.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-#include "coordinator/checkpoint_reader.h"
+#include "checkpoint/checkpoint_reader.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_format.h"
-#include "coordinator/checkpoint_test_util.h"
+#include "ps/checkpoint_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "core/durable_file.h"

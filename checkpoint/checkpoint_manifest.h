@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_COORDINATOR_CHECKPOINT_MANIFEST_H_
-#define ASYNCPS_COORDINATOR_CHECKPOINT_MANIFEST_H_
+#ifndef ASYNCPS_CHECKPOINT_CHECKPOINT_MANIFEST_H_
+#define ASYNCPS_CHECKPOINT_CHECKPOINT_MANIFEST_H_
 
 #include <cstdint>
 #include <map>
@@ -10,10 +10,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/tensor.h"
-#include "ps/checkpoint_shard.h"
+#include "checkpoint/checkpoint_shard.h"
 #include "core/optimizer_config.h"
-#include "ps/safetensors.h"
-#include "worker/variable_directory.h"
+#include "checkpoint/safetensors.h"
+#include "partitioners/variable_placement.h"
 
 namespace asyncps {
 
@@ -102,4 +102,4 @@ absl::StatusOr<std::map<int, ps::RestorePlan>> PlanRestore(
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_COORDINATOR_CHECKPOINT_MANIFEST_H_
+#endif  // ASYNCPS_CHECKPOINT_CHECKPOINT_MANIFEST_H_

@@ -1,4 +1,4 @@
-#include "coordinator/checkpoint_follower.h"
+#include "checkpoint/checkpoint_follower.h"
 
 #include <spdlog/spdlog.h>
 

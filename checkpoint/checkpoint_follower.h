@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_COORDINATOR_CHECKPOINT_FOLLOWER_H_
-#define ASYNCPS_COORDINATOR_CHECKPOINT_FOLLOWER_H_
+#ifndef ASYNCPS_CHECKPOINT_CHECKPOINT_FOLLOWER_H_
+#define ASYNCPS_CHECKPOINT_CHECKPOINT_FOLLOWER_H_
 
 // Following a training job's checkpoint directory from outside the cluster, the way
 // TensorFlow's side-car evaluator does: no connection to any task, only the files a
@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "coordinator/checkpoint_reader.h"
+#include "checkpoint/checkpoint_reader.h"
 #include "core/sync.h"
 
 namespace asyncps {
@@ -76,4 +76,4 @@ class CheckpointFollower {
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_COORDINATOR_CHECKPOINT_FOLLOWER_H_
+#endif  // ASYNCPS_CHECKPOINT_CHECKPOINT_FOLLOWER_H_

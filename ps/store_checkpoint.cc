@@ -1,4 +1,4 @@
-#include "ps/checkpoint_shard.h"
+#include "ps/store_checkpoint.h"
 
 #include <algorithm>
 #include <cstring>
@@ -55,23 +55,6 @@ absl::Status CheckSource(const Tensor& t, const std::string& file, const std::st
 }
 
 }  // namespace
-
-std::string SlotTensorName(const std::string& shard, const std::string& slot) {
-  return absl::StrCat(shard, "/.OPTIMIZER_SLOT/", slot);
-}
-
-absl::Status ValidateCheckpointFileName(const std::string& name) {
-  if (name.empty() || name == "." || name == ".." || name.size() > 255) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid checkpoint file name '", name, "'"));
-  }
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok)
-      return absl::InvalidArgumentError(absl::StrCat("invalid checkpoint file name '", name, "'"));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<SavedFile> SaveShards(const VariableStore& store, const std::string& directory,
                                      const std::string& file_name,

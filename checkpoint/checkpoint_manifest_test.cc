@@ -1,8 +1,8 @@
-#include "coordinator/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_manifest.h"
 
 #include <nlohmann/json.hpp>
 
-#include "coordinator/checkpoint_test_util.h"
+#include "ps/checkpoint_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_COORDINATOR_CHECKPOINT_TEST_UTIL_H_
-#define ASYNCPS_COORDINATOR_CHECKPOINT_TEST_UTIL_H_
+#ifndef ASYNCPS_PS_CHECKPOINT_TEST_UTIL_H_
+#define ASYNCPS_PS_CHECKPOINT_TEST_UTIL_H_
 
 // Test-only: parameter servers as in-process VariableStores, so checkpoint logic (manifest,
 // planning, shard I/O) runs without processes. Used by checkpoint_*_test.cc.
@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/checkpoint_manifest.h"
-#include "coordinator/checkpoint_reader.h"
+#include "checkpoint/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_reader.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "ps/checkpoint_shard.h"
+#include "ps/store_checkpoint.h"
 #include "core/durable_file.h"
 #include "ps/variable_store.h"
 
@@ -145,4 +145,4 @@ inline OptimizerConfig AdamConfig() {
 
 }  // namespace asyncps::testutil
 
-#endif  // ASYNCPS_COORDINATOR_CHECKPOINT_TEST_UTIL_H_
+#endif  // ASYNCPS_PS_CHECKPOINT_TEST_UTIL_H_

@@ -1,4 +1,4 @@
-#include "ps/checkpoint_shard.h"
+#include "ps/store_checkpoint.h"
 
 #include <unistd.h>
 
@@ -12,7 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "core/durable_file.h"
-#include "ps/test_temp_dir.h"
+#include "checkpoint/test_temp_dir.h"
 #include "ps/variable_store.h"
 
 namespace asyncps::ps {

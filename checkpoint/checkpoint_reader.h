@@ -1,5 +1,5 @@
-#ifndef ASYNCPS_COORDINATOR_CHECKPOINT_READER_H_
-#define ASYNCPS_COORDINATOR_CHECKPOINT_READER_H_
+#ifndef ASYNCPS_CHECKPOINT_CHECKPOINT_READER_H_
+#define ASYNCPS_CHECKPOINT_CHECKPOINT_READER_H_
 
 #include <map>
 #include <memory>
@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/checkpoint_manifest.h"
+#include "checkpoint/checkpoint_manifest.h"
 #include "core/sync.h"
 #include "core/tensor.h"
-#include "ps/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace asyncps {
 
@@ -82,4 +82,4 @@ absl::StatusOr<Tensor> ReadCheckpointVariable(const std::string& checkpoint_dir,
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_COORDINATOR_CHECKPOINT_READER_H_
+#endif  // ASYNCPS_CHECKPOINT_CHECKPOINT_READER_H_

@@ -1,4 +1,4 @@
-#include "ps/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "core/durable_file.h"
-#include "ps/test_temp_dir.h"
+#include "checkpoint/test_temp_dir.h"
 
 namespace asyncps::ps {
 namespace {
