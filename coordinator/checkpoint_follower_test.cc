@@ -36,7 +36,7 @@ class CheckpointFollowerTest : public ::testing::Test {
   FakeCluster cluster_{2};
 };
 
-TEST_F(CheckpointFollowerTest, YieldsEveryCheckpointOnceInOrderThenEndsAfterTheFinalOne) {
+TEST_F(CheckpointFollowerTest, YieldsEachCheckpointOnceInOrderThenEnds) {
   Save(10);
   Save(20);
   CheckpointFollower follower(dir_, Fast());
@@ -77,7 +77,7 @@ TEST_F(CheckpointFollowerTest, UncommittedAndCorruptCheckpointsAreSkipped) {
   EXPECT_TRUE(absl::IsOutOfRange(follower.Next().status()));
 }
 
-TEST_F(CheckpointFollowerTest, AFollowerStartedAfterTrainingSeesTheRetainedCheckpointsAndEnds) {
+TEST_F(CheckpointFollowerTest, LateFollowerSeesRetainedCheckpointsAndEnds) {
   Save(4);
   Save(8);
   ASSERT_TRUE(MarkFinalCheckpoint(dir_, 8).ok());

@@ -234,7 +234,7 @@ TEST(CheckpointManifestTest, ReshardsValuesSlotsAndCountersAcrossLayouts) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(CheckpointManifestTest, RestoreIntoCreatesMissingVariablesAndRejectsMismatches) {
+TEST(CheckpointManifestTest, RestoreIntoCreatesMissingAndRejectsMismatches) {
   const std::string dir = FreshTempDir("reshard_missing");
   const OptimizerConfig adam = AdamConfig();
   FakeCluster source(2);

@@ -99,7 +99,7 @@ TEST_F(CheckpointLoaderTest, PrefixNamesTheVariables) {
   EXPECT_TRUE(::torch::equal(net->fc->bias.detach(), *bias));
 }
 
-TEST_F(CheckpointLoaderTest, MissingParameterIsNotFoundAndLeavesTheModuleUnchanged) {
+TEST_F(CheckpointLoaderTest, MissingParameterIsNotFoundAndModuleUnchanged) {
   Net net;
   const ::torch::Tensor before = net->fc->weight.detach().clone();
   auto step = torch_bridge::LoadCheckpoint(ckpt_, *net, "encoder/");

@@ -111,7 +111,7 @@ SlotView SlotsOf(const std::string& checkpoint) {
   return view;
 }
 
-TEST(CheckpointClusterTest, SavesAndRestoresAcrossRealPsWithSlotsAndRetention) {
+TEST(CheckpointClusterTest, SavesRestoresAcrossRealPsWithSlotsAndRetention) {
   auto cluster = StartCluster(2);
   ASSERT_NE(cluster, nullptr);
   auto chief = cluster->MakeChief(Fixed(4));
@@ -220,7 +220,7 @@ TEST(CheckpointClusterTest, RestoresIntoOtherClusterShapes) {
 // PS 1 stops after writing its file under the temporary name (test hook) and is SIGKILLed
 // there; the save fails, the previous checkpoint stays the latest valid one, and after PS 1
 // restarts (empty) restoring it brings every variable back.
-TEST(CheckpointClusterTest, PsKilledInTheMiddleOfSaveLeavesThePreviousCheckpoint) {
+TEST(CheckpointClusterTest, PsKilledMidSaveLeavesThePreviousCheckpoint) {
   auto cluster = StartCluster(2);
   ASSERT_NE(cluster, nullptr);
   ASSERT_TRUE(cluster->KillPs(1).ok());

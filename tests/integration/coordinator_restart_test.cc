@@ -187,7 +187,7 @@ TEST(CoordinatorRestartTest, WorkerDropsThePredecessorsStateAndRefusesIt) {
 // creates its variables again (idempotent: the running PS keep theirs, trained past the
 // checkpoint), RestoreLatest rolls them back to the checkpoint's step, and training goes on
 // from there.
-TEST(CoordinatorRestartTest, NewChiefRecreatesVariablesAndContinuesFromTheCheckpoint) {
+TEST(CoordinatorRestartTest, NewChiefRestoresVariablesAndContinues) {
   testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 1;

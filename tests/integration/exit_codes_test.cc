@@ -106,7 +106,7 @@ int Launch(std::vector<std::string> launcher_args, const std::vector<std::string
   return RunToEnd(argv, {}, output);
 }
 
-TEST(ExitCodesTest, LauncherPassesTheChiefsCodeThroughAndWaitsForTheEvaluator) {
+TEST(ExitCodesTest, LauncherPassesChiefCodeAndWaitsForEvaluator) {
   std::string out;
   // A chief killed by SIGTERM (preempted) stays retryable through the launcher.
   EXPECT_EQ(Launch({"--ps", "1", "--workers", "1"}, LaunchScript("kill -TERM $$"), &out), 143) << out;

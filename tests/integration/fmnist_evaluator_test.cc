@@ -38,7 +38,7 @@ double Sample(const std::string& text, const std::string& family) {
   return std::stod(text.substr(space + 2));
 }
 
-TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUpAndStopsAfterTheFinalOne) {
+TEST(FashionMnistEvaluatorTest, FollowsCheckpointsWithoutBlockingTraining) {
   testutil::LocalCluster::Options o;
   o.num_ps = 1;
   o.num_workers = 1;
@@ -141,7 +141,7 @@ TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUp
 // The README's way: asyncps_launch --evaluator runs the whole job; the chief, given
 // --checkpoint_dir, ends with a checkpoint marked final; the launcher waits for the evaluator,
 // which reports that checkpoint's accuracy (the chief's own final figure) and exits 0.
-TEST(FashionMnistEvaluatorTest, LaunchedWithAnEvaluatorTheJobEndsAfterItsLastEvaluation) {
+TEST(FashionMnistEvaluatorTest, LaunchedJobEndsAfterTheLastEvaluation) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/fmnist_launch_evaluator_", getpid());
   std::filesystem::remove_all(dir);
   Subprocess::Options o;

@@ -26,7 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using testutil::NumberAfter;
 
-TEST(FashionMnistPsRecoveryTest, PsKilledAndRestartedIsRepairedAndTrainingReachesTheTarget) {
+TEST(FashionMnistPsRecoveryTest, KilledPsIsRepairedAndTargetIsReached) {
   testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 2;

@@ -43,7 +43,7 @@ int64_t LastSavedStep(const std::string& output) {
 
 constexpr int64_t kMaxSteps = 20 * (60'000 / 128);
 
-TEST(FashionMnistResumeTest, ChiefKilledAfterACheckpointResumesFromItsStepAndReachesTheTarget) {
+TEST(FashionMnistResumeTest, ChiefResumesFromCheckpointAndReachesTarget) {
   testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 2;
