@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "coordinator/checkpoint_follower.h"
 #include "core/subprocess.h"
+#include "core/test_temp_dir.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/local_cluster.h"
 #include "tests/testutil/output_text.h"
@@ -51,8 +52,8 @@ TEST(FashionMnistResumeTest, ChiefResumesFromCheckpointAndReachesTarget) {
   auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
 
-  const fs::path dir = fs::path(::testing::TempDir()) / absl::StrCat("fmnist_resume_", getpid());
-  fs::remove_all(dir);
+  testutil::TestDir temp("fmnist_resume");
+  const fs::path dir = fs::path(temp.path()) / "ckpt";  // made by the chief
   Subprocess::Options chief = (*cluster)->ChiefSubprocessOptions(
       {testutil::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=20", "--eval_every=1",
        "--stop_at_accuracy=0.88", absl::StrCat("--checkpoint_dir=", dir.string()),
@@ -120,7 +121,6 @@ TEST(FashionMnistResumeTest, ChiefResumesFromCheckpointAndReachesTarget) {
   for (const auto& entry : fs::directory_iterator(dir))
     committed += fs::exists(entry.path() / "manifest.json");
   EXPECT_EQ(committed, 2);
-  fs::remove_all(dir);
 }
 
 }  // namespace
