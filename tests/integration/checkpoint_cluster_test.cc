@@ -116,8 +116,8 @@ TEST(CheckpointClusterTest, SavesRestoresAcrossRealPsWithSlotsAndRetention) {
   ParameterServerStrategy& strategy = (*chief)->strategy();
   CreateAndTrain(strategy);
   Train(strategy, 3, 0.01f);
-  testutil::TestDir temp("checkpoint_cluster_test");
-  const std::string dir = Normal(temp);
+  testutil::TestDir test_dir("checkpoint_cluster_test");
+  const std::string dir = Normal(test_dir);
   CheckpointManager manager(strategy, dir, /*max_to_keep=*/2);
   auto first = manager.Save(100);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -161,8 +161,8 @@ TEST(CheckpointClusterTest, SavesRestoresAcrossRealPsWithSlotsAndRetention) {
 
 // Saved with 2 PS / 4 shards; restored with 3 PS / 2 shards and with 1 PS unsharded.
 TEST(CheckpointClusterTest, RestoresIntoOtherClusterShapes) {
-  testutil::TestDir temp("checkpoint_cluster_test");
-  const std::string dir = Normal(temp);
+  testutil::TestDir test_dir("checkpoint_cluster_test");
+  const std::string dir = Normal(test_dir);
   std::vector<Tensor> saved;
   std::string checkpoint;
   {
@@ -231,8 +231,8 @@ TEST(CheckpointClusterTest, PsKilledMidSaveLeavesThePreviousCheckpoint) {
   ParameterServerStrategy& strategy = (*chief)->strategy();
   CreateAndTrain(strategy);
   Train(strategy, 2, 0.01f);
-  testutil::TestDir temp("checkpoint_cluster_test");
-  const std::string dir = Normal(temp);
+  testutil::TestDir test_dir("checkpoint_cluster_test");
+  const std::string dir = Normal(test_dir);
   CheckpointManager manager(strategy, dir, 5);
   ASSERT_TRUE(manager.Save(10).ok());
   const std::vector<Tensor> at_10 = ReadAll(strategy);
