@@ -11,7 +11,7 @@ namespace asyncps {
 namespace {
 
 using testutil::FakeCluster;
-using testutil::FreshTempDir;
+using testutil::TestDir;
 
 CheckpointFollower::Options Fast() {
   CheckpointFollower::Options o;
@@ -23,7 +23,6 @@ CheckpointFollower::Options Fast() {
 class CheckpointFollowerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = FreshTempDir("follower");
     cluster_.Add("w", testutil::Iota({4, 2}, 1), {2, 2}, {0, 1}, nullptr);
   }
   std::string Save(int64_t step) {
@@ -32,11 +31,12 @@ class CheckpointFollowerTest : public ::testing::Test {
     return path.ok() ? *path : "";
   }
 
-  std::string dir_;
+  TestDir temp_{"follower"};
+  const std::string dir_ = temp_.path();
   FakeCluster cluster_{2};
 };
 
-TEST_F(CheckpointFollowerTest, YieldsEveryCheckpointOnceInOrderThenEndsAfterTheFinalOne) {
+TEST_F(CheckpointFollowerTest, YieldsEachCheckpointOnceInOrderThenEnds) {
   Save(10);
   Save(20);
   CheckpointFollower follower(dir_, Fast());
@@ -77,7 +77,7 @@ TEST_F(CheckpointFollowerTest, UncommittedAndCorruptCheckpointsAreSkipped) {
   EXPECT_TRUE(absl::IsOutOfRange(follower.Next().status()));
 }
 
-TEST_F(CheckpointFollowerTest, AFollowerStartedAfterTrainingSeesTheRetainedCheckpointsAndEnds) {
+TEST_F(CheckpointFollowerTest, LateFollowerSeesRetainedCheckpointsAndEnds) {
   Save(4);
   Save(8);
   ASSERT_TRUE(MarkFinalCheckpoint(dir_, 8).ok());
@@ -119,7 +119,8 @@ TEST_F(CheckpointFollowerTest, CancelEndsABlockedNext) {
 }
 
 TEST(FinalCheckpointMarkerTest, RoundTripsAndRejectsGarbage) {
-  const std::string dir = FreshTempDir("marker");
+  TestDir temp("marker");
+  const std::string& dir = temp.path();
   EXPECT_TRUE(absl::IsNotFound(ReadFinalCheckpointMarker(dir).status()));
   ASSERT_TRUE(MarkFinalCheckpoint(dir, 1234).ok());
   EXPECT_EQ(*ReadFinalCheckpointMarker(dir), 1234);

@@ -11,7 +11,7 @@ namespace {
 
 using testutil::AdamConfig;
 using testutil::FakeCluster;
-using testutil::FreshTempDir;
+using testutil::TestDir;
 using ::testing::HasSubstr;
 using testutil::Iota;
 
@@ -176,7 +176,8 @@ TEST(CheckpointManifestTest, RejectsEveryBrokenField) {
 // into several other layouts; values and both Adam slots must come back row for row, and
 // step counters follow the documented rule (max over the saved shards a target shard reads).
 TEST(CheckpointManifestTest, ReshardsValuesSlotsAndCountersAcrossLayouts) {
-  const std::string dir = FreshTempDir("reshard");
+  TestDir temp("reshard");
+  const std::string& dir = temp.path();
   const OptimizerConfig adam = AdamConfig();
   FakeCluster source(2);
   source.Add("emb", Iota({13, 3}, 1), {4, 3, 3, 3}, {0, 1, 0, 1}, &adam);
@@ -231,11 +232,11 @@ TEST(CheckpointManifestTest, ReshardsValuesSlotsAndCountersAcrossLayouts) {
     }
     EXPECT_EQ(target.Shard("scalar")->iterations(), 1);
   }
-  std::filesystem::remove_all(dir);
 }
 
-TEST(CheckpointManifestTest, RestoreIntoCreatesMissingVariablesAndRejectsMismatches) {
-  const std::string dir = FreshTempDir("reshard_missing");
+TEST(CheckpointManifestTest, RestoreIntoCreatesMissingAndRejectsMismatches) {
+  TestDir temp("reshard_missing");
+  const std::string& dir = temp.path();
   const OptimizerConfig adam = AdamConfig();
   FakeCluster source(2);
   source.Add("w", Iota({6, 2}, 0), {3, 3}, {0, 1}, &adam);
@@ -260,7 +261,6 @@ TEST(CheckpointManifestTest, RestoreIntoCreatesMissingVariablesAndRejectsMismatc
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
   plan = PlanRestore(*manifest, *ckpt, {{"w", DType::kF64, {6, 2}, {{"w", 0, 0, 6}}}});
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(CheckpointManifestTest, BuildManifestNeedsEveryShard) {

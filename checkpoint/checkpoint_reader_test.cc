@@ -17,7 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 using testutil::AdamConfig;
 using testutil::FakeCluster;
-using testutil::FreshTempDir;
+using testutil::TestDir;
 using ::testing::HasSubstr;
 using testutil::Iota;
 
@@ -30,7 +30,6 @@ void Spit(const std::string& path, const std::string& bytes) {
 class CheckpointReaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = FreshTempDir("ckpt_reader");
     adam_ = AdamConfig();
     cluster_.Add("emb", Iota({10, 4}, 0), {5, 5}, {0, 1}, &adam_);
     cluster_.Add("w", Iota({3, 2}, 7), {3}, {1}, nullptr);
@@ -45,14 +44,14 @@ class CheckpointReaderTest : public ::testing::Test {
     second_ = *second;
   }
 
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::string Latest(CheckpointCheck check = CheckpointCheck::kChecksums) {
     auto latest = LatestCheckpoint(dir_, check);
     return latest.ok() ? *latest : latest.status().ToString();
   }
 
-  std::string dir_;
+  TestDir temp_{"ckpt_reader"};
+  const std::string dir_ = temp_.path();
   OptimizerConfig adam_;
   FakeCluster cluster_{2};
   std::string first_, second_;

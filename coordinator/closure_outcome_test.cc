@@ -38,7 +38,7 @@ TEST(ClassifyClosureTest, UnreachablePsIsUnavailableForTheUser) {
             ClosureOutcome::kPsUnavailable);
 }
 
-TEST(ClassifyClosureTest, PsThatLostItsStateIsDistinctFromUnreachableAndFromTheFunction) {
+TEST(ClassifyClosureTest, PsStateLostIsNeitherUnreachableNorFunctionError) {
   EXPECT_EQ(ClassifyClosure(absl::OkStatus(), absl::UnavailableError("ps 0 lost"), ErrorSource::kPsStateLost),
             ClosureOutcome::kPsStateLost);
   // A NotFound the function produced itself (an unknown name) stays the user's error.

@@ -311,7 +311,7 @@ TEST(ClosureQueueTest, PutBackIgnoresCapacity) {
   EXPECT_TRUE(queue.Wait().ok());
 }
 
-TEST(ClosureQueueTest, PutBackGivesEachClosureExactlyOneCompletedRunWithTwoThreads) {
+TEST(ClosureQueueTest, PutBackGivesEachClosureExactlyOneRunWithTwoThreads) {
   constexpr uint64_t kClosures = 20;
   ClosureQueue queue(kClosures);
   std::vector<std::shared_ptr<Closure>> closures;
@@ -429,7 +429,7 @@ TEST(ClosureQueueTest, StopLetsInFlightClosuresReportAndCancelsPutBack) {
   EXPECT_EQ(FetchCode(b), absl::StatusCode::kCancelled);
 }
 
-TEST(ClosureQueueTest, InFlightCancellationHookCalledOncePerErrorWithoutTheLock) {
+TEST(ClosureQueueTest, InFlightCancelHookRunsOncePerErrorWithoutLock) {
   ClosureQueue queue(10);
   std::atomic<int> calls{0};
   std::atomic<size_t> in_flight_seen{0};

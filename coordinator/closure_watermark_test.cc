@@ -62,7 +62,7 @@ TEST(ClosureWatermarkTest, FinishedClosuresBehindALongOneAreCompactedAway) {
   EXPECT_EQ(ids.tracked(), 0u);
 }
 
-TEST(ClosureWatermarkTest, ConcurrentSchedulingNeverMovesTheWatermarkBackOrPastAHeldClosure) {
+TEST(ClosureWatermarkTest, ConcurrentlyNeverGoesBackOrPastAHeldClosure) {
   ClosureWatermark ids(1);
   std::atomic<bool> stop{false};
   std::atomic<bool> violated{false};

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/slurm_cluster.h"
 #include "core/status_macros.h"
 
 namespace asyncps {
@@ -119,10 +120,28 @@ std::vector<std::string> SplitHosts(absl::string_view value) {
   return hosts;
 }
 
-// Applies the command-line flags on top of `spec`. Unknown arguments are skipped.
-absl::Status ApplyFlags(const std::vector<std::string>& args, PartialSpec* spec) {
-  static constexpr absl::string_view kFlags[] = {"ps_hosts", "worker_hosts", "chief_host",
-                                                 "evaluator_host", "job_name", "task_index"};
+// What the command line says: cluster flags, and the Slurm layout when a --slurm_* flag is given.
+struct FlagValues {
+  PartialSpec spec;
+  std::optional<SlurmLayout> slurm;
+};
+
+// A --slurm_* count: a non-negative integer.
+absl::Status ParseSlurmCount(absl::string_view name, const std::string& value, int* out) {
+  if (!absl::SimpleAtoi(value, out) || *out < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " must be a non-negative integer, got '", value, "'"));
+  }
+  return absl::OkStatus();
+}
+
+// Reads the cluster flags out of `args`. Unknown arguments are skipped.
+absl::StatusOr<FlagValues> ParseFlags(const std::vector<std::string>& args) {
+  static constexpr absl::string_view kFlags[] = {
+      "ps_hosts", "worker_hosts",  "chief_host",  "evaluator_host",  "job_name",       "task_index",
+      "slurm_ps", "slurm_workers", "slurm_chief", "slurm_evaluator", "slurm_port_base"};
+  FlagValues flags;
+  PartialSpec* spec = &flags.spec;
   for (size_t i = 0; i < args.size(); ++i) {
     absl::string_view arg = args[i];
     // Everything after "--" belongs to the program.
@@ -144,7 +163,15 @@ absl::Status ApplyFlags(const std::vector<std::string>& args, PartialSpec* spec)
       value = args[++i];
     }
 
-    if (name == "ps_hosts") {
+    if (absl::StartsWith(name, "slurm_")) {
+      SlurmLayout& layout = flags.slurm.has_value() ? *flags.slurm : flags.slurm.emplace();
+      int* field = name == "slurm_ps"          ? &layout.ps
+                   : name == "slurm_workers"   ? &layout.workers
+                   : name == "slurm_chief"     ? &layout.chief
+                   : name == "slurm_evaluator" ? &layout.evaluator
+                                               : &layout.port_base;
+      RETURN_IF_ERROR(ParseSlurmCount(name, *value, field));
+    } else if (name == "ps_hosts") {
       spec->jobs[TaskType::kPs] = SplitHosts(*value);
     } else if (name == "worker_hosts") {
       spec->jobs[TaskType::kWorker] = SplitHosts(*value);
@@ -165,13 +192,22 @@ absl::Status ApplyFlags(const std::vector<std::string>& args, PartialSpec* spec)
       spec->task_index = index;
     }
   }
-  return absl::OkStatus();
+  return flags;
+}
+
+// Lays `top` over `base` field by field: a job `top` names replaces that job in `base`, and the
+// jobs only `base` names stay (the union of the two clusters).
+void Overlay(PartialSpec top, PartialSpec* base) {
+  for (auto& [type, addresses] : top.jobs) base->jobs[type] = std::move(addresses);
+  if (top.task_type.has_value()) base->task_type = top.task_type;
+  if (top.task_index.has_value()) base->task_index = top.task_index;
 }
 
 absl::StatusOr<ClusterSpec> Complete(PartialSpec spec) {
   if (spec.jobs.empty()) {
     return absl::InvalidArgumentError(
-        "no cluster given: set TF_CONFIG with a \"cluster\" or pass --ps_hosts and --worker_hosts");
+        "no cluster given: set TF_CONFIG with a \"cluster\", pass --ps_hosts and "
+        "--worker_hosts, or run under srun with --slurm_ps");
   }
   if (!spec.task_type.has_value()) {
     return absl::InvalidArgumentError("no task type given: set TF_CONFIG task.type or pass --job_name");
@@ -272,19 +308,35 @@ absl::StatusOr<ClusterSpec> ClusterSpec::FromTfConfig(absl::string_view json) {
 }
 
 absl::StatusOr<ClusterSpec> ClusterSpec::FromEnvOrFlags(int argc, char** argv) {
-  const char* env = std::getenv("TF_CONFIG");
+  EnvMap env;
+  auto read = [&env](absl::string_view name) {
+    if (const char* value = std::getenv(std::string(name).c_str())) env[std::string(name)] = value;
+  };
+  read("TF_CONFIG");
+  for (absl::string_view name : kSlurmEnvironmentVariables) read(name);
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
-  return FromTfConfigAndFlags(env == nullptr ? "" : env, args);
+  return FromEnvAndFlags(env, args);
 }
 
 absl::StatusOr<ClusterSpec> ClusterSpec::FromTfConfigAndFlags(absl::string_view tf_config,
                                                               const std::vector<std::string>& args) {
+  return FromEnvAndFlags({{"TF_CONFIG", std::string(tf_config)}}, args);
+}
+
+absl::StatusOr<ClusterSpec> ClusterSpec::FromEnvAndFlags(const EnvMap& env,
+                                                         const std::vector<std::string>& args) {
+  ASSIGN_OR_RETURN(FlagValues flags, ParseFlags(args));
   PartialSpec spec;
-  if (!absl::StripAsciiWhitespace(tf_config).empty()) {
-    ASSIGN_OR_RETURN(spec, ParseTfConfig(tf_config));
+  if (auto it = env.find("TF_CONFIG");
+      it != env.end() && !absl::StripAsciiWhitespace(it->second).empty()) {
+    ASSIGN_OR_RETURN(spec, ParseTfConfig(it->second));
   }
-  RETURN_IF_ERROR(ApplyFlags(args, &spec));
+  if (flags.slurm.has_value()) {
+    ASSIGN_OR_RETURN(SlurmCluster slurm, ResolveSlurmCluster(env, *flags.slurm));
+    Overlay({std::move(slurm.jobs), slurm.task_type, slurm.task_index}, &spec);
+  }
+  Overlay(std::move(flags.spec), &spec);
   return Complete(std::move(spec));
 }
 

@@ -1,6 +1,7 @@
 #ifndef ASYNCPS_CORE_CLUSTER_SPEC_H_
 #define ASYNCPS_CORE_CLUSTER_SPEC_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,6 +13,9 @@ namespace asyncps {
 
 // Which job a process plays. "master" (legacy) parses as kChief.
 enum class TaskType { kChief, kPs, kWorker, kEvaluator };
+
+// Environment variables by name: what FromEnvAndFlags reads instead of the real environment.
+using EnvMap = std::map<std::string, std::string, std::less<>>;
 
 absl::string_view TaskTypeName(TaskType type);  // "chief", "ps", "worker", "evaluator"
 absl::StatusOr<TaskType> TaskTypeFromName(absl::string_view name);  // accepts "master"
@@ -38,15 +42,32 @@ class ClusterSpec {
   // Parses a TF_CONFIG JSON document. Every error is InvalidArgument and names the field.
   static absl::StatusOr<ClusterSpec> FromTfConfig(absl::string_view json);
 
-  // Reads TF_CONFIG from the environment (if set), then applies flags, which override it:
-  //   --ps_hosts=h:p,h:p  --worker_hosts=h:p,...  --chief_host=h:p  --evaluator_host=h:p
-  //   --job_name=ps|worker|chief|evaluator  --task_index=N
-  // Both "--flag=value" and "--flag value" forms are accepted. Arguments that are not one of
-  // these flags are ignored (they belong to the program) and left in `argv` untouched.
-  // Fails when neither source gives a complete spec.
+  // Resolves the cluster from up to three sources, each later one laid over the earlier ones
+  // field by field (a job a later source names replaces that job; jobs only an earlier source
+  // names are kept, so the result is their union; a later task type or index wins):
+  //   1. TF_CONFIG, when set and not blank.
+  //   2. Slurm, when any --slurm_* flag is given: the job step's SLURM_* variables cut into
+  //      roles by ResolveSlurmCluster (core/slurm_cluster.h), which also sets the task from
+  //      SLURM_PROCID. Layout flags:
+  //        --slurm_ps=N (1)  --slurm_workers=M (the rest)  --slurm_chief=0|1 (1)
+  //        --slurm_evaluator=0|1 (0)  --slurm_port_base=P (8888)
+  //      e.g. `srun --ntasks=6 prog --slurm_ps=2`: rank 0 chief, ranks 1-2 ps, 3-5 workers.
+  //   3. Explicit cluster flags:
+  //        --ps_hosts=h:p,h:p  --worker_hosts=h:p,...  --chief_host=h:p  --evaluator_host=h:p
+  //        --job_name=ps|worker|chief|evaluator  --task_index=N
+  // So flags beat Slurm, which beats TF_CONFIG. Both "--flag=value" and "--flag value" forms
+  // are accepted; arguments after "--" and those that are not one of these flags are ignored
+  // (they belong to the program) and left in `argv` untouched. Fails (InvalidArgument) when a
+  // source is malformed or the sources together do not give a complete, valid spec.
+  // Reads the real environment: call it before any thread may call setenv.
   static absl::StatusOr<ClusterSpec> FromEnvOrFlags(int argc, char** argv);
 
-  // Same as FromEnvOrFlags but with TF_CONFIG passed explicitly (empty = unset); for tests.
+  // FromEnvOrFlags with the environment given as `env` (TF_CONFIG and the SLURM_* variables
+  // are looked up in it); for tests and launchers.
+  static absl::StatusOr<ClusterSpec> FromEnvAndFlags(const EnvMap& env,
+                                                     const std::vector<std::string>& args);
+
+  // FromEnvAndFlags with TF_CONFIG as the only variable (empty = unset).
   static absl::StatusOr<ClusterSpec> FromTfConfigAndFlags(absl::string_view tf_config,
                                                           const std::vector<std::string>& args);
 

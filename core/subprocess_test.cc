@@ -18,6 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "core/test_temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -143,17 +144,17 @@ TEST(SubprocessTest, MissingExecutableIsAnError) {
 TEST(SubprocessTest, ExecFailureAfterForkIsAnError) {
   // Executable but not a valid binary or script: execve fails with ENOEXEC in the child and the
   // error pipe carries that back to Start.
-  char path[] = "/tmp/asyncps_subprocess_test_XXXXXX";
-  const int fd = mkstemp(path);
+  testutil::TestDir temp("subprocess_test");
+  std::string path = temp.path() + "/not_a_binary_XXXXXX";
+  const int fd = mkstemp(path.data());
   ASSERT_GE(fd, 0);
   const char garbage[] = "\x7f" "ELF garbage";
   ASSERT_EQ(write(fd, garbage, sizeof(garbage)), static_cast<ssize_t>(sizeof(garbage)));
   close(fd);
-  ASSERT_EQ(chmod(path, 0700), 0);
+  ASSERT_EQ(chmod(path.c_str(), 0700), 0);
   Subprocess::Options options;
   options.argv = {path};
   absl::StatusOr<std::unique_ptr<Subprocess>> proc = Subprocess::Start(options);
-  unlink(path);
   ASSERT_FALSE(proc.ok());
   EXPECT_THAT(proc.status().message(), HasSubstr("cannot execute"));
 }

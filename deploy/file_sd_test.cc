@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/durable_file.h"
+#include "core/test_temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace asyncps::deploy {
@@ -23,18 +24,16 @@ TEST(FileSdTest, OneGroupPerProcessWithRoleLabels) {
 }
 
 TEST(FileSdTest, WritesTheFileAndNamesItOnError) {
-  char dir[] = "/tmp/file_sd_test.XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/targets.json";
+  testutil::TestDir temp("file_sd_test");
+  const std::string& dir = temp.path();
+  const std::string path = dir + "/targets.json";
   ASSERT_TRUE(WriteFileSd(path, {{"127.0.0.1:1", "worker", 0}}).ok());
   auto text = ReadFileToString(path, 1 << 20);
   ASSERT_TRUE(text.ok());
   EXPECT_EQ(nlohmann::json::parse(*text)[0]["labels"]["asyncps_role"], "worker");
-  absl::Status missing = WriteFileSd(std::string(dir) + "/no/such/dir/t.json", {});
+  absl::Status missing = WriteFileSd(dir + "/no/such/dir/t.json", {});
   EXPECT_FALSE(missing.ok());
   EXPECT_NE(std::string(missing.message()).find("no/such/dir"), std::string::npos) << missing;
-  std::remove(path.c_str());
-  rmdir(dir);
 }
 
 }  // namespace

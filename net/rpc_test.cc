@@ -310,7 +310,7 @@ TEST_F(RpcTest, ConcurrentCallsFromManyThreadsOnOneConnection) {
   EXPECT_EQ(good.load(), 8 * 200);
 }
 
-TEST_F(RpcTest, InlineIfSmallRunsSmallRequestsOnTheIoThreadAndLargeOnesOnThePool) {
+TEST_F(RpcTest, InlineIfSmallRunsSmallOnIoThreadLargeOnPool) {
   RpcClient& client = NewClient();
   auto ran_inline = [&](int64_t payload_bytes) -> int {
     OutMessage req;

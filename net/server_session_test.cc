@@ -170,7 +170,7 @@ TEST_F(ServerSessionTest, RolesAreCheckedPerMethod) {
   EXPECT_EQ(calls_, 0);
 }
 
-TEST_F(ServerSessionTest, RequestBeforeHandshakeAndPayloadsBeforeHandshakeAreRefused) {
+TEST_F(ServerSessionTest, RequestsAndPayloadsBeforeHandshakeAreRefused) {
   Feed(NamesRequest(1, 1));
   EXPECT_TRUE(transport_->closed());
   // A pre-handshake frame declaring a 2 GiB payload is refused from its header.

@@ -4,8 +4,6 @@
 // Test-only: parameter servers as in-process VariableStores, so checkpoint logic (manifest,
 // planning, shard I/O) runs without processes. Used by checkpoint_*_test.cc.
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -15,21 +13,13 @@
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "core/status_macros.h"
+#include "core/test_temp_dir.h"
 #include "gtest/gtest.h"
 #include "ps/store_checkpoint.h"
 #include "core/durable_file.h"
 #include "ps/variable_store.h"
 
 namespace asyncps::testutil {
-
-inline std::string FreshTempDir(const std::string& tag) {
-  const std::string dir =
-      absl::StrCat(::testing::TempDir(), "/", tag, "_", getpid(), "_",
-                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 struct FakeCluster {
   explicit FakeCluster(int num_ps) {

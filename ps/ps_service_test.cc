@@ -542,7 +542,7 @@ UpdateTag ClosureCall(uint64_t closure, uint64_t sequence, uint64_t watermark = 
   return UpdateTag{kCoordinator, kCoordinator + closure, sequence, watermark};
 }
 
-TEST_F(PsServiceTest, AClosuresUpdateRepeatedIsAnsweredAlreadyAppliedAndAppliedOnce) {
+TEST_F(PsServiceTest, RepeatedClosureUpdateIsAlreadyAppliedAndAppliedOnce) {
   CreateWith("w", {4}, {0, 0, 0, 0});
   CreateWith("b", {1}, {0});
   const std::vector<UpdateSpec> call = {
@@ -741,7 +741,7 @@ TEST_F(PsLimitsTest, ListVariablesPastTheResponseCapIsRefused) {
   EXPECT_EQ(List().status().code(), absl::StatusCode::kResourceExhausted);
 }
 
-TEST_F(PsLimitsTest, NonfiniteGradientsAreRefusedNamingTheVariableAndApplyNothing) {
+TEST_F(PsLimitsTest, NonfiniteGradientsAreRefusedAndApplyNothing) {
   OptimizerConfig sgd;
   sgd.learning_rate = 1;
   CreateWith("a", {2}, {1, 2}, &sgd);

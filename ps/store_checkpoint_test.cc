@@ -58,7 +58,7 @@ RestorePlan WholePlan(const std::string& dir, const SavedFile& saved) {
   return plan;
 }
 
-TEST(CheckpointShardTest, SavesValuesSlotsAndCountersAndRestoresThemIntoAnEmptyStore) {
+TEST(CheckpointShardTest, RoundTripsValuesSlotsAndCountersIntoAnEmptyStore) {
   const std::string dir = TempDir();
   VariableStore store;
   const OptimizerConfig adam = Adam();
@@ -211,7 +211,7 @@ TEST(CheckpointShardTest, SaveRejectsUnknownVariablesAndWritesNothing) {
 // Saving while another thread keeps applying Adam updates with a constant gradient g: the
 // saved moments must be exactly those of the saved step counter t (m = (1 - b1^t) g and
 // v = (1 - b2^t) g^2 up to rounding), whatever moment the copy was taken at.
-TEST(CheckpointShardTest, ValueSlotsAndCounterAreCapturedTogetherDuringTraining) {
+TEST(CheckpointShardTest, ValueSlotsAndCounterCapturedTogetherInTraining) {
   const std::string dir = TempDir();
   VariableStore store;
   const OptimizerConfig adam = Adam();

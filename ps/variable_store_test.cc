@@ -18,7 +18,7 @@ std::unique_ptr<Variable> MakeVariable(const std::string& name, const Shape& sha
   return std::move(Variable::Create(name, Tensor(DType::kF32, shape), nullptr)).value();
 }
 
-TEST(VariableStoreTest, ReservationPastTheCapIsResourceExhaustedNamingVariableAndCap) {
+TEST(VariableStoreTest, ReservationPastTheCapIsResourceExhausted) {
   VariableStore store(/*max_bytes=*/10000);
   auto first = store.Reserve("a", 6000);
   ASSERT_TRUE(first.ok()) << first.status();

@@ -730,7 +730,7 @@ TEST(VariableConcurrencyTest, ConcurrentGradientPushesAreNeverLost) {
 // Large sparse SGD pushes from several threads, each full of duplicates and spread over every
 // stripe, to rows the other threads push too: every occurrence of every id counts exactly once
 // (duplicates are summed within a push, pushes serialise per stripe).
-TEST(VariableConcurrencyTest, ConcurrentSparsePushesWithDuplicatesGiveExactSums) {
+TEST(VariableConcurrencyTest, SparsePushesWithDuplicatesGiveExactSums) {
   constexpr int64_t kRows = 3 * Variable::kStripes + 1, kCols = 8, kIdsPerPush = 300;
   constexpr int kPushes = 200;
   OptimizerConfig sgd;

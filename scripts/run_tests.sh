@@ -7,6 +7,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 
+# Runs "$@" with TMPDIR pointing at a fresh directory of its own and, once it ends, fails
+# listing what is left there: tests clean up after themselves, also when they fail. The
+# directory is removed either way.
+run_in_fresh_tmpdir() {
+  local dir left status=0
+  dir="$(mktemp -d "${TMPDIR:-/tmp}/asyncps_tests.XXXXXX")"
+  TMPDIR="$dir" "$@" || status=$?
+  left="$(cd "$dir" && find . -mindepth 1 -maxdepth 2 | sort | head -n 50)" || true
+  rm -rf "$dir"
+  if [[ -n "$left" ]]; then
+    echo "FAILED: the tests left these in their TMPDIR (first 50, two levels deep):" >&2
+    echo "$left" >&2
+    return 1
+  fi
+  return "$status"
+}
+
 echo "== build (RelWithDebInfo) =="
 bash scripts/build.sh build
 echo "== public headers: nothing heavy reachable from include/asyncps/*.h =="
@@ -14,7 +31,7 @@ bash scripts/check_public_headers.sh build
 echo "== installed package: find_package(asyncps) from a program outside the tree =="
 bash scripts/check_install.sh build
 echo "== tests =="
-(cd build && ctest --output-on-failure -j2 --timeout 300)
+(cd build && run_in_fresh_tmpdir ctest --output-on-failure -j2 --timeout 300)
 
 if [[ "${ASYNCPS_SKIP_TSAN:-0}" != "1" ]]; then
   echo "== build (ThreadSanitizer) =="
@@ -30,7 +47,7 @@ if [[ "${ASYNCPS_SKIP_TSAN:-0}" != "1" ]]; then
     bash scripts/build.sh build-tsan -DASYNCPS_SANITIZE=thread
   echo "== tests under ThreadSanitizer =="
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
-     ctest --output-on-failure -j2 --timeout 900 -LE bench -E _NOT_BUILT)
+     run_in_fresh_tmpdir ctest --output-on-failure -j2 --timeout 900 -LE bench -E _NOT_BUILT)
 fi
 
 if [[ "${ASYNCPS_SKIP_ASAN:-0}" != "1" ]]; then
@@ -39,7 +56,7 @@ if [[ "${ASYNCPS_SKIP_ASAN:-0}" != "1" ]]; then
   echo "== build (AddressSanitizer: data_test) =="
   ASYNCPS_TARGETS="data_test" bash scripts/build.sh build-asan -DASYNCPS_SANITIZE=address
   echo "== data_test under AddressSanitizer =="
-  ASAN_OPTIONS="detect_leaks=1" build-asan/bin/data_test
+  ASAN_OPTIONS="detect_leaks=1" run_in_fresh_tmpdir build-asan/bin/data_test
 fi
 
 if [[ "${ASYNCPS_SKIP_FUZZ:-0}" != "1" ]]; then

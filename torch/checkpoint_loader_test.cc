@@ -31,7 +31,6 @@ TORCH_MODULE(Net);
 class CheckpointLoaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = testutil::FreshTempDir("torch_ckpt");
     adam_ = testutil::AdamConfig();
     // As CreateVariables and a partitioner would have placed them: the weight split over 2 PS.
     cluster_.Add("fc.weight", Iota({3, 4}, 1), {2, 1}, {0, 1}, &adam_);
@@ -44,14 +43,14 @@ class CheckpointLoaderTest : public ::testing::Test {
     ASSERT_TRUE(saved.ok()) << saved.status();
     ckpt_ = *saved;
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   bool Equals(const ::torch::Tensor& param, const std::string& variable) {
     auto expected = torch_bridge::ToTorch(cluster_.Logical(variable));
     return expected.ok() && ::torch::equal(param.detach(), *expected);
   }
 
-  std::string dir_;
+  testutil::TestDir temp_{"torch_ckpt"};
+  const std::string dir_ = temp_.path();
   std::string ckpt_;
   OptimizerConfig adam_;
   testutil::FakeCluster cluster_{2};
@@ -99,7 +98,7 @@ TEST_F(CheckpointLoaderTest, PrefixNamesTheVariables) {
   EXPECT_TRUE(::torch::equal(net->fc->bias.detach(), *bias));
 }
 
-TEST_F(CheckpointLoaderTest, MissingParameterIsNotFoundAndLeavesTheModuleUnchanged) {
+TEST_F(CheckpointLoaderTest, MissingParameterIsNotFoundAndModuleUnchanged) {
   Net net;
   const ::torch::Tensor before = net->fc->weight.detach().clone();
   auto step = torch_bridge::LoadCheckpoint(ckpt_, *net, "encoder/");

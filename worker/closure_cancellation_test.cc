@@ -38,7 +38,7 @@ TEST(ClosureCancellationTest, CancelReachesEveryRunningAttempt) {
   EXPECT_FALSE(other.cancelled->load());
 }
 
-TEST(ClosureCancellationTest, CancelThatOvertakesItsRunCancelsTheAttemptAtStart) {
+TEST(ClosureCancellationTest, CancelOvertakingItsRunCancelsAttemptAtStart) {
   ClosureCancellation c;
   const uint64_t id = 42;
   c.Cancel({&id, 1});

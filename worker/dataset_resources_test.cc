@@ -57,7 +57,7 @@ TEST_F(DynamicIteratorResourceTest, AnyBatchReadsTheSameRecordsAsInOrder) {
   EXPECT_NE(Ids(*next_epoch), in_order[0]);
 }
 
-TEST_F(DynamicIteratorResourceTest, ABatchAheadIsReachedBySkippingNotRebuilding) {
+TEST_F(DynamicIteratorResourceTest, SkipsToABatchAheadWithoutRebuilding) {
   SplitOutcome outcome;
   DynamicIteratorResource fresh(data::Dataset::Range(0, 35).Shuffle(10, 3).Batch(4));
   const std::vector<int64_t> third = Ids(*fresh.Read(Binding(1, 2), &outcome));
@@ -91,7 +91,7 @@ TEST_F(DynamicIteratorResourceTest, ABoundIteratorGivesOneBatch) {
   EXPECT_EQ(bound.Next().status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST(DatasetResourceFactoryTest, DynamicShardingRefusesRepeatAndHidesTheWorkerIndex) {
+TEST(DatasetResourceFactoryTest, DynamicRefusesRepeatAndHidesWorkerIndex) {
   Program program;
   int seen_index = -1;
   program.AddDataset("d", [&](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {

@@ -494,7 +494,7 @@ TEST_F(PsClientSyncTest, APsThatIsDownIsUnavailableNamingItWhileTheOthersServe) 
   EXPECT_TRUE(client_->Health(0, absl::Seconds(5)).ok());
 }
 
-TEST_F(PsClientSyncTest, APsRestartedEmptyMidSequenceIsStateLostUntilItsShardsAreRecreated) {
+TEST_F(PsClientSyncTest, PsRestartedEmptyIsStateLostUntilShardsRecreated) {
   const Tensor table = Iota({8, 2}, 0);
   AssignTable(table);
   ASSERT_TRUE(client_
@@ -545,7 +545,7 @@ TEST_F(PsClientSyncTest, CreatingAVariableOnAPsThatIsDownIsUnavailable) {
   EXPECT_EQ(ps_[1]->Held("fresh/part_1").num_elements(), 2);
 }
 
-TEST_F(PsClientSyncTest, APlacementNamingAPsTheClientDoesNotKnowIsAnErrorNotACrash) {
+TEST_F(PsClientSyncTest, PlacementOnAnUnknownPsIsAnErrorNotACrash) {
   VariablePlacement stray;
   stray.name = "stray";
   stray.shape = {4};
@@ -769,7 +769,7 @@ TEST_F(FakePsTest, MalformedResponseBodiesAreErrors) {
   EXPECT_TRUE(Refused(gather)) << gather;
 }
 
-TEST_F(FakePsTest, GatherAnsweredWithRowsOfAnotherShapeIsAnErrorAndNeverCopiedPastThem) {
+TEST_F(FakePsTest, GatherAnswerOfWrongShapeIsAnErrorAndNotCopied) {
   const Tensor ids = Tensor::FromVector(std::vector<int64_t>{3, 0, 2});
   // Rows narrower than the variable's: copying row_bytes per row would read past the payload.
   AnswerGatherWith([](int64_t n) { return Iota({n, 1}, 0); });

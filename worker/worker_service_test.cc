@@ -516,7 +516,7 @@ TEST_F(WorkerServiceTest, AnUnknownFunctionIsNotFoundInsideAnOkAnswer) {
   EXPECT_TRUE(run->values.empty());
 }
 
-TEST_F(WorkerServiceTest, AFailingClosureReturnsItsOwnStatusAsTheFunctionsError) {
+TEST_F(WorkerServiceTest, FailingClosureReturnsItsStatusAsFunctionError) {
   ChiefConnection& chief = Connect(kChiefA);
   auto run = ParseRun(chief.Call("worker.Run", RunRequest("fail", 1)));
   ASSERT_TRUE(run.ok()) << run.status();
@@ -562,7 +562,7 @@ TEST_F(WorkerServiceTest, PsFailuresInsideAClosureAreReportedAsPsFailures) {
   EXPECT_EQ(run->source, wire::ErrorSource::FUNCTION);
 }
 
-TEST_F(WorkerServiceTest, ResourceCreationIsIdempotentAndClosuresShareTheInstance) {
+TEST_F(WorkerServiceTest, ResourceCreationIsIdempotentAndShared) {
   ChiefConnection& chief = Connect(kChiefA);
   ASSERT_TRUE(chief.CallStatus("worker.CreateResource", CreateResourceRequest(7, "counter")).ok());
   ASSERT_TRUE(chief.CallStatus("worker.CreateResource", CreateResourceRequest(7, "counter")).ok());
@@ -639,7 +639,7 @@ TEST_F(WorkerServiceTest, ANewChiefDropsItsPredecessorsResourcesAndDirectory) {
   EXPECT_EQ(run->values.at(0).data<int64_t>()[0], 1);
 }
 
-TEST_F(WorkerServiceTest, AReplacedChiefIsRefusedWithFailedPreconditionAndChangesNothing) {
+TEST_F(WorkerServiceTest, ReplacedChiefIsRefusedAndChangesNothing) {
   ChiefConnection& a = Connect(kChiefA);
   ASSERT_TRUE(a.CallStatus("worker.Heartbeat", HeartbeatRequest()).ok());
   ChiefConnection& b = Connect(kChiefB);
@@ -674,7 +674,7 @@ TEST_F(WorkerServiceTest, AReplacedChiefIsRefusedWithFailedPreconditionAndChange
             absl::StatusCode::kPermissionDenied);
 }
 
-TEST_F(WorkerServiceTest, AResourceBuiltForAChiefReplacedMeanwhileIsNotKeptForItsSuccessor) {
+TEST_F(WorkerServiceTest, ResourceOfAReplacedChiefIsNotKeptForSuccessor) {
   ChiefConnection& a = Connect(kChiefA);
   const uint64_t create = a.Send("worker.CreateResource", CreateResourceRequest(7, "gated"));
   AwaitStarted(1);  // the factory runs for chief A...
@@ -715,7 +715,7 @@ TEST_F(WorkerServiceTest, ACancelThatOvertakesItsRunCancelsItFromTheStart) {
   EXPECT_EQ(other->code, absl::StatusCode::kOk);
 }
 
-TEST_F(WorkerServiceTest, ANewChiefCancelsTheClosuresStillRunningForItsPredecessor) {
+TEST_F(WorkerServiceTest, NewChiefCancelsItsPredecessorsClosures) {
   ChiefConnection& a = Connect(kChiefA);
   const uint64_t first = a.Send("worker.Run", RunRequest("wait_for_cancel", 50));
   const uint64_t second = a.Send("worker.Run", RunRequest("wait_for_cancel", 51));
@@ -730,7 +730,7 @@ TEST_F(WorkerServiceTest, ANewChiefCancelsTheClosuresStillRunningForItsPredecess
   }
 }
 
-TEST_F(WorkerServiceTest, SetDirectoryRefusesPlacementsThatDoNotFitAndKeepsTheOldOne) {
+TEST_F(WorkerServiceTest, SetDirectoryRefusesMisfitsAndKeepsTheOldOne) {
   ChiefConnection& chief = Connect(kChiefA);
   ASSERT_TRUE(
       chief
@@ -774,7 +774,7 @@ TEST_F(WorkerServiceTest, SetDirectoryRefusesPlacementsThatDoNotFitAndKeepsTheOl
   EXPECT_EQ((*s)->dtype, DType::kI64);
 }
 
-TEST_F(WorkerServiceTest, MalformedRequestBodiesAreInvalidArgumentAndTheServiceKeepsServing) {
+TEST_F(WorkerServiceTest, MalformedBodiesAreRefusedAndServiceKeepsServing) {
   ChiefConnection& chief = Connect(kChiefA);
   std::vector<std::pair<std::string, net::OutMessage>> bad;
   {  // the function name is a struct
@@ -849,7 +849,7 @@ TEST_F(WorkerServiceTest, MalformedRequestBodiesAreInvalidArgumentAndTheServiceK
   EXPECT_TRUE(heartbeat->resources.empty());
 }
 
-TEST_F(WorkerServiceTest, ASplitBindingThatNamesNoIteratorArgumentIsInvalidArgument) {
+TEST_F(WorkerServiceTest, SplitBindingWithoutIteratorArgIsInvalidArgument) {
   ChiefConnection& chief = Connect(kChiefA);
   ASSERT_TRUE(chief.CallStatus("worker.CreateResource", CreateResourceRequest(7, "counter")).ok());
   auto with_split = [](uint64_t bound) {
@@ -872,7 +872,7 @@ TEST_F(WorkerServiceTest, ASplitBindingThatNamesNoIteratorArgumentIsInvalidArgum
   EXPECT_EQ(run->values.at(0).data<int64_t>()[0], 1);
 }
 
-TEST_F(WorkerServiceTest, ClosuresFromSeveralThreadsRunConcurrentlyAndEachGetsItsOwnResult) {
+TEST_F(WorkerServiceTest, ConcurrentClosuresEachGetTheirOwnResult) {
   constexpr int kCallsPerThread = 50;
   std::vector<ChiefConnection*> chiefs;
   for (int t = 0; t < kThreads; ++t) chiefs.push_back(&Connect(kChiefA));

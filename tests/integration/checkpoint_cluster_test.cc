@@ -11,6 +11,7 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "core/optimizer_config.h"
 #include "coordinator/parameter_server_strategy.h"
+#include "core/test_temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "partitioners/partitioner.h"
@@ -36,13 +37,9 @@ std::unique_ptr<LocalCluster> StartCluster(int num_ps) {
   return cluster.ok() ? std::move(*cluster) : nullptr;
 }
 
-std::string TempDir() {
-  const std::string dir =
-      absl::StrCat(::testing::TempDir(), "/checkpoint_cluster_test_", getpid(), "_",
-                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return fs::path(dir).lexically_normal().string();
+// The path of the test's own directory, as the checkpoint code spells paths.
+std::string Normal(const testutil::TestDir& dir) {
+  return fs::path(dir.path()).lexically_normal().string();
 }
 
 Tensor Pattern(Shape shape, float scale) {
@@ -111,7 +108,7 @@ SlotView SlotsOf(const std::string& checkpoint) {
   return view;
 }
 
-TEST(CheckpointClusterTest, SavesAndRestoresAcrossRealPsWithSlotsAndRetention) {
+TEST(CheckpointClusterTest, SavesRestoresAcrossRealPsWithSlotsAndRetention) {
   auto cluster = StartCluster(2);
   ASSERT_NE(cluster, nullptr);
   auto chief = cluster->MakeChief(Fixed(4));
@@ -119,7 +116,8 @@ TEST(CheckpointClusterTest, SavesAndRestoresAcrossRealPsWithSlotsAndRetention) {
   ParameterServerStrategy& strategy = (*chief)->strategy();
   CreateAndTrain(strategy);
   Train(strategy, 3, 0.01f);
-  const std::string dir = TempDir();
+  testutil::TestDir test_dir("checkpoint_cluster_test");
+  const std::string dir = Normal(test_dir);
   CheckpointManager manager(strategy, dir, /*max_to_keep=*/2);
   auto first = manager.Save(100);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -159,12 +157,12 @@ TEST(CheckpointClusterTest, SavesAndRestoresAcrossRealPsWithSlotsAndRetention) {
   EXPECT_EQ(manager.List(), (std::vector<std::string>{dir + "/ckpt-200", dir + "/ckpt-300"}));
   EXPECT_EQ(manager.Latest().value(), dir + "/ckpt-300");
   EXPECT_FALSE(fs::exists(dir + "/ckpt-100"));
-  fs::remove_all(dir);
 }
 
 // Saved with 2 PS / 4 shards; restored with 3 PS / 2 shards and with 1 PS unsharded.
 TEST(CheckpointClusterTest, RestoresIntoOtherClusterShapes) {
-  const std::string dir = TempDir();
+  testutil::TestDir test_dir("checkpoint_cluster_test");
+  const std::string dir = Normal(test_dir);
   std::vector<Tensor> saved;
   std::string checkpoint;
   {
@@ -214,13 +212,12 @@ TEST(CheckpointClusterTest, RestoresIntoOtherClusterShapes) {
     EXPECT_TRUE(slots.emb_v.Equals(saved_slots.emb_v));
     EXPECT_TRUE(slots.bias_m.Equals(saved_slots.bias_m));
   }
-  fs::remove_all(dir);
 }
 
 // PS 1 stops after writing its file under the temporary name (test hook) and is SIGKILLed
 // there; the save fails, the previous checkpoint stays the latest valid one, and after PS 1
 // restarts (empty) restoring it brings every variable back.
-TEST(CheckpointClusterTest, PsKilledInTheMiddleOfSaveLeavesThePreviousCheckpoint) {
+TEST(CheckpointClusterTest, PsKilledMidSaveLeavesThePreviousCheckpoint) {
   auto cluster = StartCluster(2);
   ASSERT_NE(cluster, nullptr);
   ASSERT_TRUE(cluster->KillPs(1).ok());
@@ -234,7 +231,8 @@ TEST(CheckpointClusterTest, PsKilledInTheMiddleOfSaveLeavesThePreviousCheckpoint
   ParameterServerStrategy& strategy = (*chief)->strategy();
   CreateAndTrain(strategy);
   Train(strategy, 2, 0.01f);
-  const std::string dir = TempDir();
+  testutil::TestDir test_dir("checkpoint_cluster_test");
+  const std::string dir = Normal(test_dir);
   CheckpointManager manager(strategy, dir, 5);
   ASSERT_TRUE(manager.Save(10).ok());
   const std::vector<Tensor> at_10 = ReadAll(strategy);
@@ -261,7 +259,6 @@ TEST(CheckpointClusterTest, PsKilledInTheMiddleOfSaveLeavesThePreviousCheckpoint
   // Training continues on the restored state.
   Train(strategy, 1, 0.01f);
   EXPECT_TRUE(manager.Save(30).ok());
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -136,7 +136,7 @@ TEST_F(CoordinatorRecoveryTest, ConcurrentCreatesOfOneVariablePlaceItOnce) {
 
 // Issue 9: a factory failing on one worker is a clear error to the caller, is not left
 // behind, and a worker restarted afterwards is admitted and runs closures.
-TEST_F(CoordinatorRecoveryTest, FailingFactoryIsAnErrorAndRestartedWorkerIsAdmitted) {
+TEST_F(CoordinatorRecoveryTest, FailingFactoryErrsThenRestartedWorkerJoins) {
   Start(/*workers=*/2, /*ps=*/1);
   StartCoordinator();
   WaitForWorkersUp(2);
@@ -159,7 +159,7 @@ TEST_F(CoordinatorRecoveryTest, FailingFactoryIsAnErrorAndRestartedWorkerIsAdmit
 // Issue 9: no worker is up at creation; the factory's error, found when the worker comes
 // back, reaches the user through the closures that use the resource, and the worker is
 // admitted for the closures that do not.
-TEST_F(CoordinatorRecoveryTest, FactoryErrorFoundAtRecoveryFailsOnlyTheClosuresUsingIt) {
+TEST_F(CoordinatorRecoveryTest, FactoryErrorAtRecoveryFailsOnlyItsClosures) {
   Start(/*workers=*/1, /*ps=*/1);
   StartCoordinator();
   WaitForWorkersUp(1);

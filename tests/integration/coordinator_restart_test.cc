@@ -20,6 +20,7 @@
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/incarnation.h"
+#include "core/test_temp_dir.h"
 #include "gtest/gtest.h"
 #include "net/frame_codec.h"
 #include "net/raw_client_testing.h"
@@ -187,14 +188,14 @@ TEST(CoordinatorRestartTest, WorkerDropsThePredecessorsStateAndRefusesIt) {
 // creates its variables again (idempotent: the running PS keep theirs, trained past the
 // checkpoint), RestoreLatest rolls them back to the checkpoint's step, and training goes on
 // from there.
-TEST(CoordinatorRestartTest, NewChiefRecreatesVariablesAndContinuesFromTheCheckpoint) {
+TEST(CoordinatorRestartTest, NewChiefRestoresVariablesAndContinues) {
   testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 1;
   auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/coordinator_restart_", getpid());
-  std::filesystem::remove_all(dir);
+  testutil::TestDir temp("coordinator_restart");
+  const std::string dir = temp.path() + "/ckpt";  // made by the first chief
   const Program program = testutil::MakeTestProgram();
   auto iterations = [](ParameterServerStrategy& strategy) -> int64_t {
     auto values = strategy.process().ps().Read({"iterations"});
@@ -230,7 +231,6 @@ TEST(CoordinatorRestartTest, NewChiefRecreatesVariablesAndContinuesFromTheCheckp
   ClusterCoordinator coordinator(strategy, program, testutil::FastFailureDetection());
   increment(coordinator, 1);
   EXPECT_EQ(iterations(strategy), 6);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

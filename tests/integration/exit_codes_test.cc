@@ -13,6 +13,7 @@
 #include "core/cluster_spec.h"
 #include "core/exit_code.h"
 #include "core/subprocess.h"
+#include "core/test_temp_dir.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/local_cluster.h"
 
@@ -106,7 +107,7 @@ int Launch(std::vector<std::string> launcher_args, const std::vector<std::string
   return RunToEnd(argv, {}, output);
 }
 
-TEST(ExitCodesTest, LauncherPassesTheChiefsCodeThroughAndWaitsForTheEvaluator) {
+TEST(ExitCodesTest, LauncherPassesChiefCodeAndWaitsForEvaluator) {
   std::string out;
   // A chief killed by SIGTERM (preempted) stays retryable through the launcher.
   EXPECT_EQ(Launch({"--ps", "1", "--workers", "1"}, LaunchScript("kill -TERM $$"), &out), 143) << out;
@@ -114,9 +115,8 @@ TEST(ExitCodesTest, LauncherPassesTheChiefsCodeThroughAndWaitsForTheEvaluator) {
 
   // The chief marks the end; the evaluator finishes after the chief has exited, and its
   // failure (after a successful chief) is the launcher's.
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/exit_codes_", getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  testutil::TestDir temp("exit_codes");
+  const std::string& dir = temp.path();
   const std::string chief = absl::StrCat("touch ", dir, "/final; exit 0");
   const std::string evaluator = absl::StrCat("while [ ! -e ", dir, "/final ]; do sleep 0.05; done; echo evaluated; exit ");
   EXPECT_EQ(Launch({"--ps", "1", "--workers", "1", "--evaluator"}, LaunchScript(chief, evaluator + "0"), &out), 0)
@@ -126,7 +126,6 @@ TEST(ExitCodesTest, LauncherPassesTheChiefsCodeThroughAndWaitsForTheEvaluator) {
   std::filesystem::remove(dir + "/final");
   EXPECT_EQ(Launch({"--ps", "1", "--workers", "1", "--evaluator"}, LaunchScript(chief, evaluator + "7"), &out), 7)
       << out;
-  std::filesystem::remove_all(dir);
 }
 
 TEST(ExitCodesTest, SigtermedLauncherIsRetryable) {

@@ -20,6 +20,7 @@
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/subprocess.h"
+#include "core/test_temp_dir.h"
 #include "examples/fmnist_training.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/local_cluster.h"
@@ -38,16 +39,15 @@ double Sample(const std::string& text, const std::string& family) {
   return std::stod(text.substr(space + 2));
 }
 
-TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUpAndStopsAfterTheFinalOne) {
+TEST(FashionMnistEvaluatorTest, FollowsCheckpointsWithoutBlockingTraining) {
   testutil::LocalCluster::Options o;
   o.num_ps = 1;
   o.num_workers = 1;
   o.worker_binary = "fashion_mnist";
   auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/fmnist_evaluator_", getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  testutil::TestDir temp("fmnist_evaluator");
+  const std::string& dir = temp.path();
 
   // The evaluator's TF_CONFIG: the training cluster plus an evaluator job.
   const ClusterSpec& training = (*cluster)->chief_spec();
@@ -135,15 +135,14 @@ TEST(FashionMnistEvaluatorTest, EvaluatesEveryCheckpointWithoutHoldingTrainingUp
   EXPECT_NE(out.find("evaluator: done after 4 checkpoints"), std::string::npos) << out;
   EXPECT_GE(result->test_accuracy, 0.75);  // one epoch of the MLP
   coordinator.reset();
-  std::filesystem::remove_all(dir);
 }
 
 // The README's way: asyncps_launch --evaluator runs the whole job; the chief, given
 // --checkpoint_dir, ends with a checkpoint marked final; the launcher waits for the evaluator,
 // which reports that checkpoint's accuracy (the chief's own final figure) and exits 0.
-TEST(FashionMnistEvaluatorTest, LaunchedWithAnEvaluatorTheJobEndsAfterItsLastEvaluation) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/fmnist_launch_evaluator_", getpid());
-  std::filesystem::remove_all(dir);
+TEST(FashionMnistEvaluatorTest, LaunchedJobEndsAfterTheLastEvaluation) {
+  testutil::TestDir temp("fmnist_launch_evaluator");
+  const std::string dir = temp.path() + "/ckpt";  // made by the chief
   Subprocess::Options o;
   o.argv = {testutil::LocalCluster::BinaryPath("asyncps_launch"), "--ps", "1", "--workers", "1", "--evaluator", "--",
             testutil::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=1", "--batch_size=512",
@@ -163,7 +162,6 @@ TEST(FashionMnistEvaluatorTest, LaunchedWithAnEvaluatorTheJobEndsAfterItsLastEva
       << out;
   EXPECT_NE(out.find("[launcher] evaluator exited with code 0"), std::string::npos) << out;
   EXPECT_EQ(*ReadFinalCheckpointMarker(dir), 117);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

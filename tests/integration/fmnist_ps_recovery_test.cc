@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/subprocess.h"
 #include "core/sync.h"
+#include "core/test_temp_dir.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/local_cluster.h"
 #include "tests/testutil/output_text.h"
@@ -26,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using testutil::NumberAfter;
 
-TEST(FashionMnistPsRecoveryTest, PsKilledAndRestartedIsRepairedAndTrainingReachesTheTarget) {
+TEST(FashionMnistPsRecoveryTest, KilledPsIsRepairedAndTargetIsReached) {
   testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 2;
@@ -34,9 +35,8 @@ TEST(FashionMnistPsRecoveryTest, PsKilledAndRestartedIsRepairedAndTrainingReache
   auto cluster = testutil::LocalCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
 
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / absl::StrCat("fmnist_ps_recovery_", getpid());
-  fs::remove_all(dir);
+  testutil::TestDir temp("fmnist_ps_recovery");
+  const fs::path dir = fs::path(temp.path()) / "ckpt";  // made by the chief
   Subprocess::Options chief = (*cluster)->ChiefSubprocessOptions(
       {testutil::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=12",
        absl::StrCat("--checkpoint_dir=", dir.string()), "--checkpoint_every_steps=1000",
@@ -83,7 +83,6 @@ TEST(FashionMnistPsRecoveryTest, PsKilledAndRestartedIsRepairedAndTrainingReache
   ASSERT_TRUE(absl::SimpleAtod(accuracy_line->substr(accuracy_line->rfind(' ') + 1), &accuracy))
       << *accuracy_line;
   EXPECT_GE(accuracy, 0.88) << output;
-  fs::remove_all(dir);
 }
 
 }  // namespace

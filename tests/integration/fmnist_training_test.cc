@@ -33,7 +33,7 @@ double Counter(ParameterServerStrategy& strategy, const std::string& name) {
   return std::stod(text.substr(space + 2));
 }
 
-TEST(FashionMnistTrainingTest, WorkerKilledAndRestartedMidTrainingStillReachesTheTarget) {
+TEST(FashionMnistTrainingTest, WorkerKilledMidTrainingStillReachesTarget) {
   testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 2;
@@ -90,7 +90,7 @@ TEST(FashionMnistTrainingTest, WorkerKilledAndRestartedMidTrainingStillReachesTh
 // for its push's answer after letting the model go. Fifteen epochs: at twelve (like the test
 // above) one run in about four ended at 0.879, below the target (the extra step of staleness
 // and two closures per worker cost a little accuracy early on).
-TEST(FashionMnistTrainingTest, PipelinedStepsReachTheTargetAndReportTheirPhases) {
+TEST(FashionMnistTrainingTest, PipelinedStepsReachTargetAndReportPhases) {
   testutil::LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 2;

@@ -135,7 +135,7 @@ class HostileClientTest : public ::testing::Test {
   int64_t rss_before_worker_ = 0;
 };
 
-TEST_F(HostileClientTest, EveryClassOfBadInputIsRefusedAndTheServersKeepServing) {
+TEST_F(HostileClientTest, EveryBadInputIsRefusedAndServersKeepServing) {
   ExpectHealthy("setup");
   const std::string token = cluster_->token();
   for (const std::string& target : Targets()) {
@@ -245,7 +245,7 @@ TEST_F(HostileClientTest, WrongRoleCannotRunClosuresOnAWorker) {
   ExpectHealthy("wrong role");
 }
 
-TEST_F(HostileClientTest, IdleConnectionsBeyondTheCapAreClosedAndRssStaysBounded) {
+TEST_F(HostileClientTest, IdleConnectionsPastCapCloseAndRssStaysBounded) {
   for (const std::string& target : Targets()) {
     SCOPED_TRACE(target);
     std::vector<std::unique_ptr<RawClient>> idle;

@@ -272,7 +272,7 @@ TEST_F(HostileRequestsTest, NonfiniteGradientsAreRefused) {
 // Item 4: variables past the PS's byte cap, and answers past its response cap (a few KB of
 // request asking for gigabytes), are refused before anything is allocated: the process's
 // peak resident memory does not move.
-TEST_F(HostileRequestsTest, OversizedVariablesAndAnswersAreRefusedWithBoundedMemory) {
+TEST_F(HostileRequestsTest, OversizedVariablesAndAnswersAreRefused) {
   ps::InitializerSpec random;
   random.kind = "uniform";
   random.seed = 11;

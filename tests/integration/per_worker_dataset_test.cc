@@ -92,7 +92,7 @@ void ExpectShardPrefix(const std::map<int64_t, std::vector<int64_t>>& by_worker,
   }
 }
 
-TEST_F(PerWorkerDatasetTest, EachWorkerIteratesItsOwnShardAndNewIteratorsStartOver) {
+TEST_F(PerWorkerDatasetTest, EachWorkerReadsItsShardAndNewIteratorsStartOver) {
   Start(2);
   auto dataset = coordinator_->CreatePerWorkerDataset("range", {{"n", "1000"}});
   ASSERT_TRUE(dataset.ok()) << dataset.status();
@@ -121,7 +121,7 @@ TEST_F(PerWorkerDatasetTest, EndOfDataReachesTheCallerAsOutOfRange) {
   EXPECT_EQ(coordinator_->Join().code(), absl::StatusCode::kOutOfRange);
 }
 
-TEST_F(PerWorkerDatasetTest, RestartedWorkerGetsItsDatasetsRebuiltAndIteratorsStartOver) {
+TEST_F(PerWorkerDatasetTest, RestartedWorkerRebuildsDatasetsAndIterators) {
   Start(1);
   auto dataset = coordinator_->CreatePerWorkerDataset("range", {{"n", "100"}});
   ASSERT_TRUE(dataset.ok()) << dataset.status();

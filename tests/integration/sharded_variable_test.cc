@@ -104,7 +104,7 @@ TEST_F(ShardedVariableTest, DivStrategyAndShardCap) {
   EXPECT_EQ(ShardRows(*small), (std::vector<int64_t>{1, 1, 1}));
 }
 
-TEST_F(ShardedVariableTest, MinSizePartitionerWithLargeMinimumGivesPlainVariables) {
+TEST_F(ShardedVariableTest, LargeMinSizePartitionerGivesPlainVariables) {
   StartCluster(2, std::shared_ptr<const Partitioner>(MinSizePartitioner::Create(64 << 20, 2).value()));
   auto v = chief_->strategy().CreateVariable("dense", init::Zeros({100, 100}));
   ASSERT_TRUE(v.ok()) << v.status();
