@@ -24,7 +24,7 @@ struct Connection {
   }
 };
 
-TEST(SocketBytesTest, BytesThroughALoopbackConnectionAreCountedForThisProcess) {
+TEST(SocketBytesTest, LoopbackBytesAreCountedForThisProcess) {
   Connection c;
   c.listener = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(c.listener, 0);
