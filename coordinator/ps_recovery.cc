@@ -301,8 +301,8 @@ PsRecovery::Result PsRecovery::Recover(const absl::Status& reason, absl::Time st
     }
     if (!event.cursors_missing.empty()) {
       spdlog::error(
-          "PS recovery: EXAMPLES MAY BE SKIPPED: checkpoint {} holds no split cursor for dataset(s) "
-          "'{}' (saved without ClusterCoordinator::SplitCursorState()), so the variables were "
+          "PS recovery: EXAMPLES MAY BE SKIPPED: checkpoint {} holds no split cursor for "
+          "dataset(s) '{}' (saved without ClusterCoordinator::SplitCursorState()), so the variables were "
           "rolled back but the cursor was not: the batches handed out since step {} ({}{} "
           "closure(s) completed) are not trained again. Save the cursor with each checkpoint "
           "(CheckpointManager::Save(step, coordinator.SplitCursorState())) for exactly once",
@@ -313,7 +313,8 @@ PsRecovery::Result PsRecovery::Recover(const absl::Status& reason, absl::Time st
       metrics_->ps_recoveries.Increment();
       metrics_->ps_recovery_steps_lost.Increment(static_cast<double>(event.steps_lost));
       metrics_->ps_recovery_batches_redone.Increment(static_cast<double>(event.batches_redone));
-      metrics_->ps_recovery_cursor_missing.Increment(static_cast<double>(event.cursors_missing.size()));
+      metrics_->ps_recovery_cursor_missing.Increment(
+          static_cast<double>(event.cursors_missing.size()));
     }
   }
   MutexLock lock(&mu_);

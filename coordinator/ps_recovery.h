@@ -74,12 +74,14 @@ class ParameterServerStrategy;
 // split cursor): the checkpoint is one cut of variables, cursor and update window. At a join
 // point every closure scheduled so far has finished, so the window's cut is just "every
 // closure below the watermark is applied, none above": those closures are never dispatched
-// again, and a restore raises every
-// restored variable's generation (ps/update_dedup.h), so keys recorded after the cut no longer
-// match and the closures re-run after it apply again. Those closures (the ones in flight at
-// the failure) lose their batch binding and are bound afresh from the restored cursor, which
-// hands out again every batch bound after the cut: every example is trained once in the
-// variables, none twice, none skipped.
+// again, and a restore raises every restored variable's generation (ps/update_dedup.h), so
+// keys recorded after the cut no longer match and the closures re-run after it apply again.
+// Those closures (the ones in flight at the failure) lose their batch binding and are bound
+// afresh from the restored cursor, which hands out again every batch bound after the cut:
+// every example is trained once in the variables, none twice, none skipped (tested in
+// tests/integration/dynamic_sharding_test.cc). Not covered: a zombie attempt (on a worker
+// presumed dead) of a closure finished before the cut that reaches a PS restarted empty before
+// any newer closure has told it the watermark; the restored window does not carry it.
 //
 // Thread-safe. The recovery runs on a thread of its own.
 class PsRecovery {
