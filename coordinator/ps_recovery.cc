@@ -293,10 +293,10 @@ PsRecovery::Result PsRecovery::Recover(const absl::Status& reason, absl::Time st
             ? std::string("re-initialised from initializers (no checkpoint)")
             : absl::StrCat("restored ", event.checkpoint, " (step ", event.checkpoint_step, ")"),
         event.steps_lost_upper_bound ? "at most " : "", event.steps_lost);
-    if (!event.checkpoint.empty() && event.cursors_missing.empty()) {
+    if (event.batches_redone > 0) {
       spdlog::warn(
           "PS recovery: work redone: {} batch(es) of dynamically sharded data completed after "
-          "checkpoint step {} are handed out again (their examples are trained again)",
+          "checkpoint step {} are handed out again, so their examples are read once more",
           event.batches_redone, event.checkpoint_step);
     }
     if (!event.cursors_missing.empty()) {
