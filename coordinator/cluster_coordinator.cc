@@ -29,6 +29,26 @@ struct ClusterCoordinator::ClosureArgs {
   absl::Time scheduled;
 };
 
+// Automatic PS recovery's handle on the split cursors (PsRecovery::CoordinatorState).
+class ClusterCoordinator::CursorRollback : public PsRecovery::CoordinatorState {
+ public:
+  explicit CursorRollback(ClusterCoordinator& coordinator) : coordinator_(coordinator) {}
+
+  absl::Status CheckRollBack(const std::map<std::string, std::string>& state) override {
+    return coordinator_.RollBackSplitCursors(state, nullptr);
+  }
+
+  void RollBack(const std::map<std::string, std::string>& state, PsRecovery::Restored* restored) override {
+    // Cannot fail: CheckRollBack passed on the same state, and nothing is dispatched since.
+    if (absl::Status s = coordinator_.RollBackSplitCursors(state, restored); !s.ok()) {
+      spdlog::error("split cursors not rolled back: {}", s.ToString());
+    }
+  }
+
+ private:
+  ClusterCoordinator& coordinator_;
+};
+
 ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const Program& program)
     : ClusterCoordinator(strategy, program, Options()) {}
 
@@ -43,9 +63,11 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
     workers_.push_back(std::make_unique<WorkerHandle>(i, strategy.process().Connect(cluster.workers()[i])));
   }
   if (options_.ps_recovery.enabled) {
+    cursor_rollback_ = std::make_unique<CursorRollback>(*this);
     ps_recovery_ = std::make_unique<PsRecovery>(
-        queue_, PsRecovery::MakeClusterPsRepair(strategy, options_.ps_recovery.checkpoints), metrics_.get(),
-        options_.ps_recovery);
+        queue_,
+        PsRecovery::MakeClusterPsRepair(strategy, options_.ps_recovery.checkpoints, cursor_rollback_.get()),
+        metrics_.get(), options_.ps_recovery);
   }
   metrics::StatusBoard& board = strategy_.process().status_board();
   for (auto& w : workers_) board.SetMember("worker", w->index(), w->address(), "starting", 0);
@@ -179,6 +201,8 @@ void ClusterCoordinator::StartEpoch(const std::string& name, uint64_t iterator_i
   }
   d.next_epoch = cursor->epoch() + 1;
   d.latest = cursor;
+  d.latest_iterator = iterator_id;
+  d.epochs[cursor->epoch()] = cursor;
   cursors_[iterator_id] = std::move(cursor);
 }
 
@@ -217,6 +241,61 @@ absl::Status ClusterCoordinator::RestoreSplitCursors(const std::map<std::string,
   }
   MutexLock lock(&dynamic_mu_);
   for (auto& [name, cursor] : restored) restored_cursors_[name] = std::move(cursor);
+  return absl::OkStatus();
+}
+
+absl::Status ClusterCoordinator::RollBackSplitCursors(const std::map<std::string, std::string>& state,
+                                                      PsRecovery::Restored* restored) {
+  std::map<std::string, std::shared_ptr<SplitCursor>> cuts;
+  for (const auto& [key, value] : state) {
+    if (!absl::StartsWith(key, kSplitCursorStatePrefix)) continue;
+    const std::string name = key.substr(std::strlen(kSplitCursorStatePrefix));
+    absl::StatusOr<std::unique_ptr<SplitCursor>> cursor = SplitCursor::FromState(value);
+    if (!cursor.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the checkpoint's split cursor of dataset '", name, "': ", cursor.status().message()));
+    }
+    cuts[name] = std::move(*cursor);
+  }
+  MutexLock lock(&dynamic_mu_);
+  for (const auto& [name, cut] : cuts) {
+    auto d = dynamic_datasets_.find(name);
+    if (d == dynamic_datasets_.end() || d->second.latest == nullptr) continue;
+    if (cut->epoch() > d->second.latest->epoch()) {
+      return absl::FailedPreconditionError(absl::StrCat("the checkpoint's split cursor of dataset '", name,
+                                                        "' is in epoch ", cut->epoch(), ", after epoch ",
+                                                        d->second.latest->epoch(), " being read"));
+    }
+  }
+  if (restored == nullptr) return absl::OkStatus();
+  for (auto& [name, d] : dynamic_datasets_) {
+    if (d.latest == nullptr) continue;  // nothing read yet: nothing to roll back
+    auto found = cuts.find(name);
+    if (found == cuts.end()) {
+      restored->cursors_missing.push_back(name);
+      continue;
+    }
+    std::shared_ptr<SplitCursor> cut = found->second;
+    // The work redone: what was completed after the cut, in its epoch and in later ones.
+    int64_t redone = 0;
+    for (auto e = d.epochs.lower_bound(cut->epoch()); e != d.epochs.end(); ++e) {
+      const int64_t before = e->first == cut->epoch() ? cut->batches_completed() : 0;
+      redone += std::max<int64_t>(0, e->second->batches_completed() - before);
+    }
+    restored->batches_redone += redone;
+    spdlog::warn(
+        "dataset '{}': split cursor rolled back to the checkpoint's (epoch {}, {} batches done) from "
+        "epoch {} ({} batches done): {} batch(es) are handed out again",
+        name, cut->epoch(), cut->batches_completed(), d.latest->epoch(), d.latest->batches_completed(), redone);
+    // The latest iterator reads on from the cut; later epochs start again from their beginning.
+    d.epochs.erase(d.epochs.lower_bound(cut->epoch()), d.epochs.end());
+    d.epochs[cut->epoch()] = cut;
+    d.next_epoch = cut->epoch() + 1;
+    d.latest = cut;
+    cursors_[d.latest_iterator] = std::move(cut);
+    // Batches are there to hand out again: the end of the data seen before is no longer true.
+    end_of_data_ = false;
+  }
   return absl::OkStatus();
 }
 

@@ -40,7 +40,8 @@ class WorkerHandle;  // internal (coordinator/worker_handle.h): one worker's con
 //     (it restarted empty), fails with Unavailable (TensorFlow's contract), so Schedule/Join/
 //     Done return Unavailable. Opt-in instead: automatic PS recovery (Options::ps_recovery;
 //     see coordinator/ps_recovery.h) pauses dispatch, waits for the PS to come back, restores
-//     the latest checkpoint onto every PS and re-runs the failed closures by itself.
+//     the latest checkpoint onto every PS, rolls the split cursors back to the same
+//     checkpoint (when it holds them) and re-runs the failed closures by itself.
 //   * Dynamic sharding (ShardingPolicy::kDynamic, see PerWorkerDataset): each closure that
 //     takes such an iterator is bound, when dispatched, to one batch, and a re-run reads the
 //     same batch. Closures dispatched after an epoch's last batch was handed out read nothing
@@ -133,6 +134,13 @@ class ClusterCoordinator {
   // whole coordinator state of a checkpoint can be passed): the next MakeIterator of each such
   // kDynamic dataset continues the saved epoch; later ones start the epochs after it.
   // InvalidArgument for a malformed state (nothing is restored then).
+  //
+  // Automatic PS recovery rolls the cursors back by itself, in the running epoch: when it
+  // restores a checkpoint that holds them, each kDynamic dataset's latest iterator continues
+  // from the checkpoint's cursor at once, so every batch bound after the checkpoint is bound
+  // again (to later closures, or to the closures it re-runs). When the checkpoint is of an
+  // earlier epoch, the latest iterator first finishes that epoch (Join then says OutOfRange)
+  // and the next MakeIterator starts the epoch after it again.
   absl::Status RestoreSplitCursors(const std::map<std::string, std::string>& state);
 
   int num_workers() const { return static_cast<int>(workers_.size()); }
@@ -157,6 +165,13 @@ class ClusterCoordinator {
   void StartEpoch(const std::string& name, uint64_t iterator_id);
   // The cursor of the kDynamic iterator among `args` (null if none), and that iterator's id.
   std::shared_ptr<SplitCursor> CursorFor(const std::vector<ClosureArg>& args, uint64_t* iterator_id) const;
+  // Automatic PS recovery's rollback of the cursors to a checkpoint's coordinator `state`
+  // (see RestoreSplitCursors); with `restored` null only checks that it can be done. Call only
+  // while nothing is dispatched. InvalidArgument for a malformed cursor, FailedPrecondition for
+  // one in an epoch after the one being read (not from this run); nothing changes then.
+  class CursorRollback;
+  absl::Status RollBackSplitCursors(const std::map<std::string, std::string>& state,
+                                    PsRecovery::Restored* restored);
 
   ParameterServerStrategy& strategy_;
   const Program& program_;
@@ -165,6 +180,7 @@ class ClusterCoordinator {
   ClosureQueue queue_;
   ClosureWatermark closure_ids_;
   std::vector<std::unique_ptr<WorkerHandle>> workers_;
+  std::unique_ptr<CursorRollback> cursor_rollback_;  // what ps_recovery_ rolls back
   std::unique_ptr<PsRecovery> ps_recovery_;  // null unless options_.ps_recovery.enabled
 
   Mutex resources_mu_;
@@ -175,13 +191,16 @@ class ClusterCoordinator {
   // monitor had recovered the worker and written "up", and stay there.
   Mutex member_state_mu_;
 
-  // Dynamic sharding: per dataset, the split size, the next epoch and its latest cursor;
+  // Dynamic sharding: per dataset, the split size, the next epoch, its latest cursor (and
+  // that iterator's id) and the cursor of each epoch read (for the work a rollback redoes);
   // per iterator, its cursor; cursors restored from a checkpoint until their dataset's next
   // MakeIterator; whether a closure found its epoch's data handed out since the last Join.
   struct DynamicDataset {
     int64_t records_per_split = kDefaultRecordsPerSplit;
     int64_t next_epoch = 0;
     std::shared_ptr<SplitCursor> latest;
+    uint64_t latest_iterator = 0;
+    std::map<int64_t, std::shared_ptr<SplitCursor>> epochs;
   };
   mutable Mutex dynamic_mu_;
   std::map<std::string, DynamicDataset> dynamic_datasets_ ABSL_GUARDED_BY(dynamic_mu_);

@@ -42,6 +42,14 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::ProcessMetrics& m)
                             "Automatic PS recoveries that restored a checkpoint or re-initialised lost variables")),
       ps_recovery_steps_lost(Counter(m, "asyncps_coordinator_ps_recovery_steps_lost_total",
                                      "Completed closures whose effects automatic PS recoveries undid")),
+      ps_recovery_batches_redone(
+          Counter(m, "asyncps_coordinator_ps_recovery_batches_redone_total",
+                  "Dynamically sharded batches handed out again after automatic PS recoveries "
+                  "rolled their split cursors back to the restored checkpoint")),
+      ps_recovery_cursor_missing(
+          Counter(m, "asyncps_coordinator_ps_recovery_cursor_missing_total",
+                  "Datasets whose split cursor a checkpoint restored by automatic PS recovery "
+                  "lacked (examples read since it may be skipped)")),
       dispatch_paused(Gauge(m, "asyncps_coordinator_dispatch_paused",
                             "1 while dispatch is held for automatic PS recovery")),
       queue_depth(Gauge(m, "asyncps_coordinator_queue_depth", "Closures waiting for a worker")),

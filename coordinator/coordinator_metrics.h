@@ -18,7 +18,9 @@ namespace asyncps {
 // and worker failures; workers recovered (admitted again after being down); closures that
 // found a PS restarted empty; per-worker resources (datasets, iterators) rebuilt on workers
 // that came back; closure latency from Schedule to result; automatic PS recovery: repairs
-// done, closures whose effects they undid, and whether dispatch is paused for one now.
+// done, closures whose effects they undid, batches handed out again by the split cursors
+// they rolled back, datasets whose cursor a restored checkpoint lacked, and whether dispatch
+// is paused for one now.
 //
 // Thread-safe. `metrics` must outlive this object.
 class CoordinatorMetrics {
@@ -36,6 +38,8 @@ class CoordinatorMetrics {
   prometheus::Counter& resources_rebuilt;
   prometheus::Counter& ps_recoveries;
   prometheus::Counter& ps_recovery_steps_lost;
+  prometheus::Counter& ps_recovery_batches_redone;
+  prometheus::Counter& ps_recovery_cursor_missing;
   prometheus::Gauge& dispatch_paused;
   prometheus::Gauge& queue_depth;
   prometheus::Gauge& in_flight;

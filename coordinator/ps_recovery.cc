@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/checkpoint_manager.h"
+#include "coordinator/checkpoint_reader.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/status_macros.h"
@@ -22,8 +23,9 @@ namespace {
 
 class ClusterPsRepair : public PsRecovery::Repair {
  public:
-  ClusterPsRepair(ParameterServerStrategy& strategy, CheckpointManager* checkpoints)
-      : strategy_(strategy), checkpoints_(checkpoints) {}
+  ClusterPsRepair(ParameterServerStrategy& strategy, CheckpointManager* checkpoints,
+                  PsRecovery::CoordinatorState* state)
+      : strategy_(strategy), checkpoints_(checkpoints), state_(state) {}
 
   absl::Status ProbeAll(absl::Duration timeout) override {
     for (int i = 0; i < strategy_.cluster().num_ps(); ++i) {
@@ -67,8 +69,19 @@ class ClusterPsRepair : public PsRecovery::Repair {
     return checkpoints_->Latest();
   }
 
-  absl::StatusOr<int64_t> Restore(const std::string& path) override {
-    return checkpoints_->Restore(path);
+  absl::StatusOr<PsRecovery::Restored> Restore(const std::string& path) override {
+    PsRecovery::Restored restored;
+    if (state_ == nullptr) {
+      ASSIGN_OR_RETURN(restored.step, checkpoints_->Restore(path));
+      return restored;
+    }
+    // The cursor is checked before any variable changes, and rolled back only once they all
+    // are: a checkpoint whose cursor cannot be used leaves the cluster as it was.
+    ASSIGN_OR_RETURN(CheckpointManifest manifest, ReadManifest(path));
+    RETURN_IF_ERROR(state_->CheckRollBack(manifest.coordinator_state));
+    ASSIGN_OR_RETURN(restored.step, checkpoints_->Restore(path));
+    state_->RollBack(manifest.coordinator_state, &restored);
+    return restored;
   }
 
   absl::Status Reinitialize() override { return strategy_.RecreateVariables(); }
@@ -76,6 +89,7 @@ class ClusterPsRepair : public PsRecovery::Repair {
  private:
   ParameterServerStrategy& strategy_;
   CheckpointManager* const checkpoints_;
+  PsRecovery::CoordinatorState* const state_;
 };
 
 // Failures worth retrying: a PS that is (again) unreachable.
@@ -87,8 +101,8 @@ bool Retryable(const absl::Status& s) {
 }  // namespace
 
 std::unique_ptr<PsRecovery::Repair> PsRecovery::MakeClusterPsRepair(
-    ParameterServerStrategy& strategy, CheckpointManager* checkpoints) {
-  return std::make_unique<ClusterPsRepair>(strategy, checkpoints);
+    ParameterServerStrategy& strategy, CheckpointManager* checkpoints, CoordinatorState* state) {
+  return std::make_unique<ClusterPsRepair>(strategy, checkpoints, state);
 }
 
 PsRecovery::PsRecovery(ClosureQueue& queue, std::unique_ptr<Repair> repair,
@@ -222,21 +236,24 @@ PsRecovery::Result PsRecovery::Recover(const absl::Status& reason, absl::Time st
     const int64_t completed = completed_.load(std::memory_order_relaxed);
     absl::StatusOr<std::string> latest = repair_->LatestCheckpoint();
     if (latest.ok()) {
-      absl::StatusOr<int64_t> step = repair_->Restore(*latest);
-      if (!step.ok()) {
-        if (!Retryable(step.status())) return give_up(step.status());
-        spdlog::warn("PS recovery: restore failed, will retry: {}", step.status().ToString());
+      absl::StatusOr<Restored> restored = repair_->Restore(*latest);
+      if (!restored.ok()) {
+        if (!Retryable(restored.status())) return give_up(restored.status());
+        spdlog::warn("PS recovery: restore failed, will retry: {}", restored.status().ToString());
         if (!Pace(options_.probe_interval)) return Result::kStopped;
         continue;
       }
+      const int64_t step = restored->step;
       event.checkpoint = *latest;
-      event.checkpoint_step = *step;
+      event.checkpoint_step = step;
+      event.batches_redone = restored->batches_redone;
+      event.cursors_missing = std::move(restored->cursors_missing);
       MutexLock lock(&mu_);
-      auto mark = marks_.find(*step);
+      auto mark = marks_.find(step);
       event.steps_lost_upper_bound = mark == marks_.end();
       event.steps_lost = completed - (event.steps_lost_upper_bound ? 0 : mark->second);
       // The cluster is at checkpoint `step` again as of now.
-      marks_[*step] = completed;
+      marks_[step] = completed;
     } else if (latest.status().code() == absl::StatusCode::kNotFound) {
       absl::Status re = repair_->Reinitialize();
       if (!re.ok()) {
@@ -276,9 +293,28 @@ PsRecovery::Result PsRecovery::Recover(const absl::Status& reason, absl::Time st
             ? std::string("re-initialised from initializers (no checkpoint)")
             : absl::StrCat("restored ", event.checkpoint, " (step ", event.checkpoint_step, ")"),
         event.steps_lost_upper_bound ? "at most " : "", event.steps_lost);
+    if (event.batches_redone > 0) {
+      spdlog::warn(
+          "PS recovery: work redone: {} batch(es) of dynamically sharded data completed after "
+          "checkpoint step {} are handed out again, so their examples are read once more",
+          event.batches_redone, event.checkpoint_step);
+    }
+    if (!event.cursors_missing.empty()) {
+      spdlog::error(
+          "PS recovery: EXAMPLES MAY BE SKIPPED: checkpoint {} holds no split cursor for "
+          "dataset(s) '{}' (saved without ClusterCoordinator::SplitCursorState()), so the variables were "
+          "rolled back but the cursor was not: the batches handed out since step {} ({}{} "
+          "closure(s) completed) are not trained again. Save the cursor with each checkpoint "
+          "(CheckpointManager::Save(step, coordinator.SplitCursorState())) for exactly once",
+          event.checkpoint, absl::StrJoin(event.cursors_missing, "', '"), event.checkpoint_step,
+          event.steps_lost_upper_bound ? "at most " : "", event.steps_lost);
+    }
     if (metrics_ != nullptr) {
       metrics_->ps_recoveries.Increment();
       metrics_->ps_recovery_steps_lost.Increment(static_cast<double>(event.steps_lost));
+      metrics_->ps_recovery_batches_redone.Increment(static_cast<double>(event.batches_redone));
+      metrics_->ps_recovery_cursor_missing.Increment(
+          static_cast<double>(event.cursors_missing.size()));
     }
   }
   MutexLock lock(&mu_);
@@ -287,6 +323,8 @@ PsRecovery::Result PsRecovery::Recover(const absl::Status& reason, absl::Time st
   } else {
     ++stats_.recoveries;
     stats_.steps_lost += event.steps_lost;
+    stats_.batches_redone += event.batches_redone;
+    stats_.cursors_missing += static_cast<int64_t>(event.cursors_missing.size());
   }
   stats_.events.push_back(std::move(event));
   return Result::kDone;

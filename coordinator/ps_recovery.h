@@ -35,7 +35,14 @@ class ParameterServerStrategy;
 //   3. When every PS still holds all of its variables, the PS was only unreachable for a
 //      while: dispatch resumes with nothing restored.
 //   4. Otherwise the latest good checkpoint of `checkpoints` is restored onto every PS (the
-//      lost PS's variables are created by the restore), so all PS are back at one cut.
+//      lost PS's variables are created by the restore), so all PS are back at one cut; the
+//      coordinator's own state is rolled back to the same checkpoint with them (the split
+//      cursors of dynamically sharded datasets, saved there by ClusterCoordinator::
+//      SplitCursorState; see CoordinatorState), so the batches whose effects the restore undid
+//      are handed out again and trained again (Event::batches_redone). A checkpoint saved
+//      without a live dataset's cursor cannot roll it back: the batches completed since are not
+//      read again; recovery says so as an error in the log, in Event::cursors_missing and in
+//      asyncps_coordinator_ps_recovery_cursor_missing_total.
 //      With no checkpoint yet (or no CheckpointManager), the variables the lost PS held are
 //      created again from their initializers and every other PS keeps its values; this is
 //      logged as a warning: that PS's part of the model restarts from scratch.
@@ -63,6 +70,19 @@ class ParameterServerStrategy;
 // applied once. Without it, re-runs are at-least-once: the restore undoes the first run only
 // when a checkpoint was restored.
 //
+// Exactly once through a restore (dynamic sharding, checkpoints saved at join points with the
+// split cursor): the checkpoint is one cut of variables, cursor and update window. At a join
+// point every closure scheduled so far has finished, so the window's cut is just "every
+// closure below the watermark is applied, none above": those closures are never dispatched
+// again, and a restore raises every restored variable's generation (ps/update_dedup.h), so
+// keys recorded after the cut no longer match and the closures re-run after it apply again.
+// Those closures (the ones in flight at the failure) lose their batch binding and are bound
+// afresh from the restored cursor, which hands out again every batch bound after the cut:
+// every example is trained once in the variables, none twice, none skipped (tested in
+// tests/integration/dynamic_sharding_test.cc). Not covered: a zombie attempt (on a worker
+// presumed dead) of a closure finished before the cut that reaches a PS restarted empty before
+// any newer closure has told it the watermark; the restored window does not carry it.
+//
 // Thread-safe. The recovery runs on a thread of its own.
 class PsRecovery {
  public:
@@ -87,6 +107,14 @@ class PsRecovery {
     bool reinitialized = false;  // lost variables re-created from their initializers
     int64_t steps_lost = 0;      // closures whose effects were undone (see the class comment)
     bool steps_lost_upper_bound = false;
+    // Batches of dynamically sharded datasets completed after the restored checkpoint and
+    // handed out again by the rolled-back cursors: the work redone. Examples redone are these
+    // times the pipeline's batch size (the coordinator does not see records).
+    int64_t batches_redone = 0;
+    // Datasets reading when the PS was lost whose cursor the restored checkpoint lacks (saved
+    // without SplitCursorState): not rolled back, so examples read since the checkpoint may
+    // never be trained again.
+    std::vector<std::string> cursors_missing;
     absl::Duration paused;  // how long dispatch was held
   };
 
@@ -94,8 +122,31 @@ class PsRecovery {
     int64_t recoveries = 0;  // repairs that restored or re-initialised something
     int64_t transient = 0;   // PS unreachable for a while, nothing lost, nothing restored
     int64_t steps_lost = 0;  // sum over recoveries
+    int64_t batches_redone = 0;  // sum over recoveries
+    int64_t cursors_missing = 0;  // sum over recoveries of Event::cursors_missing.size()
     bool gave_up = false;
     std::vector<Event> events;  // every recovery and transient outage, oldest first
+  };
+
+  // What a checkpoint restore did.
+  struct Restored {
+    int64_t step = -1;
+    int64_t batches_redone = 0;                // see Event
+    std::vector<std::string> cursors_missing;  // see Event
+  };
+
+  // The coordinator's state that a restore rolls back with the variables, from the same
+  // checkpoint (ClusterCoordinator: the split cursors). Called from the recovery thread only,
+  // while dispatch is paused and no closure is in flight.
+  class CoordinatorState {
+   public:
+    virtual ~CoordinatorState() = default;
+    // OK when RollBack(state) will succeed; changes nothing. `state` is a checkpoint manifest's
+    // coordinator_state.
+    virtual absl::Status CheckRollBack(const std::map<std::string, std::string>& state) = 0;
+    // Rolls back to `state` (CheckRollBack passed; the variables are restored), filling in
+    // restored->batches_redone and restored->cursors_missing.
+    virtual void RollBack(const std::map<std::string, std::string>& state, Restored* restored) = 0;
   };
 
   // What recovery does to the cluster; MakeClusterPsRepair talks to the real PS, tests may
@@ -109,15 +160,19 @@ class PsRecovery {
     virtual absl::StatusOr<std::vector<int>> PsMissingVariables() = 0;
     // The newest good checkpoint's directory; NotFound when there is none.
     virtual absl::StatusOr<std::string> LatestCheckpoint() = 0;
-    // Restores checkpoint `path` onto every PS; its step.
-    virtual absl::StatusOr<int64_t> Restore(const std::string& path) = 0;
+    // Restores checkpoint `path` onto every PS, and the coordinator's state from it, as one
+    // cut: when anything fails before the variables change, neither changes.
+    virtual absl::StatusOr<Restored> Restore(const std::string& path) = 0;
     // Re-creates missing variables from their initializers.
     virtual absl::Status Reinitialize() = 0;
   };
 
-  // Repair against `strategy`'s parameter servers, restoring from `checkpoints` (nullable).
+  // Repair against `strategy`'s parameter servers, restoring from `checkpoints` (nullable)
+  // and rolling `state` (nullable: nothing but the variables) back with them. Neither is owned;
+  // both must outlive the Repair.
   static std::unique_ptr<Repair> MakeClusterPsRepair(ParameterServerStrategy& strategy,
-                                                     CheckpointManager* checkpoints);
+                                                     CheckpointManager* checkpoints,
+                                                     CoordinatorState* state = nullptr);
 
   // `queue` (the coordinator's) and `metrics` (nullable) must outlive this object. Registers
   // with options.checkpoints (when set) to learn of checkpoint commits. Starts the recovery

@@ -33,6 +33,9 @@ struct Script {
   std::vector<int> missing ABSL_GUARDED_BY(mu) = {0};
   absl::StatusOr<std::string> latest ABSL_GUARDED_BY(mu) = std::string("/ckpt/ckpt-5");
   int64_t latest_step ABSL_GUARDED_BY(mu) = 5;
+  // What the restore reports rolling back besides the variables.
+  int64_t batches_redone ABSL_GUARDED_BY(mu) = 0;
+  std::vector<std::string> cursors_missing ABSL_GUARDED_BY(mu);
   std::deque<absl::Status> restore_errors ABSL_GUARDED_BY(mu);  // returned first, in order
   int probes ABSL_GUARDED_BY(mu) = 0;
   int restores ABSL_GUARDED_BY(mu) = 0;
@@ -65,7 +68,7 @@ class ScriptedRepair : public PsRecovery::Repair {
     MutexLock lock(&s_->mu);
     return s_->latest;
   }
-  absl::StatusOr<int64_t> Restore(const std::string&) override {
+  absl::StatusOr<PsRecovery::Restored> Restore(const std::string&) override {
     const size_t in_flight = s_->queue->in_flight();
     MutexLock lock(&s_->mu);
     s_->max_in_flight_seen = std::max(s_->max_in_flight_seen, in_flight);
@@ -75,7 +78,7 @@ class ScriptedRepair : public PsRecovery::Repair {
       s_->restore_errors.pop_front();
       return e;
     }
-    return s_->latest_step;
+    return PsRecovery::Restored{s_->latest_step, s_->batches_redone, s_->cursors_missing};
   }
   absl::Status Reinitialize() override {
     MutexLock lock(&s_->mu);
@@ -191,6 +194,27 @@ TEST_F(PsRecoveryTest, PausesDispatchRestoresLatestAndRerunsTheClosure) {
   EXPECT_GE(script_->probes, 4);
   EXPECT_EQ(Counter("asyncps_coordinator_ps_recoveries_total"), 1);
   EXPECT_EQ(Counter("asyncps_coordinator_dispatch_paused"), 0);
+}
+
+// The work the rolled-back split cursors hand out again, and the datasets whose cursor the
+// checkpoint lacked, reach the event, the totals and the metrics.
+TEST_F(PsRecoveryTest, ReportsBatchesRedoneAndCursorsMissing) {
+  {
+    MutexLock lock(&script_->mu);
+    script_->batches_redone = 9;
+    script_->cursors_missing = {"train"};
+  }
+  Start();
+  ASSERT_TRUE(queue_.Put(MakeClosure(1)).ok());
+  ASSERT_TRUE(FailOneOnPs());
+  ASSERT_TRUE(WaitForEvents(1));
+  PsRecovery::Stats stats = recovery_->stats();
+  EXPECT_EQ(stats.events[0].batches_redone, 9);
+  EXPECT_EQ(stats.events[0].cursors_missing, std::vector<std::string>{"train"});
+  EXPECT_EQ(stats.batches_redone, 9);
+  EXPECT_EQ(stats.cursors_missing, 1);
+  EXPECT_EQ(Counter("asyncps_coordinator_ps_recovery_batches_redone_total"), 9);
+  EXPECT_EQ(Counter("asyncps_coordinator_ps_recovery_cursor_missing_total"), 1);
 }
 
 TEST_F(PsRecoveryTest, NothingIsHandedOutWhileRecovering) {

@@ -40,7 +40,9 @@ inline constexpr char kSplitCursorStatePrefix[] = "split_cursor/";
 // The state (SaveState) holds the epoch, the next split, the splits being read with their next
 // batch, and every batch handed out but not completed — recorded as not done, so a cursor
 // restored from it binds them again. Save at a drained point (after Join) for the
-// exactly-once guarantee across a coordinator restart.
+// exactly-once guarantee across a coordinator restart, and across a checkpoint restore by
+// automatic PS recovery (which rolls the running cursor back to the checkpoint's; see
+// ClusterCoordinator::RestoreSplitCursors).
 //
 // Thread-safe.
 class SplitCursor {

@@ -493,7 +493,9 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   int64_t next_checkpoint = checkpoints.NextAfter(start_step);
   auto save = [&](int64_t step) -> absl::Status {
     RETURN_IF_ERROR(coordinator.Join());
-    ASSIGN_OR_RETURN(std::string dir, checkpoints.Save(step));
+    // With the split cursor (--sharding dynamic), so a PS recovery restoring this checkpoint
+    // hands out again the batches it undoes: every example trained once, none skipped.
+    ASSIGN_OR_RETURN(std::string dir, checkpoints.Save(step, coordinator.SplitCursorState()));
     if (!dir.empty()) result.checkpoint_path = dir;
     if (!dir.empty() && options.progress) {
       std::printf("saved checkpoint step %lld (%s)\n", static_cast<long long>(step), dir.c_str());
@@ -514,7 +516,7 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
 
   std::deque<RemoteValue> pending;
   int64_t scheduled = start_step;
-  int64_t recoveries = 0, steps_lost = 0;  // as last seen in coordinator.ps_recovery_stats()
+  int64_t recoveries = 0, steps_lost = 0, batches_redone = 0;  // as last seen in coordinator.ps_recovery_stats()
   bool stop = false;
   while (tracker.steps() < total_steps && !stop) {
     while (!stop && scheduled < std::min(total_steps, next_checkpoint) && pending.size() < window) {
@@ -537,6 +539,12 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
       scheduled -= undone;
       std::printf("a parameter server was lost and recovered: %lld step(s) undone, training on from step %lld\n",
                   static_cast<long long>(undone), static_cast<long long>(tracker.steps()));
+      if (options.dynamic_sharding && recovery.cursors_missing == 0) {
+        std::printf("  the data was rolled back with the model: %lld batch(es) (%lld examples) are read again\n",
+                    static_cast<long long>(recovery.batches_redone - batches_redone),
+                    static_cast<long long>((recovery.batches_redone - batches_redone) * options.batch_size));
+      }
+      batches_redone = recovery.batches_redone;
       std::fflush(stdout);
       recoveries = recovery.recoveries;
       steps_lost = recovery.steps_lost;

@@ -41,9 +41,10 @@ int64_t TrainingCheckpoints::NextAfter(int64_t step) const {
   return (step / options_.every_steps + 1) * options_.every_steps;
 }
 
-absl::StatusOr<std::string> TrainingCheckpoints::Save(int64_t step) {
+absl::StatusOr<std::string> TrainingCheckpoints::Save(int64_t step,
+                                                     const std::map<std::string, std::string>& coordinator_state) {
   if (!enabled()) return std::string();
-  absl::StatusOr<std::string> dir = manager_->Save(step);
+  absl::StatusOr<std::string> dir = manager_->Save(step, coordinator_state);
   if (absl::IsAlreadyExists(dir.status())) return std::string();
   return dir;
 }

@@ -2,6 +2,7 @@
 #define ASYNCPS_EXAMPLES_TRAINING_CHECKPOINTS_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -53,7 +54,11 @@ class TrainingCheckpoints {
 
   // Saves checkpoint `step` unless it is already committed (a run that resumed from it and
   // stopped there). Returns the checkpoint's directory, or "" when nothing was written.
-  absl::StatusOr<std::string> Save(int64_t step);
+  // `coordinator_state` goes into the checkpoint with the variables: pass
+  // ClusterCoordinator::SplitCursorState() so that automatic PS recovery, restoring this
+  // checkpoint, rolls the dynamically sharded data back with the model (nothing skipped).
+  absl::StatusOr<std::string> Save(int64_t step,
+                                   const std::map<std::string, std::string>& coordinator_state = {});
 
   // Records that checkpoint `step` (saved) is this run's last (MarkFinalCheckpoint).
   absl::Status MarkFinal(int64_t step);

@@ -4,16 +4,23 @@
 // With the coordinator handing out the batches and the parameter servers' update window, every
 // row ends at exactly 1. Without the window re-runs apply twice (rows above 1: the test can
 // fail); with kOff every worker reads everything (rows equal to the number of workers).
+// A parameter server (or both) SIGKILLed past a checkpoint with automatic PS recovery: the
+// restore rolls the split cursor back with the variables, so every row still ends at exactly 1;
+// checkpoints saved without the cursor leave the redone rows at 0, and recovery says so.
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "coordinator/checkpoint_manager.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "absl/strings/str_cat.h"
@@ -36,6 +43,7 @@ constexpr int kWorkers = 3;
 constexpr int64_t kIds = 20'000;
 constexpr int64_t kBatch = 50;
 constexpr int64_t kRecordsPerSplit = 1'000;
+constexpr int kRound = 32;  // closures per round of RunDynamicEpoch
 constexpr absl::Duration kKillEvery = absl::Milliseconds(300);
 
 class DynamicShardingTest : public ::testing::Test {
@@ -83,6 +91,8 @@ class DynamicShardingTest : public ::testing::Test {
 
   void TearDown() override {
     coordinator_.reset();
+    checkpoints_.reset();
+    if (!checkpoint_dir_.empty()) std::filesystem::remove_all(checkpoint_dir_);
     counts_.reset();
     chief_.reset();
     cluster_.reset();
@@ -111,12 +121,14 @@ class DynamicShardingTest : public ::testing::Test {
   }
 
   // Runs "count_ids" over `iterator` until the epoch ends (Join says OutOfRange); returns the
-  // ids the closures reported counting, summed over their RemoteValues.
-  int64_t RunDynamicEpoch(const PerWorkerValues& iterator, int64_t linger_ms) {
+  // ids the closures reported counting, summed over their RemoteValues. `after_join` (if set)
+  // runs at each join point but the last, with the round's number (1, 2, ...).
+  int64_t RunDynamicEpoch(const PerWorkerValues& iterator, int64_t linger_ms,
+                          const std::function<void(int)>& after_join = nullptr) {
     int64_t counted = 0;
     for (int round = 0; round < 1000; ++round) {
       std::vector<RemoteValue> values;
-      for (int i = 0; i < 32; ++i) {
+      for (int i = 0; i < kRound; ++i) {
         auto v = coordinator_->Schedule("count_ids", {iterator, Tensor::Scalar<int64_t>(linger_ms)});
         EXPECT_TRUE(v.ok()) << v.status();
         if (v.ok()) values.push_back(*v);
@@ -133,6 +145,7 @@ class DynamicShardingTest : public ::testing::Test {
       if (absl::IsOutOfRange(joined)) return counted;
       EXPECT_TRUE(joined.ok()) << joined;
       if (!joined.ok()) return counted;
+      if (after_join) after_join(round + 1);
     }
     ADD_FAILURE() << "the epoch did not end";
     return counted;
@@ -146,11 +159,112 @@ class DynamicShardingTest : public ::testing::Test {
     return dataset->MakeIterator();
   }
 
+  double Metric(const std::string& name) {
+    const std::string text = chief_->process().process_metrics().Serialize();
+    const size_t at = text.find(name + "{");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(text.find("} ", at) + 2));
+  }
+
+  // A coordinator with automatic PS recovery from checkpoints in a fresh directory (removed by
+  // TearDown); returns its CheckpointManager.
+  CheckpointManager& StartRecoveringCoordinator() {
+    checkpoint_dir_ = absl::StrCat(::testing::TempDir(), "/dynamic_sharding_ps_", getpid());
+    std::filesystem::remove_all(checkpoint_dir_);
+    checkpoints_ = std::make_unique<CheckpointManager>(chief_->strategy(), checkpoint_dir_, /*max_to_keep=*/2);
+    ClusterCoordinator::Options options = testutil::FastFailureDetection();
+    options.ps_recovery.enabled = true;
+    options.ps_recovery.checkpoints = checkpoints_.get();
+    options.ps_recovery.timeout = absl::Seconds(60);  // a failed repair fails the test, not hangs it
+    coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, options);
+    return *checkpoints_;
+  }
+
+  // SIGKILLs the PS in `kill` together, then restarts them empty at their addresses.
+  void KillAndRestartPs(const std::vector<int>& kill) {
+    for (int ps : kill) EXPECT_TRUE(cluster_->KillPs(ps).ok());
+    for (int ps : kill) EXPECT_TRUE(cluster_->RestartPs(ps).ok());
+  }
+
+  // The fallback when every copy of a shard is lost: one epoch with automatic PS recovery and
+  // a checkpoint (variables + split cursor, or variables alone without `save_cursor`) at every
+  // third join point. Once `kAfterCheckpoint` closures completed past the latest checkpoint
+  // (with `at_second_save`: as the second checkpoint's save starts, so it fails), the PS in
+  // `kill` are SIGKILLed together and restarted empty at their addresses. Returns the ids the
+  // closures reported counting; the recovery's stats are the coordinator's.
+  static constexpr int64_t kAfterCheckpoint = 16;
+  int64_t EpochWithPsKilledPastACheckpoint(const std::vector<int>& kill, bool save_cursor,
+                                           bool at_second_save = false) {
+    CheckpointManager& checkpoints = StartRecoveringCoordinator();
+    auto iterator = DynamicIterator();
+    EXPECT_TRUE(iterator.ok()) << iterator.status();
+    if (!iterator.ok()) return 0;
+
+    Mutex mu;
+    int64_t saved = 0;          // checkpoints committed
+    double completed_at = 0;    // closures completed at the latest one
+    bool done = false;
+    int64_t counted = 0;
+    Notification saving, killed;  // at_second_save: the save is starting; the PS are killed
+    std::thread trainer([&] {
+      counted = RunDynamicEpoch(*iterator, /*linger_ms=*/10, [&](int round) {
+        if (round % 3 != 0) return;
+        // A join point: nothing in flight, so variables and cursor are one cut. A save the
+        // kill interrupts is not committed (the previous checkpoint stays the latest).
+        auto state = save_cursor ? coordinator_->SplitCursorState() : std::map<std::string, std::string>();
+        if (at_second_save && round == 6) {
+          saving.Notify();
+          EXPECT_TRUE(killed.WaitForNotificationWithTimeout(absl::Seconds(60)));
+          EXPECT_FALSE(checkpoints.Save(round, state).ok()) << "a save with a PS lost was committed";
+          return;
+        }
+        if (!checkpoints.Save(round, state).ok()) return;
+        const double completed = Metric("asyncps_coordinator_closures_completed_total");
+        MutexLock lock(&mu);
+        ++saved;
+        completed_at = completed;
+      });
+      MutexLock lock(&mu);
+      done = true;
+    });
+    // Kill once enough closures completed past a checkpoint (deadline-bounded poll).
+    bool past = at_second_save && saving.WaitForNotificationWithTimeout(absl::Seconds(120));
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(120);
+         !at_second_save && !past && absl::Now() < deadline;) {
+      const double completed = Metric("asyncps_coordinator_closures_completed_total");
+      {
+        MutexLock lock(&mu);
+        if (done) break;
+        past = saved > 0 && completed >= completed_at + kAfterCheckpoint;
+      }
+      if (!past) Notification().WaitForNotificationWithTimeout(absl::Milliseconds(2));  // poll pacing
+    }
+    EXPECT_TRUE(past) << "the epoch ended (or stalled) before a kill past a checkpoint";
+    if (past) KillAndRestartPs(kill);
+    killed.Notify();
+    trainer.join();
+    return counted;
+  }
+
+  // The recovery that restored something (the test fails without one).
+  PsRecovery::Event Recovery() {
+    PsRecovery::Stats stats = coordinator_->ps_recovery_stats();
+    EXPECT_EQ(stats.recoveries, 1);
+    EXPECT_FALSE(stats.gave_up);
+    for (const PsRecovery::Event& e : stats.events) {
+      if (!e.lost_ps.empty()) return e;
+    }
+    ADD_FAILURE() << "no recovery restored anything";
+    return {};
+  }
+
   Program program_ = testutil::MakeTestProgram();
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<testutil::TestChief> chief_;
   std::unique_ptr<ShardedVariable> counts_;
   std::unique_ptr<ClusterCoordinator> coordinator_;
+  std::unique_ptr<CheckpointManager> checkpoints_;  // outlives coordinator_, which restores from it
+  std::string checkpoint_dir_;
 };
 
 // Rows not equal to `expected` (the first few), for the failure message.
@@ -270,6 +384,115 @@ TEST_F(DynamicShardingTest, CoordinatorRestartedFromACheckpointFinishesTheEpoch)
   EXPECT_LT(counted, kIds - 5 * 16 * kBatch + 1);
   ASSERT_EQ(Mismatches(Counts(), 1), "");
   std::filesystem::remove_all(dir);
+}
+
+// Every copy of a shard lost (one PS, k = 1): automatic PS recovery restores the latest
+// checkpoint and rolls the split cursor back with the variables, so the batches completed after
+// the checkpoint are handed out again: every row ends at exactly 1. Without the cursor rollback
+// those rows stay 0 (see WithoutTheCursorInTheCheckpointExamplesAreSkipped). The closures
+// count every redone batch twice (once before the kill, once after), the counter once.
+TEST_F(DynamicShardingTest, PsLostPastACheckpointIsTrainedAgainExactlyOnce) {
+  const int64_t counted = EpochWithPsKilledPastACheckpoint({0}, /*save_cursor=*/true);
+  const PsRecovery::Event event = Recovery();
+  EXPECT_EQ(event.lost_ps, std::vector<int>{0});
+  EXPECT_FALSE(event.steps_lost_upper_bound);
+  EXPECT_GE(event.steps_lost, kAfterCheckpoint);
+  EXPECT_EQ(event.batches_redone, event.steps_lost);  // every closure read one batch
+  EXPECT_TRUE(event.cursors_missing.empty());
+  EXPECT_EQ(counted - kIds, event.batches_redone * kBatch);
+  EXPECT_EQ(Metric("asyncps_coordinator_ps_recovery_batches_redone_total"), event.batches_redone);
+  EXPECT_EQ(Metric("asyncps_coordinator_ps_recovery_cursor_missing_total"), 0);
+  ASSERT_EQ(Mismatches(Counts(), 1), "");
+}
+
+// k failures at once: both PS killed together mid-epoch, both restored from the checkpoint.
+TEST_F(DynamicShardingTest, BothPsLostAtOnceIsTrainedAgainExactlyOnce) {
+  const int64_t counted = EpochWithPsKilledPastACheckpoint({0, 1}, /*save_cursor=*/true);
+  const PsRecovery::Event event = Recovery();
+  EXPECT_EQ(event.lost_ps, (std::vector<int>{0, 1}));
+  EXPECT_GE(event.batches_redone, kAfterCheckpoint);
+  EXPECT_EQ(event.batches_redone, event.steps_lost);
+  EXPECT_EQ(counted - kIds, event.batches_redone * kBatch);
+  ASSERT_EQ(Mismatches(Counts(), 1), "");
+}
+
+// A worst moment: the PS is lost as a checkpoint's save starts (at a join point), so that save
+// fails and the recovery restores the one before it: the three rounds since are trained again.
+TEST_F(DynamicShardingTest, PsLostAsACheckpointIsSavedIsTrainedAgainExactlyOnce) {
+  const int64_t counted = EpochWithPsKilledPastACheckpoint({0}, /*save_cursor=*/true, /*at_second_save=*/true);
+  const PsRecovery::Event event = Recovery();
+  EXPECT_EQ(event.checkpoint_step, 3);
+  // Rounds 4 to 6, and the closures of round 7 that touched only the surviving PS.
+  EXPECT_GE(event.steps_lost, 3 * kRound);
+  EXPECT_EQ(event.batches_redone, event.steps_lost);
+  EXPECT_EQ(counted - kIds, event.batches_redone * kBatch);
+  ASSERT_EQ(Mismatches(Counts(), 1), "");
+}
+
+// A checkpoint of an earlier epoch: the PS is lost in epoch 1 and the checkpoint restored is
+// from the middle of epoch 0. The latest iterator then finishes epoch 0 first (Join says
+// OutOfRange at its end) and the next MakeIterator reads epoch 1 again from its start: after
+// that pass every row is exactly 2.
+TEST_F(DynamicShardingTest, CheckpointOfAnEarlierEpochIsFinishedFirst) {
+  CheckpointManager& checkpoints = StartRecoveringCoordinator();
+  auto dataset = coordinator_->CreatePerWorkerDataset(
+      "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kDynamic,
+      kRecordsPerSplit);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  Notification in_epoch_1, killed;
+  int64_t counted = 0;
+  int passes = 0;
+  std::thread trainer([&] {
+    auto pass = [&](const std::function<void(int)>& after_join) {
+      auto iterator = dataset->MakeIterator();
+      EXPECT_TRUE(iterator.ok()) << iterator.status();
+      if (iterator.ok()) counted += RunDynamicEpoch(*iterator, /*linger_ms=*/10, after_join);
+      ++passes;
+    };
+    pass([&](int round) {
+      if (round == 3) {
+        EXPECT_TRUE(checkpoints.Save(round, coordinator_->SplitCursorState()).ok());
+      }
+    });
+    pass([&](int round) {
+      if (round == 2) {
+        in_epoch_1.Notify();
+        EXPECT_TRUE(killed.WaitForNotificationWithTimeout(absl::Seconds(60)));
+      }
+    });
+    // The second pass finished epoch 0 (rolled back): epoch 1 is read by a third.
+    if (coordinator_->ps_recovery_stats().recoveries > 0) pass(nullptr);
+  });
+  const bool reached = in_epoch_1.WaitForNotificationWithTimeout(absl::Seconds(120));
+  EXPECT_TRUE(reached) << "epoch 1 never started";
+  if (reached) KillAndRestartPs({0});
+  killed.Notify();
+  trainer.join();
+  const PsRecovery::Event event = Recovery();
+  EXPECT_EQ(passes, 3);
+  EXPECT_EQ(event.checkpoint_step, 3);
+  // The rest of epoch 0 after the checkpoint, and what epoch 1 had completed.
+  EXPECT_GE(event.batches_redone, kIds / kBatch - 3 * kRound + 2 * kRound);
+  EXPECT_EQ(event.batches_redone, event.steps_lost);
+  EXPECT_EQ(counted - 2 * kIds, event.batches_redone * kBatch);
+  ASSERT_EQ(Mismatches(Counts(), 2), "");
+}
+
+// Today's defect, now reported: checkpoints saved without the cursor roll back the variables
+// only, so the ids of the batches completed after the checkpoint stay 0 (never read again).
+// Recovery says so (an error in the log, the event, the metric) instead of skipping silently.
+TEST_F(DynamicShardingTest, WithoutTheCursorInTheCheckpointExamplesAreSkipped) {
+  EpochWithPsKilledPastACheckpoint({0}, /*save_cursor=*/false);
+  const PsRecovery::Event event = Recovery();
+  EXPECT_EQ(event.cursors_missing, std::vector<std::string>{"ids"});
+  EXPECT_EQ(event.batches_redone, 0);
+  EXPECT_EQ(Metric("asyncps_coordinator_ps_recovery_cursor_missing_total"), 1);
+  int64_t zeros = 0;
+  for (int64_t v : Counts()) {
+    ASSERT_LE(v, 1);
+    zeros += v == 0 ? 1 : 0;
+  }
+  EXPECT_EQ(zeros, event.steps_lost * kBatch);
 }
 
 }  // namespace
