@@ -98,9 +98,17 @@ absl::Status ExpandBracket(absl::string_view list, absl::string_view inside, siz
 }
 
 // Expands one comma-free name such as "rack[1-2]-n[01-02]" onto the end of `hosts`.
+constexpr size_t kMaxNodeNameLength = 253;
+
 absl::Status ExpandName(absl::string_view list, absl::string_view name, absl::string_view variable,
                         std::vector<std::string>* hosts) {
   if (name.empty()) return Invalid(variable, list, "empty node name");
+  // A host name is at most 253 characters (RFC 1035); a longer pattern would multiply its
+  // length by every name a bracket expands to.
+  if (name.size() > kMaxNodeNameLength) {
+    return Invalid(variable, list, absl::StrCat("a node name pattern longer than ", kMaxNodeNameLength,
+                                                " characters"));
+  }
   std::vector<std::string> names = {""};
   size_t i = 0;
   while (i < name.size()) {

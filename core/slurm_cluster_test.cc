@@ -88,6 +88,8 @@ TEST(SlurmNodeListTest, MalformedListsNameTheVariable) {
       {"n[0-65536]", "more than 65536 nodes"},
       {"a[1-1000]b[1-1000]", "more than 65536 nodes"},
       {"n[1-65536],extra", "more than 65536 nodes"},
+      // 65536 names times a long prefix would be gigabytes: the pattern is refused first.
+      {"n[1-65536]" + std::string(130000, 'x'), "longer than 253 characters"},
   };
   for (const auto& [list, why] : cases) {
     ExpectInvalid(ExpandSlurmNodeList(list, kNodes).status(), {kNodes, why}, list);

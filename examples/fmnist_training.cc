@@ -243,14 +243,17 @@ absl::StatusOr<double> Accuracy(Net& net, const TestSet& test) {
   });
 }
 
-// `start_step`: a resumed run's workers start their data over (the input position is not in
-// the checkpoint), so their shuffle seed moves on with the step instead of replaying the
-// batches the run began with.
+// `start_step`: without dynamic sharding a resumed run's workers start their data over (their
+// input position is not in the checkpoint), so their shuffle seed moves on with the step
+// instead of replaying the batches the run began with. With it, the checkpoint's split cursor
+// says where the epoch stands (Train restores it).
 std::map<std::string, std::string> DatasetArgs(const Options& options, int64_t start_step = 0) {
   return {{"images", options.data_dir + "/train-images-idx3-ubyte.gz"},
           {"labels", options.data_dir + "/train-labels-idx1-ubyte.gz"},
           {"batch", absl::StrCat(options.batch_size)},
-          {"seed", absl::StrCat(options.seed + static_cast<uint64_t>(start_step))},
+          // Under dynamic sharding a resumed run reads the rest of the checkpoint's epoch, whose
+          // batches must hold the records they held before: the seed stays.
+          {"seed", absl::StrCat(options.seed + (options.dynamic_sharding ? 0 : static_cast<uint64_t>(start_step)))},
           {"repeat", options.dynamic_sharding ? "0" : "1"},
           {"ids", options.count_examples ? "1" : "0"}};
 }
@@ -465,12 +468,18 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
                    coordinator.CreatePerWorkerDataset(
                        "fmnist_train", DatasetArgs(options, start_step),
                        options.dynamic_sharding ? ShardingPolicy::kDynamic : ShardingPolicy::kOff, records_per_split));
+  const int64_t steps_per_epoch = kTrainExamples / options.batch_size;
+  if (options.dynamic_sharding && !checkpoints.restored_state().empty()) {
+    // The checkpoint's split cursor: the epoch goes on where it was saved (a chief restarted
+    // mid-epoch reads no example twice and skips none).
+    RETURN_IF_ERROR(coordinator.RestoreSplitCursors(checkpoints.restored_state()));
+  }
+  // (A checkpoint at an epoch's end holds the next epoch's cursor: see `next_join` below.)
   ASSIGN_OR_RETURN(PerWorkerValues iterators, dataset.MakeIterator());
   ASSIGN_OR_RETURN(PerWorkerValues models, coordinator.CreatePerWorkerResource(
                                        "fmnist_model", {{"model", options.model},
                                                         {"overlap_pull", options.overlap_pull ? "1" : "0"}}));
 
-  const int64_t steps_per_epoch = kTrainExamples / options.batch_size;
   const int64_t total_steps = steps_per_epoch * options.epochs;
   if (start_step > 0 && options.progress) {
     std::printf("resumed from checkpoint step %lld (epoch %lld/%d, step %lld of %lld)\n",
@@ -488,9 +497,18 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   const absl::Time start = absl::Now();
   absl::Duration eval_time;
   auto load = [&] { return torch_bridge::ReadVariables(strategy, *net.module); };
-  // Nothing is scheduled past a due checkpoint, so when the tracker reaches it nothing is in
-  // flight: the checkpoint is a consistent cut and its step counts exactly its updates.
-  int64_t next_checkpoint = checkpoints.NextAfter(start_step);
+  // Nothing is scheduled past a join point, so when the tracker reaches one nothing is in
+  // flight: a checkpoint saved there is a consistent cut and its step counts exactly its
+  // updates. Under dynamic sharding an epoch's end is a join point too: the next epoch's
+  // iterator is made with nothing in flight and (with checkpoints) saved at once. So no two
+  // epochs' closures are ever in flight together, and every checkpoint's cursor is the epoch
+  // being read: a PS recovery's rollback and a restarted chief both land in that epoch.
+  auto next_join_after = [&](int64_t step) {
+    int64_t next = checkpoints.NextAfter(step);
+    if (options.dynamic_sharding) next = std::min(next, (step / steps_per_epoch + 1) * steps_per_epoch);
+    return next;
+  };
+  int64_t next_join = next_join_after(start_step);
   auto save = [&](int64_t step) -> absl::Status {
     RETURN_IF_ERROR(coordinator.Join());
     // With the split cursor (--sharding dynamic), so a PS recovery restoring this checkpoint
@@ -514,15 +532,17 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
     if (!result.evaluations.empty()) report("accuracy", result.evaluations.back().accuracy);
   };
 
+  if (options.dynamic_sharding && start_step % steps_per_epoch == 0 && start_step < total_steps) {
+    // The epoch's start is a cut to recover to (at step 0 too, so a PS lost before the first
+    // periodic checkpoint rolls back with the data instead of re-initialising).
+    RETURN_IF_ERROR(save(start_step));
+  }
   std::deque<RemoteValue> pending;
   int64_t scheduled = start_step;
   int64_t recoveries = 0, steps_lost = 0, batches_redone = 0;  // as last seen in coordinator.ps_recovery_stats()
   bool stop = false;
   while (tracker.steps() < total_steps && !stop) {
-    while (!stop && scheduled < std::min(total_steps, next_checkpoint) && pending.size() < window) {
-      if (options.dynamic_sharding && scheduled > start_step && scheduled % steps_per_epoch == 0) {
-        ASSIGN_OR_RETURN(iterators, dataset.MakeIterator());  // the next epoch
-      }
+    while (!stop && scheduled < std::min(total_steps, next_join) && pending.size() < window) {
       ASSIGN_OR_RETURN(RemoteValue v, coordinator.Schedule("fmnist_train_step", {iterators, models}));
       pending.push_back(std::move(v));
       ++scheduled;
@@ -533,8 +553,11 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
     report("loss", out.at(0).ScalarAsDouble());
     if (const PsRecovery::Stats recovery = coordinator.ps_recovery_stats(); recovery.recoveries > recoveries) {
       // Automatic PS recovery rolled the model back: train the undone steps again, so the step
-      // count (and every checkpoint's step) is the number of updates the model holds.
-      const int64_t undone = recovery.steps_lost - steps_lost;
+      // count (and every checkpoint's step) is the number of updates the model holds. Under
+      // dynamic sharding that is the batches the cursor hands out again (none when the lost
+      // variables were re-initialised instead: the epoch has no more batches to give).
+      const int64_t undone = options.dynamic_sharding ? recovery.batches_redone - batches_redone
+                                                      : recovery.steps_lost - steps_lost;
       tracker.Rewind(undone);
       scheduled -= undone;
       std::printf("a parameter server was lost and recovered: %lld step(s) undone, training on from step %lld\n",
@@ -555,9 +578,14 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
       ASSIGN_OR_RETURN(stop, EvaluateInto(options, net, test, load, start, tracker.steps(), &eval_time, &result));
       report_accuracy();
     }
-    if (tracker.steps() == next_checkpoint) {
-      RETURN_IF_ERROR(save(tracker.steps()));
-      next_checkpoint = checkpoints.NextAfter(tracker.steps());
+    if (tracker.steps() == next_join && !stop) {
+      const int64_t step = tracker.steps();
+      const bool epoch_end = options.dynamic_sharding && step % steps_per_epoch == 0 && step < total_steps;
+      if (epoch_end) {
+        ASSIGN_OR_RETURN(iterators, dataset.MakeIterator());  // the next epoch
+      }
+      if (step == checkpoints.NextAfter(step - 1) || epoch_end) RETURN_IF_ERROR(save(step));
+      next_join = next_join_after(step);
     }
   }
   // Whatever is still in flight (after an early stop) finishes before the final evaluation.

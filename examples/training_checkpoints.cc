@@ -28,11 +28,14 @@ absl::StatusOr<int64_t> TrainingCheckpoints::RestoreLatest() {
   absl::StatusOr<std::string> latest = manager_->Latest();
   if (absl::IsNotFound(latest.status())) return 0;
   RETURN_IF_ERROR(latest.status());
-  absl::StatusOr<int64_t> step = manager_->Restore(*latest);
+  // The manifest first: a checkpoint restored is one whose state is known.
+  absl::StatusOr<CheckpointManifest> manifest = ReadManifest(*latest);
+  absl::StatusOr<int64_t> step = manifest.ok() ? manager_->Restore(*latest) : manifest.status();
   if (!step.ok()) {
     return absl::Status(step.status().code(), absl::StrCat("cannot resume from ", *latest, ": ",
                                                            step.status().message()));
   }
+  restored_state_ = std::move(manifest->coordinator_state);
   return step;
 }
 

@@ -48,6 +48,12 @@ class TrainingCheckpoints {
   // run left (this run writes more), so followers keep following.
   absl::StatusOr<int64_t> RestoreLatest();
 
+  // The coordinator state saved with the checkpoint RestoreLatest restored (what Save was
+  // given: ClusterCoordinator::SplitCursorState()); empty when it restored none. Pass it to
+  // ClusterCoordinator::RestoreSplitCursors so a dynamically sharded epoch goes on where the
+  // checkpoint left it instead of starting over.
+  const std::map<std::string, std::string>& restored_state() const { return restored_state_; }
+
   // The first step after `step` at which a checkpoint is due (a multiple of every_steps); a
   // step no run reaches when checkpoints are off.
   int64_t NextAfter(int64_t step) const;
@@ -67,6 +73,7 @@ class TrainingCheckpoints {
   const Options options_;
   std::unique_ptr<CheckpointManager> owned_;
   CheckpointManager* manager_ = nullptr;
+  std::map<std::string, std::string> restored_state_;
 };
 
 }  // namespace asyncps

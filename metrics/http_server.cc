@@ -236,6 +236,12 @@ class HttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
 
   void Respond(unsigned version, HttpResponse answer, bool method_not_allowed) {
     waiting_ = false;
+    // Beast throws (on this thread, ending the process) for a status it cannot send with a
+    // body: out of range, 1xx, 204 or 304. A handler's mistake is answered 500 instead.
+    if (answer.status < 200 || answer.status > 599 || answer.status == 204 || answer.status == 304) {
+      answer = {500, "text/plain; charset=utf-8",
+                absl::StrCat("handler answered status ", answer.status, ", which cannot carry a body\n")};
+    }
     response_.version(version == 10 ? 10 : 11);
     response_.result(static_cast<unsigned>(answer.status));
     response_.set(http::field::content_type, answer.content_type);

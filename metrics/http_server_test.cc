@@ -92,6 +92,17 @@ TEST(HttpServerTest, HandlerErrorIs500AndALaterHandlerWins) {
   EXPECT_NE(Get("127.0.0.1", server->port(), "/fails").find("\r\n\r\nfixed"), std::string::npos);
 }
 
+TEST(HttpServerTest, HandlerStatusThatCannotCarryABodyIs500) {
+  auto server = StartOrDie();
+  ASSERT_NE(server, nullptr);
+  for (int status : {0, 101, 204, 304, 600, 1000, -1}) {
+    server->AddHandler("/odd", [status] { return HttpResponse{status, "text/plain", "body"}; });
+    const std::string answer = Get("127.0.0.1", server->port(), "/odd");
+    EXPECT_EQ(answer.rfind("HTTP/1.1 500", 0), 0u) << status << ": " << answer;
+  }
+  EXPECT_EQ(Get("127.0.0.1", server->port(), "/metrics").rfind("HTTP/1.1 200", 0), 0u);
+}
+
 TEST(HttpServerTest, IdleConnectionIsClosedAfterTheRequestTimeout) {
   HttpServer::Options options;
   options.request_timeout = absl::Milliseconds(100);

@@ -61,6 +61,10 @@ class Round:
                     label = m.group(1) or m.group(3)
                     self.pids[label] = int(m.group(2) or m.group(4))
 
+    def forget(self, label):
+        with self.lock:
+            self.pids.pop(label, None)
+
     def tasks(self):
         with self.lock:
             return dict(self.pids)
@@ -104,7 +108,11 @@ def run_job(args, rng, job_dir, log, kills, deadline):
                 end = time.monotonic() + wait
                 while job.proc.poll() is None and time.monotonic() < end:
                     time.sleep(0.1)  # pacing of the kill schedule, not synchronisation
-                if job.proc.poll() is not None or time.monotonic() > deadline + args.grace_minutes * 60:
+                if job.proc.poll() is not None:
+                    break
+                if time.monotonic() > deadline + args.grace_minutes * 60:
+                    log.write("[soak] the round outlived --grace_minutes: stopping it\n")
+                    job.stop()
                     break
                 tasks = job.tasks()
                 if not tasks:
@@ -119,6 +127,7 @@ def run_job(args, rng, job_dir, log, kills, deadline):
                 except ProcessLookupError:
                     continue  # it ended by itself meanwhile
                 kills[role] += 1
+                job.forget(label)  # until its "restarted" line: never a pid that may be reused
                 log.write(f"[soak] SIGKILL {label} pid {tasks[label]}\n")
                 if role == "chief":
                     chief_killed = True

@@ -351,7 +351,7 @@ TEST_F(DynamicShardingTest, StaticDataShardingSplitsTheIdsByWorker) {
 // and its split cursor after every joined round. It is SIGKILLed mid-epoch and started again:
 // it restores the counter and the cursor and finishes the epoch — every row exactly 1, and the
 // second chief counts only what the first had not checkpointed.
-TEST_F(DynamicShardingTest, CoordinatorRestartedFromACheckpointFinishesTheEpoch) {
+TEST_F(DynamicShardingTest, RestartedCoordinatorFinishesTheEpoch) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/dynamic_sharding_test_", getpid());
   std::filesystem::remove_all(dir);
   Subprocess::Options o = cluster_->ChiefSubprocessOptions({LocalCluster::BinaryPath("dynamic_sharding_chief")});
@@ -418,7 +418,7 @@ TEST_F(DynamicShardingTest, BothPsLostAtOnceIsTrainedAgainExactlyOnce) {
 
 // A worst moment: the PS is lost as a checkpoint's save starts (at a join point), so that save
 // fails and the recovery restores the one before it: the three rounds since are trained again.
-TEST_F(DynamicShardingTest, PsLostAsACheckpointIsSavedIsTrainedAgainExactlyOnce) {
+TEST_F(DynamicShardingTest, PsLostAsACheckpointIsSavedIsRedoneExactlyOnce) {
   const int64_t counted = EpochWithPsKilledPastACheckpoint({0}, /*save_cursor=*/true, /*at_second_save=*/true);
   const PsRecovery::Event event = Recovery();
   EXPECT_EQ(event.checkpoint_step, 3);
