@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -193,6 +194,9 @@ struct NamedConfig {
   std::string name;
   OptimizerConfig config;
 };
+
+// Short, so ctest's name (which carries the parameter's printout) fits one line.
+void PrintTo(const NamedConfig& nc, std::ostream* os) { *os << nc.name; }
 
 std::vector<NamedConfig> AllConfigs() {
   std::vector<NamedConfig> out;

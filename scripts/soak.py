@@ -141,6 +141,45 @@ def run_job(args, rng, job_dir, log, kills, deadline):
         return code, "\n".join(texts), launches
 
 
+def bench_json(args, rounds, started_at, load_start, load_end, seconds):
+    """The soak's figures in the benchmarks' JSON form (bench/report.h; scripts/bench_report.py)."""
+    kills = {role: sum(r["kills"][role] for r in rounds) for role in ("worker", "ps", "chief")}
+    passed = sum(1 for r in rounds if r["ok"])
+    exact = sum(1 for r in rounds if r["exact"])
+    accuracies = [r["accuracy"] for r in rounds if r["accuracy"] is not None]
+    target = args["target"]
+    figures = [
+        {"name": "rounds that ended exact and on target", "value": passed, "unit": "rounds",
+         "reference": {"name": "rounds run", "value": len(rounds)},
+         "ratio": passed / len(rounds) if rounds else None,
+         "aim": {"condition": "every round", "met": bool(rounds) and passed == len(rounds)}},
+        {"name": "rounds whose every example was applied exactly once per epoch", "value": exact,
+         "unit": "rounds", "reference": {"name": "rounds run", "value": len(rounds)},
+         "ratio": exact / len(rounds) if rounds else None},
+        {"name": "lowest final test accuracy", "value": min(accuracies) if accuracies else None,
+         "unit": "", "reference": {"name": "target", "value": target},
+         "ratio": min(accuracies) / target if accuracies else None},
+        {"name": "SIGKILLs: workers", "value": kills["worker"], "unit": "kills"},
+        {"name": "SIGKILLs: parameter servers", "value": kills["ps"], "unit": "kills"},
+        {"name": "SIGKILLs: chief (the job started again, resumed from its checkpoint)",
+         "value": kills["chief"], "unit": "kills"},
+        {"name": "steps redone after PS recoveries", "value": sum(r["steps_redone"] for r in rounds),
+         "unit": "steps"},
+        {"name": "mean round time", "value": round(sum(r["seconds"] for r in rounds) / len(rounds), 1)
+         if rounds else None, "unit": "s",
+         "note": f"{args['epochs']} epochs of Fashion-MNIST each, 2 PS + 2 workers + chief"},
+    ]
+    cli = [f"--{k}={v}" for k, v in args.items() if k in ("minutes", "epochs", "batch_size", "kill_every",
+                                                            "target", "seed", "checkpoint_every")]
+    return {"bench": "soak", "args": cli, "complete": True, "started_at": started_at,
+            "wall_seconds": round(seconds, 1), "load_average": {"start": list(load_start), "end": list(load_end)},
+            "figures": figures,
+            "aims": [{"name": "exactly once and on target", "condition": "every round",
+                      "state": "met" if rounds and passed == len(rounds) else ("missed" if rounds else "not run"),
+                      "cases": len(rounds), "missed": len(rounds) - passed}],
+            "rounds": rounds}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=30)
@@ -160,6 +199,8 @@ def main():
     args = parser.parse_args()
 
     rng = random.Random(args.seed)
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    load_start = os.getloadavg()
     work = tempfile.mkdtemp(prefix="asyncps_soak_")
     log_path = os.path.join(work, "soak.log")
     start = time.monotonic()
@@ -197,15 +238,9 @@ def main():
                f"ps {kills['ps']}, chief {kills['chief']}; failed rounds: {failures or 'none'}")
     print(summary, flush=True)
     if args.json:
-        figures = [
-            {"name": "rounds passed", "value": sum(r["ok"] for r in rounds), "unit": "rounds",
-             "reference": len(rounds), "reference_name": "rounds run"},
-            {"name": "SIGKILLs (worker, ps, chief)", "value": sum(kills.values()), "unit": "kills",
-             "detail": kills},
-            {"name": "minutes", "value": round(elapsed, 1), "unit": "min"},
-        ]
+        report = bench_json(vars(args), rounds, started_at, load_start, os.getloadavg(), elapsed * 60)
         with open(args.json, "w") as out:
-            json.dump({"bench": "soak", "args": vars(args), "figures": figures, "rounds": rounds}, out, indent=1)
+            json.dump(report, out, indent=1)
     if args.keep or failures:
         print(f"soak: kept {work}", flush=True)
     else:

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <set>
+#include <ostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -27,6 +28,9 @@ struct ClusterSize {
   int workers;
   int ps;
 };
+
+// Short, so ctest's name (which carries the parameter's printout) fits one line.
+void PrintTo(const ClusterSize& size, std::ostream* os) { *os << size.workers << "w" << size.ps << "ps"; }
 
 std::string SizeName(const ::testing::TestParamInfo<ClusterSize>& info) {
   return std::to_string(info.param.workers) + "workers_" + std::to_string(info.param.ps) + "ps";
