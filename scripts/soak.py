@@ -88,9 +88,9 @@ class Round:
 def run_job(args, rng, job_dir, log, kills, deadline):
     """Runs one job to its end, restarting the launcher after each chief kill. Returns its text."""
     ckpt = os.path.join(job_dir, "checkpoints")
-    command = [os.path.join(args.build, "bin", "asyncps_launch"), "--ps", str(args.ps),
+    command = [os.path.join(args.bin, "asyncps_launch"), "--ps", str(args.ps),
                "--workers", str(args.workers), "--max_restarts", "1000", "--",
-               os.path.join(args.build, "bin", "fashion_mnist"), "--epochs", str(args.epochs),
+               os.path.join(args.bin, "fashion_mnist"), "--epochs", str(args.epochs),
                "--batch_size", str(args.batch_size), "--sharding", "dynamic", "--ps_recovery", "auto",
                "--checkpoint_dir", ckpt, "--checkpoint_every_steps", str(args.checkpoint_every),
                "--count_examples", "--seed", str(rng.randrange(1 << 30))]
@@ -203,6 +203,11 @@ def main():
     load_start = os.getloadavg()
     work = tempfile.mkdtemp(prefix="asyncps_soak_")
     log_path = os.path.join(work, "soak.log")
+    # Copies of the binaries: a rebuild while the soak runs must not swap them under a round.
+    args.bin = os.path.join(work, "bin")
+    os.makedirs(args.bin)
+    for name in ("asyncps_launch", "fashion_mnist"):
+        shutil.copy2(os.path.join(args.build, "bin", name), args.bin)
     start = time.monotonic()
     deadline = start + args.minutes * 60
     kills = {"worker": 0, "ps": 0, "chief": 0}
