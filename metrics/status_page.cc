@@ -42,7 +42,7 @@ const char* StatusPageHtml() {
   <div class="tile">uptime<b id="uptime">-</b></div>
 </div>
 <h2>Members</h2>
-<table id="members"><thead><tr><th>role</th><th>task</th><th>address</th><th>state</th><th>incarnation</th></tr></thead>
+<table id="members"><thead><tr><th>role</th><th>task</th><th>address</th><th>state</th><th>incarnation</th><th>restarts</th></tr></thead>
 <tbody></tbody></table>
 <h2>Scalars</h2>
 <div class="plots" id="plots"></div>
@@ -116,6 +116,7 @@ function render(s) {
     el("td", {}, tr).textContent = m.address;
     el("td", {class: "state-" + m.state}, tr).textContent = m.state;
     el("td", {}, tr).textContent = m.incarnation || "-";
+    el("td", {class: "restarts"}, tr).textContent = fmt(m.restarts || 0);
   }
 
   const plots = document.getElementById("plots");

@@ -263,6 +263,8 @@ TEST_F(ObservabilityTest, StatusPageRendersMembersAndPlotsInChromium) {
   for (std::sregex_iterator it(dom.begin(), dom.end(), worker_row), end; it != end; ++it) ++workers;
   EXPECT_EQ(workers, kWorkers) << dom;
   EXPECT_NE(dom.find("data-role=\"ps\""), std::string::npos);
+  // ...with its restart count (no task was restarted here)...
+  EXPECT_NE(dom.find("<td class=\"restarts\">0</td>"), std::string::npos) << dom;
   // ...a loss plot and an accuracy plot with points...
   for (const char* plot : {"plot-loss", "plot-accuracy"}) {
     const size_t at = dom.find(absl::StrCat("id=\"", plot, "\""));
