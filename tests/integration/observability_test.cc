@@ -97,8 +97,11 @@ class ObservabilityTest : public ::testing::Test {
     ASSERT_TRUE(port.ok());
     prometheus_port_ = *port;
     std::ofstream(*dir_ + "/prometheus.yml") << "global:\n"
-                                                "  scrape_interval: 1s\n"
-                                                "  scrape_timeout: 1s\n"
+                                                // A 1 s timeout failed a worker's scrapes on a
+                                                // loaded CI machine (a failed scrape marks its
+                                                // series stale at once): allow 2 s.
+                                                "  scrape_interval: 2s\n"
+                                                "  scrape_timeout: 2s\n"
                                                 "scrape_configs:\n"
                                                 "  - job_name: asyncps\n"
                                                 "    file_sd_configs:\n"
@@ -184,7 +187,8 @@ TEST_F(ObservabilityTest, PrometheusScrapesEveryProcessOfATrainingRun) {
   // The user scalar the example reports; a loss is positive.
   EXPECT_TRUE(WaitFor([] { return AllAbove("asyncps_scalar{name=\"loss\"}", 0); }))
       << Query("{__name__=~\"asyncps_scalar.*\"}").dump();
-  EXPECT_TRUE(WaitFor([] { return AllAbove("asyncps_worker_examples_total", 0, kWorkers); }));
+  EXPECT_TRUE(WaitFor([] { return AllAbove("asyncps_worker_examples_total", 0, kWorkers); }))
+      << Query("asyncps_worker_examples_total").dump() << "\n" << Query("up").dump();
   EXPECT_TRUE(AllAbove("asyncps_ps_rows_updated_total", 0));
   EXPECT_TRUE(AllAbove("asyncps_ps_variables", 0));
   // The standard process series of every process (metrics/process_collector.h).
