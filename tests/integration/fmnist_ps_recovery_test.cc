@@ -3,8 +3,9 @@
 // 2 workers; parameter server 0 is SIGKILLed a few hundred steps after the chief saved
 // checkpoint 2000 and started again at the same address, empty. The chief repairs the cluster by
 // itself — it restores checkpoint 2000 onto both PS, re-runs the steps that failed and trains the
-// undone ones again — and still reaches the main job's target, 0.88, in its 12 epochs, with every
-// step's update in the model. About a minute on two cores.
+// undone ones again — and still reaches the main job's target, 0.88, in its 15 epochs (12 once
+// ended at 0.878 in a loaded CI run), with every step's update in the model. About a minute on
+// two cores.
 #include <unistd.h>
 
 #include <cstdio>
@@ -38,10 +39,10 @@ TEST(FashionMnistPsRecoveryTest, KilledPsIsRepairedAndTargetIsReached) {
   testutil::TestDir temp("fmnist_ps_recovery");
   const fs::path dir = fs::path(temp.path()) / "ckpt";  // made by the chief
   Subprocess::Options chief = (*cluster)->ChiefSubprocessOptions(
-      {testutil::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=12",
+      {testutil::LocalCluster::BinaryPath("fashion_mnist"), "--epochs=15",
        absl::StrCat("--checkpoint_dir=", dir.string()), "--checkpoint_every_steps=1000",
        "--max_to_keep=2", "--ps_recovery=auto"});
-  // Progress lines ("epoch 5/12  step 2213/5616 ...") say when training is past step 2200.
+  // Progress lines ("epoch 5/15  step 2213/7020 ...") say when training is past step 2200.
   constexpr int64_t kKillAfter = 2200;
   Notification past_kill_step;
   chief.on_line = [&past_kill_step](const std::string& line) {
@@ -77,8 +78,8 @@ TEST(FashionMnistPsRecoveryTest, KilledPsIsRepairedAndTargetIsReached) {
   // Where the count went back to: 2000, give or take the closures in flight (8) whose results
   // the chief had or had not read yet when it noticed.
   EXPECT_NEAR(NumberAfter(*recovered, "training on from step "), 2000, 16) << *recovered;
-  // Undone steps were trained again: the run ends at 12 epochs of steps, every one in the model.
-  EXPECT_EQ(NumberAfter(output, "trained "), 12 * (60'000 / 128)) << output;
+  // Undone steps were trained again: the run ends at 15 epochs of steps, every one in the model.
+  EXPECT_EQ(NumberAfter(output, "trained "), 15 * (60'000 / 128)) << output;
   double accuracy = 0;
   ASSERT_TRUE(absl::SimpleAtod(accuracy_line->substr(accuracy_line->rfind(' ') + 1), &accuracy))
       << *accuracy_line;
