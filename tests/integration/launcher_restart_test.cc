@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -47,15 +49,27 @@ std::vector<std::string> SleepingCluster() {
           "*) exec sleep 600;; esac"};
 }
 
-TEST(LauncherRestartTest, TaskOutOfRestartsEndsTheJobWithItsExitCode) {
+// asyncps_launch with `flags` over SleepingCluster (1 PS, 1 worker, no metrics endpoints),
+// returned once its chief is up.
+absl::StatusOr<std::unique_ptr<Subprocess>> StartSleepingCluster(std::vector<std::string> flags) {
   Subprocess::Options o;
-  o.argv = {Bin("asyncps_launch"), "--max_restarts", "2", "--ps", "1", "--workers", "1", "--"};
+  o.argv = {Bin("asyncps_launch")};
+  for (std::string& f : flags) o.argv.push_back(std::move(f));
+  for (const char* a : {"--ps", "1", "--workers", "1", "--"}) o.argv.push_back(a);
   for (const std::string& a : SleepingCluster()) o.argv.push_back(a);
   o.env = {{"ASYNCPS_METRICS_PORT", "-1"}};
   auto started = Subprocess::Start(std::move(o));
+  if (!started.ok()) return started.status();
+  if (absl::Status up = (*started)->WaitForLine("[chief] chief-up", kTimeout).status(); !up.ok()) {
+    return absl::Status(up.code(), absl::StrCat(up.message(), "\n", (*started)->output()));
+  }
+  return started;
+}
+
+TEST(LauncherRestartTest, TaskOutOfRestartsEndsTheJobWithItsExitCode) {
+  auto started = StartSleepingCluster({"--max_restarts", "2"});
   ASSERT_TRUE(started.ok()) << started.status();
   Subprocess& launcher = **started;
-  ASSERT_TRUE(launcher.WaitForLine("[chief] chief-up", kTimeout).ok()) << launcher.output();
 
   // Restarts are counted per task: the PS's restart leaves the worker's two untouched.
   const pid_t ps = PidFrom(launcher, "started ps:0 pid", kTimeout);
@@ -98,14 +112,9 @@ TEST(LauncherRestartTest, TaskOutOfRestartsEndsTheJobWithItsExitCode) {
 }
 
 TEST(LauncherRestartTest, WithoutMaxRestartsADeadWorkerIsLeftToTheChief) {
-  Subprocess::Options o;
-  o.argv = {Bin("asyncps_launch"), "--ps", "1", "--workers", "1", "--"};
-  for (const std::string& a : SleepingCluster()) o.argv.push_back(a);
-  o.env = {{"ASYNCPS_METRICS_PORT", "-1"}};
-  auto started = Subprocess::Start(std::move(o));
+  auto started = StartSleepingCluster({});
   ASSERT_TRUE(started.ok()) << started.status();
   Subprocess& launcher = **started;
-  ASSERT_TRUE(launcher.WaitForLine("[chief] chief-up", kTimeout).ok()) << launcher.output();
   const pid_t worker = PidFrom(launcher, "started worker:0 pid", kTimeout);
   ASSERT_GT(worker, 1);
   ASSERT_EQ(kill(worker, SIGKILL), 0);
