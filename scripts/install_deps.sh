@@ -16,6 +16,8 @@ packages=(
   # the chief's status page in headless Chromium.
   prometheus chromium
 )
+# The linker CMakeLists.txt picks when present (faster links than ld.bfd).
+packages+=(lld)
 # kubectl parses deploy/k8s/*.yaml offline in k8s_manifests_test. Any kubectl will do, and
 # Debian's kubernetes-client cannot be installed beside another package that ships
 # /usr/bin/kubectl (e.g. Google's), so it is only added when there is none.
