@@ -12,7 +12,8 @@ namespace asyncps {
 // higher level", as gRPC defines it), naming the variable, its staleness and the bound. The
 // PS applied nothing of the push; the coordinator runs the closure again (same closure id, so
 // the exactly-once window still lines its calls up) instead of reporting an error.
-absl::Status StaleGradientError(absl::string_view variable, int64_t staleness, int64_t max_staleness);
+absl::Status StaleGradientError(absl::string_view variable, int64_t staleness,
+                                int64_t max_staleness);
 
 // True for a status made by StaleGradientError, also after it crossed the wire as code and
 // message only (a PS answer, then a worker's closure result): Aborted with the marker text.

@@ -33,7 +33,8 @@ OptimizerConfig Sgd(float lr) {
 }
 
 std::unique_ptr<Variable> MakeVariable(const OptimizerConfig& config, int64_t n = 2) {
-  auto v = Variable::Create("w", Tensor::FromVector(std::vector<float>(static_cast<size_t>(n), 0.0f)), &config);
+  auto v = Variable::Create(
+      "w", Tensor::FromVector(std::vector<float>(static_cast<size_t>(n), 0.0f)), &config);
   EXPECT_TRUE(v.ok()) << v.status();
   return v.ok() ? std::move(*v) : nullptr;
 }
@@ -44,8 +45,11 @@ TEST(VariableVersionTest, CountsEveryAppliedUpdateAndRestoreSetsIt) {
   ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({2}, {1, 1})).ok());
   ASSERT_TRUE(v->Update(UpdateKind::kAdd, Tensor::FromVector<float>({2}, {1, 1})).ok());
   ASSERT_TRUE(v->UpdateRows(UpdateKind::kAdd, Tensor::FromVector<int64_t>({1}, {0}),
-                            Tensor::FromVector<float>({1}, {1})).ok());
-  ASSERT_TRUE(v->ApplyRowGradients(Tensor::FromVector<int64_t>({1}, {1}), Tensor::FromVector<float>({1}, {1})).ok());
+                            Tensor::FromVector<float>({1}, {1}))
+                  .ok());
+  ASSERT_TRUE(v->ApplyRowGradients(Tensor::FromVector<int64_t>({1}, {1}),
+                                   Tensor::FromVector<float>({1}, {1}))
+                  .ok());
   EXPECT_EQ(v->version(), 4);
   EXPECT_EQ(v->iterations(), 2);
   // A failed update changes nothing, the version included.
@@ -138,7 +142,8 @@ TEST(StalenessGateTest, BoundZeroNeverAppliesAStaleUpdateUnderConcurrency) {
 
 TEST(StalenessGateTest, AwareLearningRateDividesByStaleness) {
   auto v = MakeVariable(opt::StalenessAwareLr(Sgd(1.0f)), 1);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {0})).ok());
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {0})).ok());
   StalenessGate gate;
   ASSERT_TRUE(gate.Enter({{v.get(), true, 0}}).ok());
   EXPECT_EQ(gate.staleness(0), 4);
@@ -244,7 +249,8 @@ TEST_F(StalenessServiceTest, ReadAndGatherAnswerTheVersion) {
   EXPECT_EQ(GatherVersion("w"), 2);
   const std::string text = metrics_->Serialize();
   EXPECT_NE(text.find("asyncps_ps_gradient_staleness_count"), std::string::npos);
-  EXPECT_NE(text.find("asyncps_ps_gradient_staleness_bucket{role=\"ps\",task=\"0\",le=\"1\"} 1"), std::string::npos)
+  EXPECT_NE(text.find("asyncps_ps_gradient_staleness_bucket{role=\"ps\",task=\"0\",le=\"1\"} 1"),
+            std::string::npos)
       << text;
 }
 
