@@ -168,7 +168,7 @@ struct Prepared {
 };
 
 // Locks the bounded variables `admission` applies and checks the gradients' staleness
-// (StalenessGate); a refusal is counted and logged like the other refusals.
+// (StalenessGate); a refusal is counted, not logged (under a tight bound it is routine).
 absl::Status EnterGate(StalenessGate& gate, const std::vector<Prepared>& prepared,
                        const UpdateDedup::Admission& admission, PsMetrics* metrics) {
   std::vector<StalenessGate::Entry> entries;

@@ -12,6 +12,7 @@
 #include "net/event_loop.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
+#include "net/envelope.capnp.h"
 #include "ps/ps.capnp.h"
 #include "ps/ps_service.h"
 #include "ps/ps_wire.h"
@@ -247,6 +248,13 @@ TEST_F(StalenessServiceTest, ReadAndGatherAnswerTheVersion) {
   EXPECT_EQ(staleness_, 1);
   EXPECT_EQ(ReadVersion("w"), 2);
   EXPECT_EQ(GatherVersion("w"), 2);
+  net::OutMessage list;
+  list.InitRequestBody<wire::Empty>();
+  auto listed = client_->Call("ps.ListVariables", std::move(list), absl::Seconds(60));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  auto infos = listed->ResponseBody<wire::ListVariablesResponse>().getVariables();
+  ASSERT_EQ(infos.size(), 1u);
+  EXPECT_EQ(infos[0].getVersion(), 2);
   const std::string text = metrics_->Serialize();
   EXPECT_NE(text.find("asyncps_ps_gradient_staleness_count"), std::string::npos);
   EXPECT_NE(text.find("asyncps_ps_gradient_staleness_bucket{role=\"ps\",task=\"0\",le=\"1\"} 1"),
