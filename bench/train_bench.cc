@@ -20,7 +20,9 @@
 // see the README (Measured) for how they were taken.
 // Flags: --quick (one epoch, one configuration: a smoke run for ctest), --epochs N (default 10,
 // the main job's), --only NAME (one configuration), --json=PATH (the figures as JSON too,
-// bench/report.h).
+// bench/report.h), --staleness_table (instead: accuracy and examples/s against closures in
+// flight per worker, 1, 2, 4, 8, with overlap_pull, without and with each staleness option —
+// the table of docs/staleness.md; --epochs applies, e.g. 3).
 #include <unistd.h>
 
 #include <algorithm>
@@ -144,6 +146,8 @@ struct Run {
   double cpu_seconds = 0;  // the reference's own CPU time (one process)
   std::string breakdown;   // distributed runs: the lines printed under the figure
   double cpu_per_step = 0;  // distributed runs: ms of CPU of every process per step
+  double retried = 0;         // distributed runs: closures the coordinator ran again
+  double mean_staleness = 0;  // distributed runs: mean staleness of the applied gradients
 };
 
 // The breakdown of the window between `a` and `b`, per step (128 examples), in ms.
@@ -245,6 +249,14 @@ absl::StatusOr<Run> TrainDistributed(const Config& config, const fmnist::Options
   ASSIGN_OR_RETURN(r.result, fmnist::Train(strategy, coordinator, run));
   r.load_after = bench::LoadAverage();
   r.breakdown = Breakdown(before, after, &r.cpu_per_step);
+  r.retried = bench::SumSamples(strategy.process().process_metrics().Serialize(),
+                                "asyncps_coordinator_closures_retried_total");
+  double staleness_sum = 0, staleness_count = 0;
+  for (const std::string& ps : after.ps) {
+    staleness_sum += bench::SumSamples(ps, "asyncps_ps_gradient_staleness_sum");
+    staleness_count += bench::SumSamples(ps, "asyncps_ps_gradient_staleness_count");
+  }
+  r.mean_staleness = staleness_count > 0 ? staleness_sum / staleness_count : 0;
   return r;
 }
 
@@ -284,6 +296,48 @@ void AddReference(bench::Report& report, const std::string& label, const Run& r)
       {.name = label + " examples/s", .value = r.result.examples_per_second, .unit = "examples/s"});
   report.Add({.name = label + " test accuracy", .value = r.result.test_accuracy, .unit = ""});
   report.Add({.name = label + " CPU per step", .value = RefCpuPerStepMs(r), .unit = "ms"});
+}
+
+// docs/staleness.md's table: for each number of closures in flight per worker (overlap_pull on,
+// so that the closures' pulls and pushes overlap), the MLP trained without a staleness option,
+// with the staleness-aware learning rate, and with max_staleness 1 and 4.
+int StalenessTable(int epochs, bench::Report& report) {
+  fmnist::Options options;
+  options.progress = false;
+  options.epochs = epochs;
+  fmnist::SetTorchThreads(1);
+  struct Variant {
+    const char* name;
+    int64_t max_staleness;
+    bool aware;
+  };
+  const Variant variants[] = {{"none", -1, false}, {"staleness-aware lr", -1, true}, {"max_staleness 1", 1, false},
+                              {"max_staleness 4", 4, false}};
+  std::printf("staleness table: Fashion-MNIST MLP, batch %d, Adam 1e-3, %d epoch(s), %d PS + %d workers, overlap_pull\n",
+              options.batch_size, options.epochs, kNumPs, kNumWorkers);
+  std::printf("| closures in flight per worker | option | test accuracy | examples/s | mean staleness | recomputed steps | load avg |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (int in_flight : {1, 2, 4, 8}) {
+    for (const Variant& v : variants) {
+      const Config config{"staleness", "", true, in_flight, false};
+      fmnist::Options run = options;
+      run.max_staleness = v.max_staleness;
+      run.staleness_aware_lr = v.aware;
+      absl::StatusOr<Run> d = TrainDistributed(config, run);
+      if (!d.ok()) {
+        std::fprintf(stderr, "train_bench: %d in flight, %s: %s\n", in_flight, v.name, d.status().ToString().c_str());
+        return 1;
+      }
+      std::printf("| %d | %s | %.4f | %.0f | %.2f | %.0f | %.1f -> %.1f |\n", in_flight, v.name,
+                  d->result.test_accuracy, d->result.examples_per_second, d->mean_staleness, d->retried,
+                  d->load_before, d->load_after);
+      std::fflush(stdout);
+      const std::string label = absl::StrCat("staleness ", in_flight, " in flight, ", v.name);
+      report.Add({.name = label + " examples/s", .value = d->result.examples_per_second, .unit = "examples/s"});
+      report.Add({.name = label + " test accuracy", .value = d->result.test_accuracy, .unit = ""});
+    }
+  }
+  return 0;
 }
 
 int Main(bool quick, int epochs, const std::string& only, bench::Report& report) {
@@ -378,9 +432,12 @@ int main(int argc, char** argv) {
   int epochs = 10;
   std::string only;
   std::string json;
+  bool staleness_table = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--quick") {
+    if (arg == "--staleness_table") {
+      staleness_table = true;
+    } else if (arg == "--quick") {
       quick = true;
     } else if (arg == "--epochs" && i + 1 < argc) {
       epochs = std::max(1, std::atoi(argv[++i]));
@@ -388,10 +445,11 @@ int main(int argc, char** argv) {
       only = argv[++i];
     } else if (asyncps::bench::ParseJsonFlag(argv[i], &json)) {
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--epochs N] [--only CONFIG] [--json=PATH]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--epochs N] [--only CONFIG] [--json=PATH] [--staleness_table]\n", argv[0]);
       return 2;
     }
   }
   asyncps::bench::Report report(argc, argv);
+  if (staleness_table) return report.Finish(json, asyncps::StalenessTable(epochs, report));
   return report.Finish(json, asyncps::Main(quick, epochs, only, report));
 }

@@ -1,5 +1,7 @@
 #include "coordinator/closure_outcome.h"
 
+#include "core/stale_gradient.h"
+
 namespace asyncps {
 
 absl::string_view ClosureOutcomeName(ClosureOutcome outcome) {
@@ -16,6 +18,8 @@ absl::string_view ClosureOutcomeName(ClosureOutcome outcome) {
       return "ps_state_lost";
     case ClosureOutcome::kCancelled:
       return "cancelled";
+    case ClosureOutcome::kStaleGradient:
+      return "stale_gradient";
   }
   return "unknown";
 }
@@ -23,6 +27,7 @@ absl::string_view ClosureOutcomeName(ClosureOutcome outcome) {
 ClosureOutcome ClassifyClosure(const absl::Status& rpc, const absl::Status& function, ErrorSource source) {
   if (!rpc.ok()) return ClosureOutcome::kWorkerFailure;
   if (function.ok()) return ClosureOutcome::kSucceeded;
+  if (source != ErrorSource::kCancelled && IsStaleGradientError(function)) return ClosureOutcome::kStaleGradient;
   switch (source) {
     case ErrorSource::kPs:
       return ClosureOutcome::kPsUnavailable;

@@ -17,6 +17,9 @@ enum class ClosureOutcome {
                     // created (it restarted empty): Unavailable to the user, marked so that
                     // IsPsStateLost(status) is true (what automatic PS recovery keys on)
   kCancelled,       // stopped because another closure failed
+  kStaleGradient,   // a PS refused a push as staler than its max_staleness (IsStaleGradientError):
+                    // nothing of it was applied; put the closure back to be recomputed on
+                    // fresh values (same id and batch); the user never sees this
 };
 
 absl::string_view ClosureOutcomeName(ClosureOutcome outcome);
@@ -28,7 +31,8 @@ enum class ErrorSource { kFunction, kPs, kCancelled, kPsStateLost };
 // the call (Unavailable, DeadlineExceeded — the closure timed out or the worker hung —
 // Cancelled by a dropped connection, FailedPrecondition for a restarted worker) is a worker
 // failure, because a function's own errors travel inside a successful response (`function`,
-// with `source` saying who failed). Malformed responses count as worker failures too.
+// with `source` saying who failed). Malformed responses count as worker failures too. A
+// function error that is a stale-gradient refusal is kStaleGradient, whatever the source said.
 ClosureOutcome ClassifyClosure(const absl::Status& rpc, const absl::Status& function, ErrorSource source);
 
 }  // namespace asyncps

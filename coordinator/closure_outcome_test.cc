@@ -1,5 +1,7 @@
 #include "coordinator/closure_outcome.h"
 
+#include "core/stale_gradient.h"
+
 #include "absl/strings/str_cat.h"
 #include "worker/ps_client.h"
 
@@ -72,6 +74,19 @@ TEST(ClassifyClosureTest, CancelledByCoordinator) {
 TEST(ClassifyClosureTest, NamesAreStable) {
   EXPECT_EQ(ClosureOutcomeName(ClosureOutcome::kWorkerFailure), "worker_failure");
   EXPECT_EQ(ClosureOutcomeName(ClosureOutcome::kPsUnavailable), "ps_unavailable");
+}
+
+TEST(ClassifyClosureTest, StaleGradientRefusalIsRecomputedNotReported) {
+  // As it arrives from a worker: code and message only, whatever the source said.
+  const absl::Status stale(absl::StatusCode::kAborted,
+                           StaleGradientError("w", 3, 0).message());
+  EXPECT_EQ(ClassifyClosure(absl::OkStatus(), stale, ErrorSource::kFunction), ClosureOutcome::kStaleGradient);
+  EXPECT_EQ(ClassifyClosure(absl::OkStatus(), stale, ErrorSource::kPs), ClosureOutcome::kStaleGradient);
+  // The function's own Aborted is still its error; a cancelled closure stays cancelled.
+  EXPECT_EQ(ClassifyClosure(absl::OkStatus(), absl::AbortedError("mine"), ErrorSource::kFunction),
+            ClosureOutcome::kFunctionError);
+  EXPECT_EQ(ClassifyClosure(absl::OkStatus(), stale, ErrorSource::kCancelled), ClosureOutcome::kCancelled);
+  EXPECT_EQ(ClosureOutcomeName(ClosureOutcome::kStaleGradient), "stale_gradient");
 }
 
 }  // namespace

@@ -578,6 +578,16 @@ void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<
       return;
     case ClosureOutcome::kWorkerFailure:
       return put_back(rpc);
+    case ClosureOutcome::kStaleGradient: {
+      // The PS applied nothing of the refused push and released its exactly-once claims: the
+      // re-run (same id, same batch) applies it once, on fresh values. The worker is fine.
+      metrics_->retried.Increment();
+      const uint64_t id = closure->id;
+      queue_.PutBack(closure);
+      // Cancelled instead of queued (an error is pending): its batch goes back.
+      if (cursor != nullptr && closure->output.done()) cursor->Release(id);
+      return;
+    }
     case ClosureOutcome::kCancelled:
       if (cursor != nullptr) cursor->Release(closure->id);
       closure->output.SetCancelled("cancelled after another closure failed");

@@ -77,5 +77,15 @@ OptimizerConfig Ftrl(float learning_rate, float l1, float l2, float learning_rat
   return c;
 }
 
+OptimizerConfig StalenessAwareLr(OptimizerConfig config) {
+  config.staleness_aware_lr = true;
+  return config;
+}
+
+OptimizerConfig MaxStaleness(OptimizerConfig config, int64_t max_staleness) {
+  config.max_staleness = max_staleness;
+  return config;
+}
+
 }  // namespace opt
 }  // namespace asyncps

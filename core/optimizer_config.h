@@ -2,6 +2,8 @@
 #define ASYNCPS_CORE_OPTIMIZER_CONFIG_H_
 
 
+#include <cstdint>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -34,6 +36,7 @@ inline constexpr float kDefaultBeta2 = 0.999f;
 inline constexpr float kDefaultEpsilon = 1e-7f;
 inline constexpr float kDefaultInitialAccumulatorValue = 0.1f;
 inline constexpr float kDefaultLearningRatePower = -0.5f;
+inline constexpr int64_t kUnboundedStaleness = -1;
 
 // Hyper-parameters of a server-side optimizer. Chosen per variable when the variable is
 // created and sent to the PS that hosts it; plain data, copied freely. Fields a kind does not
@@ -63,6 +66,19 @@ struct OptimizerConfig {
   float l2 = 0.0f;
   float l2_shrinkage = 0.0f;
   float beta = 0.0f;
+
+  // Staleness (docs/staleness.md), for every kind. A variable's version counts the updates
+  // applied to it; a push that names the version its gradient was computed from has staleness
+  // = the version when it is applied - that version (0 for a gradient of the current value).
+  // Pushes that name no version are never checked or scaled.
+  //
+  // Staleness-aware learning rate (Zhang et al. 2016): the update uses
+  // learning_rate / max(1, staleness).
+  bool staleness_aware_lr = false;
+  // Bounded staleness: a push staler than this is refused, nothing of it applied, with
+  // Aborted (IsStaleGradientError), and the coordinator runs the closure again on fresh
+  // values. kUnboundedStaleness (any negative value): no bound.
+  int64_t max_staleness = kUnboundedStaleness;
 };
 
 // Optimizer choices for ParameterServerStrategy::CreateVariable, with Keras names and
@@ -80,6 +96,12 @@ OptimizerConfig Adam(float learning_rate = kDefaultAdamLearningRate, float beta_
 OptimizerConfig Ftrl(float learning_rate = kDefaultFtrlLearningRate, float l1 = 0.0f,
                      float l2 = 0.0f, float learning_rate_power = kDefaultLearningRatePower,
                      float initial_accumulator_value = kDefaultInitialAccumulatorValue);
+
+// `config` with the staleness-aware learning rate on, e.g. opt::StalenessAwareLr(opt::Adam(1e-3)).
+OptimizerConfig StalenessAwareLr(OptimizerConfig config);
+// `config` with pushes staler than `max_staleness` refused (see OptimizerConfig::max_staleness),
+// e.g. opt::MaxStaleness(opt::Adam(1e-3), 4).
+OptimizerConfig MaxStaleness(OptimizerConfig config, int64_t max_staleness);
 
 }  // namespace opt
 }  // namespace asyncps

@@ -98,7 +98,7 @@ class ModelResource : public Resource {
   Net& net() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return net_; }
   // Options::overlap_pull: the read a step starts for the next step's parameters.
   const bool overlap_pull;
-  std::optional<PsFuture<std::vector<Tensor>>> next_pull ABSL_GUARDED_BY(mu);
+  std::optional<PsFuture<VersionedValues>> next_pull ABSL_GUARDED_BY(mu);
 
  private:
   Net net_;
@@ -169,11 +169,12 @@ absl::StatusOr<Values> TrainStep(StepContext& ctx) {
     Net& net = model->net();
     bool pulled = false;
     if (model->next_pull.has_value()) {
-      PsFuture<std::vector<Tensor>> pull = std::move(*model->next_pull);
+      PsFuture<VersionedValues> pull = std::move(*model->next_pull);
       model->next_pull.reset();
       // A failed read started by an earlier step is not this step's to report: pull afresh
-      // through this step's context, which then reports a PS failure as one.
-      pulled = torch_bridge::FinishPull(std::move(pull), *net.module).ok();
+      // through this step's context, which then reports a PS failure as one. The versions read
+      // become this step's (its push names them: staleness).
+      pulled = torch_bridge::FinishPull(ctx, std::move(pull), *net.module).ok();
     }
     if (!pulled) RETURN_IF_ERROR(torch_bridge::Pull(ctx, *net.module));
     phase("pull");
@@ -191,7 +192,7 @@ absl::StatusOr<Values> TrainStep(StepContext& ctx) {
       // first costs more accuracy than it gains speed). The model is free for the worker's
       // next closure while this one waits for the push's answer.
       push = torch_bridge::PushGradientsAsync(ctx, *net.module);
-      model->next_pull = torch_bridge::PullAsync(ctx, *net.module);
+      model->next_pull = torch_bridge::PullVersionedAsync(ctx, *net.module);
     } else {
       RETURN_IF_ERROR(torch_bridge::PushGradients(ctx, *net.module));
     }
@@ -446,7 +447,9 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   ASSIGN_OR_RETURN(Net net, CatchTorch([&] { return MakeNet(options.model, options.seed); }));
   // The chief's model gives the variables their initial values.
   // Idempotent: a restarted chief finds them on the running PS (and restores them below).
-  RETURN_IF_ERROR(torch_bridge::CreateVariables(strategy, *net.module, opt::Adam(options.learning_rate)));
+  OptimizerConfig adam = opt::MaxStaleness(opt::Adam(options.learning_rate), options.max_staleness);
+  if (options.staleness_aware_lr) adam = opt::StalenessAwareLr(adam);
+  RETURN_IF_ERROR(torch_bridge::CreateVariables(strategy, *net.module, adam));
   if (options.count_examples) {
     // Created before the restore below, so a checkpoint puts the counts back with the model.
     RETURN_IF_ERROR(strategy.CreateVariable(kExampleCounts, init::Zeros({kTrainExamples}, DType::kI64)).status());

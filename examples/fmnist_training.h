@@ -41,6 +41,11 @@ struct Options {
   // (ClusterCoordinator::Options::closures_per_worker): the next closure pulls and computes
   // while this one waits for the PS; with one closure per worker the wait stays on the step.
   bool overlap_pull = false;
+  // Staleness options of the model's Adam (docs/staleness.md): pushes staler than
+  // max_staleness are refused and their steps recomputed (negative: no bound), and the
+  // staleness-aware learning rate (lr / max(1, staleness)).
+  int64_t max_staleness = -1;
+  bool staleness_aware_lr = false;
   // Progress lines on stdout, at most one a second.
   bool progress = true;
   // Checkpoints (examples/training_checkpoints.h): with a directory, the variables and

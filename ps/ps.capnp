@@ -19,6 +19,8 @@ struct OptimizerConfig {
   l2 @10 :Float32;
   l2Shrinkage @11 :Float32;
   beta @12 :Float32;
+  stalenessAwareLr @13 :Bool;    # learning rate / max(1, staleness) (docs/staleness.md)
+  maxStaleness @14 :Int64 = -1;  # a push staler than this is refused; -1: no bound
 }
 
 # How to fill a (shard of a) variable on the PS itself, so large tables are never built on the
@@ -55,6 +57,7 @@ struct ReadRequest {
 
 struct ReadResponse {
   tensors @0 :List(TensorRef);
+  versions @1 :List(Int64);    # parallel to tensors: each variable's version (Variable::version)
 }
 
 enum UpdateKind {
@@ -94,6 +97,8 @@ struct UpdateRequest {
 # Answer of ps.Update and ps.PushGradients.
 struct UpdateResponse {
   alreadyApplied @0 :UInt32;   # variables of the request skipped as applied before (UpdateTag)
+  staleness @1 :Int64 = -1;    # the largest staleness among the gradients applied that named a
+                               # base version; -1 when none did
 }
 
 # A gradient for the variable's optimizer: dense, or rows (ids local to the shard) when hasIds.
@@ -102,6 +107,8 @@ struct Gradient {
   value @1 :TensorRef;
   ids @2 :TensorRef;
   hasIds @3 :Bool;
+  baseVersion @4 :Int64 = -1;  # the version the gradient was computed from; -1: unknown (never
+                               # checked against max_staleness nor scaled)
 }
 
 struct PushGradientsRequest {
@@ -119,6 +126,7 @@ struct GatherRequest {
 
 struct GatherResponse {
   values @0 :List(TensorRef);
+  versions @1 :List(Int64);    # parallel to values: each shard's version when its rows were copied
 }
 
 struct VariableInfo {
@@ -126,6 +134,7 @@ struct VariableInfo {
   dtype @1 :UInt8;
   shape @2 :List(Int64);
   iterations @3 :Int64;
+  version @4 :Int64;           # Variable::version
 }
 
 struct ListVariablesResponse {

@@ -3,6 +3,7 @@
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include <map>
@@ -23,6 +24,7 @@ PsMetrics::PsMetrics(metrics::ProcessMetrics& metrics) {
   rejected_[static_cast<int>(RejectReason::kResponseBytes)] = &rejected.Add({{"reason", "response_bytes"}});
   rejected_[static_cast<int>(RejectReason::kNonfiniteGradient)] = &rejected.Add({{"reason", "nonfinite_gradient"}});
   rejected_[static_cast<int>(RejectReason::kDedupWindowFull)] = &rejected.Add({{"reason", "dedup_window_full"}});
+  rejected_[static_cast<int>(RejectReason::kStaleGradient)] = &rejected.Add({{"reason", "stale_gradient"}});
   nonfinite_ = &prometheus::BuildCounter()
                     .Name("asyncps_ps_nonfinite_gradients_total")
                     .Help("Pushed gradients holding NaN or Inf (refused unless --allow_nonfinite_gradients)")
@@ -60,6 +62,14 @@ PsMetrics::PsMetrics(metrics::ProcessMetrics& metrics) {
                        .Labels(labels)
                        .Register(registry)
                        .Add({});
+  // Staleness is a count of versions: 0 and 1 are the common values with a few workers,
+  // powers of two past that.
+  staleness_ = &prometheus::BuildHistogram()
+                    .Name("asyncps_ps_gradient_staleness")
+                    .Help("Staleness (versions the variable moved since the gradient's read) of applied gradients")
+                    .Labels(labels)
+                    .Register(registry)
+                    .Add({}, prometheus::Histogram::BucketBoundaries{0, 1, 2, 4, 8, 16, 32, 64, 128});
 }
 
 void PsMetrics::RecordRejected(RejectReason reason) { rejected_[static_cast<int>(reason)]->Increment(); }
@@ -76,5 +86,7 @@ void PsMetrics::SetDedupEntries(uint64_t entries) { dedup_entries_->Set(static_c
 void PsMetrics::SetVariables(uint64_t count) { variables_->Set(static_cast<double>(count)); }
 
 void PsMetrics::AddRowsUpdated(uint64_t rows) { rows_updated_->Increment(static_cast<double>(rows)); }
+
+void PsMetrics::ObserveStaleness(int64_t staleness) { staleness_->Observe(static_cast<double>(staleness)); }
 
 }  // namespace asyncps::ps

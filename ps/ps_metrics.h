@@ -8,6 +8,7 @@
 namespace prometheus {
 class Counter;
 class Gauge;
+class Histogram;
 }  // namespace prometheus
 
 namespace asyncps::ps {
@@ -18,6 +19,7 @@ enum class RejectReason {
   kResponseBytes,      // "response_bytes": its answer would pass --ps_max_response_bytes
   kNonfiniteGradient,  // "nonfinite_gradient": a gradient held NaN or Inf
   kDedupWindowFull,    // "dedup_window_full": the update window is at --ps_dedup_max_entries
+  kStaleGradient,      // "stale_gradient": a push staler than its variable's max_staleness
 };
 
 // Why an update of a closure was answered "already applied" (the `reason` label; see
@@ -38,6 +40,9 @@ enum class DedupSkip {
 //   asyncps_ps_variables                        variables this server holds
 //   asyncps_ps_rows_updated_total               rows written by pushes and updates (a dense
 //                                               update counts every row of its value)
+//   asyncps_ps_gradient_staleness               histogram: staleness of each applied gradient
+//                                               (one per variable of a push) that named the
+//                                               version it was computed from (docs/staleness.md)
 // Per-method latency and bytes in/out are the RPC families (metrics/rpc_metrics.h).
 //
 // Thread-safe. `metrics` must outlive this object.
@@ -52,15 +57,17 @@ class PsMetrics {
   void SetDedupEntries(uint64_t entries);
   void SetVariables(uint64_t count);
   void AddRowsUpdated(uint64_t rows);
+  void ObserveStaleness(int64_t staleness);
 
  private:
-  prometheus::Counter* rejected_[4];
+  prometheus::Counter* rejected_[5];
   prometheus::Counter* dedup_skipped_[2];
   prometheus::Gauge* dedup_entries_;
   prometheus::Counter* nonfinite_;
   prometheus::Gauge* variable_bytes_;
   prometheus::Gauge* variables_;
   prometheus::Counter* rows_updated_;
+  prometheus::Histogram* staleness_;
 };
 
 }  // namespace asyncps::ps

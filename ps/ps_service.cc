@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 
@@ -12,6 +13,7 @@
 #include "ps/ps.capnp.h"
 #include "ps/shard_initializer.h"
 #include "ps/ps_wire.h"
+#include "ps/staleness_gate.h"
 
 namespace asyncps::ps {
 
@@ -143,8 +145,14 @@ absl::Status PsService::Read(const net::InMessage& request, net::OutMessage* res
     bytes = SaturatingAdd(bytes, static_cast<uint64_t>(NumElements(v->shape())) * DTypeSize(v->dtype()));
   }
   RETURN_IF_ERROR(CheckResponseBytes("ps.Read", bytes));
-  auto out = response->InitResponseBody<wire::ReadResponse>().initTensors(names.size());
-  for (unsigned i = 0; i < variables.size(); ++i) response->AddTensor(variables[i]->Read(), out[i]);
+  auto body = response->InitResponseBody<wire::ReadResponse>();
+  auto out = body.initTensors(names.size());
+  auto versions = body.initVersions(names.size());
+  for (unsigned i = 0; i < variables.size(); ++i) {
+    int64_t version = 0;
+    response->AddTensor(variables[i]->ReadVersioned(&version), out[i]);
+    versions.set(i, version);
+  }
   return absl::OkStatus();
 }
 
@@ -156,7 +164,22 @@ struct Prepared {
   UpdateKind kind = UpdateKind::kAssign;
   Tensor value;
   std::optional<Tensor> ids;
+  std::optional<int64_t> base_version;  // gradients that name the version they were computed from
 };
+
+// Locks the bounded variables `admission` applies and checks the gradients' staleness
+// (StalenessGate); a refusal is counted, not logged (under a tight bound it is routine).
+absl::Status EnterGate(StalenessGate& gate, const std::vector<Prepared>& prepared,
+                       const UpdateDedup::Admission& admission, PsMetrics* metrics) {
+  std::vector<StalenessGate::Entry> entries;
+  entries.reserve(prepared.size());
+  for (size_t i = 0; i < prepared.size(); ++i) {
+    entries.push_back({prepared[i].variable.get(), admission.apply(i), prepared[i].base_version});
+  }
+  absl::Status status = gate.Enter(entries);
+  if (!status.ok() && metrics != nullptr) metrics->RecordRejected(RejectReason::kStaleGradient);
+  return status;
+}
 
 // Which of `prepared` a request tagged by `tag` (absent: untagged) applies.
 template <typename Reader>
@@ -206,6 +229,9 @@ absl::Status PsService::Update(const net::InMessage& request, net::OutMessage* r
     prepared.push_back(std::move(p));
   }
   ASSIGN_OR_RETURN(UpdateDedup::Admission admission, Admit(dedup_, req, prepared));
+  // Writes to variables that bound staleness are ordered with their pushes' checks.
+  StalenessGate gate;
+  RETURN_IF_ERROR(EnterGate(gate, prepared, admission, options_.metrics));
   // Everything is valid, so each update below succeeds (it re-checks, finding nothing wrong).
   for (size_t i = 0; i < prepared.size(); ++i) {
     if (!admission.apply(i)) continue;
@@ -231,6 +257,7 @@ absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMes
       ASSIGN_OR_RETURN(Tensor ids, request.TensorAt(g.getIds()));
       p.ids = std::move(ids);
     }
+    if (g.getBaseVersion() >= 0) p.base_version = g.getBaseVersion();
     RETURN_IF_ERROR(p.variable->CheckGradient(p.ids ? &*p.ids : nullptr, p.value));
     if (!AllFinite(p.value)) {
       if (options_.metrics != nullptr) options_.metrics->RecordNonfiniteGradient();
@@ -245,15 +272,26 @@ absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMes
     prepared.push_back(std::move(p));
   }
   ASSIGN_OR_RETURN(UpdateDedup::Admission admission, Admit(dedup_, req, prepared));
+  // A refused push applies nothing and commits nothing: the admission's claims are released,
+  // so the closure's re-run applies it (docs/staleness.md, "exactly once").
+  StalenessGate gate;
+  RETURN_IF_ERROR(EnterGate(gate, prepared, admission, options_.metrics));
+  int64_t max_staleness = -1;
   for (size_t i = 0; i < prepared.size(); ++i) {
     if (!admission.apply(i)) continue;
     const Prepared& p = prepared[i];
-    RETURN_IF_ERROR(p.ids ? p.variable->ApplyRowGradients(*p.ids, p.value)
-                          : p.variable->ApplyGradient(p.value));
+    RETURN_IF_ERROR(p.ids ? p.variable->ApplyRowGradients(*p.ids, p.value, gate.lr_scale(i))
+                          : p.variable->ApplyGradient(p.value, gate.lr_scale(i)));
+    if (gate.staleness(i) >= 0) {
+      max_staleness = std::max(max_staleness, gate.staleness(i));
+      if (options_.metrics != nullptr) options_.metrics->ObserveStaleness(gate.staleness(i));
+    }
   }
   admission.Commit();
   CountRows(options_.metrics, prepared, admission);
-  response->InitResponseBody<wire::UpdateResponse>().setAlreadyApplied(admission.already_applied());
+  auto body = response->InitResponseBody<wire::UpdateResponse>();
+  body.setAlreadyApplied(admission.already_applied());
+  body.setStaleness(max_staleness);
   return absl::OkStatus();
 }
 
@@ -275,12 +313,20 @@ absl::Status PsService::Gather(const net::InMessage& request, net::OutMessage* r
   }
   RETURN_IF_ERROR(CheckResponseBytes("ps.Gather", bytes));
   std::vector<Tensor> rows;
+  std::vector<int64_t> row_versions;
   for (const auto& [variable, ids] : resolved) {
-    ASSIGN_OR_RETURN(Tensor values, variable->Gather(ids));
+    int64_t version = 0;
+    ASSIGN_OR_RETURN(Tensor values, variable->GatherVersioned(ids, &version));
     rows.push_back(std::move(values));
+    row_versions.push_back(version);
   }
-  auto out = response->InitResponseBody<wire::GatherResponse>().initValues(lookups.size());
-  for (unsigned i = 0; i < rows.size(); ++i) response->AddTensor(rows[i], out[i]);
+  auto body = response->InitResponseBody<wire::GatherResponse>();
+  auto out = body.initValues(lookups.size());
+  auto versions = body.initVersions(lookups.size());
+  for (unsigned i = 0; i < rows.size(); ++i) {
+    response->AddTensor(rows[i], out[i]);
+    versions.set(i, row_versions[i]);
+  }
   return absl::OkStatus();
 }
 
@@ -298,6 +344,7 @@ absl::Status PsService::ListVariables(const net::InMessage&, net::OutMessage* re
     net::SetShape(out[i].initShape(static_cast<unsigned>(variables[i]->shape().size())),
                   variables[i]->shape());
     out[i].setIterations(variables[i]->iterations());
+    out[i].setVersion(variables[i]->version());
   }
   return absl::OkStatus();
 }

@@ -20,6 +20,8 @@ void OptimizerToWire(const OptimizerConfig* c, wire::OptimizerConfig::Builder ou
   out.setL2(c->l2);
   out.setL2Shrinkage(c->l2_shrinkage);
   out.setBeta(c->beta);
+  out.setStalenessAwareLr(c->staleness_aware_lr);
+  out.setMaxStaleness(c->max_staleness);
 }
 
 absl::StatusOr<std::unique_ptr<OptimizerConfig>> OptimizerFromWire(
@@ -39,6 +41,8 @@ absl::StatusOr<std::unique_ptr<OptimizerConfig>> OptimizerFromWire(
   c->l2 = in.getL2();
   c->l2_shrinkage = in.getL2Shrinkage();
   c->beta = in.getBeta();
+  c->staleness_aware_lr = in.getStalenessAwareLr();
+  c->max_staleness = in.getMaxStaleness();
   return c;
 }
 

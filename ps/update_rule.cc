@@ -213,6 +213,12 @@ absl::Status ValidateFtrl(const OptimizerConfig& c) {
   return RequireNonNegative(OptimizerKindName(c.kind), "beta", c.beta);
 }
 
+// The learning rate of one update: scaling by exactly 1 leaves it untouched (so an unscaled
+// update keeps the bits it had before lr_scale existed).
+float ScaledLr(const OptimizerConfig& c, float lr_scale) {
+  return lr_scale == 1.0f ? c.learning_rate : c.learning_rate * lr_scale;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Update rules.
 
@@ -223,18 +229,18 @@ class OneSlotOptimizer : public UpdateRule {
  public:
   using UpdateRule::UpdateRule;
 
-  void Apply(float* var, const float* grad, absl::Span<float* const> slots, int64_t n,
-             int64_t /*step*/) const override {
+  void ApplyScaled(float* var, const float* grad, absl::Span<float* const> slots, int64_t n,
+                   int64_t /*step*/, float lr_scale) const override {
     assert(slots.size() == 1);
-    self().Update(var, grad, slots.data(), n);
+    self().Update(var, grad, slots.data(), n, lr_scale);
   }
 
-  void ApplyRows(float* var, absl::Span<float* const> slots, int64_t row_elements,
-                 absl::Span<const int64_t> rows, absl::Span<const float* const> grads,
-                 int64_t /*step*/) const override {
+  void ApplyRowsScaled(float* var, absl::Span<float* const> slots, int64_t row_elements,
+                       absl::Span<const int64_t> rows, absl::Span<const float* const> grads,
+                       int64_t /*step*/, float lr_scale) const override {
     assert(slots.size() == 1);
     ForEachRow(var, grads, slots, row_elements, rows,
-               [&](float* w, const float* g, float* const* s) { self().Update(w, g, s, row_elements); });
+               [&](float* w, const float* g, float* const* s) { self().Update(w, g, s, row_elements, lr_scale); });
   }
 
  private:
@@ -254,18 +260,18 @@ class SgdOptimizer final : public UpdateRule {
 
   const std::vector<SlotSpec>& slots() const override { return slots_; }
 
-  void Apply(float* var, const float* grad, absl::Span<float* const> slots, int64_t n,
-             int64_t /*step*/) const override {
+  void ApplyScaled(float* var, const float* grad, absl::Span<float* const> slots, int64_t n,
+                   int64_t /*step*/, float lr_scale) const override {
     assert(slots.empty());
     (void)slots;
-    Update(config().learning_rate, var, grad, n);
+    Update(ScaledLr(config(), lr_scale), var, grad, n);
   }
 
-  void ApplyRows(float* var, absl::Span<float* const> slots, int64_t row_elements,
-                 absl::Span<const int64_t> rows, absl::Span<const float* const> grads,
-                 int64_t /*step*/) const override {
+  void ApplyRowsScaled(float* var, absl::Span<float* const> slots, int64_t row_elements,
+                       absl::Span<const int64_t> rows, absl::Span<const float* const> grads,
+                       int64_t /*step*/, float lr_scale) const override {
     assert(slots.empty());
-    const float lr = config().learning_rate;
+    const float lr = ScaledLr(config(), lr_scale);
     ForEachRow(var, grads, slots, row_elements, rows,
                [&](float* w, const float* g, float* const* /*s*/) {
                  Update(lr, w, g, row_elements);
@@ -288,8 +294,8 @@ class MomentumOptimizer final : public OneSlotOptimizer<MomentumOptimizer> {
 
  private:
   friend class OneSlotOptimizer<MomentumOptimizer>;
-  void Update(float* var, const float* grad, float* const* slots, int64_t n) const {
-    const float lr = config().learning_rate;
+  void Update(float* var, const float* grad, float* const* slots, int64_t n, float lr_scale) const {
+    const float lr = ScaledLr(config(), lr_scale);
     const float momentum = config().momentum;
     const bool nesterov = config().nesterov;
     ForEachBlock(n, [&](int64_t begin, int64_t len) {
@@ -319,8 +325,8 @@ class AdagradOptimizer final : public OneSlotOptimizer<AdagradOptimizer> {
 
  private:
   friend class OneSlotOptimizer<AdagradOptimizer>;
-  void Update(float* var, const float* grad, float* const* slots, int64_t n) const {
-    const float lr = config().learning_rate;
+  void Update(float* var, const float* grad, float* const* slots, int64_t n, float lr_scale) const {
+    const float lr = ScaledLr(config(), lr_scale);
     const float epsilon = config().epsilon;
     ForEachBlock(n, [&](int64_t begin, int64_t len) {
       Vec w(var + begin, len);
@@ -345,18 +351,18 @@ class AdamOptimizer final : public UpdateRule {
 
   const std::vector<SlotSpec>& slots() const override { return slots_; }
 
-  void Apply(float* var, const float* grad, absl::Span<float* const> slots, int64_t n,
-             int64_t step) const override {
+  void ApplyScaled(float* var, const float* grad, absl::Span<float* const> slots, int64_t n,
+                   int64_t step, float lr_scale) const override {
     assert(slots.size() == 2);
-    Update(StepConstants(step), var, grad, slots.data(), n);
+    Update(StepConstants(step, lr_scale), var, grad, slots.data(), n);
   }
 
-  void ApplyRows(float* var, absl::Span<float* const> slots, int64_t row_elements,
-                 absl::Span<const int64_t> rows, absl::Span<const float* const> grads,
-                 int64_t step) const override {
+  void ApplyRowsScaled(float* var, absl::Span<float* const> slots, int64_t row_elements,
+                       absl::Span<const int64_t> rows, absl::Span<const float* const> grads,
+                       int64_t step, float lr_scale) const override {
     assert(slots.size() == 2);
     // The two std::pow calls cost more than updating a 64-float row; do them once.
-    const Constants k = StepConstants(step);
+    const Constants k = StepConstants(step, lr_scale);
     ForEachRow(var, grads, slots, row_elements, rows,
                [&](float* w, const float* g, float* const* s) {
                  Update(k, w, g, s, row_elements);
@@ -371,14 +377,14 @@ class AdamOptimizer final : public UpdateRule {
     float epsilon;
   };
 
-  Constants StepConstants(int64_t step) const {
+  Constants StepConstants(int64_t step, float lr_scale) const {
     const OptimizerConfig& c = config();
     // Powers in double: beta^t for large t underflows gracefully and lr_t stays accurate.
     const double t = static_cast<double>(std::max<int64_t>(step, 1));
     const double beta_1_power = std::pow(static_cast<double>(c.beta_1), t);
     const double beta_2_power = std::pow(static_cast<double>(c.beta_2), t);
     return Constants{
-        .lr_t = static_cast<float>(static_cast<double>(c.learning_rate) *
+        .lr_t = static_cast<float>(static_cast<double>(ScaledLr(c, lr_scale)) *
                                    std::sqrt(1.0 - beta_2_power) / (1.0 - beta_1_power)),
         .one_minus_beta_1 = 1.0f - c.beta_1,
         .one_minus_beta_2 = 1.0f - c.beta_2,
@@ -445,33 +451,33 @@ class FtrlOptimizer final : public UpdateRule {
 
   const std::vector<SlotSpec>& slots() const override { return slots_; }
 
-  void Apply(float* var, const float* grad, absl::Span<float* const> slots, int64_t n,
-             int64_t /*step*/) const override {
+  void ApplyScaled(float* var, const float* grad, absl::Span<float* const> slots, int64_t n,
+                   int64_t /*step*/, float lr_scale) const override {
     assert(slots.size() == 2);
     // accum^-p before and after this step, for one block.
     alignas(64) std::array<float, kBlock> old_pow_buf;
     alignas(64) std::array<float, kBlock> new_pow_buf;
-    Update(var, grad, slots.data(), n, old_pow_buf.data(), new_pow_buf.data());
+    Update(var, grad, slots.data(), n, lr_scale, old_pow_buf.data(), new_pow_buf.data());
   }
 
-  void ApplyRows(float* var, absl::Span<float* const> slots, int64_t row_elements,
-                 absl::Span<const int64_t> rows, absl::Span<const float* const> grads,
-                 int64_t /*step*/) const override {
+  void ApplyRowsScaled(float* var, absl::Span<float* const> slots, int64_t row_elements,
+                       absl::Span<const int64_t> rows, absl::Span<const float* const> grads,
+                       int64_t /*step*/, float lr_scale) const override {
     assert(slots.size() == 2);
     alignas(64) std::array<float, kBlock> old_pow_buf;
     alignas(64) std::array<float, kBlock> new_pow_buf;
     ForEachRow(var, grads, slots, row_elements, rows,
                [&](float* w, const float* g, float* const* s) {
-                 Update(w, g, s, row_elements, old_pow_buf.data(), new_pow_buf.data());
+                 Update(w, g, s, row_elements, lr_scale, old_pow_buf.data(), new_pow_buf.data());
                });
   }
 
  private:
   // old_pow_buf and new_pow_buf are scratch space of kBlock floats each.
-  void Update(float* var, const float* grad, float* const* slots, int64_t n, float* old_pow_buf,
-              float* new_pow_buf) const {
+  void Update(float* var, const float* grad, float* const* slots, int64_t n, float lr_scale,
+              float* old_pow_buf, float* new_pow_buf) const {
     const OptimizerConfig& c = config();
-    const float lr = c.learning_rate;
+    const float lr = ScaledLr(c, lr_scale);
     const float l1 = c.l1;
     const float two_l2 = 2.0f * (c.l2 + c.beta / (2.0f * lr));
     const float two_shrinkage = 2.0f * c.l2_shrinkage;
@@ -509,16 +515,25 @@ class FtrlOptimizer final : public UpdateRule {
 
 UpdateRule::~UpdateRule() = default;
 
-void UpdateRule::ApplyRows(float* var, absl::Span<float* const> slots, int64_t row_elements,
-                           absl::Span<const int64_t> rows, absl::Span<const float* const> grads,
-                           int64_t step) const {
+void UpdateRule::ApplyRowsScaled(float* var, absl::Span<float* const> slots, int64_t row_elements,
+                                 absl::Span<const int64_t> rows, absl::Span<const float* const> grads,
+                                 int64_t step, float lr_scale) const {
   ForEachRow(var, grads, slots, row_elements, rows,
              [&](float* w, const float* g, float* const* s) {
-               Apply(w, g, absl::MakeConstSpan(s, slots.size()), row_elements, step);
+               ApplyScaled(w, g, absl::MakeConstSpan(s, slots.size()), row_elements, step, lr_scale);
              });
 }
 
+float UpdateRule::LearningRateScale(const OptimizerConfig& config, int64_t staleness) {
+  if (!config.staleness_aware_lr || staleness <= 1) return 1.0f;
+  return static_cast<float>(1.0 / static_cast<double>(staleness));
+}
+
 absl::StatusOr<std::unique_ptr<UpdateRule>> UpdateRule::Create(const OptimizerConfig& config) {
+  if (config.max_staleness < kUnboundedStaleness) {
+    return absl::InvalidArgumentError(absl::StrCat("max_staleness must be >= 0, or ", kUnboundedStaleness,
+                                                   " for no bound; got ", config.max_staleness));
+  }
   switch (config.kind) {
     case OptimizerKind::kSgd:
     case OptimizerKind::kMomentum:

@@ -38,6 +38,7 @@ class UpdateRule {
   //   adam:     0 <= beta_1 < 1, 0 <= beta_2 < 1, epsilon > 0
   //   ftrl:     learning_rate_power <= 0, initial_accumulator_value >= 0,
   //             l1, l2, l2_shrinkage, beta >= 0
+  //   all:      max_staleness >= 0 or kUnboundedStaleness (-1)
   static absl::StatusOr<std::unique_ptr<UpdateRule>> Create(const OptimizerConfig& config);
 
   virtual ~UpdateRule();
@@ -60,8 +61,14 @@ class UpdateRule {
   // Used for a whole dense shard and for one row of a sparse update alike. For a sparse push the
   // caller sums duplicate row ids first and calls Apply once per touched row with the same
   // `step` for every row, as TF's sparse apply ops do (untouched rows keep their slots).
-  virtual void Apply(float* var, const float* grad, absl::Span<float* const> slots, int64_t n,
-                     int64_t step) const = 0;
+  void Apply(float* var, const float* grad, absl::Span<float* const> slots, int64_t n, int64_t step) const {
+    ApplyScaled(var, grad, slots, n, step, 1.0f);
+  }
+
+  // Apply with the learning rate multiplied by `lr_scale` (> 0) for this one update: what the
+  // staleness-aware learning rate uses (LearningRateScale). With 1 it is Apply, bit for bit.
+  virtual void ApplyScaled(float* var, const float* grad, absl::Span<float* const> slots, int64_t n,
+                           int64_t step, float lr_scale) const = 0;
 
   // Applies one update, with one `step`, to many rows of row-major tables: row r of the
   // variable is the `row_elements` floats at var + r * row_elements, and likewise in every
@@ -71,9 +78,20 @@ class UpdateRule {
   // learning rate, ...) are computed once per call instead of once per row, which dominates for
   // narrow embedding rows, and that the rows a few places ahead are prefetched while one is
   // updated (the rows of a large table are cache misses).
-  virtual void ApplyRows(float* var, absl::Span<float* const> slots, int64_t row_elements,
-                         absl::Span<const int64_t> rows, absl::Span<const float* const> grads,
-                         int64_t step) const;
+  void ApplyRows(float* var, absl::Span<float* const> slots, int64_t row_elements,
+                 absl::Span<const int64_t> rows, absl::Span<const float* const> grads, int64_t step) const {
+    ApplyRowsScaled(var, slots, row_elements, rows, grads, step, 1.0f);
+  }
+  // ApplyRows with the learning rate multiplied by `lr_scale`, like ApplyScaled.
+  virtual void ApplyRowsScaled(float* var, absl::Span<float* const> slots, int64_t row_elements,
+                               absl::Span<const int64_t> rows, absl::Span<const float* const> grads,
+                               int64_t step, float lr_scale) const;
+
+  // The learning-rate factor of an update with `staleness` (>= 0) under `config`:
+  // 1 / max(1, staleness) with staleness_aware_lr (Zhang et al. 2016, "Staleness-aware
+  // async-SGD"), else 1. So a fresh update (staleness 0) and one that missed a single other
+  // update (staleness 1) both get the full rate, one that missed 4 gets a quarter.
+  static float LearningRateScale(const OptimizerConfig& config, int64_t staleness);
 
   const OptimizerConfig& config() const { return config_; }
 

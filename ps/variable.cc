@@ -211,11 +211,28 @@ char* Variable::row_ptr(int64_t row) const {
 }
 
 Tensor Variable::Read() const {
+  int64_t version = 0;
+  return ReadVersioned(&version);
+}
+
+Tensor Variable::ReadVersioned(int64_t* version) const {
   ReaderMutexLock lock(&mu_);
   for (auto& s : stripes_) s.ReaderLock();
+  // Dense writers are excluded here, and they count their update under their exclusive lock.
+  *version = version_.load(std::memory_order_acquire);
   Tensor copy = value_.Clone();
   for (auto& s : stripes_) s.ReaderUnlock();
   return copy;
+}
+
+int64_t Variable::StalenessOf(int64_t base_version) const {
+  const int64_t current = version();
+  return base_version < current ? current - base_version : 0;
+}
+
+int64_t Variable::max_staleness() const {
+  const OptimizerConfig* config = optimizer_config();
+  return config == nullptr || config->max_staleness < 0 ? kUnboundedStaleness : config->max_staleness;
 }
 
 std::vector<std::pair<std::string, Tensor>> Variable::Snapshot() const {
@@ -278,6 +295,7 @@ absl::Status Variable::RestoreState(const State& state) {
     std::memcpy(slots_[i].raw_data(), state.slots[i].raw_data(), slots_[i].num_bytes());
   }
   iterations_.store(state.iterations, std::memory_order_relaxed);
+  version_.store(state.iterations, std::memory_order_release);
   restores_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
@@ -327,6 +345,7 @@ absl::Status Variable::Update(UpdateKind kind, const Tensor& value) {
   MutexLock lock(&mu_);
   CombineBytes(dtype_, kind, value_.raw_data(), value.raw_data(),
                value.num_elements());
+  version_.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();
 }
 
@@ -340,6 +359,7 @@ absl::Status Variable::UpdateRows(UpdateKind kind, const Tensor& ids, const Tens
   char* base = row_ptr(0);
   const StripeGroups groups(rows);
   ReaderMutexLock lock(&mu_);
+  version_.fetch_add(1, std::memory_order_release);
   // One stripe at a time, in ascending order (the documented lock order).
   for (int s = 0; s < kStripes; ++s) {
     if (groups.begin[s] == groups.begin[s + 1]) continue;
@@ -356,6 +376,11 @@ absl::Status Variable::UpdateRows(UpdateKind kind, const Tensor& ids, const Tens
 }
 
 absl::StatusOr<Tensor> Variable::Gather(const Tensor& ids) const {
+  int64_t version = 0;
+  return GatherVersioned(ids, &version);
+}
+
+absl::StatusOr<Tensor> Variable::GatherVersioned(const Tensor& ids, int64_t* version) const {
   if (absl::Status s = CheckIds(ids); !s.ok()) return s;
   const RowIds row_ids(ids);
   const absl::Span<const int64_t> rows = row_ids.span();
@@ -369,6 +394,7 @@ absl::StatusOr<Tensor> Variable::Gather(const Tensor& ids) const {
   const char* base = row_ptr(0);
   const StripeGroups groups(rows);
   ReaderMutexLock lock(&mu_);
+  *version = version_.load(std::memory_order_acquire);
   for (int s = 0; s < kStripes; ++s) {
     if (groups.begin[s] == groups.begin[s + 1]) continue;
     ReaderMutexLock stripe(&stripes_[static_cast<size_t>(s)]);
@@ -383,15 +409,17 @@ absl::StatusOr<Tensor> Variable::Gather(const Tensor& ids) const {
   return out;
 }
 
-absl::Status Variable::ApplyGradient(const Tensor& gradient) {
+absl::Status Variable::ApplyGradient(const Tensor& gradient, float lr_scale) {
   if (absl::Status s = CheckGradient(nullptr, gradient); !s.ok()) return s;
   MutexLock lock(&mu_);
   const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
-  optimizer_->Apply(value_.data<float>(), gradient.data<float>(), slot_data_, value_.num_elements(), step);
+  optimizer_->ApplyScaled(value_.data<float>(), gradient.data<float>(), slot_data_, value_.num_elements(), step,
+                          lr_scale);
+  version_.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();
 }
 
-absl::Status Variable::ApplyRowGradients(const Tensor& ids, const Tensor& gradients) {
+absl::Status Variable::ApplyRowGradients(const Tensor& ids, const Tensor& gradients, float lr_scale) {
   if (absl::Status s = CheckGradient(&ids, gradients); !s.ok()) return s;
   const RowIds row_ids(ids);
   // Duplicate ids summed in request order (TF's sparse apply semantics: sum, then apply once),
@@ -399,12 +427,14 @@ absl::Status Variable::ApplyRowGradients(const Tensor& ids, const Tensor& gradie
   const SummedRowGradients summed(row_ids.span(), gradients.data<float>(), value_.row_elements());
   ReaderMutexLock lock(&mu_);
   const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
+  version_.fetch_add(1, std::memory_order_release);
   // Each stripe lock once, ascending; all of the stripe's rows go through one ApplyRows, which
   // computes the per-step constants once.
   for (int s = 0; s < kStripes; ++s) {
     if (summed.rows(s).empty()) continue;
     MutexLock stripe(&stripes_[static_cast<size_t>(s)]);
-    optimizer_->ApplyRows(value_.data<float>(), slot_data_, value_.row_elements(), summed.rows(s), summed.grads(s), step);
+    optimizer_->ApplyRowsScaled(value_.data<float>(), slot_data_, value_.row_elements(), summed.rows(s),
+                                summed.grads(s), step, lr_scale);
   }
   return absl::OkStatus();
 }

@@ -62,9 +62,34 @@ class Variable {
   // Number of gradient pushes applied so far.
   int64_t iterations() const { return iterations_.load(std::memory_order_relaxed); }
 
+  // The variable's version: how many updates (gradient pushes, dense or row updates) have been
+  // applied to it, so equal to iterations() for a variable changed only by its optimizer. A
+  // restore sets it to the restored step counter. Reads report it (ReadVersioned,
+  // GatherVersioned) and a gradient push may name the version it was computed from, whose
+  // staleness is then version() - that version (StalenessOf). Never decreases but by a restore.
+  int64_t version() const { return version_.load(std::memory_order_acquire); }
+  // version() - base_version, or 0 when base_version is not below version() (a version from
+  // before a restore, or from another incarnation of this PS, cannot be judged: it is not
+  // taken for stale).
+  int64_t StalenessOf(int64_t base_version) const;
+  // The bound on staleness of this variable's optimizer (kUnboundedStaleness without optimizer
+  // or bound).
+  int64_t max_staleness() const;
+  bool bounds_staleness() const { return max_staleness() >= 0; }
+
+  // Serialises the writes to a variable whose optimizer bounds staleness: the PS holds it from
+  // a push's staleness check to the end of its apply, and around every other write of such a
+  // variable, so no update can slip in between and make an admitted push staler than its bound
+  // (ps/staleness_gate.h). Taken before any of the locks above.
+  Mutex& write_order_mu() const ABSL_LOCK_RETURNED(write_order_mu_) { return write_order_mu_; }
+
   // A consistent copy of the whole value. (It takes every row stripe in a loop, which clang's
   // thread-safety analysis cannot follow; the loop pairs each lock with its unlock.)
   Tensor Read() const ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Read, and the version of the copy: it holds every update that version counts, except that
+  // a row push (ApplyRowGradients, UpdateRows) running at the same moment may be counted
+  // while only partly copied. `version` must not be null.
+  Tensor ReadVersioned(int64_t* version) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
   // Dense update of the whole value: `value` must have this variable's dtype and shape.
   //
@@ -79,13 +104,16 @@ class Variable {
 
   // Rows `ids` (duplicates allowed) as a [len(ids), row dims...] tensor.
   absl::StatusOr<Tensor> Gather(const Tensor& ids) const;
+  // Gather, with the version of the rows as for ReadVersioned. `version` must not be null.
+  absl::StatusOr<Tensor> GatherVersioned(const Tensor& ids, int64_t* version) const;
 
-  // Applies a dense gradient through the optimizer (f32 only).
-  absl::Status ApplyGradient(const Tensor& gradient);
+  // Applies a dense gradient through the optimizer (f32 only), its learning rate multiplied by
+  // `lr_scale` (UpdateRule::LearningRateScale; 1 for the configured rate).
+  absl::Status ApplyGradient(const Tensor& gradient, float lr_scale = 1.0f);
 
   // Applies row gradients through the optimizer: duplicate ids are summed first; only the
-  // touched rows and their slots change.
-  absl::Status ApplyRowGradients(const Tensor& ids, const Tensor& gradients);
+  // touched rows and their slots change. `lr_scale` as for ApplyGradient.
+  absl::Status ApplyRowGradients(const Tensor& ids, const Tensor& gradients, float lr_scale = 1.0f);
 
   // Validation only (used to check a whole batch before applying any of it).
   absl::Status CheckDense(const Tensor& value) const;
@@ -147,7 +175,9 @@ class Variable {
   // slots_[i]'s floats, for the optimizer.
   std::vector<float*> slot_data_;
   std::atomic<int64_t> iterations_{0};
+  std::atomic<int64_t> version_{0};
   std::atomic<uint64_t> restores_{0};
+  mutable Mutex write_order_mu_;
 };
 
 // False when a float tensor holds a NaN or an infinity; true for other dtypes.

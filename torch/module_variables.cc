@@ -109,6 +109,25 @@ absl::Status FinishPull(PsFuture<std::vector<Tensor>> pull, ::torch::nn::Module&
   return Guard("Pull", [&]() -> absl::Status { return Assign(NamedParameters(module, prefix), values); });
 }
 
+PsFuture<VersionedValues> PullVersionedAsync(StepContext& ctx, ::torch::nn::Module& module,
+                                             const std::string& prefix) {
+  std::vector<std::string> names;
+  absl::Status status = Guard("PullAsync", [&]() -> absl::Status {
+    names = NamedParameters(module, prefix).names;
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return PsFuture<VersionedValues>::Ready(status);
+  return ctx.ReadManyVersionedAsync(names);
+}
+
+absl::Status FinishPull(StepContext& ctx, PsFuture<VersionedValues> pull, ::torch::nn::Module& module,
+                        const std::string& prefix) {
+  ASSIGN_OR_RETURN(VersionedValues read, pull.Get());
+  RETURN_IF_ERROR(Guard("Pull", [&]() -> absl::Status { return Assign(NamedParameters(module, prefix), read.values); }));
+  ctx.NoteVersions(read.versions);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<GradientUpdate>> TakeGradients(::torch::nn::Module& module, const std::string& prefix) {
   std::vector<GradientUpdate> gradients;
   RETURN_IF_ERROR(Guard("TakeGradients", [&]() -> absl::Status {

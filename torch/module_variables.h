@@ -46,7 +46,8 @@ absl::Status ReadVariables(ParameterServerStrategy& strategy, ::torch::nn::Modul
                            const std::string& prefix = "");
 
 // Worker, inside a step function: sets `module`'s parameters to the variables' current values,
-// one read request per PS. Afterwards each parameter equals its variable bit for bit; its
+// one read request per PS. The versions read are remembered by `ctx` (StepContext::versions),
+// and PushGradients below sends them with the gradients. Afterwards each parameter equals its variable bit for bit; its
 // storage is the received buffer (no copy). FailedPrecondition when a variable's dtype or shape
 // does not match the parameter (the module is left unchanged then).
 absl::Status Pull(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix = "");
@@ -63,6 +64,15 @@ absl::Status PushGradients(StepContext& ctx, ::torch::nn::Module& module, const 
 PsFuture<std::vector<Tensor>> PullAsync(StepContext& ctx, ::torch::nn::Module& module,
                                         const std::string& prefix = "");
 absl::Status FinishPull(PsFuture<std::vector<Tensor>> pull, ::torch::nn::Module& module,
+                        const std::string& prefix = "");
+
+// Worker: PullAsync/FinishPull for a read one step starts and another step uses (e.g. the next
+// step's parameters pulled behind this step's push): FinishPull also notes the versions read
+// in `ctx`, the step that computes with them, so that its pushes carry them (staleness, see
+// docs/staleness.md). With plain PullAsync/FinishPull that step's pushes name no version.
+PsFuture<VersionedValues> PullVersionedAsync(StepContext& ctx, ::torch::nn::Module& module,
+                                             const std::string& prefix = "");
+absl::Status FinishPull(StepContext& ctx, PsFuture<VersionedValues> pull, ::torch::nn::Module& module,
                         const std::string& prefix = "");
 
 // Worker: the gradients autograd left in `module`'s parameters, ready for

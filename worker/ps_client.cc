@@ -161,6 +161,7 @@ struct ShardPiece {
   Tensor value;
   std::optional<Tensor> local_ids;
   UpdateKind kind = UpdateKind::kAssign;
+  int64_t base_version = -1;  // gradients: the version it was computed from; -1 unknown
 };
 
 // Splits a dense or row update of `p` into per-shard pieces, grouped by PS. Validates first.
@@ -258,6 +259,57 @@ absl::StatusOr<Tensor> PsClient::Gather(const std::string& name, const Tensor& i
   return GatherAsync(name, ids).Get();
 }
 
+absl::Status PsClient::PushGradients(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag,
+                                     const ShardVersions& base) {
+  return PushGradientsAsync(gradients, tag, base).Get();
+}
+
+absl::StatusOr<VersionedValues> PsClient::ReadVersioned(const std::vector<std::string>& names) {
+  return ReadVersionedAsync(names).Get();
+}
+
+absl::StatusOr<VersionedRows> PsClient::GatherVersioned(const std::string& name, const Tensor& ids) {
+  return GatherVersionedAsync(name, ids).Get();
+}
+
+PsFuture<VersionedValues> PsClient::ReadVersionedAsync(const std::vector<std::string>& names) {
+  auto [future, complete] = PsFuture<VersionedValues>::Make();
+  ReadVersionedAsync(names, std::move(complete));
+  return future;
+}
+
+PsFuture<VersionedRows> PsClient::GatherVersionedAsync(const std::string& name, const Tensor& ids) {
+  auto [future, complete] = PsFuture<VersionedRows>::Make();
+  GatherVersionedAsync(name, ids, std::move(complete));
+  return future;
+}
+
+PsFuture<void> PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag,
+                                            const ShardVersions& base) {
+  auto [future, complete] = PsFuture<void>::Make();
+  PushGradientsAsync(gradients, std::move(complete), tag, base);
+  return future;
+}
+
+void PsClient::ReadAsync(const std::vector<std::string>& names, PsCallback<std::vector<Tensor>> done) {
+  ReadVersionedAsync(names, [done = std::move(done)](absl::StatusOr<VersionedValues> r) {
+    if (!r.ok()) return done(r.status());
+    done(std::move(r->values));
+  });
+}
+
+void PsClient::GatherAsync(const std::string& name, const Tensor& ids, PsCallback<Tensor> done) {
+  GatherVersionedAsync(name, ids, [done = std::move(done)](absl::StatusOr<VersionedRows> r) {
+    if (!r.ok()) return done(r.status());
+    done(std::move(r->rows));
+  });
+}
+
+void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, PsCallback<void> done,
+                                  const ps::UpdateTag& tag) {
+  PushGradientsAsync(gradients, std::move(done), tag, ShardVersions());
+}
+
 PsFuture<std::vector<Tensor>> PsClient::ReadAsync(const std::vector<std::string>& names) {
   auto [future, complete] = PsFuture<std::vector<Tensor>>::Make();
   ReadAsync(names, std::move(complete));
@@ -296,15 +348,20 @@ struct ReadPlan {
   std::vector<std::vector<Ref>> refs;  // per call
 };
 
-absl::StatusOr<std::vector<Tensor>> FinishRead(const ReadPlan& plan, CallResults results) {
+absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, CallResults results) {
   RETURN_IF_ERROR(FirstError(results));
+  ShardVersions versions;
   const size_t num_variables = plan.placements.size();
   std::vector<std::vector<Tensor>> shards(num_variables);
   for (size_t v = 0; v < num_variables; ++v) shards[v].resize(plan.placements[v]->shards.size());
   for (size_t c = 0; c < results.size(); ++c) {
     RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
-      auto tensors = results[c]->ResponseBody<wire::ReadResponse>().getTensors();
+      auto body = results[c]->ResponseBody<wire::ReadResponse>();
+      auto tensors = body.getTensors();
       if (tensors.size() != plan.refs[c].size()) return absl::InternalError("ps.Read answered the wrong count");
+      // Absent from a PS older than versions: its shards stay unversioned (pushed unchecked).
+      auto shard_versions = body.getVersions();
+      const bool has_versions = shard_versions.size() == tensors.size();
       for (unsigned i = 0; i < tensors.size(); ++i) {
         const ReadPlan::Ref& ref = plan.refs[c][i];
         ASSIGN_OR_RETURN(Tensor shard, results[c]->TensorAt(tensors[i]));
@@ -318,20 +375,22 @@ absl::StatusOr<std::vector<Tensor>> FinishRead(const ReadPlan& plan, CallResults
                                                   "', which is ", DTypeName(p.dtype), ShapeString(expected)));
         }
         shards[ref.variable][ref.shard] = std::move(shard);
+        if (has_versions) versions[p.shards[ref.shard].name] = shard_versions[i];
       }
       return absl::OkStatus();
     }));
   }
-  std::vector<Tensor> out;
-  out.reserve(num_variables);
+  VersionedValues out;
+  out.values.reserve(num_variables);
   for (size_t v = 0; v < num_variables; ++v) {
     if (shards[v].size() == 1) {
-      out.push_back(std::move(shards[v][0]));  // zero-copy view of the response
+      out.values.push_back(std::move(shards[v][0]));  // zero-copy view of the response
     } else {
       ASSIGN_OR_RETURN(Tensor whole, Concat(shards[v]));
-      out.push_back(std::move(whole));
+      out.values.push_back(std::move(whole));
     }
   }
+  out.versions = std::move(versions);
   return out;
 }
 
@@ -361,6 +420,9 @@ std::vector<Outgoing> PieceCalls(std::map<int, std::vector<ShardPiece>>& by_ps, 
         list[i].setKind(ps::UpdateKindToWire(pieces[i].kind));
       }
       call.message.AddTensor(pieces[i].value, list[i].initValue());
+      if constexpr (std::is_same_v<Request, wire::PushGradientsRequest>) {
+        if (pieces[i].base_version >= 0) list[i].setBaseVersion(pieces[i].base_version);
+      }
       if (pieces[i].local_ids) {
         list[i].setHasIds(true);
         call.message.AddTensor(*pieces[i].local_ids, list[i].initIds());
@@ -379,8 +441,9 @@ struct GatherPlan {
   std::vector<std::vector<size_t>> call_shards;  // per call: the shards it asked for
 };
 
-absl::StatusOr<Tensor> FinishGather(const GatherPlan& plan, CallResults results) {
+absl::StatusOr<VersionedRows> FinishGather(const GatherPlan& plan, CallResults results) {
   RETURN_IF_ERROR(FirstError(results));
+  ShardVersions versions;
   const VariablePlacement& p = *plan.placement;
   Shape out_shape = p.shape;
   out_shape[0] = static_cast<int64_t>(plan.num_ids);
@@ -392,11 +455,16 @@ absl::StatusOr<Tensor> FinishGather(const GatherPlan& plan, CallResults results)
   if (!one_shard) out = Tensor(p.dtype, out_shape);
   for (size_t c = 0; c < results.size(); ++c) {
     RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
-      auto values = results[c]->ResponseBody<wire::GatherResponse>().getValues();
+      auto body = results[c]->ResponseBody<wire::GatherResponse>();
+      auto values = body.getValues();
       if (values.size() != plan.call_shards[c].size()) {
         return absl::InternalError("ps.Gather answered the wrong count");
       }
+      auto shard_versions = body.getVersions();
       for (unsigned i = 0; i < values.size(); ++i) {
+        if (shard_versions.size() == values.size()) {
+          versions[p.shards[plan.call_shards[c][i]].name] = shard_versions[i];
+        }
         ASSIGN_OR_RETURN(Tensor rows, results[c]->TensorAt(values[i]));
         const RoutedRows& r = plan.routed[plan.call_shards[c][i]];
         // The whole shape, not only the row count: rows narrower than the variable's would
@@ -421,13 +489,13 @@ absl::StatusOr<Tensor> FinishGather(const GatherPlan& plan, CallResults results)
       return absl::OkStatus();
     }));
   }
-  if (one_shard) return *std::move(single);
-  return out;
+  if (one_shard) return VersionedRows{*std::move(single), std::move(versions)};
+  return VersionedRows{std::move(out), std::move(versions)};
 }
 
 }  // namespace
 
-void PsClient::ReadAsync(const std::vector<std::string>& names, PsCallback<std::vector<Tensor>> done) {
+void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallback<VersionedValues> done) {
   auto plan = std::make_shared<ReadPlan>();
   std::map<int, std::vector<std::pair<const std::string*, ReadPlan::Ref>>> by_ps;
   for (size_t v = 0; v < names.size(); ++v) {
@@ -471,7 +539,7 @@ void PsClient::UpdateAsync(const std::vector<VariableUpdate>& updates, PsCallbac
 }
 
 void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, PsCallback<void> done,
-                                  const ps::UpdateTag& tag) {
+                                  const ps::UpdateTag& tag, const ShardVersions& base) {
   std::map<int, std::vector<ShardPiece>> by_ps;
   for (const GradientUpdate& g : gradients) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(g.name);
@@ -480,12 +548,19 @@ void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, 
       return done(s);
     }
   }
+  if (!base.empty()) {
+    for (auto& [ps, pieces] : by_ps) {
+      for (ShardPiece& piece : pieces) {
+        if (auto it = base.find(piece.shard_name); it != base.end()) piece.base_version = it->second;
+      }
+    }
+  }
   CallAllAsync(ps_, "ps.PushGradients", PieceCalls<wire::PushGradientsRequest>(by_ps, tag),
                {options_.timeout, std::nullopt},
                [done = std::move(done)](CallResults results) { done(FirstError(results)); });
 }
 
-void PsClient::GatherAsync(const std::string& name, const Tensor& ids, PsCallback<Tensor> done) {
+void PsClient::GatherVersionedAsync(const std::string& name, const Tensor& ids, PsCallback<VersionedRows> done) {
   auto plan = std::make_shared<GatherPlan>();
   absl::StatusOr<std::shared_ptr<const VariablePlacement>> found = directory_.Find(name);
   if (!found.ok()) return done(found.status());

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -35,6 +36,21 @@ struct GradientUpdate {
   std::string name;
   Tensor value;
   std::optional<Tensor> ids;
+};
+
+// The versions of variable shards (ps::Variable::version) as reads saw them: shard name (the
+// variable's own name when it is not sharded) -> version on the PS holding it.
+using ShardVersions = absl::flat_hash_map<std::string, int64_t>;
+
+// Values read with their versions. `versions` lacks the shards of a PS that reports none (one
+// built before versions existed): their gradients are pushed unchecked.
+struct VersionedValues {
+  std::vector<Tensor> values;
+  ShardVersions versions;
+};
+struct VersionedRows {
+  Tensor rows;
+  ShardVersions versions;
 };
 
 // Reads and updates variables by name on whichever parameter servers hold their shards.
@@ -79,6 +95,16 @@ class PsClient {
   // OK without applying anything twice. Without one, every call is applied.
   absl::Status Update(const std::vector<VariableUpdate>& updates, const ps::UpdateTag& tag = {});
   absl::Status PushGradients(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag = {});
+  // Staleness (docs/staleness.md): each shard's gradient names the version `base` holds for it
+  // (shards absent from `base` name none), so its PS can scale it (staleness-aware learning
+  // rate) or refuse it (max_staleness: Aborted, IsStaleGradientError, nothing of that PS's part
+  // applied). Read and Gather have versioned forms below that fill `base`.
+  absl::Status PushGradients(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag,
+                             const ShardVersions& base);
+
+  // Read and Gather with the versions of what they read (one per shard read).
+  absl::StatusOr<VersionedValues> ReadVersioned(const std::vector<std::string>& names);
+  absl::StatusOr<VersionedRows> GatherVersioned(const std::string& name, const Tensor& ids);
 
   // Rows `ids` (global, duplicates allowed) of `name`, in id order: [len(ids), row dims...].
   absl::StatusOr<Tensor> Gather(const std::string& name, const Tensor& ids);
@@ -102,12 +128,20 @@ class PsClient {
   void PushGradientsAsync(const std::vector<GradientUpdate>& gradients, PsCallback<void> done,
                           const ps::UpdateTag& tag = {});
   void GatherAsync(const std::string& name, const Tensor& ids, PsCallback<Tensor> done);
+  void ReadVersionedAsync(const std::vector<std::string>& names, PsCallback<VersionedValues> done);
+  void GatherVersionedAsync(const std::string& name, const Tensor& ids, PsCallback<VersionedRows> done);
+  void PushGradientsAsync(const std::vector<GradientUpdate>& gradients, PsCallback<void> done,
+                          const ps::UpdateTag& tag, const ShardVersions& base);
 
   // The future forms: the result is waited for with PsFuture::Get on any thread.
   PsFuture<std::vector<Tensor>> ReadAsync(const std::vector<std::string>& names);
   PsFuture<void> UpdateAsync(const std::vector<VariableUpdate>& updates, const ps::UpdateTag& tag = {});
   PsFuture<void> PushGradientsAsync(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag = {});
   PsFuture<Tensor> GatherAsync(const std::string& name, const Tensor& ids);
+  PsFuture<VersionedValues> ReadVersionedAsync(const std::vector<std::string>& names);
+  PsFuture<VersionedRows> GatherVersionedAsync(const std::string& name, const Tensor& ids);
+  PsFuture<void> PushGradientsAsync(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag,
+                                    const ShardVersions& base);
 
   // Creates every shard of `placement` on its PS (in parallel), each filled by `init`
   // evaluated for that shard's rows. Idempotent. With `wait_for_ready`, waits (up to the

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "core/stale_gradient.h"
 #include "core/sync.h"
 #include "net/event_loop.h"
 #include "ps/ps.capnp.h"
@@ -217,6 +218,41 @@ TEST_F(PsClientAsyncTest, StepContextPullsWhileItPushesAndStopsOnceCancelled) {
   PsFuture<Tensor> gather = ctx.GatherAsync("table", Tensor::FromVector(std::vector<int64_t>{0}));
   ASSERT_TRUE(gather.ready());
   EXPECT_EQ(gather.Get().status().code(), absl::StatusCode::kCancelled);
+}
+
+// Staleness (docs/staleness.md): reads answer each shard's version, a step remembers the
+// versions it read and its push names them, so a bounded variable refuses it once moved.
+TEST_F(PsClientAsyncTest, StepPushNamesTheVersionsItReadAndAStaleOneIsRefused) {
+  const OptimizerConfig bounded = opt::MaxStaleness(opt::SGD(1.0f), 0);
+  VariablePlacement w = Plain("w", {2});
+  ASSERT_TRUE(client_->CreateVariable(w, ps::InitializerSpec(), &bounded, false).ok());
+  directory_.Add(w);
+  ASSERT_TRUE(client_->PushGradients({{"table", Tensor::FromVector<float>({8, 2}, std::vector<float>(16, 1.0f)),
+                                       std::nullopt}}).ok());
+  auto read = client_->ReadVersioned({"table", "w"});
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->versions, (ShardVersions{{"table/part_0", 1}, {"table/part_1", 1}, {"w", 0}}));
+  auto rows = client_->GatherVersioned("table", Tensor::FromVector(std::vector<int64_t>{5}));
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->versions, (ShardVersions{{"table/part_1", 1}}));
+
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  StepContext first(0, {}, *client_, cancelled);
+  StepContext second(0, {}, *client_, cancelled);
+  ASSERT_TRUE(first.Read("w").ok());
+  ASSERT_TRUE(second.Read("w").ok());
+  EXPECT_EQ(first.versions(), (ShardVersions{{"w", 0}}));
+  const std::vector<GradientUpdate> grad = {{"w", Tensor::FromVector<float>({2}, {1, 1}), std::nullopt}};
+  ASSERT_TRUE(first.PushGradients(grad).ok());
+  absl::Status stale = second.PushGradients(grad);
+  EXPECT_TRUE(IsStaleGradientError(stale)) << stale;
+  EXPECT_FALSE(second.ps_unreachable());
+  // A push naming no version (a client that read nothing) is never checked.
+  ASSERT_TRUE(client_->PushGradients(grad).ok());
+  auto after = client_->ReadVersioned({"w"});
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->versions.at("w"), 2);
+  EXPECT_EQ(after->values[0].data<float>()[0], -2.0f);
 }
 
 // A PS whose ps.PushGradients handler holds every request until released: calls stay in

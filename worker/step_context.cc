@@ -65,9 +65,34 @@ PsFuture<T> StepContext::TrackedAsync(Op op) {
   return future;
 }
 
+void StepContext::Pulled::Note(const ShardVersions& v) {
+  MutexLock lock(&mu);
+  for (const auto& [shard, version] : v) {
+    auto [it, inserted] = versions.try_emplace(shard, version);
+    if (!inserted && version < it->second) it->second = version;
+  }
+}
+
+ShardVersions StepContext::versions() const {
+  MutexLock lock(&pulled_->mu);
+  return pulled_->versions;
+}
+
+void StepContext::NoteVersions(const ShardVersions& versions) { pulled_->Note(versions); }
+
+PsFuture<VersionedValues> StepContext::ReadManyVersionedAsync(const std::vector<std::string>& names) {
+  return TrackedAsync<VersionedValues>(
+      [&](PsCallback<VersionedValues> done) { ps_.ReadVersionedAsync(names, std::move(done)); });
+}
+
 PsFuture<std::vector<Tensor>> StepContext::ReadManyAsync(const std::vector<std::string>& names) {
-  return TrackedAsync<std::vector<Tensor>>(
-      [&](PsCallback<std::vector<Tensor>> done) { ps_.ReadAsync(names, std::move(done)); });
+  return TrackedAsync<std::vector<Tensor>>([&](PsCallback<std::vector<Tensor>> done) {
+    ps_.ReadVersionedAsync(names, [pulled = pulled_, done = std::move(done)](absl::StatusOr<VersionedValues> r) {
+      if (!r.ok()) return done(r.status());
+      pulled->Note(r->versions);
+      done(std::move(r->values));
+    });
+  });
 }
 
 PsFuture<void> StepContext::UpdateAsync(const std::vector<VariableUpdate>& updates) {
@@ -77,13 +102,20 @@ PsFuture<void> StepContext::UpdateAsync(const std::vector<VariableUpdate>& updat
 }
 
 PsFuture<Tensor> StepContext::GatherAsync(const std::string& name, const Tensor& ids) {
-  return TrackedAsync<Tensor>([&](PsCallback<Tensor> done) { ps_.GatherAsync(name, ids, std::move(done)); });
+  return TrackedAsync<Tensor>([&](PsCallback<Tensor> done) {
+    ps_.GatherVersionedAsync(name, ids, [pulled = pulled_, done = std::move(done)](absl::StatusOr<VersionedRows> r) {
+      if (!r.ok()) return done(r.status());
+      pulled->Note(r->versions);
+      done(std::move(r->rows));
+    });
+  });
 }
 
 PsFuture<void> StepContext::PushGradientsAsync(const std::vector<GradientUpdate>& gradients) {
   const ps::UpdateTag tag = NextTag();
+  const ShardVersions base = versions();
   return TrackedAsync<void>(
-      [&](PsCallback<void> done) { ps_.PushGradientsAsync(gradients, std::move(done), tag); });
+      [&](PsCallback<void> done) { ps_.PushGradientsAsync(gradients, std::move(done), tag, base); });
 }
 
 absl::Status StepContext::CheckCancelled() const {
@@ -98,7 +130,10 @@ absl::StatusOr<Tensor> StepContext::Read(const std::string& name) {
 
 absl::StatusOr<std::vector<Tensor>> StepContext::ReadMany(const std::vector<std::string>& names) {
   if (absl::Status s = CheckCancelled(); !s.ok()) return s;
-  return Track(ps_.Read(names));
+  absl::StatusOr<VersionedValues> read = Track(ps_.ReadVersioned(names));
+  if (!read.ok()) return read.status();
+  pulled_->Note(read->versions);
+  return std::move(read->values);
 }
 
 absl::Status StepContext::Assign(const std::string& name, const Tensor& value) {
@@ -128,7 +163,10 @@ absl::Status StepContext::Update(const std::vector<VariableUpdate>& updates) {
 
 absl::StatusOr<Tensor> StepContext::Gather(const std::string& name, const Tensor& ids) {
   if (absl::Status s = CheckCancelled(); !s.ok()) return s;
-  return Track(ps_.Gather(name, ids));
+  absl::StatusOr<VersionedRows> rows = Track(ps_.GatherVersioned(name, ids));
+  if (!rows.ok()) return rows.status();
+  pulled_->Note(rows->versions);
+  return std::move(rows->rows);
 }
 
 absl::Status StepContext::Scatter(UpdateKind kind, const std::string& name, const Tensor& ids,
@@ -139,7 +177,7 @@ absl::Status StepContext::Scatter(UpdateKind kind, const std::string& name, cons
 absl::Status StepContext::PushGradients(const std::vector<GradientUpdate>& gradients) {
   const ps::UpdateTag tag = NextTag();
   if (absl::Status s = CheckCancelled(); !s.ok()) return s;
-  return Track(ps_.PushGradients(gradients, tag));
+  return Track(ps_.PushGradients(gradients, tag, versions()));
 }
 
 }  // namespace asyncps

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/sync.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
 #include "ps/update_tag.h"
@@ -73,8 +74,22 @@ class StepContext {
   // Rows of a (sharded) variable by global id: an embedding lookup.
   absl::StatusOr<Tensor> Gather(const std::string& name, const Tensor& ids);
   absl::Status Scatter(UpdateKind kind, const std::string& name, const Tensor& ids, const Tensor& values);
-  // Gradients applied by each variable's optimizer on its PS; one request per PS.
+  // Gradients applied by each variable's optimizer on its PS; one request per PS. Each shard's
+  // gradient names the version this step read of it (versions()), so its PS can scale or
+  // refuse it by staleness (docs/staleness.md); a refusal is Aborted (IsStaleGradientError)
+  // and, returned by the function, makes the coordinator run the closure again.
   absl::Status PushGradients(const std::vector<GradientUpdate>& gradients);
+
+  // Staleness: the versions of the variable shards this step read (Read, ReadMany, Gather and
+  // their async forms, once their answer is in), the oldest one where a shard was read more
+  // than once, plus those passed to NoteVersions. Pushes attach them.
+  ShardVersions versions() const;
+  // Adds versions of values this step computes with that another step read (e.g. a pull one
+  // step started for the next, torch_bridge::FinishPull); the oldest per shard is kept.
+  void NoteVersions(const ShardVersions& versions);
+  // ReadManyAsync with the versions, which are NOT recorded in this context: for a read whose
+  // values another step will use (it calls NoteVersions).
+  PsFuture<VersionedValues> ReadManyVersionedAsync(const std::vector<std::string>& names);
 
   // Non-blocking forms (see PsClient::ReadAsync): send now, wait with PsFuture::Get later,
   // e.g. to pull the next step's variables while this step computes. A failure is counted
@@ -124,6 +139,13 @@ class StepContext {
     std::atomic<bool> state_lost{false};
     void Track(const absl::Status& status);
   };
+  // The versions reads saw; shared because asynchronous reads deliver them on the RPC loop
+  // thread.
+  struct Pulled {
+    mutable Mutex mu;
+    ShardVersions versions ABSL_GUARDED_BY(mu);
+    void Note(const ShardVersions& v);
+  };
   // Starts `op` with a callback that records a failure in `failures_`, unless cancelled.
   template <typename T, typename Op>
   PsFuture<T> TrackedAsync(Op op);
@@ -143,6 +165,7 @@ class StepContext {
   PsClient& ps_;
   std::shared_ptr<const std::atomic<bool>> cancelled_;
   const std::shared_ptr<Failures> failures_ = std::make_shared<Failures>();
+  const std::shared_ptr<Pulled> pulled_ = std::make_shared<Pulled>();
   ps::UpdateTag closure_;  // sequence: the calls made so far
   absl::Duration input_wait_;
   int64_t examples_ = 0;

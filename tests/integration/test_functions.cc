@@ -154,6 +154,30 @@ Program MakeTestProgram() {
     }
     return Values{};
   });
+  // Staleness (tests/integration/staleness_test.cc): adds 1 to rows[row] (exactly once), reads
+  // "seen" (f32), works `ms`, then pushes gradient -1 to row v of "seen", v being the version
+  // of "seen" this step read. With SGD at learning rate 1, each applied push adds 1 to the row
+  // of the version it was computed from: under max_staleness 0 every applied push is fresh, so
+  // "seen" ends with rows 0..N-1 at exactly 1; a stale push applied would make a row 2.
+  program.AddFunction("count_and_mark_version", [](StepContext& ctx) -> absl::StatusOr<Values> {
+    ASSIGN_OR_RETURN(Tensor row, ctx.arg(0));
+    ASSIGN_OR_RETURN(Tensor ms, ctx.arg(1));
+    RETURN_IF_ERROR(ctx.Scatter(UpdateKind::kAdd, "rows", Tensor::FromVector<int64_t>({1}, {row.data<int64_t>()[0]}),
+                                Tensor::FromVector<int64_t>({1}, {1})));
+    RETURN_IF_ERROR(ctx.Read("seen").status());
+    const ShardVersions versions = ctx.versions();
+    const auto version = versions.find("seen");
+    if (version == versions.end()) return absl::InternalError("ps.Read reported no version for 'seen'");
+    const int64_t v = version->second;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
+    while (std::chrono::steady_clock::now() < end) {
+      if (ctx.cancelled()) return absl::CancelledError("cancelled");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    RETURN_IF_ERROR(ctx.PushGradients(
+        {{"seen", Tensor::FromVector<float>({1}, {-1.0f}), Tensor::FromVector<int64_t>({1}, {v})}}));
+    return Values{};
+  });
   program.AddDataset("range", [](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
     ASSIGN_OR_RETURN(int64_t n, ctx.IntArg("n"));
     return data::Dataset::Range(0, n).Shard(ctx.num_workers(), ctx.worker_index());

@@ -1,0 +1,302 @@
+// Versions and staleness on the PS (docs/staleness.md): Variable versions, StalenessGate, and
+// ps.Read / ps.Gather / ps.PushGradients through a real RPC server.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/stale_gradient.h"
+#include "gtest/gtest.h"
+#include "metrics/process_metrics.h"
+#include "net/event_loop.h"
+#include "net/rpc_client.h"
+#include "net/rpc_server.h"
+#include "net/envelope.capnp.h"
+#include "ps/ps.capnp.h"
+#include "ps/ps_service.h"
+#include "ps/ps_wire.h"
+#include "ps/read_wire_testing.h"
+#include "ps/staleness_gate.h"
+#include "ps/variable.h"
+
+namespace asyncps::ps {
+namespace {
+
+constexpr char kToken[] = "staleness-test-token";
+constexpr uint64_t kCoordinator = 1 << 20;
+
+OptimizerConfig Sgd(float lr) {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kSgd;
+  c.learning_rate = lr;
+  return c;
+}
+
+std::unique_ptr<Variable> MakeVariable(const OptimizerConfig& config, int64_t n = 2) {
+  auto v = Variable::Create(
+      "w", Tensor::FromVector(std::vector<float>(static_cast<size_t>(n), 0.0f)), &config);
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? std::move(*v) : nullptr;
+}
+
+TEST(VariableVersionTest, CountsEveryAppliedUpdateAndRestoreSetsIt) {
+  auto v = MakeVariable(Sgd(1.0f));
+  EXPECT_EQ(v->version(), 0);
+  ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({2}, {1, 1})).ok());
+  ASSERT_TRUE(v->Update(UpdateKind::kAdd, Tensor::FromVector<float>({2}, {1, 1})).ok());
+  ASSERT_TRUE(v->UpdateRows(UpdateKind::kAdd, Tensor::FromVector<int64_t>({1}, {0}),
+                            Tensor::FromVector<float>({1}, {1}))
+                  .ok());
+  ASSERT_TRUE(v->ApplyRowGradients(Tensor::FromVector<int64_t>({1}, {1}),
+                                   Tensor::FromVector<float>({1}, {1}))
+                  .ok());
+  EXPECT_EQ(v->version(), 4);
+  EXPECT_EQ(v->iterations(), 2);
+  // A failed update changes nothing, the version included.
+  EXPECT_FALSE(v->ApplyGradient(Tensor::FromVector<float>({3}, {1, 1, 1})).ok());
+  EXPECT_EQ(v->version(), 4);
+  int64_t read_version = -1;
+  v->ReadVersioned(&read_version);
+  EXPECT_EQ(read_version, 4);
+  ASSERT_TRUE(v->GatherVersioned(Tensor::FromVector<int64_t>({1}, {0}), &read_version).ok());
+  EXPECT_EQ(read_version, 4);
+  EXPECT_EQ(v->StalenessOf(1), 3);
+  EXPECT_EQ(v->StalenessOf(9), 0) << "a version from before a restore is not taken for stale";
+  Variable::State state = v->CheckpointState();
+  state.iterations = 7;
+  ASSERT_TRUE(v->RestoreState(state).ok());
+  EXPECT_EQ(v->version(), 7);
+}
+
+TEST(StalenessGateTest, BoundZeroRefusesAnOlderVersionAndAdmitsTheCurrentOne) {
+  OptimizerConfig config = opt::MaxStaleness(Sgd(1.0f), 0);
+  auto v = MakeVariable(config);
+  {
+    StalenessGate gate;
+    ASSERT_TRUE(gate.Enter({{v.get(), true, 0}}).ok());
+    EXPECT_EQ(gate.staleness(0), 0);
+    ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({2}, {1, 1}), gate.lr_scale(0)).ok());
+  }
+  StalenessGate gate;
+  absl::Status refused = gate.Enter({{v.get(), true, 0}});
+  EXPECT_TRUE(IsStaleGradientError(refused)) << refused;
+  EXPECT_EQ(refused.code(), absl::StatusCode::kAborted);
+  // Entries the dedup window answers "already applied", and gradients naming no version, pass.
+  StalenessGate repeat;
+  EXPECT_TRUE(repeat.Enter({{v.get(), false, 0}}).ok());
+  StalenessGate unversioned;
+  EXPECT_TRUE(unversioned.Enter({{v.get(), true, std::nullopt}}).ok());
+  EXPECT_EQ(unversioned.staleness(0), -1);
+}
+
+TEST(StalenessGateTest, OneStaleEntryRefusesTheWholeRequest) {
+  auto bounded = MakeVariable(opt::MaxStaleness(Sgd(1.0f), 1));
+  auto free = MakeVariable(Sgd(1.0f));
+  ASSERT_TRUE(bounded->ApplyGradient(Tensor::FromVector<float>({2}, {1, 1})).ok());
+  ASSERT_TRUE(bounded->ApplyGradient(Tensor::FromVector<float>({2}, {1, 1})).ok());
+  StalenessGate gate;
+  EXPECT_TRUE(IsStaleGradientError(gate.Enter({{free.get(), true, 0}, {bounded.get(), true, 0}})));
+  StalenessGate within;
+  ASSERT_TRUE(within.Enter({{free.get(), true, 0}, {bounded.get(), true, 1}}).ok());
+  EXPECT_EQ(within.staleness(1), 1);
+}
+
+// The property max_staleness = 0 promises, under concurrency: threads read (value, version)
+// and push a gradient naming that version as fast as they can; every push the gate admits is
+// applied at exactly the version it names (its staleness is 0 when applied), so the applied
+// pushes name the versions 0, 1, 2, ... each once.
+TEST(StalenessGateTest, BoundZeroNeverAppliesAStaleUpdateUnderConcurrency) {
+  auto v = MakeVariable(opt::MaxStaleness(Sgd(1.0f), 0), 1);
+  constexpr int kThreads = 4;
+  constexpr int kPushesEach = 200;
+  std::vector<std::vector<int64_t>> applied(kThreads);
+  std::atomic<int> refused{0};
+  std::atomic<int> stale_applied{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPushesEach; ++i) {
+        int64_t base = 0;
+        v->ReadVersioned(&base);
+        StalenessGate gate;
+        if (!gate.Enter({{v.get(), true, base}}).ok()) {
+          refused.fetch_add(1);
+          continue;
+        }
+        if (v->version() != base) stale_applied.fetch_add(1);
+        ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {-1})).ok());
+        applied[static_cast<size_t>(t)].push_back(base);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(stale_applied.load(), 0);
+  std::vector<int64_t> all;
+  for (const auto& a : applied) all.insert(all.end(), a.begin(), a.end());
+  std::sort(all.begin(), all.end());
+  ASSERT_EQ(static_cast<int64_t>(all.size()), v->version());
+  for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], static_cast<int64_t>(i));
+  EXPECT_EQ(static_cast<int>(all.size()) + refused.load(), kThreads * kPushesEach);
+  EXPECT_EQ(v->Read().data<float>()[0], static_cast<float>(all.size()));
+}
+
+TEST(StalenessGateTest, AwareLearningRateDividesByStaleness) {
+  auto v = MakeVariable(opt::StalenessAwareLr(Sgd(1.0f)), 1);
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {0})).ok());
+  StalenessGate gate;
+  ASSERT_TRUE(gate.Enter({{v.get(), true, 0}}).ok());
+  EXPECT_EQ(gate.staleness(0), 4);
+  EXPECT_EQ(gate.lr_scale(0), 0.25f);
+  ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {8}), gate.lr_scale(0)).ok());
+  EXPECT_EQ(v->Read().data<float>()[0], -2.0f);
+}
+
+// Through the service: ps.Read and ps.Gather answer versions, and a refused closure push is
+// not recorded as applied by the exactly-once window, so its re-run applies it once.
+class StalenessServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = std::make_unique<VariableStore>(uint64_t{1} << 30);
+    PsService::Options options;
+    options.metrics = ps_metrics_.get();
+    service_ = std::make_unique<PsService>(*store_, options);
+    net::RpcServer::Options server_options;
+    server_options.role = "ps";
+    server_options.token = kToken;
+    server_ = std::make_unique<net::RpcServer>(loop_, server_options);
+    service_->RegisterWith(server_->methods());
+    ASSERT_TRUE(server_->Start().ok());
+    net::RpcClient::Options client_options;
+    client_options.address = "127.0.0.1:" + std::to_string(server_->port());
+    client_options.role = "worker";
+    client_options.token = kToken;
+    client_ = std::make_unique<net::RpcClient>(loop_, client_options);
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+  }
+
+  void Create(const std::string& name, const OptimizerConfig& optimizer) {
+    net::OutMessage req;
+    auto body = req.InitRequestBody<wire::CreateVariableRequest>();
+    body.setName(name);
+    body.setDtype(static_cast<uint8_t>(DType::kF32));
+    net::SetShape(body.initShape(1), Shape{2});
+    InitializerToWire(InitializerSpec(), req, body.initInitializer());
+    OptimizerToWire(&optimizer, body.initOptimizer());
+    ASSERT_TRUE(client_->Call("ps.CreateVariable", std::move(req), absl::Seconds(60)).ok());
+  }
+
+  int64_t ReadVersion(const std::string& name) {
+    auto resp = client_->Call("ps.Read", ReadRequestFor({name}), absl::Seconds(60));
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    if (!resp.ok()) return -1;
+    auto versions = resp->ResponseBody<wire::ReadResponse>().getVersions();
+    return versions.size() == 1 ? versions[0] : -1;
+  }
+
+  int64_t GatherVersion(const std::string& name) {
+    net::OutMessage req;
+    auto list = req.InitRequestBody<wire::GatherRequest>().initLookups(1);
+    list[0].setName(name);
+    req.AddTensor(Tensor::FromVector<int64_t>({1}, {1}), list[0].initIds());
+    auto resp = client_->Call("ps.Gather", std::move(req), absl::Seconds(60));
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    if (!resp.ok()) return -1;
+    auto versions = resp->ResponseBody<wire::GatherResponse>().getVersions();
+    return versions.size() == 1 ? versions[0] : -1;
+  }
+
+  // Pushes gradient {1, 1} to `name` naming `base` (-1: none); already_applied_ and
+  // staleness_ receive the answer's fields.
+  absl::Status Push(const std::string& name, int64_t base, const UpdateTag& tag = {}) {
+    net::OutMessage req;
+    auto body = req.InitRequestBody<wire::PushGradientsRequest>();
+    if (tag.tagged()) UpdateTagToWire(tag, body.initTag());
+    auto list = body.initGradients(1);
+    list[0].setName(name);
+    req.AddTensor(Tensor::FromVector<float>({2}, {1, 1}), list[0].initValue());
+    if (base >= 0) list[0].setBaseVersion(base);
+    auto resp = client_->Call("ps.PushGradients", std::move(req), absl::Seconds(60));
+    if (!resp.ok()) return resp.status();
+    already_applied_ = resp->ResponseBody<wire::UpdateResponse>().getAlreadyApplied();
+    staleness_ = resp->ResponseBody<wire::UpdateResponse>().getStaleness();
+    return absl::OkStatus();
+  }
+
+  net::EventLoop loop_;
+  std::unique_ptr<metrics::ProcessMetrics> metrics_ =
+      std::move(metrics::ProcessMetrics::Create("ps", 0, /*listen_address=*/"")).value();
+  std::unique_ptr<PsMetrics> ps_metrics_ = std::make_unique<PsMetrics>(*metrics_);
+  std::unique_ptr<VariableStore> store_;
+  std::unique_ptr<PsService> service_;
+  std::unique_ptr<net::RpcServer> server_;
+  std::unique_ptr<net::RpcClient> client_;
+  int64_t already_applied_ = -1;
+  int64_t staleness_ = -2;
+};
+
+TEST_F(StalenessServiceTest, ReadAndGatherAnswerTheVersion) {
+  Create("w", Sgd(1.0f));
+  EXPECT_EQ(ReadVersion("w"), 0);
+  ASSERT_TRUE(Push("w", -1).ok());
+  EXPECT_EQ(staleness_, -1) << "a push naming no version has no staleness";
+  ASSERT_TRUE(Push("w", 0).ok());
+  EXPECT_EQ(staleness_, 1);
+  EXPECT_EQ(ReadVersion("w"), 2);
+  EXPECT_EQ(GatherVersion("w"), 2);
+  net::OutMessage list;
+  list.InitRequestBody<wire::Empty>();
+  auto listed = client_->Call("ps.ListVariables", std::move(list), absl::Seconds(60));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  auto infos = listed->ResponseBody<wire::ListVariablesResponse>().getVariables();
+  ASSERT_EQ(infos.size(), 1u);
+  EXPECT_EQ(infos[0].getVersion(), 2);
+  const std::string text = metrics_->Serialize();
+  EXPECT_NE(text.find("asyncps_ps_gradient_staleness_count"), std::string::npos);
+  EXPECT_NE(text.find("asyncps_ps_gradient_staleness_bucket{role=\"ps\",task=\"0\",le=\"1\"} 1"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(StalenessServiceTest, RefusedClosurePushIsAppliedOnceByItsReRun) {
+  Create("w", opt::MaxStaleness(Sgd(1.0f), 0));
+  ASSERT_TRUE(Push("w", 0).ok());  // another closure moved w to version 1
+  const UpdateTag call{kCoordinator, kCoordinator + 1, 1, kCoordinator};
+  absl::Status refused = Push("w", 0, call);
+  EXPECT_TRUE(IsStaleGradientError(refused)) << refused;
+  EXPECT_EQ(ReadVersion("w"), 1) << "a refused push applies nothing";
+  // The closure's re-run (same tag) reads afresh and pushes again: applied, once.
+  ASSERT_TRUE(Push("w", ReadVersion("w"), call).ok());
+  EXPECT_EQ(already_applied_, 0);
+  EXPECT_EQ(staleness_, 0);
+  ASSERT_TRUE(Push("w", 0, call).ok());
+  EXPECT_EQ(already_applied_, 1) << "a repeat is answered as applied, not refused as stale";
+  EXPECT_EQ(ReadVersion("w"), 2);
+  EXPECT_NE(metrics_->Serialize().find("reason=\"stale_gradient\"} 1"), std::string::npos);
+}
+
+TEST_F(StalenessServiceTest, OptimizerStalenessSettingsCrossTheWire) {
+  OptimizerConfig bad = Sgd(1.0f);
+  bad.max_staleness = -5;
+  net::OutMessage req;
+  auto body = req.InitRequestBody<wire::CreateVariableRequest>();
+  body.setName("bad");
+  body.setDtype(static_cast<uint8_t>(DType::kF32));
+  net::SetShape(body.initShape(1), Shape{2});
+  InitializerToWire(InitializerSpec(), req, body.initInitializer());
+  OptimizerToWire(&bad, body.initOptimizer());
+  auto created = client_->Call("ps.CreateVariable", std::move(req), absl::Seconds(60));
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument) << created.status();
+  Create("w", opt::StalenessAwareLr(opt::MaxStaleness(Sgd(1.0f), 3)));
+  auto w = store_->Find("w");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ((*w)->max_staleness(), 3);
+  EXPECT_TRUE((*w)->optimizer_config()->staleness_aware_lr);
+}
+
+}  // namespace
+}  // namespace asyncps::ps
