@@ -81,6 +81,23 @@ Dataset Dataset::Zip(std::vector<Dataset> datasets) {
 Dataset Dataset::Map(std::function<absl::StatusOr<Element>(Element)> fn) const {
   return Dataset(internal::MakeMapNode(*this, std::move(fn)));
 }
+Dataset Dataset::Map(std::function<absl::StatusOr<Element>(Element)> fn,
+                     int64_t num_parallel_calls) const {
+  return Dataset(internal::MakeParallelMapNode(*this, std::move(fn), num_parallel_calls));
+}
+Dataset Dataset::FlatMap(std::function<absl::StatusOr<Dataset>(Element)> fn) const {
+  return Dataset(internal::MakeInterleaveNode(*this, std::move(fn), 1, 1, 0));
+}
+Dataset Dataset::Interleave(std::function<absl::StatusOr<Dataset>(Element)> fn,
+                            int64_t cycle_length, int64_t block_length,
+                            int64_t num_parallel_calls) const {
+  return Dataset(internal::MakeInterleaveNode(*this, std::move(fn), cycle_length, block_length,
+                                              num_parallel_calls));
+}
+Dataset Dataset::Unbatch() const { return Dataset(internal::MakeUnbatchNode(*this)); }
+Dataset Dataset::PaddedBatch(int64_t batch_size, PaddedBatchOptions options) const {
+  return Dataset(internal::MakePaddedBatchNode(*this, batch_size, std::move(options)));
+}
 Dataset Dataset::Filter(std::function<absl::StatusOr<bool>(const Element&)> pred) const {
   return Dataset(internal::MakeFilterNode(*this, std::move(pred)));
 }

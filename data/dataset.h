@@ -32,6 +32,20 @@ namespace asyncps::data {
 // and Clone() before writing in place.
 using Element = std::vector<Tensor>;
 
+// For a parallelism argument (Map's num_parallel_calls, Interleave's cycle_length and
+// num_parallel_calls): let the iterator choose (see each transform).
+inline constexpr int64_t kAutotune = -1;
+
+// PaddedBatch's options. Component c of every element is padded, at the end of each dimension,
+// up to padded_shapes[c] (a dimension of -1: the largest in the batch); an empty padded_shapes
+// pads every component to the largest in the batch. padding_values[c] (converted to the
+// component's dtype; 0 when absent) fills the padding.
+struct PaddedBatchOptions {
+  std::vector<std::vector<int64_t>> padded_shapes;
+  std::vector<double> padding_values;
+  bool drop_remainder = false;
+};
+
 // True for the status that marks the end of the data (absl::OutOfRangeError). Every other
 // non-OK status is an error.
 bool IsEndOfData(const absl::Status& s);
@@ -102,6 +116,15 @@ class Dataset {
   // fn's error status is returned by Next() for that element; iteration can go on after it.
   // An exception thrown by fn becomes an Internal error (likewise for Filter).
   Dataset Map(std::function<absl::StatusOr<Element>(Element)> fn) const;
+  // Map on `num_parallel_calls` threads (>= 1, or kAutotune), in the same order as the
+  // sequential Map: element i's result (or error) is returned i-th, and the end of the data
+  // comes after every element. Up to num_parallel_calls elements are read ahead. kAutotune
+  // starts with one thread and adds one (up to the machine's cores) whenever Next() has to wait
+  // while the function's mean cost is at least 50 us (cheaper functions gain less than the
+  // hand-off between threads costs). The threads are stopped and joined when the iterator is
+  // destroyed, after the calls in flight return. A num_parallel_calls of 0 or below (other than
+  // kAutotune) is InvalidArgument.
+  Dataset Map(std::function<absl::StatusOr<Element>(Element)> fn, int64_t num_parallel_calls) const;
   // Keeps the elements for which pred returns true.
   Dataset Filter(std::function<absl::StatusOr<bool>(const Element&)> pred) const;
   // Uniform shuffle through a buffer of `buffer_size` elements (>= 1). Deterministic for a
@@ -129,6 +152,29 @@ class Dataset {
   // producing the next element overlaps with the caller's work. The thread is stopped and
   // joined when the iterator is destroyed (after the input's Next() in flight, if any, returns).
   Dataset Prefetch(int64_t buffer_size) const;
+
+  // The elements of fn(e)'s dataset for each input element e, one dataset after another. An
+  // error from fn (or an exception: Internal) is returned for that input element; iteration
+  // can go on after it. The inner datasets are read whole: a split (sharding) applies to the
+  // input (the list of files, say), never to the inner datasets.
+  Dataset FlatMap(std::function<absl::StatusOr<Dataset>(Element)> fn) const;
+  // tf.data's interleave: keeps `cycle_length` inner datasets fn(e) open and takes
+  // `block_length` elements from each in turn; an ended inner dataset is replaced by the next
+  // input element's (in its place in the cycle). num_parallel_calls 0 reads on the caller's
+  // thread; >= 1 (or kAutotune: min(cycle_length, cores)) threads read ahead into a buffer of
+  // block_length elements per open dataset. The order is the same either way. cycle_length
+  // kAutotune is the number of cores. Other values below 1 are InvalidArgument.
+  Dataset Interleave(std::function<absl::StatusOr<Dataset>(Element)> fn, int64_t cycle_length,
+                     int64_t block_length = 1, int64_t num_parallel_calls = 0) const;
+  // Splits every element along axis 0: component c of output row r is row r of component c.
+  // Every component needs rank >= 1 and the same dim(0), else InvalidArgument from Next().
+  // The rows share storage with the input element.
+  Dataset Unbatch() const;
+  // Batch for elements whose shapes differ: each component is padded (see PaddedBatchOptions)
+  // to a common shape, then stacked. Ranks or dtypes that differ within a batch, or a
+  // dimension larger than its fixed padded size, are InvalidArgument from Next(); a
+  // padded_shapes whose size or rank does not match the elements' likewise.
+  Dataset PaddedBatch(int64_t batch_size, PaddedBatchOptions options = {}) const;
 
   // Starts a pass. Files are opened here: a missing or unreadable file is an error naming it.
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator() const;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -55,6 +56,14 @@ std::unique_ptr<Iterator> MakeSourceSplitIterator(std::unique_ptr<Iterator> sour
 // An iterator that returns `status` on every call.
 std::unique_ptr<Iterator> MakeErrorIterator(absl::Status status);
 
+// Runs a Map function on one element: an exception becomes Internal, and so does the
+// function's own OutOfRange (it would read as a silent end of data).
+absl::StatusOr<Element> CallMapFn(const std::function<absl::StatusOr<Element>(Element)>& fn,
+                                  Element element);
+
+// The number of hardware threads (at least 1), for kAutotune.
+int64_t HardwareThreads();
+
 // Node factories, one per source or transform (defined in the file named for each).
 std::shared_ptr<const DatasetNode> MakeRangeNode(int64_t start, int64_t stop, int64_t step);
 std::shared_ptr<const DatasetNode> MakeTensorSlicesNode(std::vector<Tensor> components);
@@ -66,6 +75,14 @@ std::shared_ptr<const DatasetNode> MakeLibSvmNode(std::string path, int64_t num_
 std::shared_ptr<const DatasetNode> MakeZipNode(std::vector<Dataset> inputs);
 std::shared_ptr<const DatasetNode> MakeMapNode(Dataset input,
                                                std::function<absl::StatusOr<Element>(Element)> fn);
+std::shared_ptr<const DatasetNode> MakeParallelMapNode(
+    Dataset input, std::function<absl::StatusOr<Element>(Element)> fn, int64_t num_parallel_calls);
+std::shared_ptr<const DatasetNode> MakeInterleaveNode(
+    Dataset input, std::function<absl::StatusOr<Dataset>(Element)> fn, int64_t cycle_length,
+    int64_t block_length, int64_t num_parallel_calls);
+std::shared_ptr<const DatasetNode> MakeUnbatchNode(Dataset input);
+std::shared_ptr<const DatasetNode> MakePaddedBatchNode(Dataset input, int64_t batch_size,
+                                                       PaddedBatchOptions options);
 std::shared_ptr<const DatasetNode> MakeFilterNode(
     Dataset input, std::function<absl::StatusOr<bool>(const Element&)> pred);
 std::shared_ptr<const DatasetNode> MakeShuffleNode(Dataset input, int64_t buffer_size,

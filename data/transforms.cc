@@ -3,7 +3,9 @@
 // Every iterator holds a reference to its node (or input Dataset), so iterators outlive the
 // Dataset handles they were made from.
 
+#include <algorithm>
 #include <exception>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -63,20 +65,7 @@ class MapIterator : public Iterator {
       : input_(std::move(input)), fn_(std::move(fn)) {}
   absl::StatusOr<Element> Next() override {
     ASSIGN_OR_RETURN(Element e, input_->Next());
-    absl::StatusOr<Element> out;
-    // User code (LibTorch, say) may throw; on a Prefetch thread that would terminate the
-    // process, so an exception becomes this element's error.
-    try {
-      out = (*fn_)(std::move(e));
-    } catch (const std::exception& ex) {
-      return absl::InternalError(absl::StrCat("Map function threw: ", ex.what()));
-    }
-    // A function's own OutOfRange would read as a silent end of data; it is its error.
-    if (!out.ok() && IsEndOfData(out.status())) {
-      return absl::InternalError(
-          absl::StrCat("Map function returned OutOfRange: ", out.status().message()));
-    }
-    return out;
+    return CallMapFn(*fn_, std::move(e));
   }
 
  private:
@@ -287,6 +276,29 @@ class RepeatNode : public DatasetNode {
 };
 
 }  // namespace
+
+absl::StatusOr<Element> CallMapFn(const MapFn& fn, Element element) {
+  absl::StatusOr<Element> out;
+  // User code (LibTorch, say) may throw; on a Prefetch or Map thread that would terminate the
+  // process, so an exception becomes this element's error.
+  try {
+    out = fn(std::move(element));
+  } catch (const std::exception& ex) {
+    return absl::InternalError(absl::StrCat("Map function threw: ", ex.what()));
+  } catch (...) {
+    return absl::InternalError("Map function threw a non-std::exception");
+  }
+  // A function's own OutOfRange would read as a silent end of data; it is its error.
+  if (!out.ok() && IsEndOfData(out.status())) {
+    return absl::InternalError(
+        absl::StrCat("Map function returned OutOfRange: ", out.status().message()));
+  }
+  return out;
+}
+
+int64_t HardwareThreads() {
+  return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+}
 
 std::shared_ptr<const DatasetNode> MakeZipNode(std::vector<Dataset> inputs) {
   return std::make_shared<ZipNode>(std::move(inputs));
