@@ -74,6 +74,21 @@ struct SourceSplit {
   int64_t stride = 1;
 };
 
+// tf.distribute's auto-shard policies: how a pipeline read by several workers is divided
+// between them (Dataset::MakeShardedIterator).
+enum class AutoShardPolicy {
+  // Every worker reads everything.
+  kOff,
+  // Worker i of n reads files i, i + n, ... of every file reader (TFRecord, TextLines, IdxFile,
+  // LibSvm). A reader with fewer files than workers, or a pipeline without one, is
+  // InvalidArgument ("fewer files than workers").
+  kFile,
+  // Worker i of n reads records i, i + n, ... of every source (MakeSplitIterator).
+  kData,
+  // kFile when every file reader has at least as many files as workers, else kData.
+  kAuto,
+};
+
 // A cheap-to-copy handle on a shared, immutable pipeline description. Copying, transforming
 // and calling MakeIterator() are thread-safe; every iterator is independent. Functions given
 // to Map/Filter are shared by all iterators of the dataset and may run concurrently (and on
@@ -182,6 +197,15 @@ class Dataset {
   // Starts a pass over `split` of the sources (static sharding: {worker, max, num_workers}).
   // InvalidArgument when begin < 0, end < begin or stride < 1.
   absl::StatusOr<std::unique_ptr<Iterator>> MakeSplitIterator(const SourceSplit& split) const;
+
+  // Starts worker `worker_index`'s pass of `num_workers` under `policy`; *applied (if given)
+  // says which policy was used (kAuto becomes kFile or kData). Files of another worker's
+  // share are not opened. Readers inside an Interleave/FlatMap are not file-sharded: there the
+  // input (the list of file names) is what kData shards. InvalidArgument for a worker_index
+  // outside [0, num_workers).
+  absl::StatusOr<std::unique_ptr<Iterator>> MakeShardedIterator(
+      AutoShardPolicy policy, int64_t worker_index, int64_t num_workers,
+      AutoShardPolicy* applied = nullptr) const;
 
   // One pass over one split of dynamic sharding: like MakeSplitIterator, but `seed` is mixed
   // into every Shuffle (so each split of each epoch has its own, reproducible order), a Repeat

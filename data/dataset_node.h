@@ -8,12 +8,31 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <limits>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/sync.h"
 #include "data/dataset.h"
 
 namespace asyncps::data::internal {
+
+// FILE auto-sharding: file readers read files index, index + count, ... of their list.
+struct FileShard {
+  int64_t index = 0;
+  int64_t count = 1;
+};
+
+// What the file readers of a pipeline reported while its iterator was made under a FileShard
+// (the fewest files any of them has; how many there are). Filled by MakeIteratorOf; threads
+// that start later passes (Repeat inside Prefetch) may add to it.
+struct FileShardReport {
+  Mutex mu;
+  int64_t file_sources ABSL_GUARDED_BY(mu) = 0;
+  int64_t min_files ABSL_GUARDED_BY(mu) = std::numeric_limits<int64_t>::max();
+};
 
 // Passed down the pipeline when iterators are made.
 struct IteratorContext {
@@ -27,6 +46,10 @@ struct IteratorContext {
   // A split read once for dynamic sharding: Repeat is refused (the coordinator makes the
   // epochs) and Cache is bypassed (its one cached pass would be one split's records).
   bool single_pass = false;
+  // When set, file readers read only their share of files (Dataset::MakeShardedIterator,
+  // kFile) and say so in *file_report (if given). Not passed into Interleave's inner datasets.
+  std::optional<FileShard> file_shard;
+  std::shared_ptr<FileShardReport> file_report;
 };
 
 class DatasetNode {
@@ -38,7 +61,14 @@ class DatasetNode {
   // True for nodes that read records (Range, files, ...): MakeIteratorOf restricts their
   // iterators to IteratorContext::split. Transforms leave it false.
   virtual bool is_source() const { return false; }
+  // The number of files of a file reader (TFRecord, TextLines, IdxFile, LibSvm); -1 for
+  // every other node. A reader with a list reads FilesOfShard(its list, ctx).
+  virtual int64_t num_files() const { return -1; }
 };
+
+// The files of `paths` this iterator reads: all of them, or under ctx.file_shard its share.
+std::vector<std::string> FilesOfShard(const std::vector<std::string>& paths,
+                                      const IteratorContext& ctx);
 
 // A well-mixed 64-bit hash of (a, b) (splitmix64 finaliser), for seeds.
 uint64_t MixSeed(uint64_t a, uint64_t b);

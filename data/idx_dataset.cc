@@ -143,6 +143,7 @@ class IdxFileNode : public DatasetNode {
   explicit IdxFileNode(std::string path) : path_(std::move(path)) {}
 
   bool is_source() const override { return true; }
+  int64_t num_files() const override { return 1; }  // FILE sharding admits one worker only
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const IteratorContext&) const override {
     ASSIGN_OR_RETURN(std::unique_ptr<InputStream> in, InputStream::Open(path_));
     auto corrupt = [&](int64_t offset, absl::string_view what) {
