@@ -8,6 +8,7 @@
 #include "core/status_macros.h"
 #include "core/sync.h"
 #include "data/dataset_node.h"
+#include "data/iterator_state.h"
 
 namespace asyncps::data {
 
@@ -15,6 +16,21 @@ using internal::DatasetNode;
 using internal::IteratorContext;
 
 bool IsEndOfData(const absl::Status& s) { return absl::IsOutOfRange(s); }
+
+absl::StatusOr<std::string> Iterator::SaveState() const {
+  return absl::UnimplementedError("this iterator cannot save its position");
+}
+absl::Status Iterator::RestoreState(absl::string_view) {
+  return absl::UnimplementedError("this iterator cannot restore a position");
+}
+
+absl::StatusOr<std::unique_ptr<Iterator>> Dataset::RestoreIterator(absl::string_view state) const {
+  IteratorContext ctx;
+  ctx.defer_threads = true;
+  ASSIGN_OR_RETURN(std::unique_ptr<Iterator> it, internal::MakeIteratorOf(*this, ctx));
+  RETURN_IF_ERROR(it->RestoreState(state));
+  return it;
+}
 
 namespace internal {
 
@@ -31,6 +47,12 @@ class ErrorIterator : public Iterator {
  public:
   explicit ErrorIterator(absl::Status status) : status_(std::move(status)) {}
   absl::StatusOr<Element> Next() override { return status_; }
+  absl::StatusOr<std::string> SaveState() const override {
+    return StateWriter("Error").Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    return StateReader::Open(state, "Error").status();
+  }
 
  private:
   const absl::Status status_;

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/tensor.h"
 
 namespace asyncps::data {
@@ -57,6 +58,19 @@ class Iterator {
   // The next element; OutOfRange at the end (and on every later call); other codes are errors.
   // Errors from files (corrupt, truncated) are sticky: later calls return them again.
   virtual absl::StatusOr<Element> Next() = 0;
+
+  // The iterator's position, as compact bytes: Dataset::RestoreIterator(state) on the same
+  // dataset gives an iterator whose next element is this one's next. Supported by the sources
+  // and every transform but Cache; an iterator that cannot save says Unimplemented, naming
+  // itself. Stages that buffer (Shuffle, Interleave, Prefetch, parallel Map) save where their
+  // input stood when they started and how far they went, and restoring replays that far (it
+  // costs reading the input again, never a wrong position). Not while another thread is in
+  // Next().
+  virtual absl::StatusOr<std::string> SaveState() const;
+  // Moves a fresh iterator to `state`: use Dataset::RestoreIterator, which makes one whose
+  // threads wait for the first Next() (a started Prefetch or parallel Map has read ahead and
+  // says FailedPrecondition). InvalidArgument for a state saved from another pipeline.
+  virtual absl::Status RestoreState(absl::string_view state);
 };
 
 namespace internal {
@@ -193,6 +207,12 @@ class Dataset {
 
   // Starts a pass. Files are opened here: a missing or unreadable file is an error naming it.
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator() const;
+
+  // A pass that continues where the iterator that saved `state` (Iterator::SaveState) stood:
+  // its first element is that iterator's next. Made by MakeIterator(), so use the same
+  // dataset (same sources, transforms, arguments and seeds). InvalidArgument for a state of
+  // another pipeline; Unimplemented (naming it) when a stage cannot restore.
+  absl::StatusOr<std::unique_ptr<Iterator>> RestoreIterator(absl::string_view state) const;
 
   // Starts a pass over `split` of the sources (static sharding: {worker, max, num_workers}).
   // InvalidArgument when begin < 0, end < begin or stride < 1.

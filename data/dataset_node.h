@@ -50,6 +50,9 @@ struct IteratorContext {
   // kFile) and say so in *file_report (if given). Not passed into Interleave's inner datasets.
   std::optional<FileShard> file_shard;
   std::shared_ptr<FileShardReport> file_report;
+  // Made to be restored (Dataset::RestoreIterator): stages with threads start them at the
+  // first Next(), so RestoreState finds their input untouched. Otherwise they start at once.
+  bool defer_threads = false;
 };
 
 class DatasetNode {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "data/dataset_node.h"
+#include "data/iterator_state.h"
 #include "data/input_stream.h"
 
 namespace asyncps::data::internal {
@@ -125,6 +126,26 @@ class IdxIterator : public Iterator {
     DecodeValues(type_, static_cast<const unsigned char*>(raw), t.raw_data(), record_values_);
     ++next_;
     return Element{std::move(t)};
+  }
+
+  // The position is the number of records read; restoring skips that many (reading them).
+  absl::StatusOr<std::string> SaveState() const override {
+    if (!status_.ok() && !IsEndOfData(status_)) return status_;
+    StateWriter w("IdxFile");
+    w.Int(IsEndOfData(status_) ? records_ + 1 : next_);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "IdxFile"));
+    ASSIGN_OR_RETURN(int64_t n, r.Int());
+    if (n < 0 || n > records_ + 1) {
+      return absl::InvalidArgumentError(absl::StrCat("iterator state: record ", n, " of ", records_));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      absl::StatusOr<Element> skipped = Next();
+      if (!skipped.ok() && !IsEndOfData(skipped.status())) return skipped.status();
+    }
+    return absl::OkStatus();
   }
 
  private:

@@ -19,6 +19,7 @@
 #include "core/status_macros.h"
 #include "core/sync.h"
 #include "data/dataset_node.h"
+#include "data/iterator_state.h"
 
 namespace asyncps::data::internal {
 namespace {
@@ -51,9 +52,11 @@ class CycleIterator : public Iterator {
         block_length_(block_length),
         input_(std::move(input)),
         fn_(std::move(fn)),
-        inner_ctx_(std::move(inner_ctx)) {}
+        inner_ctx_(std::move(inner_ctx)),
+        base_(input_->SaveState()) {}
 
   absl::StatusOr<Element> Next() override {
+    ++calls_;
     while (!input_ended_ || num_open_ > 0) {
       if (IsOpen(cycle_index_)) {
         absl::StatusOr<Element> e = NextOf(cycle_index_);
@@ -86,6 +89,22 @@ class CycleIterator : public Iterator {
     return absl::OutOfRangeError("end of data");
   }
 
+  // The open inner iterators are not saved: the state is where the input started and the
+  // number of calls, and restoring replays them.
+  absl::StatusOr<std::string> SaveState() const override {
+    if (!base_.ok()) return base_.status();
+    return EncodeReplay("Interleave", {*base_, calls_});
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(ReplayState replay, DecodeReplay("Interleave", state));
+    RETURN_IF_ERROR(input_->RestoreState(replay.base));
+    base_ = replay.base;
+    calls_ = 0;
+    SkipCalls(*this, replay.calls);
+    calls_ = replay.calls;
+    return absl::OkStatus();
+  }
+
  protected:
   virtual bool IsOpen(int64_t slot) = 0;
   virtual absl::StatusOr<Element> NextOf(int64_t slot) = 0;
@@ -109,6 +128,8 @@ class CycleIterator : public Iterator {
   int64_t num_open_ = 0;
   int64_t opened_ = 0;
   bool input_ended_ = false;
+  absl::StatusOr<std::string> base_;  // the input's state when this pass started
+  int64_t calls_ = 0;
 };
 
 class SequentialInterleaveIterator : public CycleIterator {

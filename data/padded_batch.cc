@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "data/dataset_node.h"
+#include "data/iterator_state.h"
 
 namespace asyncps::data::internal {
 namespace {
@@ -22,6 +23,8 @@ class UnbatchIterator : public Iterator {
 
   absl::StatusOr<Element> Next() override {
     while (row_ >= rows_) {
+      // Where the input stood before this batch: a saved position inside it is that and a row.
+      before_current_ = input_->SaveState();
       ASSIGN_OR_RETURN(Element e, input_->Next());
       if (e.empty()) return absl::InvalidArgumentError("Unbatch: an element with no components");
       for (size_t c = 0; c < e.size(); ++c) {
@@ -50,8 +53,40 @@ class UnbatchIterator : public Iterator {
     return out;
   }
 
+  absl::StatusOr<std::string> SaveState() const override {
+    StateWriter w("Unbatch");
+    if (row_ < rows_) {
+      if (!before_current_.ok()) return before_current_.status();
+      w.Bytes(*before_current_);
+      w.Int(row_);
+    } else {
+      ASSIGN_OR_RETURN(std::string input, input_->SaveState());
+      w.Bytes(input);
+      w.Int(0);
+    }
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Unbatch"));
+    ASSIGN_OR_RETURN(std::string input, r.Bytes());
+    ASSIGN_OR_RETURN(int64_t row, r.Int());
+    RETURN_IF_ERROR(input_->RestoreState(input));
+    if (row <= 0) return absl::OkStatus();
+    // Read the batch again and stand at the row.
+    before_current_ = input;
+    ASSIGN_OR_RETURN(Element e, input_->Next());
+    if (e.empty() || e[0].rank() < 1 || e[0].dim(0) <= row) {
+      return absl::InvalidArgumentError("iterator state: Unbatch row past its batch");
+    }
+    current_ = std::move(e);
+    rows_ = current_[0].dim(0);
+    row_ = row;
+    return absl::OkStatus();
+  }
+
  private:
   const std::unique_ptr<Iterator> input_;
+  absl::StatusOr<std::string> before_current_;
   Element current_;
   int64_t rows_ = 0;
   int64_t row_ = 0;
@@ -219,6 +254,17 @@ class PaddedBatchIterator : public Iterator {
       return EndOfData();
     }
     return PadAndStack(rows, *options_);
+  }
+  absl::StatusOr<std::string> SaveState() const override {
+    ASSIGN_OR_RETURN(std::string input, input_->SaveState());
+    StateWriter w("PaddedBatch");
+    w.Bytes(input);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "PaddedBatch"));
+    ASSIGN_OR_RETURN(std::string input, r.Bytes());
+    return input_->RestoreState(input);
   }
 
  private:

@@ -23,6 +23,7 @@
 #include "core/status_macros.h"
 #include "core/sync.h"
 #include "data/dataset_node.h"
+#include "data/iterator_state.h"
 
 namespace asyncps::data::internal {
 namespace {
@@ -34,14 +35,15 @@ constexpr absl::Duration kMinParallelCost = absl::Microseconds(50);
 class ParallelMapIterator : public Iterator {
  public:
   ParallelMapIterator(std::unique_ptr<Iterator> input, std::shared_ptr<const MapFn> fn,
-                      int64_t parallelism, bool autotune)
+                      int64_t parallelism, bool autotune, bool start_now)
       : input_(std::move(input)),
         fn_(std::move(fn)),
         autotune_(autotune),
-        max_parallelism_(autotune ? HardwareThreads() : parallelism) {
+        max_parallelism_(autotune ? HardwareThreads() : parallelism),
+        base_(input_->SaveState()) {
     MutexLock lock(&mu_);
     target_ = parallelism;
-    GrowPoolLocked();
+    if (start_now) GrowPoolLocked();
   }
 
   ~ParallelMapIterator() override {
@@ -54,6 +56,8 @@ class ParallelMapIterator : public Iterator {
 
   absl::StatusOr<Element> Next() override {
     MutexLock lock(&mu_);
+    // Deferred to here for an iterator that is to be restored (IteratorContext::defer_threads).
+    if (threads_.empty()) GrowPoolLocked();
     if (!ReadyLocked()) {
       // The consumer waits on the map: with autotuning and a costly function, add a thread.
       if (autotune_ && target_ < max_parallelism_ && calls_ > 0 &&
@@ -70,6 +74,30 @@ class ParallelMapIterator : public Iterator {
     ++next_out_;
     if (!slot.status.ok()) return slot.status;
     return std::move(slot.element);
+  }
+
+  // A 1:1 stage: the state is where the input started and how many positions were returned;
+  // restoring repeats those calls on the input, without the function.
+  absl::StatusOr<std::string> SaveState() const override {
+    if (!base_.ok()) return base_.status();
+    MutexLock lock(&mu_);
+    return EncodeReplay("ParallelMap", {*base_, next_out_});
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(ReplayState replay, DecodeReplay("ParallelMap", state));
+    {
+      MutexLock lock(&mu_);
+      if (!threads_.empty()) {
+        return absl::FailedPreconditionError(
+            "Map: RestoreState on a started iterator (use Dataset::RestoreIterator)");
+      }
+    }
+    RETURN_IF_ERROR(input_->RestoreState(replay.base));
+    SkipCalls(*input_, replay.calls);
+    base_ = replay.base;
+    MutexLock lock(&mu_);
+    next_in_ = next_out_ = replay.calls;
+    return absl::OkStatus();
   }
 
  private:
@@ -140,7 +168,8 @@ class ParallelMapIterator : public Iterator {
   const std::shared_ptr<const MapFn> fn_;
   const bool autotune_;
   const int64_t max_parallelism_;
-  Mutex mu_;
+  absl::StatusOr<std::string> base_;  // the input's state when this pass started
+  mutable Mutex mu_;
   int64_t target_ ABSL_GUARDED_BY(mu_) = 1;    // threads allowed, and elements taken ahead
   int64_t next_in_ ABSL_GUARDED_BY(mu_) = 0;   // position of the next element taken
   int64_t next_out_ ABSL_GUARDED_BY(mu_) = 0;  // position Next() returns next
@@ -172,8 +201,8 @@ class ParallelMapNode : public DatasetNode {
     }
     ASSIGN_OR_RETURN(auto in, MakeIteratorOf(input_, ctx));
     const bool autotune = num_parallel_calls_ == kAutotune;
-    return std::make_unique<ParallelMapIterator>(std::move(in), fn_,
-                                                 autotune ? 1 : num_parallel_calls_, autotune);
+    return std::make_unique<ParallelMapIterator>(
+        std::move(in), fn_, autotune ? 1 : num_parallel_calls_, autotune, !ctx.defer_threads);
   }
 
  private:

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "data/dataset_node.h"
+#include "data/iterator_state.h"
 
 namespace asyncps::data::internal {
 namespace {
@@ -30,6 +31,27 @@ class ZipIterator : public Iterator {
       for (Tensor& t : e) out.push_back(std::move(t));
     }
     return out;
+  }
+  absl::StatusOr<std::string> SaveState() const override {
+    StateWriter w("Zip");
+    w.Int(static_cast<int64_t>(inputs_.size()));
+    for (const auto& in : inputs_) {
+      ASSIGN_OR_RETURN(std::string s, in->SaveState());
+      w.Bytes(s);
+    }
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Zip"));
+    ASSIGN_OR_RETURN(int64_t n, r.Int());
+    if (n != static_cast<int64_t>(inputs_.size())) {
+      return absl::InvalidArgumentError("iterator state: Zip of another number of datasets");
+    }
+    for (auto& in : inputs_) {
+      ASSIGN_OR_RETURN(std::string s, r.Bytes());
+      RETURN_IF_ERROR(in->RestoreState(s));
+    }
+    return absl::OkStatus();
   }
 
  private:
@@ -66,6 +88,17 @@ class MapIterator : public Iterator {
   absl::StatusOr<Element> Next() override {
     ASSIGN_OR_RETURN(Element e, input_->Next());
     return CallMapFn(*fn_, std::move(e));
+  }
+  absl::StatusOr<std::string> SaveState() const override {
+    ASSIGN_OR_RETURN(std::string input, input_->SaveState());
+    StateWriter w("Map");
+    w.Bytes(input);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Map"));
+    ASSIGN_OR_RETURN(std::string input, r.Bytes());
+    return input_->RestoreState(input);
   }
 
  private:
@@ -112,6 +145,17 @@ class FilterIterator : public Iterator {
       if (*keep) return e;
     }
   }
+  absl::StatusOr<std::string> SaveState() const override {
+    ASSIGN_OR_RETURN(std::string input, input_->SaveState());
+    StateWriter w("Filter");
+    w.Bytes(input);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Filter"));
+    ASSIGN_OR_RETURN(std::string input, r.Bytes());
+    return input_->RestoreState(input);
+  }
 
  private:
   const std::unique_ptr<Iterator> input_;
@@ -145,6 +189,19 @@ class TakeIterator : public Iterator {
     if (left_ > 0) --left_;
     return e;
   }
+  absl::StatusOr<std::string> SaveState() const override {
+    ASSIGN_OR_RETURN(std::string input, input_->SaveState());
+    StateWriter w("Take");
+    w.Bytes(input);
+    w.Int(left_);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Take"));
+    ASSIGN_OR_RETURN(std::string input, r.Bytes());
+    ASSIGN_OR_RETURN(left_, r.Int());
+    return input_->RestoreState(input);
+  }
 
  private:
   const std::unique_ptr<Iterator> input_;
@@ -166,6 +223,19 @@ class StrideIterator : public Iterator {
     ASSIGN_OR_RETURN(Element e, input_->Next());
     to_drop_ = gap_;
     return e;
+  }
+  absl::StatusOr<std::string> SaveState() const override {
+    ASSIGN_OR_RETURN(std::string input, input_->SaveState());
+    StateWriter w("SkipOrShard");
+    w.Bytes(input);
+    w.Int(to_drop_);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "SkipOrShard"));
+    ASSIGN_OR_RETURN(std::string input, r.Bytes());
+    ASSIGN_OR_RETURN(to_drop_, r.Int());
+    return input_->RestoreState(input);
   }
 
  private:
@@ -237,6 +307,36 @@ class RepeatIterator : public Iterator {
       // An empty pass ends the repetition: Repeat() of an empty input would spin forever.
       if (!produced_this_pass_) ended_ = true;
     }
+  }
+
+  absl::StatusOr<std::string> SaveState() const override {
+    StateWriter w("Repeat");
+    w.Int(epoch_);
+    w.Int(produced_this_pass_ ? 1 : 0);
+    w.Int(ended_ ? 1 : 0);
+    w.Int(current_ != nullptr ? 1 : 0);
+    if (current_ != nullptr) {
+      ASSIGN_OR_RETURN(std::string pass, current_->SaveState());
+      w.Bytes(pass);
+    }
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Repeat"));
+    ASSIGN_OR_RETURN(epoch_, r.Int());
+    ASSIGN_OR_RETURN(int64_t produced, r.Int());
+    ASSIGN_OR_RETURN(int64_t ended, r.Int());
+    ASSIGN_OR_RETURN(int64_t has_pass, r.Int());
+    ended_ = ended != 0;
+    current_.reset();
+    if (has_pass != 0) {
+      ASSIGN_OR_RETURN(std::string pass, r.Bytes());
+      // The pass of epoch_ (its Shuffle seeds depend on it), moved to where it stood.
+      ASSIGN_OR_RETURN(current_, MakePass());
+      RETURN_IF_ERROR(current_->RestoreState(pass));
+    }
+    produced_this_pass_ = produced != 0;
+    return absl::OkStatus();
   }
 
  private:
