@@ -2,6 +2,10 @@
 // Batch(128), and of the full training pipeline (+ Shuffle + Prefetch), beside a raw zlib
 // gzread of the same file measured in the same run (its bytes counted as 784-byte examples).
 //
+// Also: parallel Map with a CPU-bound function of about 1 ms per element (calibrated on this
+// machine), at num_parallel_calls 1, 2 and kAutotune, against the sequential Map, in the same
+// run (the load average is printed beside it: the machine is shared).
+//
 // Usage: data_bench [--quick] [--json=PATH]    (--json: the figures as JSON too, bench/report.h)
 //
 // Rounds alternate raw / pipeline so that noise on the shared machine hits both alike; the
@@ -14,6 +18,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -82,7 +88,81 @@ double Pipeline(const Dataset& dataset, int64_t examples) {
   return static_cast<double>(examples) / Seconds(start);
 }
 
+// CPU work that the optimiser cannot drop: `n` rounds of a 64-bit mix.
+uint64_t Burn(uint64_t n, uint64_t seed) {
+  uint64_t x = seed | 1;
+  for (uint64_t i = 0; i < n; ++i) x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ull + i;
+  return x;
+}
+
+// Rounds of Burn per millisecond on one core of this machine (best of a few tries, so a
+// preempted try does not inflate the per-element cost).
+uint64_t CalibrateRoundsPerMs() {
+  double best = 0;
+  volatile uint64_t sink = 0;
+  for (int t = 0; t < 5; ++t) {
+    const uint64_t n = 2'000'000;
+    const auto start = Clock::now();
+    sink = sink + Burn(n, t);
+    best = std::max(best, static_cast<double>(n) / (Seconds(start) * 1000));
+  }
+  return static_cast<uint64_t>(best);
+}
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
+}
+
+void ParallelMapBench(bool quick, bench::Report& report) {
+  const uint64_t rounds_per_ms = CalibrateRoundsPerMs();
+  const int64_t elements = quick ? 60 : 600;
+  auto fn = [rounds_per_ms](Element e) -> absl::StatusOr<Element> {
+    const uint64_t x = Burn(rounds_per_ms, static_cast<uint64_t>(*e[0].data<int64_t>()));
+    return Element{Tensor::Scalar<int64_t>(static_cast<int64_t>(x & 0xff))};
+  };
+  const Dataset input = Dataset::Range(0, elements);
+  struct Case {
+    const char* name;
+    Dataset dataset;
+    double best = 0;
+  };
+  std::vector<Case> cases = {
+      {"Map (sequential)", input.Map(fn)},
+      {"Map num_parallel_calls=1", input.Map(fn, 1)},
+      {"Map num_parallel_calls=2", input.Map(fn, 2)},
+      {"Map num_parallel_calls=kAutotune", input.Map(fn, kAutotune)},
+  };
+  const std::string load_before = LoadAverage();
+  for (int r = 0; r < (quick ? 1 : 3); ++r) {
+    for (Case& c : cases) {
+      const auto start = Clock::now();
+      auto it = c.dataset.MakeIterator();
+      int64_t n = 0;
+      while (it.ok() && (*it)->Next().ok()) ++n;
+      if (n == elements) c.best = std::max(c.best, static_cast<double>(n) / Seconds(start));
+    }
+  }
+  std::printf("data_bench: parallel Map, %lld elements of a ~1 ms CPU map, %u hardware threads, "
+              "load average %s (before) / %s (after)\n",
+              static_cast<long long>(elements), std::thread::hardware_concurrency(),
+              load_before.c_str(), LoadAverage().c_str());
+  const double sequential = cases[0].best;
+  for (const Case& c : cases) {
+    report.Add({.name = c.name,
+                .value = c.best,
+                .unit = "elements/s",
+                .reference = "Map (sequential)",
+                .reference_value = sequential});
+    std::printf("  %-46s %12.0f elements/s  ratio %.2f of sequential\n", c.name, c.best,
+                sequential > 0 ? c.best / sequential : 0.0);
+  }
+}
+
 int Main(bool quick, bench::Report& report) {
+  ParallelMapBench(quick, report);
   if (!std::filesystem::exists(kImages)) {
     std::printf("data_bench: %s not found (install dataset-fashion-mnist); nothing measured\n",
                 kImages);

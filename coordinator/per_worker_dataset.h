@@ -16,7 +16,7 @@ class ClusterCoordinator;
 // (ClusterCoordinator::CreatePerWorkerDataset). Like TensorFlow's per-worker dataset, it is
 // consumed through iterators: MakeIterator creates one on every worker.
 //
-// kOff and kData (see ShardingPolicy): each call gives fresh iterators that start from the
+// kOff, kData, kFile and kAuto (see ShardingPolicy): each call gives fresh iterators that start from the
 // beginning (TF's iter()). A worker that comes back after a failure gets the dataset and every
 // iterator rebuilt before it runs a closure; its iterators start over.
 //

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "data/dataset_node.h"
+#include "data/iterator_state.h"
 
 namespace asyncps::data::internal {
 namespace {
@@ -70,6 +71,17 @@ class BatchIterator : public Iterator {
       return absl::OutOfRangeError("end of data");
     }
     return Stack(rows);
+  }
+  absl::StatusOr<std::string> SaveState() const override {
+    ASSIGN_OR_RETURN(std::string input, input_->SaveState());
+    StateWriter w("Batch");
+    w.Bytes(input);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Batch"));
+    ASSIGN_OR_RETURN(std::string input, r.Bytes());
+    return input_->RestoreState(input);
   }
 
  private:

@@ -35,6 +35,7 @@ class CacheNode : public DatasetNode, public std::enable_shared_from_this<CacheN
       if (next_ >= elements_->size()) return absl::OutOfRangeError("end of data");
       return (*elements_)[next_++];
     }
+    absl::StatusOr<std::string> SaveState() const override { return Unsaveable(); }
 
    private:
     const std::shared_ptr<const Elements> elements_;
@@ -62,6 +63,7 @@ class CacheNode : public DatasetNode, public std::enable_shared_from_this<CacheN
       }
       return e;
     }
+    absl::StatusOr<std::string> SaveState() const override { return Unsaveable(); }
 
    private:
     const std::shared_ptr<const CacheNode> node_;
@@ -70,6 +72,11 @@ class CacheNode : public DatasetNode, public std::enable_shared_from_this<CacheN
     bool failed_ = false;
     bool published_ = false;
   };
+
+  static absl::Status Unsaveable() {
+    return absl::UnimplementedError(
+        "Cache: an iterator's position cannot be saved (save before the Cache, or drop it)");
+  }
 
   std::shared_ptr<const Elements> Cached() const {
     MutexLock lock(&mu_);

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/tensor.h"
 
 namespace asyncps::data {
@@ -31,6 +32,20 @@ namespace asyncps::data {
 // storage with the source's tensors (FromTensorSlices gives views): treat them as read-only
 // and Clone() before writing in place.
 using Element = std::vector<Tensor>;
+
+// For a parallelism argument (Map's num_parallel_calls, Interleave's cycle_length and
+// num_parallel_calls): let the iterator choose (see each transform).
+inline constexpr int64_t kAutotune = -1;
+
+// PaddedBatch's options. Component c of every element is padded, at the end of each dimension,
+// up to padded_shapes[c] (a dimension of -1: the largest in the batch); an empty padded_shapes
+// pads every component to the largest in the batch. padding_values[c] (converted to the
+// component's dtype; 0 when absent) fills the padding.
+struct PaddedBatchOptions {
+  std::vector<std::vector<int64_t>> padded_shapes;
+  std::vector<double> padding_values;
+  bool drop_remainder = false;
+};
 
 // True for the status that marks the end of the data (absl::OutOfRangeError). Every other
 // non-OK status is an error.
@@ -43,6 +58,19 @@ class Iterator {
   // The next element; OutOfRange at the end (and on every later call); other codes are errors.
   // Errors from files (corrupt, truncated) are sticky: later calls return them again.
   virtual absl::StatusOr<Element> Next() = 0;
+
+  // The iterator's position, as compact bytes: Dataset::RestoreIterator(state) on the same
+  // dataset gives an iterator whose next element is this one's next. Supported by the sources
+  // and every transform but Cache; an iterator that cannot save says Unimplemented, naming
+  // itself. Stages that buffer (Shuffle, Interleave, Prefetch, parallel Map) save where their
+  // input stood when they started and how far they went, and restoring replays that far (it
+  // costs reading the input again, never a wrong position). Not while another thread is in
+  // Next().
+  virtual absl::StatusOr<std::string> SaveState() const;
+  // Moves a fresh iterator to `state`: use Dataset::RestoreIterator, which makes one whose
+  // threads wait for the first Next() (a started Prefetch or parallel Map has read ahead and
+  // says FailedPrecondition). InvalidArgument for a state saved from another pipeline.
+  virtual absl::Status RestoreState(absl::string_view state);
 };
 
 namespace internal {
@@ -58,6 +86,21 @@ struct SourceSplit {
   int64_t begin = 0;
   int64_t end = std::numeric_limits<int64_t>::max();
   int64_t stride = 1;
+};
+
+// tf.distribute's auto-shard policies: how a pipeline read by several workers is divided
+// between them (Dataset::MakeShardedIterator).
+enum class AutoShardPolicy {
+  // Every worker reads everything.
+  kOff,
+  // Worker i of n reads files i, i + n, ... of every file reader (TFRecord, TextLines, IdxFile,
+  // LibSvm). A reader with fewer files than workers, or a pipeline without one, is
+  // InvalidArgument ("fewer files than workers").
+  kFile,
+  // Worker i of n reads records i, i + n, ... of every source (MakeSplitIterator).
+  kData,
+  // kFile when every file reader has at least as many files as workers, else kData.
+  kAuto,
 };
 
 // A cheap-to-copy handle on a shared, immutable pipeline description. Copying, transforming
@@ -102,6 +145,15 @@ class Dataset {
   // fn's error status is returned by Next() for that element; iteration can go on after it.
   // An exception thrown by fn becomes an Internal error (likewise for Filter).
   Dataset Map(std::function<absl::StatusOr<Element>(Element)> fn) const;
+  // Map on `num_parallel_calls` threads (>= 1, or kAutotune), in the same order as the
+  // sequential Map: element i's result (or error) is returned i-th, and the end of the data
+  // comes after every element. Up to num_parallel_calls elements are read ahead. kAutotune
+  // starts with one thread and adds one (up to the machine's cores) whenever Next() has to wait
+  // while the function's mean cost is at least 50 us (cheaper functions gain less than the
+  // hand-off between threads costs). The threads are stopped and joined when the iterator is
+  // destroyed, after the calls in flight return. A num_parallel_calls of 0 or below (other than
+  // kAutotune) is InvalidArgument.
+  Dataset Map(std::function<absl::StatusOr<Element>(Element)> fn, int64_t num_parallel_calls) const;
   // Keeps the elements for which pred returns true.
   Dataset Filter(std::function<absl::StatusOr<bool>(const Element&)> pred) const;
   // Uniform shuffle through a buffer of `buffer_size` elements (>= 1). Deterministic for a
@@ -130,12 +182,50 @@ class Dataset {
   // joined when the iterator is destroyed (after the input's Next() in flight, if any, returns).
   Dataset Prefetch(int64_t buffer_size) const;
 
+  // The elements of fn(e)'s dataset for each input element e, one dataset after another. An
+  // error from fn (or an exception: Internal) is returned for that input element; iteration
+  // can go on after it. The inner datasets are read whole: a split (sharding) applies to the
+  // input (the list of files, say), never to the inner datasets.
+  Dataset FlatMap(std::function<absl::StatusOr<Dataset>(Element)> fn) const;
+  // tf.data's interleave: keeps `cycle_length` inner datasets fn(e) open and takes
+  // `block_length` elements from each in turn; an ended inner dataset is replaced by the next
+  // input element's (in its place in the cycle). num_parallel_calls 0 reads on the caller's
+  // thread; >= 1 (or kAutotune: min(cycle_length, cores)) threads read ahead into a buffer of
+  // block_length elements per open dataset. The order is the same either way. cycle_length
+  // kAutotune is the number of cores. Other values below 1 are InvalidArgument.
+  Dataset Interleave(std::function<absl::StatusOr<Dataset>(Element)> fn, int64_t cycle_length,
+                     int64_t block_length = 1, int64_t num_parallel_calls = 0) const;
+  // Splits every element along axis 0: component c of output row r is row r of component c.
+  // Every component needs rank >= 1 and the same dim(0), else InvalidArgument from Next().
+  // The rows share storage with the input element.
+  Dataset Unbatch() const;
+  // Batch for elements whose shapes differ: each component is padded (see PaddedBatchOptions)
+  // to a common shape, then stacked. Ranks or dtypes that differ within a batch, or a
+  // dimension larger than its fixed padded size, are InvalidArgument from Next(); a
+  // padded_shapes whose size or rank does not match the elements' likewise.
+  Dataset PaddedBatch(int64_t batch_size, PaddedBatchOptions options = {}) const;
+
   // Starts a pass. Files are opened here: a missing or unreadable file is an error naming it.
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator() const;
+
+  // A pass that continues where the iterator that saved `state` (Iterator::SaveState) stood:
+  // its first element is that iterator's next. Made by MakeIterator(), so use the same
+  // dataset (same sources, transforms, arguments and seeds). InvalidArgument for a state of
+  // another pipeline; Unimplemented (naming it) when a stage cannot restore.
+  absl::StatusOr<std::unique_ptr<Iterator>> RestoreIterator(absl::string_view state) const;
 
   // Starts a pass over `split` of the sources (static sharding: {worker, max, num_workers}).
   // InvalidArgument when begin < 0, end < begin or stride < 1.
   absl::StatusOr<std::unique_ptr<Iterator>> MakeSplitIterator(const SourceSplit& split) const;
+
+  // Starts worker `worker_index`'s pass of `num_workers` under `policy`; *applied (if given)
+  // says which policy was used (kAuto becomes kFile or kData). Files of another worker's
+  // share are not opened. Readers inside an Interleave/FlatMap are not file-sharded: there the
+  // input (the list of file names) is what kData shards. InvalidArgument for a worker_index
+  // outside [0, num_workers).
+  absl::StatusOr<std::unique_ptr<Iterator>> MakeShardedIterator(
+      AutoShardPolicy policy, int64_t worker_index, int64_t num_workers,
+      AutoShardPolicy* applied = nullptr) const;
 
   // One pass over one split of dynamic sharding: like MakeSplitIterator, but `seed` is mixed
   // into every Shuffle (so each split of each epoch has its own, reproducible order), a Repeat

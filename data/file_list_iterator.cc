@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "data/iterator_state.h"
 
 namespace asyncps::data::internal {
 
@@ -37,6 +38,7 @@ absl::StatusOr<Element> FileListIterator::Next() {
         break;
       }
       current_ = *std::move(in);
+      records_in_current_ = 0;
     }
     absl::StatusOr<std::optional<Element>> record = ReadRecord(*current_);
     if (!record.ok()) {
@@ -45,10 +47,47 @@ absl::StatusOr<Element> FileListIterator::Next() {
       if (IsEndOfData(status_)) status_ = absl::InternalError(status_.message());
       break;
     }
-    if (record->has_value()) return **std::move(record);
+    if (record->has_value()) {
+      ++records_in_current_;
+      return **std::move(record);
+    }
     current_.reset();
   }
   return status_;
+}
+
+absl::StatusOr<std::string> FileListIterator::SaveState() const {
+  if (!status_.ok() && !IsEndOfData(status_)) return status_;  // a failed pass has no position
+  StateWriter w("Files");
+  // The file being read (next_path_ is one past it), or next_path_ between files.
+  const int64_t file = static_cast<int64_t>(next_path_) - (current_ != nullptr ? 1 : 0);
+  w.Int(IsEndOfData(status_) ? static_cast<int64_t>(paths_.size()) : file);
+  w.Int(current_ != nullptr ? records_in_current_ : 0);
+  return std::move(w).Finish();
+}
+
+absl::Status FileListIterator::RestoreState(absl::string_view state) {
+  ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Files"));
+  ASSIGN_OR_RETURN(int64_t file, r.Int());
+  ASSIGN_OR_RETURN(int64_t records, r.Int());
+  if (file < 0 || file > static_cast<int64_t>(paths_.size()) || records < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("iterator state: file ", file, " of ",
+                                                   paths_.size(), ", record ", records));
+  }
+  current_.reset();
+  next_path_ = static_cast<size_t>(file);
+  status_ = absl::OkStatus();
+  if (records == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(current_, InputStream::Open(paths_[next_path_++]));
+  records_in_current_ = 0;
+  for (; records_in_current_ < records; ++records_in_current_) {
+    ASSIGN_OR_RETURN(std::optional<Element> skipped, ReadRecord(*current_));
+    if (!skipped.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("iterator state: ", paths_[next_path_ - 1],
+                                                     " has fewer than ", records, " records"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace asyncps::data::internal

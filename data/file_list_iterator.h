@@ -27,6 +27,10 @@ class FileListIterator : public Iterator {
   // end are sticky.
   absl::StatusOr<Element> Next() final;
 
+  // The position is (file, records read in it): restoring opens that file and skips them.
+  absl::StatusOr<std::string> SaveState() const final;
+  absl::Status RestoreState(absl::string_view state) final;
+
  protected:
   // The next record of `in`, or nullopt at a clean end of that file.
   virtual absl::StatusOr<std::optional<Element>> ReadRecord(InputStream& in) = 0;
@@ -35,6 +39,7 @@ class FileListIterator : public Iterator {
   const std::vector<std::string> paths_;
   size_t next_path_ = 0;
   std::unique_ptr<InputStream> current_;
+  int64_t records_in_current_ = 0;  // records of the current file returned so far
   absl::Status status_;  // sticky end or error
 };
 

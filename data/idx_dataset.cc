@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "data/dataset_node.h"
+#include "data/iterator_state.h"
 #include "data/input_stream.h"
 
 namespace asyncps::data::internal {
@@ -127,6 +128,26 @@ class IdxIterator : public Iterator {
     return Element{std::move(t)};
   }
 
+  // The position is the number of records read; restoring skips that many (reading them).
+  absl::StatusOr<std::string> SaveState() const override {
+    if (!status_.ok() && !IsEndOfData(status_)) return status_;
+    StateWriter w("IdxFile");
+    w.Int(IsEndOfData(status_) ? records_ + 1 : next_);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "IdxFile"));
+    ASSIGN_OR_RETURN(int64_t n, r.Int());
+    if (n < 0 || n > records_ + 1) {
+      return absl::InvalidArgumentError(absl::StrCat("iterator state: record ", n, " of ", records_));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      absl::StatusOr<Element> skipped = Next();
+      if (!skipped.ok() && !IsEndOfData(skipped.status())) return skipped.status();
+    }
+    return absl::OkStatus();
+  }
+
  private:
   const std::unique_ptr<InputStream> in_;
   const IdxType type_;
@@ -143,6 +164,7 @@ class IdxFileNode : public DatasetNode {
   explicit IdxFileNode(std::string path) : path_(std::move(path)) {}
 
   bool is_source() const override { return true; }
+  int64_t num_files() const override { return 1; }  // FILE sharding admits one worker only
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const IteratorContext&) const override {
     ASSIGN_OR_RETURN(std::unique_ptr<InputStream> in, InputStream::Open(path_));
     auto corrupt = [&](int64_t offset, absl::string_view what) {

@@ -13,15 +13,18 @@
 #include "core/status_macros.h"
 #include "core/sync.h"
 #include "data/dataset_node.h"
+#include "data/iterator_state.h"
 
 namespace asyncps::data::internal {
 namespace {
 
 class PrefetchIterator : public Iterator {
  public:
-  PrefetchIterator(std::unique_ptr<Iterator> input, int64_t buffer_size)
-      : input_(std::move(input)), capacity_(static_cast<size_t>(buffer_size)) {
-    producer_ = std::thread([this] { Produce(); });
+  PrefetchIterator(std::unique_ptr<Iterator> input, int64_t buffer_size, bool start_now)
+      : input_(std::move(input)),
+        capacity_(static_cast<size_t>(buffer_size)),
+        base_(input_->SaveState()) {
+    if (start_now) producer_ = std::thread([this] { Produce(); });
   }
 
   ~PrefetchIterator() override {
@@ -29,10 +32,12 @@ class PrefetchIterator : public Iterator {
       MutexLock lock(&mu_);
       cancelled_ = true;
     }
-    producer_.join();
+    if (producer_.joinable()) producer_.join();
   }
 
   absl::StatusOr<Element> Next() override {
+    // Deferred to here for an iterator that is to be restored (IteratorContext::defer_threads).
+    if (!producer_.joinable()) producer_ = std::thread([this] { Produce(); });
     MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](PrefetchIterator* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
@@ -42,6 +47,7 @@ class PrefetchIterator : public Iterator {
     if (buffer_.empty()) return absl::OutOfRangeError("end of data");
     Slot slot = std::move(buffer_.front());
     buffer_.pop_front();
+    ++consumed_;
     if (!slot.status.ok()) return slot.status;
     return std::move(slot.element);
   }
@@ -74,6 +80,29 @@ class PrefetchIterator : public Iterator {
     }
   }
 
+ public:
+  // One input call per element or error returned: the state is where the input started and
+  // how many calls were returned; restoring repeats them on the input (not the buffer).
+  absl::StatusOr<std::string> SaveState() const override {
+    if (!base_.ok()) return base_.status();
+    MutexLock lock(&mu_);
+    return EncodeReplay("Prefetch", {*base_, consumed_});
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(ReplayState replay, DecodeReplay("Prefetch", state));
+    if (producer_.joinable()) {
+      return absl::FailedPreconditionError(
+          "Prefetch: RestoreState on a started iterator (use Dataset::RestoreIterator)");
+    }
+    RETURN_IF_ERROR(input_->RestoreState(replay.base));
+    SkipCalls(*input_, replay.calls);
+    base_ = replay.base;
+    MutexLock lock(&mu_);
+    consumed_ = replay.calls;
+    return absl::OkStatus();
+  }
+
+ private:
   // An element or an error. (A plain struct: g++ 12 misreports moves of a StatusOr<vector>
   // out of a deque as uninitialised reads.)
   struct Slot {
@@ -83,7 +112,9 @@ class PrefetchIterator : public Iterator {
 
   const std::unique_ptr<Iterator> input_;
   const size_t capacity_;
-  Mutex mu_;
+  absl::StatusOr<std::string> base_;  // the input's state when this pass started
+  mutable Mutex mu_;
+  int64_t consumed_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Slot> buffer_ ABSL_GUARDED_BY(mu_);
   bool input_ended_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -101,7 +132,7 @@ class PrefetchNode : public DatasetNode {
           absl::StrCat("Prefetch: buffer_size must be >= 1, got ", buffer_size_));
     }
     ASSIGN_OR_RETURN(auto it, MakeIteratorOf(input_, ctx));
-    return std::make_unique<PrefetchIterator>(std::move(it), buffer_size_);
+    return std::make_unique<PrefetchIterator>(std::move(it), buffer_size_, !ctx.defer_threads);
   }
 
  private:

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "data/dataset_node.h"
+#include "data/iterator_state.h"
 
 namespace asyncps::data::internal {
 namespace {
@@ -35,9 +36,13 @@ class Rng {
 class ShuffleIterator : public Iterator {
  public:
   ShuffleIterator(std::unique_ptr<Iterator> input, int64_t buffer_size, uint64_t seed)
-      : input_(std::move(input)), capacity_(static_cast<size_t>(buffer_size)), rng_(seed) {}
+      : input_(std::move(input)),
+        capacity_(static_cast<size_t>(buffer_size)),
+        rng_(seed),
+        base_(input_->SaveState()) {}
 
   absl::StatusOr<Element> Next() override {
+    ++calls_;
     while (!input_done_ && buffer_.size() < capacity_) {
       absl::StatusOr<Element> e = input_->Next();
       if (!e.ok()) {
@@ -55,12 +60,30 @@ class ShuffleIterator : public Iterator {
     return out;
   }
 
+  // The buffer is not saved (it may hold thousands of images): the state is where the input
+  // started and the number of calls, and restoring replays them.
+  absl::StatusOr<std::string> SaveState() const override {
+    if (!base_.ok()) return base_.status();
+    return EncodeReplay("Shuffle", {*base_, calls_});
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(ReplayState replay, DecodeReplay("Shuffle", state));
+    RETURN_IF_ERROR(input_->RestoreState(replay.base));
+    base_ = replay.base;
+    calls_ = 0;
+    SkipCalls(*this, replay.calls);
+    calls_ = replay.calls;
+    return absl::OkStatus();
+  }
+
  private:
   const std::unique_ptr<Iterator> input_;
   const size_t capacity_;
   Rng rng_;
   std::vector<Element> buffer_;
   bool input_done_ = false;
+  absl::StatusOr<std::string> base_;  // the input's state when this pass started
+  int64_t calls_ = 0;
 };
 
 class ShuffleNode : public DatasetNode {

@@ -4,6 +4,7 @@
 
 #include "core/status_macros.h"
 #include "data/dataset_node.h"
+#include "data/iterator_state.h"
 
 namespace asyncps::data::internal {
 namespace {
@@ -34,6 +35,26 @@ class SourceSplitIterator : public Iterator {
     if (!e.ok()) return End(e.status());
     ++position_;
     return e;
+  }
+
+  absl::StatusOr<std::string> SaveState() const override {
+    ASSIGN_OR_RETURN(std::string source, source_->SaveState());
+    StateWriter w("SourceSplit");
+    w.Bytes(source);
+    w.Int(position_);
+    w.Int(started_ ? 1 : 0);
+    w.Int(ended_ ? 1 : 0);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "SourceSplit"));
+    ASSIGN_OR_RETURN(std::string source, r.Bytes());
+    ASSIGN_OR_RETURN(position_, r.Int());
+    ASSIGN_OR_RETURN(int64_t started, r.Int());
+    ASSIGN_OR_RETURN(int64_t ended, r.Int());
+    started_ = started != 0;
+    ended_ = ended != 0;
+    return source_->RestoreState(source);
   }
 
  private:

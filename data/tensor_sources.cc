@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "data/dataset_node.h"
+#include "data/iterator_state.h"
 
 namespace asyncps::data::internal {
 namespace {
@@ -20,6 +21,16 @@ class RangeIterator : public Iterator {
     // Saturate instead of overflowing past INT64_MAX/MIN.
     if (__builtin_add_overflow(next_, step_, &next_)) next_ = stop_;
     return Element{Tensor::Scalar<int64_t>(value)};
+  }
+  absl::StatusOr<std::string> SaveState() const override {
+    StateWriter w("Range");
+    w.Int(next_);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Range"));
+    ASSIGN_OR_RETURN(next_, r.Int());
+    return absl::OkStatus();
   }
 
  private:
@@ -85,6 +96,16 @@ class TensorSlicesNode : public DatasetNode, public std::enable_shared_from_this
       ++row_;
       return element;
     }
+    absl::StatusOr<std::string> SaveState() const override {
+      StateWriter w("FromTensorSlices");
+      w.Int(row_);
+      return std::move(w).Finish();
+    }
+    absl::Status RestoreState(absl::string_view state) override {
+      ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "FromTensorSlices"));
+      ASSIGN_OR_RETURN(row_, r.Int());
+      return absl::OkStatus();
+    }
 
    private:
     const std::shared_ptr<const TensorSlicesNode> node_;
@@ -109,6 +130,17 @@ class ElementsNode : public DatasetNode, public std::enable_shared_from_this<Ele
     absl::StatusOr<Element> Next() override {
       if (next_ >= node_->elements_.size()) return EndOfData();
       return node_->elements_[next_++];
+    }
+    absl::StatusOr<std::string> SaveState() const override {
+      StateWriter w("FromElements");
+      w.Int(static_cast<int64_t>(next_));
+      return std::move(w).Finish();
+    }
+    absl::Status RestoreState(absl::string_view state) override {
+      ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "FromElements"));
+      ASSIGN_OR_RETURN(int64_t next, r.Int());
+      next_ = static_cast<size_t>(next);
+      return absl::OkStatus();
     }
 
    private:

@@ -36,8 +36,10 @@ class TextLinesNode : public DatasetNode {
  public:
   explicit TextLinesNode(std::vector<std::string> paths) : paths_(std::move(paths)) {}
   bool is_source() const override { return true; }
-  absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const IteratorContext&) const override {
-    auto it = std::make_unique<TextLinesIterator>(paths_);
+  int64_t num_files() const override { return static_cast<int64_t>(paths_.size()); }
+  absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(
+      const IteratorContext& ctx) const override {
+    auto it = std::make_unique<TextLinesIterator>(FilesOfShard(paths_, ctx));
     RETURN_IF_ERROR(it->Start());
     return it;
   }
@@ -108,6 +110,7 @@ class LibSvmNode : public DatasetNode {
   LibSvmNode(std::string path, int64_t num_features)
       : path_(std::move(path)), num_features_(num_features) {}
   bool is_source() const override { return true; }
+  int64_t num_files() const override { return 1; }  // FILE sharding admits one worker only
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const IteratorContext&) const override {
     if (num_features_ < 1) {
       return absl::InvalidArgumentError(

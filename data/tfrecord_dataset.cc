@@ -65,8 +65,10 @@ class TFRecordNode : public DatasetNode {
  public:
   explicit TFRecordNode(std::vector<std::string> paths) : paths_(std::move(paths)) {}
   bool is_source() const override { return true; }
-  absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const IteratorContext&) const override {
-    auto it = std::make_unique<TFRecordIterator>(paths_);
+  int64_t num_files() const override { return static_cast<int64_t>(paths_.size()); }
+  absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(
+      const IteratorContext& ctx) const override {
+    auto it = std::make_unique<TFRecordIterator>(FilesOfShard(paths_, ctx));
     RETURN_IF_ERROR(it->Start());
     return it;
   }

@@ -3,12 +3,15 @@
 // Every iterator holds a reference to its node (or input Dataset), so iterators outlive the
 // Dataset handles they were made from.
 
+#include <algorithm>
 #include <exception>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "data/dataset_node.h"
+#include "data/iterator_state.h"
 
 namespace asyncps::data::internal {
 namespace {
@@ -28,6 +31,27 @@ class ZipIterator : public Iterator {
       for (Tensor& t : e) out.push_back(std::move(t));
     }
     return out;
+  }
+  absl::StatusOr<std::string> SaveState() const override {
+    StateWriter w("Zip");
+    w.Int(static_cast<int64_t>(inputs_.size()));
+    for (const auto& in : inputs_) {
+      ASSIGN_OR_RETURN(std::string s, in->SaveState());
+      w.Bytes(s);
+    }
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Zip"));
+    ASSIGN_OR_RETURN(int64_t n, r.Int());
+    if (n != static_cast<int64_t>(inputs_.size())) {
+      return absl::InvalidArgumentError("iterator state: Zip of another number of datasets");
+    }
+    for (auto& in : inputs_) {
+      ASSIGN_OR_RETURN(std::string s, r.Bytes());
+      RETURN_IF_ERROR(in->RestoreState(s));
+    }
+    return absl::OkStatus();
   }
 
  private:
@@ -63,20 +87,18 @@ class MapIterator : public Iterator {
       : input_(std::move(input)), fn_(std::move(fn)) {}
   absl::StatusOr<Element> Next() override {
     ASSIGN_OR_RETURN(Element e, input_->Next());
-    absl::StatusOr<Element> out;
-    // User code (LibTorch, say) may throw; on a Prefetch thread that would terminate the
-    // process, so an exception becomes this element's error.
-    try {
-      out = (*fn_)(std::move(e));
-    } catch (const std::exception& ex) {
-      return absl::InternalError(absl::StrCat("Map function threw: ", ex.what()));
-    }
-    // A function's own OutOfRange would read as a silent end of data; it is its error.
-    if (!out.ok() && IsEndOfData(out.status())) {
-      return absl::InternalError(
-          absl::StrCat("Map function returned OutOfRange: ", out.status().message()));
-    }
-    return out;
+    return CallMapFn(*fn_, std::move(e));
+  }
+  absl::StatusOr<std::string> SaveState() const override {
+    ASSIGN_OR_RETURN(std::string input, input_->SaveState());
+    StateWriter w("Map");
+    w.Bytes(input);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Map"));
+    ASSIGN_OR_RETURN(std::string input, r.Bytes());
+    return input_->RestoreState(input);
   }
 
  private:
@@ -123,6 +145,17 @@ class FilterIterator : public Iterator {
       if (*keep) return e;
     }
   }
+  absl::StatusOr<std::string> SaveState() const override {
+    ASSIGN_OR_RETURN(std::string input, input_->SaveState());
+    StateWriter w("Filter");
+    w.Bytes(input);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Filter"));
+    ASSIGN_OR_RETURN(std::string input, r.Bytes());
+    return input_->RestoreState(input);
+  }
 
  private:
   const std::unique_ptr<Iterator> input_;
@@ -156,6 +189,19 @@ class TakeIterator : public Iterator {
     if (left_ > 0) --left_;
     return e;
   }
+  absl::StatusOr<std::string> SaveState() const override {
+    ASSIGN_OR_RETURN(std::string input, input_->SaveState());
+    StateWriter w("Take");
+    w.Bytes(input);
+    w.Int(left_);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Take"));
+    ASSIGN_OR_RETURN(std::string input, r.Bytes());
+    ASSIGN_OR_RETURN(left_, r.Int());
+    return input_->RestoreState(input);
+  }
 
  private:
   const std::unique_ptr<Iterator> input_;
@@ -177,6 +223,19 @@ class StrideIterator : public Iterator {
     ASSIGN_OR_RETURN(Element e, input_->Next());
     to_drop_ = gap_;
     return e;
+  }
+  absl::StatusOr<std::string> SaveState() const override {
+    ASSIGN_OR_RETURN(std::string input, input_->SaveState());
+    StateWriter w("SkipOrShard");
+    w.Bytes(input);
+    w.Int(to_drop_);
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "SkipOrShard"));
+    ASSIGN_OR_RETURN(std::string input, r.Bytes());
+    ASSIGN_OR_RETURN(to_drop_, r.Int());
+    return input_->RestoreState(input);
   }
 
  private:
@@ -250,6 +309,36 @@ class RepeatIterator : public Iterator {
     }
   }
 
+  absl::StatusOr<std::string> SaveState() const override {
+    StateWriter w("Repeat");
+    w.Int(epoch_);
+    w.Int(produced_this_pass_ ? 1 : 0);
+    w.Int(ended_ ? 1 : 0);
+    w.Int(current_ != nullptr ? 1 : 0);
+    if (current_ != nullptr) {
+      ASSIGN_OR_RETURN(std::string pass, current_->SaveState());
+      w.Bytes(pass);
+    }
+    return std::move(w).Finish();
+  }
+  absl::Status RestoreState(absl::string_view state) override {
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Repeat"));
+    ASSIGN_OR_RETURN(epoch_, r.Int());
+    ASSIGN_OR_RETURN(int64_t produced, r.Int());
+    ASSIGN_OR_RETURN(int64_t ended, r.Int());
+    ASSIGN_OR_RETURN(int64_t has_pass, r.Int());
+    ended_ = ended != 0;
+    current_.reset();
+    if (has_pass != 0) {
+      ASSIGN_OR_RETURN(std::string pass, r.Bytes());
+      // The pass of epoch_ (its Shuffle seeds depend on it), moved to where it stood.
+      ASSIGN_OR_RETURN(current_, MakePass());
+      RETURN_IF_ERROR(current_->RestoreState(pass));
+    }
+    produced_this_pass_ = produced != 0;
+    return absl::OkStatus();
+  }
+
  private:
   absl::StatusOr<std::unique_ptr<Iterator>> MakePass() {
     produced_this_pass_ = false;
@@ -287,6 +376,29 @@ class RepeatNode : public DatasetNode {
 };
 
 }  // namespace
+
+absl::StatusOr<Element> CallMapFn(const MapFn& fn, Element element) {
+  absl::StatusOr<Element> out;
+  // User code (LibTorch, say) may throw; on a Prefetch or Map thread that would terminate the
+  // process, so an exception becomes this element's error.
+  try {
+    out = fn(std::move(element));
+  } catch (const std::exception& ex) {
+    return absl::InternalError(absl::StrCat("Map function threw: ", ex.what()));
+  } catch (...) {
+    return absl::InternalError("Map function threw a non-std::exception");
+  }
+  // A function's own OutOfRange would read as a silent end of data; it is its error.
+  if (!out.ok() && IsEndOfData(out.status())) {
+    return absl::InternalError(
+        absl::StrCat("Map function returned OutOfRange: ", out.status().message()));
+  }
+  return out;
+}
+
+int64_t HardwareThreads() {
+  return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+}
 
 std::shared_ptr<const DatasetNode> MakeZipNode(std::vector<Dataset> inputs) {
   return std::make_shared<ZipNode>(std::move(inputs));

@@ -17,6 +17,10 @@ std::string ShardingArgValue(ShardingPolicy policy) {
       return "data";
     case ShardingPolicy::kDynamic:
       return "dynamic";
+    case ShardingPolicy::kFile:
+      return "file";
+    case ShardingPolicy::kAuto:
+      return "auto";
     case ShardingPolicy::kOff:
       break;
   }
@@ -143,6 +147,10 @@ absl::StatusOr<Built> Build(const std::string& name, const DatasetFactory& facto
       built.policy = ShardingPolicy::kData;
     } else if (it->second == "dynamic") {
       built.policy = ShardingPolicy::kDynamic;
+    } else if (it->second == "file") {
+      built.policy = ShardingPolicy::kFile;
+    } else if (it->second == "auto") {
+      built.policy = ShardingPolicy::kAuto;
     } else if (it->second != "off") {
       return InDataset(name, ctx, "", absl::InvalidArgumentError(absl::StrCat("unknown sharding '", it->second, "'")));
     }
@@ -166,6 +174,19 @@ absl::StatusOr<std::unique_ptr<data::Iterator>> StartPass(const Built& built, co
           {ctx.worker_index(), std::numeric_limits<int64_t>::max(), std::max(1, ctx.num_workers())});
     case ShardingPolicy::kDynamic:
       return built.dataset.MakeSinglePassSplitIterator({0, 1, 1}, 0);
+    case ShardingPolicy::kFile:
+    case ShardingPolicy::kAuto: {
+      data::AutoShardPolicy applied;
+      ASSIGN_OR_RETURN(auto it, built.dataset.MakeShardedIterator(
+                                    built.policy == ShardingPolicy::kFile ? data::AutoShardPolicy::kFile
+                                                                          : data::AutoShardPolicy::kAuto,
+                                    ctx.worker_index(), std::max(1, ctx.num_workers()), &applied));
+      if (built.policy == ShardingPolicy::kAuto) {
+        spdlog::info("dataset on worker {}: AUTO sharding applied {}", ctx.worker_index(),
+                     applied == data::AutoShardPolicy::kFile ? "FILE" : "DATA");
+      }
+      return it;
+    }
     case ShardingPolicy::kOff:
       break;
   }

@@ -43,7 +43,7 @@ class DatasetResource : public Resource {
   const data::Dataset dataset_;
 };
 
-// One iterator over a per-worker dataset (kOff, kData). Thread-safe: closures running at once
+// One iterator over a per-worker dataset (kOff, kData, kFile, kAuto). Thread-safe: closures running at once
 // on one worker take elements one after another.
 class IteratorResource : public ElementSource {
  public:

@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/test_temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace asyncps {
@@ -113,6 +117,48 @@ TEST(DatasetResourceFactoryTest, DynamicRefusesRepeatAndHidesWorkerIndex) {
   EXPECT_EQ(seen_index, 2);
   args[kShardingArg] = "bogus";
   EXPECT_EQ((*factory)(ResourceContext(2, 3, args)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// FILE and AUTO (tf.distribute's auto-shard policies) on a worker: lines "f<i>" of files
+// f0..f3, one line each.
+TEST(DatasetResourceFactoryTest, FileAndAutoShardPolicies) {
+  testutil::TestDir dir("autoshard");
+  std::vector<std::string> paths;
+  for (int i = 0; i < 4; ++i) {
+    paths.push_back(absl::StrCat(dir.path(), "/f", i));
+    std::ofstream(paths.back()) << "f" << i << "\n";
+  }
+  Program program;
+  program.AddDataset("lines", [&](const DatasetContext&) -> absl::StatusOr<data::Dataset> {
+    return data::Dataset::TextLines(paths);
+  });
+  const ResourceFactory* iterators = program.FindResource(IteratorResourceName("lines"));
+  const ResourceFactory* datasets = program.FindResource(DatasetResourceName("lines"));
+  ASSERT_NE(iterators, nullptr);
+  ASSERT_NE(datasets, nullptr);
+  auto read_all = [&](const std::string& policy, int index, int workers) -> absl::StatusOr<std::string> {
+    absl::StatusOr<std::unique_ptr<Resource>> r = (*iterators)(ResourceContext(index, workers, {{kShardingArg, policy}}));
+    if (!r.ok()) return r.status();
+    auto* it = dynamic_cast<IteratorResource*>(r->get());
+    if (it == nullptr) return absl::InternalError("not an IteratorResource");
+    std::string lines;
+    for (absl::StatusOr<data::Element> e = it->Next(); e.ok(); e = it->Next()) {
+      lines.append(static_cast<const char*>((*e)[0].raw_data()), (*e)[0].num_bytes());
+    }
+    return lines;
+  };
+  EXPECT_EQ(read_all("file", 1, 2).value_or("error"), "f1f3");
+  EXPECT_EQ(read_all("auto", 1, 2).value_or("error"), "f1f3");  // 4 files >= 2 workers: FILE
+  EXPECT_EQ(read_all("auto", 1, 3).value_or("error"), "f1");    // FILE: files 1 of 4, 3 workers
+  // Five workers, four files: FILE refuses when the dataset is created; AUTO shards by data.
+  absl::Status too_few = (*datasets)(ResourceContext(0, 5, {{kShardingArg, "file"}})).status();
+  EXPECT_EQ(too_few.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_few.message().find("fewer files than workers"), std::string::npos) << too_few;
+  EXPECT_NE(too_few.message().find("lines"), std::string::npos) << too_few;  // names the dataset
+  EXPECT_EQ(read_all("auto", 4, 5).value_or("error"), "");      // record 4 of 4: none
+  EXPECT_EQ(read_all("auto", 3, 5).value_or("error"), "f3");
+  EXPECT_EQ(ShardingArgValue(ShardingPolicy::kFile), "file");
+  EXPECT_EQ(ShardingArgValue(ShardingPolicy::kAuto), "auto");
 }
 
 }  // namespace

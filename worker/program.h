@@ -66,6 +66,13 @@ enum class ShardingPolicy {
   // pipeline on every worker, so it runs as worker 0 of 1; the pipeline may not Repeat, and
   // each split's Shuffle is seeded by (epoch, split). See coordinator/per_worker_dataset.h.
   kDynamic,
+  // tf.distribute's FILE auto-sharding: worker i of n reads files i, i + n, ... of each file
+  // reader (data::AutoShardPolicy::kFile). Fewer files than workers is InvalidArgument when the
+  // dataset is created.
+  kFile,
+  // tf.distribute's AUTO: kFile when every file reader has at least as many files as there are
+  // workers, else kData.
+  kAuto,
 };
 
 // What a dataset factory is given: worker index, number of workers, the creation arguments.
