@@ -117,7 +117,7 @@ void ReplicatedPs::RegisterWith(net::MethodTable& server) {
       "ps.Gather", net::PsReaders(),
       [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
         auto body = req.RequestBody<wire::GatherRequest>();
-        return ReadAt(false, wire::Route::Reader(), "ps.Gather",
+        return ReadAt(body.hasRoute(), body.getRoute(), "ps.Gather",
                       [&](PsService::ShardState s) { return service_.GatherIn(s, req, body, resp); });
       });
   server.Register<wire::Empty>(
@@ -126,6 +126,24 @@ void ReplicatedPs::RegisterWith(net::MethodTable& server) {
         return ReadAt(false, wire::Route::Reader(), "ps.ListVariables",
                       [&](PsService::ShardState s) { return service_.ListVariablesIn(s, resp); });
       });
+  if (options_.checkpoints != nullptr) {
+    CheckpointService& checkpoints = *options_.checkpoints;
+    server.Register<wire::SaveCheckpointRequest>(
+        "ps.SaveCheckpoint", net::ChiefOnly(),
+        [this, &checkpoints](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
+          auto body = req.RequestBody<wire::SaveCheckpointRequest>();
+          return ReadAt(body.hasRoute(), body.getRoute(), "ps.SaveCheckpoint", [&](PsService::ShardState s) {
+            return checkpoints.SaveIn(*s.store, body, resp);
+          });
+        });
+    server.Register<wire::RestoreCheckpointRequest>(
+        "ps.RestoreCheckpoint", net::ChiefOnly(),
+        [this, &checkpoints](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage*) {
+          auto body = req.RequestBody<wire::RestoreCheckpointRequest>();
+          return Write(ctx, "ps.RestoreCheckpoint", req, body.hasRoute(), body.getRoute(),
+                       [&](PsService::ShardState s) { return checkpoints.RestoreIn(*s.store, body); });
+        });
+  }
   server.Register<wire::SetShardMapRequest>(
       "ps.SetShardMap", net::ChiefOnly(),
       [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage*) { return SetShardMap(req); });
@@ -552,6 +570,10 @@ absl::Status ReplicatedPs::ApplyEntry(GroupCopy& copy, const net::InMessage& fra
   if (method == "ps.CreateVariable") {
     RETURN_IF_ERROR(create_check_.Check(body));
     return service_.CreateVariableIn(copy.state, frame, body.getAs<wire::CreateVariableRequest>(), &scratch);
+  }
+  if (method == "ps.RestoreCheckpoint" && options_.checkpoints != nullptr) {
+    RETURN_IF_ERROR(restore_check_.Check(body));
+    return options_.checkpoints->RestoreIn(*copy.state.store, body.getAs<wire::RestoreCheckpointRequest>());
   }
   return absl::InvalidArgumentError(absl::StrCat("'", method, "' is not a replicated write"));
 }
