@@ -28,7 +28,6 @@ class LocalPsCluster {
 
   // `base` supplies the replication options (ps_index, num_ps and connect are set here).
   LocalPsCluster(int num_ps, ReplicatedPs::Options base = ReplicatedPs::Options()) {
-    if (base.replicas < 2) base.replicas = 2;
     for (int i = 0; i < num_ps; ++i) {
       auto n = std::make_unique<Node>();
       n->service = std::make_unique<PsService>(n->store);

@@ -144,6 +144,7 @@ bool Eventually(Pred pred) {
 class ReplicationTest : public ::testing::Test {
  protected:
   void Start(int num_ps, int k, ReplicatedPs::Options options = ReplicatedPs::Options()) {
+    options.replicas = 2;
     cluster_ = std::make_unique<LocalPsCluster>(num_ps, options);
     ASSERT_TRUE(cluster_->started());
     if (k > 0) {
