@@ -46,7 +46,7 @@ ReplicatedPs::ReplicatedPs(PsService& service, Options options)
 }
 
 ReplicatedPs::~ReplicatedPs() {
-  // Streams stop before the clients they call through.
+  // Streams (and their threads) stop before the service they apply through goes.
   absl::flat_hash_map<uint32_t, std::shared_ptr<GroupCopy>> copies;
   {
     MutexLock lock(&mu_);
@@ -71,13 +71,6 @@ std::shared_ptr<GroupCopy> ReplicatedPs::CopyOf(uint32_t group) const {
 ShardMap ReplicatedPs::map() const {
   MutexLock lock(&mu_);
   return map_;
-}
-
-net::RpcClient& ReplicatedPs::ClientFor(int32_t ps) {
-  MutexLock lock(&mu_);
-  auto& client = clients_[ps];
-  if (client == nullptr) client = options_.connect(ps);
-  return *client;
 }
 
 void ReplicatedPs::RegisterWith(net::MethodTable& server) {
@@ -397,11 +390,8 @@ void ReplicatedPs::ReconcileStreams(GroupCopy& copy, const GroupEntry& entry,
     const bool transfer = list == &entry.rebuilding;
     for (int32_t ps : *list) {
       if (ps == options_.ps_index || streams_to(ps)) continue;
-      copy.mu.Unlock();
-      net::RpcClient& client = ClientFor(ps);
-      copy.mu.Lock();
-      copy.streams.push_back(
-          std::make_unique<BackupStream>(copy, ps, client, /*counted=*/!transfer, transfer, copy.sequence, o));
+      copy.streams.push_back(std::make_unique<BackupStream>(copy, ps, options_.connect(ps), /*counted=*/!transfer,
+                                                            transfer, copy.sequence, o));
     }
   }
 }

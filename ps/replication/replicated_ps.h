@@ -62,7 +62,8 @@ class ReplicatedPs {
     // Optional (not owned): ps.SaveCheckpoint is then served from the routed primary, and
     // ps.RestoreCheckpoint is a replicated write (every copy reads the same shared files).
     CheckpointService* checkpoints = nullptr;
-    // Makes the client this PS calls PS `index` with (role "ps", the cluster token). Its event
+    // Makes a client this PS calls PS `index` with (role "ps", the cluster token), one per
+    // stream. Its event
     // loop should not be the server's: a write answered on the I/O thread would then block
     // the loop that delivers its acknowledgement until the write times out.
     std::function<std::unique_ptr<net::RpcClient>(int32_t index)> connect;
@@ -120,7 +121,6 @@ class ReplicatedPs {
   void ReconcileStreams(GroupCopy& copy, const GroupEntry& entry,
                         std::vector<std::unique_ptr<class BackupStream>>* retired)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.write_mu);
-  net::RpcClient& ClientFor(int32_t ps);
   std::shared_ptr<GroupCopy> NewCopy(uint32_t group) const;
   void PublishCopyMetrics(const GroupCopy& copy);
 
@@ -133,7 +133,6 @@ class ReplicatedPs {
   mutable Mutex mu_;
   ShardMap map_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, std::shared_ptr<GroupCopy>> copies_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<int32_t, std::unique_ptr<net::RpcClient>> clients_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps::ps
