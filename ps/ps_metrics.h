@@ -9,6 +9,8 @@ namespace prometheus {
 class Counter;
 class Gauge;
 class Histogram;
+template <typename T>
+class Family;
 }  // namespace prometheus
 
 namespace asyncps::ps {
@@ -43,6 +45,19 @@ enum class DedupSkip {
 //   asyncps_ps_gradient_staleness               histogram: staleness of each applied gradient
 //                                               (one per variable of a push) that named the
 //                                               version it was computed from (docs/staleness.md)
+// Replicated shard groups (ps/replication/):
+//   asyncps_ps_group_generation{group}          generation of this PS's copy of the group
+//   asyncps_ps_group_role{group,copy_role}      1 for the copy's role (primary, backup,
+//                                               rebuilding, needs_rebuild, fenced), else 0
+//   asyncps_ps_replication_lag{group,backup}    writes applied by this primary not yet
+//                                               acknowledged by that copy (as of the latest
+//                                               ps.ReplicaStatus)
+//   asyncps_ps_replicated_entries_total, asyncps_ps_replicated_bytes_total   writes (and
+//                                               their bytes) acknowledged by other copies
+//   asyncps_ps_state_transfers_total, asyncps_ps_state_transfer_bytes_total  completed
+//                                               transfers sent, and tensor bytes sent
+//   asyncps_ps_stale_generation_refusals_total  requests and streams refused for a stale
+//                                               shard map generation
 // Per-method latency and bytes in/out are the RPC families (metrics/rpc_metrics.h).
 //
 // Thread-safe. `metrics` must outlive this object.
@@ -59,6 +74,13 @@ class PsMetrics {
   void AddRowsUpdated(uint64_t rows);
   void ObserveStaleness(int64_t staleness);
 
+  void SetGroupCopy(uint32_t group, const char* role, uint64_t generation);
+  void SetReplicationLag(uint32_t group, int32_t backup, uint64_t lag);
+  void RecordReplicated(uint64_t entries, uint64_t bytes);
+  void RecordStateTransfer();
+  void AddStateTransferBytes(uint64_t bytes);
+  void RecordStaleGeneration();
+
  private:
   prometheus::Counter* rejected_[5];
   prometheus::Counter* dedup_skipped_[2];
@@ -68,6 +90,14 @@ class PsMetrics {
   prometheus::Gauge* variables_;
   prometheus::Counter* rows_updated_;
   prometheus::Histogram* staleness_;
+  prometheus::Family<prometheus::Gauge>* group_generation_;
+  prometheus::Family<prometheus::Gauge>* group_role_;
+  prometheus::Family<prometheus::Gauge>* replication_lag_;
+  prometheus::Counter* replicated_entries_;
+  prometheus::Counter* replicated_bytes_;
+  prometheus::Counter* state_transfers_;
+  prometheus::Counter* state_transfer_bytes_;
+  prometheus::Counter* stale_generation_;
 };
 
 }  // namespace asyncps::ps
