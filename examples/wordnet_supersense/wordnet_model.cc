@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <random>
 #include <utility>
@@ -11,7 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "asyncps/coordinator.h"
+#include "asyncps/optimizers.h"
 #include "asyncps/status.h"
+#include "asyncps/step_context.h"
+#include "asyncps/strategy.h"
+#include "asyncps/sync.h"
 #include "asyncps/torch.h"
 
 namespace asyncps::wordnet {
@@ -86,6 +92,7 @@ class Progress {
     last_ = now;
     reported_ = examples_;
   }
+  int64_t steps() const { return steps_; }
   void Finish(absl::Time start, Result* result) const {
     result->steps = steps_;
     result->examples = examples_;
@@ -173,10 +180,158 @@ absl::StatusOr<Result> TrainLocal(const Options& options) {
   });
 }
 
-Program MakeProgram() { return Program(); }
+namespace {
 
-absl::StatusOr<Result> Train(ParameterServerStrategy&, ClusterCoordinator&, const Options&) {
-  return absl::UnimplementedError("not yet");
+constexpr char kTable[] = "wordnet/embedding";
+constexpr char kPrefix[] = "wordnet/";  // the linear layer's variables: wordnet/weight, wordnet/bias
+
+EmbeddingInitializer TableInitializer(const Options& options) {
+  EmbeddingInitializer init;
+  init.kind = EmbeddingInitializer::Kind::kUniform;
+  init.minval = -InitScale(options.dim);
+  init.maxval = InitScale(options.dim);
+  init.seed = options.seed;
+  return init;
+}
+
+OptimizerConfig Adagrad(const Options& options) {
+  return opt::Adagrad(options.learning_rate, options.initial_accumulator, 1e-7f);
+}
+
+// A worker's copy of the training split, its linear layer (parameters pulled every step) and
+// the bag over the table.
+class ModelResource : public Resource {
+ public:
+  ModelResource(Corpus corpus, int batch_size, uint64_t seed, int dim)
+      : corpus(std::move(corpus)),
+        batch_size(batch_size),
+        seed(seed),
+        linear(dim, kNumClasses),
+        bag(kTable, dim, torch_bridge::EmbeddingBag::Combiner::kMean) {}
+  const Corpus corpus;
+  const int batch_size;
+  const uint64_t seed;
+  // One step at a time uses the model (closures may overlap on a worker).
+  Mutex mu;
+  torch::nn::Linear linear ABSL_GUARDED_BY(mu);
+  torch_bridge::EmbeddingBag bag ABSL_GUARDED_BY(mu);
+  int64_t order_epoch ABSL_GUARDED_BY(mu) = -1;
+  std::vector<int32_t> order ABSL_GUARDED_BY(mu);
+};
+
+// Args: {epoch, batch} (i64 [2]), a wordnet_model. Returns {loss, examples}.
+absl::StatusOr<Values> TrainStep(StepContext& ctx) {
+  ASSIGN_OR_RETURN(Tensor which, ctx.arg(0));
+  if (which.dtype() != DType::kI64 || which.num_elements() != 2) {
+    return absl::InvalidArgumentError("wordnet_train_step wants i64 [2] {epoch, batch}");
+  }
+  const int64_t epoch = which.data<int64_t>()[0], b = which.data<int64_t>()[1];
+  ASSIGN_OR_RETURN(ModelResource * model, ctx.resource<ModelResource>(1));
+  MutexLock lock(&model->mu);
+  const size_t n = model->corpus.train.size();
+  if (epoch < 0 || b < 0 || b >= BatchesPerEpoch(n, model->batch_size)) {
+    return absl::InvalidArgumentError(absl::StrCat("no batch ", b, " in epoch ", epoch));
+  }
+  if (model->order_epoch != epoch) {
+    model->order = EpochOrder(n, model->seed, epoch);
+    model->order_epoch = epoch;
+  }
+  const size_t begin = static_cast<size_t>(b * model->batch_size);
+  const size_t count = std::min(n - begin, static_cast<size_t>(model->batch_size));
+  float loss_value = 0;
+  RETURN_IF_ERROR(CatchTorch([&]() -> absl::Status {
+    const Batch batch = MakeBatch(model->corpus.train, model->order.data() + begin, count);
+    RETURN_IF_ERROR(torch_bridge::Pull(ctx, *model->linear, kPrefix));
+    ASSIGN_OR_RETURN(torch::Tensor bags, model->bag.Forward(ctx, batch.keys, batch.offsets));
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model->linear->forward(bags), batch.labels);
+    loss.backward();
+    loss_value = loss.item<float>();
+    // Both pushes in flight together; numbered in this order on every attempt (exactly once).
+    PsFuture<void> rows = model->bag.PushGradientsAsync(ctx);
+    absl::Status dense = torch_bridge::PushGradients(ctx, *model->linear, kPrefix);
+    absl::Status sparse = rows.Get();
+    RETURN_IF_ERROR(dense);
+    return sparse;
+  }));
+  return Values{Tensor::Scalar(loss_value), Tensor::Scalar<int64_t>(static_cast<int64_t>(count))};
+}
+
+absl::StatusOr<std::unique_ptr<Resource>> MakeModel(const ResourceContext& ctx) {
+  ASSIGN_OR_RETURN(std::string dir, ctx.Arg("data_dir"));
+  ASSIGN_OR_RETURN(int64_t batch, ctx.IntArg("batch"));
+  ASSIGN_OR_RETURN(int64_t seed, ctx.IntArg("seed"));
+  ASSIGN_OR_RETURN(int64_t dim, ctx.IntArg("dim"));
+  if (batch < 1 || dim < 1 || dim > 4096) return absl::InvalidArgumentError("batch must be >= 1 and dim in 1..4096");
+  ASSIGN_OR_RETURN(Corpus corpus, ReadCorpus(dir));
+  corpus.test.clear();  // the chief evaluates
+  return CatchTorch([&]() -> absl::StatusOr<std::unique_ptr<Resource>> {
+    return std::make_unique<ModelResource>(std::move(corpus), static_cast<int>(batch), static_cast<uint64_t>(seed),
+                                           static_cast<int>(dim));
+  });
+}
+
+}  // namespace
+
+Program MakeProgram() {
+  Program program;
+  program.AddResource("wordnet_model", MakeModel);
+  program.AddFunction("wordnet_train_step", TrainStep);
+  return program;
+}
+
+absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinator& coordinator,
+                             const Options& options) {
+  RETURN_IF_ERROR(CheckOptions(options));
+  ASSIGN_OR_RETURN(Corpus corpus, ReadCorpus(options.data_dir));
+  return CatchTorch([&]() -> absl::StatusOr<Result> {
+    torch::manual_seed(options.seed);
+    torch::nn::Linear linear(options.dim, kNumClasses);
+    RETURN_IF_ERROR(strategy.CreateEmbeddingTable(kTable, options.dim, TableInitializer(options), Adagrad(options)));
+    RETURN_IF_ERROR(torch_bridge::CreateVariables(strategy, *linear, Adagrad(options), kPrefix));
+    ASSIGN_OR_RETURN(PerWorkerValues models,
+                     coordinator.CreatePerWorkerResource("wordnet_model", {{"data_dir", options.data_dir},
+                                                                           {"batch", absl::StrCat(options.batch_size)},
+                                                                           {"seed", absl::StrCat(options.seed)},
+                                                                           {"dim", absl::StrCat(options.dim)}}));
+    const int64_t per_epoch = BatchesPerEpoch(corpus.train.size(), options.batch_size);
+    const int64_t total = per_epoch * options.epochs;
+    // Enough closures in flight that no worker waits for the chief.
+    const size_t window = static_cast<size_t>(4 * std::max(1, coordinator.num_workers()));
+    Progress progress(options, total);
+    std::deque<RemoteValue> pending;
+    int64_t scheduled = 0;
+    const absl::Time start = absl::Now();
+    while (progress.steps() < total) {
+      while (scheduled < total && pending.size() < window) {
+        Tensor which = Tensor::FromVector(std::vector<int64_t>{scheduled / per_epoch, scheduled % per_epoch});
+        ASSIGN_OR_RETURN(RemoteValue v, coordinator.Schedule("wordnet_train_step", {which, models}));
+        pending.push_back(std::move(v));
+        ++scheduled;
+      }
+      ASSIGN_OR_RETURN(Values out, pending.front().Fetch());
+      pending.pop_front();
+      progress.Step(out.at(0).ScalarAsDouble(), static_cast<int64_t>(out.at(1).ScalarAsDouble()));
+    }
+    RETURN_IF_ERROR(coordinator.Join());
+    Result result;
+    progress.Finish(start, &result);
+
+    // Evaluation on the chief: the linear layer read back, the table looked up without
+    // counting or inserting (a key no training step pushed reads its initial value).
+    RETURN_IF_ERROR(torch_bridge::ReadVariables(strategy, *linear, kPrefix));
+    const torch_bridge::EmbeddingBag bag(kTable, options.dim, torch_bridge::EmbeddingBag::Combiner::kMean);
+    torch::NoGradGuard no_grad;
+    int64_t correct = 0;
+    std::vector<int32_t> all(corpus.test.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
+    for (size_t begin = 0; begin < all.size(); begin += 4096) {
+      const Batch batch = MakeBatch(corpus.test, all.data() + begin, std::min<size_t>(4096, all.size() - begin));
+      ASSIGN_OR_RETURN(torch::Tensor bags, bag.Evaluate(strategy, batch.keys, batch.offsets));
+      correct += linear->forward(bags).argmax(1).eq(batch.labels).sum().item<int64_t>();
+    }
+    result.test_accuracy = all.empty() ? 0 : static_cast<double>(correct) / static_cast<double>(all.size());
+    return result;
+  });
 }
 
 }  // namespace asyncps::wordnet
