@@ -99,3 +99,35 @@ struct EmbeddingTableStats {
 struct EmbeddingStatsResponse {
   tables @0 :List(EmbeddingTableStats);
 }
+
+# Checkpoints of embedding tables ("ps.SaveEmbeddingTables" / "ps.RestoreEmbeddingTables"; see
+# ps/embedding/embedding_checkpoint.h). One safetensors file per PS; a restore into any number
+# of PS reads every file of the checkpoint and keeps the keys PsForKey gives it.
+
+struct SaveEmbeddingTablesRequest {
+  directory @0 :Text;          # absolute; exists (a shared file system)
+  fileName @1 :Text;           # [A-Za-z0-9._-]+, written as directory/fileName
+  tables @2 :List(Text);       # empty: every table of this PS
+  step @3 :Int64;
+  numPs @4 :UInt32;            # recorded beside the key partition's name
+  psIndex @5 :UInt32;
+}
+
+struct SaveEmbeddingTablesResponse {
+  fileName @0 :Text;
+  bytes @1 :UInt64;
+  crc32 @2 :UInt32;
+  rows @3 :UInt64;
+}
+
+struct RestoreEmbeddingTablesRequest {
+  directory @0 :Text;
+  files @1 :List(Text);        # every file of the checkpoint (all PS that saved it)
+  numPs @2 :UInt32;            # the job being restored: this PS keeps the keys
+  psIndex @3 :UInt32;          # with PsForKey(key, numPs) == psIndex
+}
+
+struct RestoreEmbeddingTablesResponse {
+  tables @0 :UInt32;
+  rows @1 :UInt64;             # rows this PS holds after the restore
+}
