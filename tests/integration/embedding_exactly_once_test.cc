@@ -27,6 +27,7 @@ constexpr int kClosures = 150;
 constexpr int kKeysPerClosure = 4;
 constexpr int64_t kDim = 2;
 constexpr int64_t kWorkAfterPushMs = 20;
+constexpr int kUnpushed = 8;  // keys looked up that no closure pushed
 constexpr absl::Duration kKillEvery = absl::Milliseconds(300);
 
 class EmbeddingExactlyOnceTest : public ::testing::Test {
@@ -57,9 +58,8 @@ class EmbeddingExactlyOnceTest : public ::testing::Test {
     return std::stod(text.substr(text.find("} ", at) + 2));
   }
 
-  // One epoch on a fresh table: closure i pushes its keys once; returns every key's count
-  // (element 0 of its row), closures' keys first, then `kUnpushed` keys no closure pushed.
-  static constexpr int kUnpushed = 8;
+  // One epoch: closure i pushes its keys once; returns every key's count (element 0 of its
+  // row), closures' keys first, then kUnpushed keys no closure pushed.
   std::vector<float> Epoch(int epoch, bool deduplicate) {
     const std::string table = "counts";
     EmbeddingInitializer zeros;
@@ -100,7 +100,7 @@ class EmbeddingExactlyOnceTest : public ::testing::Test {
 
 std::string Mismatches(const std::vector<float>& counts) {
   std::string out;
-  const size_t pushed = counts.size() - EmbeddingExactlyOnceTest::kUnpushed;
+  const size_t pushed = counts.size() - kUnpushed;
   for (size_t i = 0; i < counts.size(); ++i) {
     const float expected = i < pushed ? 1.0f : 0.0f;
     if (counts[i] != expected) out += " key#" + std::to_string(i) + "=" + std::to_string(counts[i]);
