@@ -13,6 +13,7 @@
 #include "coordinator/parameter_server_strategy.h"
 #include "gtest/gtest.h"
 #include "metrics/process_metrics.h"
+#include "tests/integration/embedding_counter.h"
 #include "tests/testutil/local_cluster.h"
 #include "tests/testutil/worker_killer.h"
 
@@ -25,7 +26,7 @@ using testutil::WorkerKiller;
 constexpr int kWorkers = 3;
 constexpr int kClosures = 150;
 constexpr int kKeysPerClosure = 4;
-constexpr int64_t kDim = 2;
+constexpr int64_t kDim = testutil::kCounterDim;
 constexpr int64_t kWorkAfterPushMs = 20;
 constexpr int kUnpushed = 8;  // keys looked up that no closure pushed
 constexpr absl::Duration kKillEvery = absl::Milliseconds(300);
@@ -93,17 +94,21 @@ class EmbeddingExactlyOnceTest : public ::testing::Test {
     return counts;
   }
 
-  Program program_;  // the chief resolves no functions; the workers run embedding_counter_program
+  Program program_ = testutil::MakeEmbeddingCounterProgram();
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<testutil::TestChief> chief_;
 };
 
+// The keys whose count is not what it should be (the first ten), for the failure message.
 std::string Mismatches(const std::vector<float>& counts) {
   std::string out;
+  int shown = 0;
   const size_t pushed = counts.size() - kUnpushed;
-  for (size_t i = 0; i < counts.size(); ++i) {
+  for (size_t i = 0; i < counts.size() && shown < 10; ++i) {
     const float expected = i < pushed ? 1.0f : 0.0f;
-    if (counts[i] != expected) out += " key#" + std::to_string(i) + "=" + std::to_string(counts[i]);
+    if (counts[i] == expected) continue;
+    out += " key#" + std::to_string(i) + "=" + std::to_string(counts[i]);
+    ++shown;
   }
   return out;
 }
