@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
               local->examples_per_second, local->test_accuracy);
   std::printf("  2 PS + 2 workers (embedding table):   %8.0f examples/s  test accuracy %.4f\n",
               distributed->examples_per_second, distributed->test_accuracy);
-  std::printf("  ratio %.2fx (aim >= 0.8x)\n", distributed->examples_per_second / local->examples_per_second);
+  std::printf("  ratio %.2fx (aim >= 0.8x)\n",
+              distributed->examples_per_second / local->examples_per_second);
   std::printf("load average after: %s\n", LoadAverage().c_str());
   return 0;
 }

@@ -15,7 +15,7 @@
 namespace asyncps::torch_bridge {
 
 struct EmbeddingBag::Batch {
-  Tensor keys;          // i64 [U], distinct (what the lookup and the push send)
+  Tensor keys;           // i64 [U], distinct (what the lookup and the push send)
   ::torch::Tensor rows;  // f32 [U, dim], a leaf that requires grad
 };
 
@@ -30,9 +30,10 @@ auto CatchTorch(Fn&& fn) -> decltype(fn()) {
   }
 }
 
-absl::Status CheckBags(const std::string& table, const ::torch::Tensor& keys, const ::torch::Tensor& offsets) {
-  if (keys.scalar_type() != ::torch::kLong || keys.dim() != 1 || offsets.scalar_type() != ::torch::kLong ||
-      offsets.dim() != 1) {
+absl::Status CheckBags(const std::string& table, const ::torch::Tensor& keys,
+                       const ::torch::Tensor& offsets) {
+  if (keys.scalar_type() != ::torch::kLong || keys.dim() != 1 ||
+      offsets.scalar_type() != ::torch::kLong || offsets.dim() != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("EmbeddingBag '", table, "': keys and offsets must be 1-D int64 tensors"));
   }
@@ -42,9 +43,9 @@ absl::Status CheckBags(const std::string& table, const ::torch::Tensor& keys, co
     bool ok = p[0] == 0;
     for (int64_t i = 1; ok && i < o.numel(); ++i) ok = p[i] >= p[i - 1];
     if (!ok || p[o.numel() - 1] > keys.numel()) {
-      return absl::InvalidArgumentError(absl::StrCat("EmbeddingBag '", table,
-                                                     "': offsets must start at 0, never decrease and stay within ",
-                                                     keys.numel(), " keys"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "EmbeddingBag '", table, "': offsets must start at 0, never decrease and stay within ",
+          keys.numel(), " keys"));
     }
   }
   return absl::OkStatus();
@@ -60,19 +61,21 @@ Distinct Unique(const ::torch::Tensor& keys) {
   return {unique.contiguous(), inverse};
 }
 
-::torch::Tensor Combine(const ::torch::Tensor& rows, const Distinct& d, const ::torch::Tensor& offsets,
-                        EmbeddingBag::Combiner combiner) {
+::torch::Tensor Combine(const ::torch::Tensor& rows, const Distinct& d,
+                        const ::torch::Tensor& offsets, EmbeddingBag::Combiner combiner) {
   namespace F = ::torch::nn::functional;
   return F::embedding_bag(d.inverse, rows,
                           F::EmbeddingBagFuncOptions().offsets(offsets).mode(
-                              combiner == EmbeddingBag::Combiner::kSum ? ::torch::nn::EmbeddingBagMode(::torch::kSum)
-                                                                       : ::torch::nn::EmbeddingBagMode(::torch::kMean)));
+                              combiner == EmbeddingBag::Combiner::kSum
+                                  ? ::torch::nn::EmbeddingBagMode(::torch::kSum)
+                                  : ::torch::nn::EmbeddingBagMode(::torch::kMean)));
 }
 
 absl::Status CheckRows(const std::string& table, const Tensor& rows, int64_t dim) {
   if (rows.rank() != 2 || (rows.dim(0) > 0 && rows.dim(1) != dim)) {
-    return absl::InvalidArgumentError(absl::StrCat("EmbeddingBag '", table, "' expects rows of ", dim,
-                                                   " floats; the table answered ", ShapeString(rows.shape())));
+    return absl::InvalidArgumentError(absl::StrCat("EmbeddingBag '", table, "' expects rows of ",
+                                                   dim, " floats; the table answered ",
+                                                   ShapeString(rows.shape())));
   }
   return absl::OkStatus();
 }
@@ -84,7 +87,8 @@ EmbeddingBag::EmbeddingBag(std::string table, int64_t dim, Combiner combiner)
 
 EmbeddingBag::~EmbeddingBag() = default;
 
-absl::StatusOr<at::Tensor> EmbeddingBag::Forward(StepContext& ctx, const at::Tensor& keys, const at::Tensor& offsets) {
+absl::StatusOr<at::Tensor> EmbeddingBag::Forward(StepContext& ctx, const at::Tensor& keys,
+                                                 const at::Tensor& offsets) {
   batch_.reset();
   RETURN_IF_ERROR(CheckBags(table_, keys, offsets));
   return CatchTorch([&]() -> absl::StatusOr<at::Tensor> {
@@ -100,7 +104,8 @@ absl::StatusOr<at::Tensor> EmbeddingBag::Forward(StepContext& ctx, const at::Ten
   });
 }
 
-absl::StatusOr<at::Tensor> EmbeddingBag::Evaluate(const ParameterServerStrategy& strategy, const at::Tensor& keys,
+absl::StatusOr<at::Tensor> EmbeddingBag::Evaluate(const ParameterServerStrategy& strategy,
+                                                  const at::Tensor& keys,
                                                   const at::Tensor& offsets) const {
   RETURN_IF_ERROR(CheckBags(table_, keys, offsets));
   return CatchTorch([&]() -> absl::StatusOr<at::Tensor> {
@@ -118,14 +123,14 @@ absl::StatusOr<at::Tensor> EmbeddingBag::Evaluate(const ParameterServerStrategy&
 PsFuture<void> EmbeddingBag::PushGradientsAsync(StepContext& ctx) {
   std::unique_ptr<Batch> batch = std::move(batch_);
   if (batch == nullptr) {
-    return PsFuture<void>::Ready(absl::FailedPreconditionError(
-        absl::StrCat("EmbeddingBag '", table_, "': PushGradients without a Forward since the last push")));
+    return PsFuture<void>::Ready(absl::FailedPreconditionError(absl::StrCat(
+        "EmbeddingBag '", table_, "': PushGradients without a Forward since the last push")));
   }
   absl::StatusOr<Tensor> grad = CatchTorch([&]() -> absl::StatusOr<Tensor> {
     const ::torch::Tensor& g = batch->rows.grad();
     if (!g.defined()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("EmbeddingBag '", table_, "': no gradient in its rows (call backward() first)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "EmbeddingBag '", table_, "': no gradient in its rows (call backward() first)"));
     }
     return FromTorch(g.contiguous());
   });

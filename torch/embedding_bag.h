@@ -55,11 +55,12 @@ class EmbeddingBag {
   // without a row contributes its initial value. Replaces the previous Forward's rows (one
   // Forward, backward, PushGradients per step). InvalidArgument for bad keys or offsets, or a
   // table whose rows are not `dim` wide; the lookup's errors otherwise.
-  absl::StatusOr<at::Tensor> Forward(StepContext& ctx, const at::Tensor& keys, const at::Tensor& offsets);
+  absl::StatusOr<at::Tensor> Forward(StepContext& ctx, const at::Tensor& keys,
+                                     const at::Tensor& offsets);
 
   // Chief (evaluation): as Forward, without gradients, counting or inserting anything.
-  absl::StatusOr<at::Tensor> Evaluate(const ParameterServerStrategy& strategy, const at::Tensor& keys,
-                                      const at::Tensor& offsets) const;
+  absl::StatusOr<at::Tensor> Evaluate(const ParameterServerStrategy& strategy,
+                                      const at::Tensor& keys, const at::Tensor& offsets) const;
 
   // Worker, after backward: pushes the gradient of every distinct key of the last Forward, one
   // request per PS, tagged like the step's other updates, and forgets those rows.

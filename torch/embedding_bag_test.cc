@@ -31,7 +31,8 @@ class EmbeddingBagTest : public ::testing::Test {
   void SetUp() override {
     for (int i = 0; i < 2; ++i) {
       stores_.push_back(std::make_unique<ps::EmbeddingStore>());
-      services_.push_back(std::make_unique<ps::EmbeddingService>(*stores_.back(), ps::EmbeddingService::Options()));
+      services_.push_back(
+          std::make_unique<ps::EmbeddingService>(*stores_.back(), ps::EmbeddingService::Options()));
       net::RpcServer::Options so;
       so.role = "ps";
       so.token = kToken;
@@ -44,7 +45,8 @@ class EmbeddingBagTest : public ::testing::Test {
       co.token = kToken;
       clients_.push_back(std::make_unique<net::RpcClient>(client_loop_, co));
     }
-    ps_ = std::make_unique<PsClient>(std::vector<net::RpcClient*>{clients_[0].get(), clients_[1].get()}, directory_);
+    ps_ = std::make_unique<PsClient>(
+        std::vector<net::RpcClient*>{clients_[0].get(), clients_[1].get()}, directory_);
     ps::EmbeddingTableConfig config;
     config.name = "t";
     config.dim = kDim;
@@ -53,8 +55,12 @@ class EmbeddingBagTest : public ::testing::Test {
     EmbeddingClient client(ps_->connections(), absl::Seconds(20));
     ASSERT_TRUE(client.CreateTable(config, false).ok());
     std::vector<float> grads;
-    for (int64_t k : keys_) grads.insert(grads.end(), {-static_cast<float>(k), -10.0f * static_cast<float>(k)});
-    ASSERT_TRUE(client.Push("t", Tensor::FromVector(keys_), Tensor::FromVector<float>({4, kDim}, absl::MakeConstSpan(grads))).ok());
+    for (int64_t k : keys_)
+      grads.insert(grads.end(), {-static_cast<float>(k), -10.0f * static_cast<float>(k)});
+    ASSERT_TRUE(client
+                    .Push("t", Tensor::FromVector(keys_),
+                          Tensor::FromVector<float>({4, kDim}, absl::MakeConstSpan(grads)))
+                    .ok());
   }
 
   void TearDown() override {
@@ -63,7 +69,9 @@ class EmbeddingBagTest : public ::testing::Test {
     servers_.clear();
   }
 
-  StepContext Context() { return StepContext(0, {}, *ps_, std::make_shared<std::atomic<bool>>(false)); }
+  StepContext Context() {
+    return StepContext(0, {}, *ps_, std::make_shared<std::atomic<bool>>(false));
+  }
 
   std::vector<float> Row(int64_t key) {
     EmbeddingClient client(ps_->connections(), absl::Seconds(20));
@@ -92,11 +100,13 @@ TEST_F(EmbeddingBagTest, SumAndMeanCombineRows) {
   EmbeddingBag sum("t", kDim, EmbeddingBag::Combiner::kSum);
   auto s = sum.Forward(ctx, keys, offsets);
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_TRUE(torch::equal(*s, torch::tensor({5.0f, 50.0f, 0.0f, 0.0f, 4.0f, 40.0f}).reshape({3, 2})));
+  EXPECT_TRUE(
+      torch::equal(*s, torch::tensor({5.0f, 50.0f, 0.0f, 0.0f, 4.0f, 40.0f}).reshape({3, 2})));
   EmbeddingBag mean("t", kDim, EmbeddingBag::Combiner::kMean);
   auto m = mean.Forward(ctx, keys, offsets);
   ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_TRUE(torch::allclose(*m, torch::tensor({5.0f / 3, 50.0f / 3, 0.0f, 0.0f, 4.0f, 40.0f}).reshape({3, 2})));
+  EXPECT_TRUE(torch::allclose(
+      *m, torch::tensor({5.0f / 3, 50.0f / 3, 0.0f, 0.0f, 4.0f, 40.0f}).reshape({3, 2})));
 }
 
 TEST_F(EmbeddingBagTest, BackwardPushesOneGradientPerDistinctKey) {
@@ -130,7 +140,8 @@ TEST_F(EmbeddingBagTest, EvaluationReadsWithoutInserting) {
 TEST_F(EmbeddingBagTest, BadInputIsAnError) {
   StepContext ctx = Context();
   EmbeddingBag bag("t", kDim, EmbeddingBag::Combiner::kSum);
-  EXPECT_TRUE(absl::IsInvalidArgument(bag.Forward(ctx, torch::tensor({1, 2}, torch::kInt), Longs({0})).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      bag.Forward(ctx, torch::tensor({1, 2}, torch::kInt), Longs({0})).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(bag.Forward(ctx, Longs({1, 2}), Longs({1})).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(bag.Forward(ctx, Longs({1, 2}), Longs({0, 3})).status()));
   EmbeddingBag wide("t", kDim + 1, EmbeddingBag::Combiner::kSum);

@@ -28,8 +28,9 @@ using CallResults = std::vector<absl::StatusOr<net::InMessage>>;
 // Sends every call at once; `on_all` gets the results in call order once the last is in.
 // (PsClient's fan-out, without its variable-directory reading of NotFound: a table name comes
 // from the caller, so NotFound stays the caller's unknown table.)
-void CallAllAsync(const std::vector<net::RpcClient*>& ps, const char* method, std::vector<Outgoing> calls,
-                  const net::RpcClient::CallOptions& options, std::function<void(CallResults)> on_all) {
+void CallAllAsync(const std::vector<net::RpcClient*>& ps, const char* method,
+                  std::vector<Outgoing> calls, const net::RpcClient::CallOptions& options,
+                  std::function<void(CallResults)> on_all) {
   if (calls.empty()) {
     on_all(CallResults());
     return;
@@ -47,13 +48,15 @@ void CallAllAsync(const std::vector<net::RpcClient*>& ps, const char* method, st
     const int p = calls[i].ps;
     ps[static_cast<size_t>(p)]->CallAsync(
         method, std::move(calls[i].message), options,
-        [state, i, p, method, address = &ps[static_cast<size_t>(p)]->address()](absl::StatusOr<net::InMessage> r) {
+        [state, i, p, method,
+         address = &ps[static_cast<size_t>(p)]->address()](absl::StatusOr<net::InMessage> r) {
           if (!r.ok()) {
-            r = absl::Status(r.status().code(),
-                             absl::StrCat(method, " on ps ", p, " (", *address, "): ", r.status().message()));
+            r = absl::Status(r.status().code(), absl::StrCat(method, " on ps ", p, " (", *address,
+                                                             "): ", r.status().message()));
           }
           state->results[i] = std::move(r);
-          if (state->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) state->on_all(std::move(state->results));
+          if (state->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1)
+            state->on_all(std::move(state->results));
         });
   }
 }
@@ -72,8 +75,9 @@ absl::Status FirstError(const CallResults& results) {
 absl::Status CheckKeys(const std::string& table, const Tensor& keys) {
   if (table.empty()) return absl::InvalidArgumentError("embedding table name is empty");
   if (keys.dtype() != DType::kI64 || keys.rank() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("keys of embedding table '", table, "' must be i64 [n], got ",
-                                                   DTypeName(keys.dtype()), ShapeString(keys.shape())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("keys of embedding table '", table, "' must be i64 [n], got ",
+                     DTypeName(keys.dtype()), ShapeString(keys.shape())));
   }
   return absl::OkStatus();
 }
@@ -120,10 +124,12 @@ absl::StatusOr<Tensor> FinishLookup(const std::string& table, const Routing& rou
     ASSIGN_OR_RETURN(std::vector<Tensor> values, ps::ReadEmbeddingLookupResponse(*results[c], 1));
     const Tensor& rows = values[0];
     const int64_t n = static_cast<int64_t>(routing.keys_by_ps[static_cast<size_t>(p)].size());
-    if (rows.dtype() != DType::kF32 || rows.rank() != 2 || rows.dim(0) != n || (dim >= 0 && rows.dim(1) != dim)) {
-      return absl::InternalError(absl::StrCat("ps.EmbeddingLookup of '", table, "' on ps ", p, " answered ",
-                                              DTypeName(rows.dtype()), ShapeString(rows.shape()), " for ", n,
-                                              " keys", dim >= 0 ? absl::StrCat(" of dim ", dim) : ""));
+    if (rows.dtype() != DType::kF32 || rows.rank() != 2 || rows.dim(0) != n ||
+        (dim >= 0 && rows.dim(1) != dim)) {
+      return absl::InternalError(absl::StrCat("ps.EmbeddingLookup of '", table, "' on ps ", p,
+                                              " answered ", DTypeName(rows.dtype()),
+                                              ShapeString(rows.shape()), " for ", n, " keys",
+                                              dim >= 0 ? absl::StrCat(" of dim ", dim) : ""));
     }
     dim = rows.dim(1);
     rows_by_ps[static_cast<size_t>(p)] = rows;
@@ -134,7 +140,8 @@ absl::StatusOr<Tensor> FinishLookup(const std::string& table, const Routing& rou
   for (size_t i = 0; i < routing.slots.size(); ++i) {
     const Routing::Slot& s = routing.slots[i];
     std::memcpy(dst + i * row_bytes,
-                static_cast<const char*>(rows_by_ps[static_cast<size_t>(s.ps)].raw_data()) + s.index * row_bytes,
+                static_cast<const char*>(rows_by_ps[static_cast<size_t>(s.ps)].raw_data()) +
+                    s.index * row_bytes,
                 row_bytes);
   }
   return out;
@@ -145,7 +152,8 @@ absl::StatusOr<Tensor> FinishLookup(const std::string& table, const Routing& rou
 EmbeddingClient::EmbeddingClient(std::vector<net::RpcClient*> ps, absl::Duration timeout)
     : ps_(std::move(ps)), timeout_(timeout) {}
 
-absl::Status EmbeddingClient::CreateTable(const ps::EmbeddingTableConfig& config, bool wait_for_ready) {
+absl::Status EmbeddingClient::CreateTable(const ps::EmbeddingTableConfig& config,
+                                          bool wait_for_ready) {
   RETURN_IF_ERROR(ps::ValidateEmbeddingTableConfig(config));
   std::vector<Outgoing> calls;
   for (int p = 0; p < num_ps(); ++p) {
@@ -162,7 +170,8 @@ void EmbeddingClient::LookupAsync(const std::string& table, const Tensor& keys, 
                                   PsCallback<Tensor> done) {
   if (absl::Status s = CheckKeys(table, keys); !s.ok()) return done(s);
   if (keys.num_elements() == 0) return done(Tensor(DType::kF32, {0, 0}));
-  if (ps_.empty()) return done(absl::FailedPreconditionError("no parameter servers to look embeddings up on"));
+  if (ps_.empty())
+    return done(absl::FailedPreconditionError("no parameter servers to look embeddings up on"));
   auto routing = std::make_shared<Routing>(Route(keys, num_ps()));
   std::vector<Outgoing> calls;
   std::vector<int> call_ps;
@@ -174,33 +183,38 @@ void EmbeddingClient::LookupAsync(const std::string& table, const Tensor& keys, 
     ps::BuildEmbeddingLookupRequest({&lookup, 1}, train, calls.back().message);
     call_ps.push_back(p);
   }
-  CallAllAsync(ps_, ps::kEmbeddingLookupMethod, std::move(calls), {timeout_, std::nullopt},
-               [table, routing, call_ps = std::move(call_ps), done = std::move(done)](CallResults results) {
-                 absl::StatusOr<Tensor> out;
-                 absl::Status decoded = net::CatchDecodeErrors([&]() -> absl::Status {
-                   out = FinishLookup(table, *routing, call_ps, std::move(results));
-                   return absl::OkStatus();
-                 });
-                 done(decoded.ok() ? std::move(out) : absl::StatusOr<Tensor>(decoded));
-               });
+  CallAllAsync(
+      ps_, ps::kEmbeddingLookupMethod, std::move(calls), {timeout_, std::nullopt},
+      [table, routing, call_ps = std::move(call_ps), done = std::move(done)](CallResults results) {
+        absl::StatusOr<Tensor> out;
+        absl::Status decoded = net::CatchDecodeErrors([&]() -> absl::Status {
+          out = FinishLookup(table, *routing, call_ps, std::move(results));
+          return absl::OkStatus();
+        });
+        done(decoded.ok() ? std::move(out) : absl::StatusOr<Tensor>(decoded));
+      });
 }
 
-void EmbeddingClient::PushAsync(const std::string& table, const Tensor& keys, const Tensor& gradients,
-                                PsCallback<void> done, const ps::UpdateTag& tag) {
+void EmbeddingClient::PushAsync(const std::string& table, const Tensor& keys,
+                                const Tensor& gradients, PsCallback<void> done,
+                                const ps::UpdateTag& tag) {
   if (absl::Status s = CheckKeys(table, keys); !s.ok()) return done(s);
-  if (gradients.dtype() != DType::kF32 || gradients.rank() != 2 || gradients.dim(0) != keys.dim(0)) {
-    return done(absl::InvalidArgumentError(
-        absl::StrCat("gradients of embedding table '", table, "' must be f32 [", keys.dim(0), ", dim], got ",
-                     DTypeName(gradients.dtype()), ShapeString(gradients.shape()))));
+  if (gradients.dtype() != DType::kF32 || gradients.rank() != 2 ||
+      gradients.dim(0) != keys.dim(0)) {
+    return done(absl::InvalidArgumentError(absl::StrCat(
+        "gradients of embedding table '", table, "' must be f32 [", keys.dim(0), ", dim], got ",
+        DTypeName(gradients.dtype()), ShapeString(gradients.shape()))));
   }
   if (keys.num_elements() == 0) return done(absl::OkStatus());
-  if (ps_.empty()) return done(absl::FailedPreconditionError("no parameter servers to push embeddings to"));
+  if (ps_.empty())
+    return done(absl::FailedPreconditionError("no parameter servers to push embeddings to"));
   const Routing routing = Route(keys, num_ps());
   const int64_t dim = gradients.dim(1);
   const size_t row = static_cast<size_t>(dim);
   std::vector<Tensor> sums(ps_.size());
   for (size_t p = 0; p < ps_.size(); ++p) {
-    if (!routing.keys_by_ps[p].empty()) sums[p] = Tensor(DType::kF32, {static_cast<int64_t>(routing.keys_by_ps[p].size()), dim});
+    if (!routing.keys_by_ps[p].empty())
+      sums[p] = Tensor(DType::kF32, {static_cast<int64_t>(routing.keys_by_ps[p].size()), dim});
   }
   const float* g = gradients.data<float>();
   for (size_t i = 0; i < routing.slots.size(); ++i) {
@@ -220,23 +234,25 @@ void EmbeddingClient::PushAsync(const std::string& table, const Tensor& keys, co
                [done = std::move(done)](CallResults results) { done(FirstError(results)); });
 }
 
-absl::StatusOr<Tensor> EmbeddingClient::Lookup(const std::string& table, const Tensor& keys, bool train) {
+absl::StatusOr<Tensor> EmbeddingClient::Lookup(const std::string& table, const Tensor& keys,
+                                               bool train) {
   return LookupAsync(table, keys, train).Get();
 }
 
-absl::Status EmbeddingClient::Push(const std::string& table, const Tensor& keys, const Tensor& gradients,
-                                   const ps::UpdateTag& tag) {
+absl::Status EmbeddingClient::Push(const std::string& table, const Tensor& keys,
+                                   const Tensor& gradients, const ps::UpdateTag& tag) {
   return PushAsync(table, keys, gradients, tag).Get();
 }
 
-PsFuture<Tensor> EmbeddingClient::LookupAsync(const std::string& table, const Tensor& keys, bool train) {
+PsFuture<Tensor> EmbeddingClient::LookupAsync(const std::string& table, const Tensor& keys,
+                                              bool train) {
   auto [future, complete] = PsFuture<Tensor>::Make();
   LookupAsync(table, keys, train, std::move(complete));
   return future;
 }
 
-PsFuture<void> EmbeddingClient::PushAsync(const std::string& table, const Tensor& keys, const Tensor& gradients,
-                                          const ps::UpdateTag& tag) {
+PsFuture<void> EmbeddingClient::PushAsync(const std::string& table, const Tensor& keys,
+                                          const Tensor& gradients, const ps::UpdateTag& tag) {
   auto [future, complete] = PsFuture<void>::Make();
   PushAsync(table, keys, gradients, std::move(complete), tag);
   return future;

@@ -62,9 +62,10 @@ class EmbeddingClient {
   // Non-blocking forms: `done` is called exactly once, on the RPC loop thread when the answers
   // arrive (it must not block), or on the calling thread before returning when the inputs are
   // bad. The tensors passed in may be dropped at once but not written to until `done`.
-  void LookupAsync(const std::string& table, const Tensor& keys, bool train, PsCallback<Tensor> done);
-  void PushAsync(const std::string& table, const Tensor& keys, const Tensor& gradients, PsCallback<void> done,
-                 const ps::UpdateTag& tag = {});
+  void LookupAsync(const std::string& table, const Tensor& keys, bool train,
+                   PsCallback<Tensor> done);
+  void PushAsync(const std::string& table, const Tensor& keys, const Tensor& gradients,
+                 PsCallback<void> done, const ps::UpdateTag& tag = {});
   PsFuture<Tensor> LookupAsync(const std::string& table, const Tensor& keys, bool train);
   PsFuture<void> PushAsync(const std::string& table, const Tensor& keys, const Tensor& gradients,
                            const ps::UpdateTag& tag = {});

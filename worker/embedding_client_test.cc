@@ -28,7 +28,8 @@ class EmbeddingClientTest : public ::testing::Test {
   void SetUp() override {
     for (int i = 0; i < 2; ++i) {
       stores_.push_back(std::make_unique<ps::EmbeddingStore>());
-      services_.push_back(std::make_unique<ps::EmbeddingService>(*stores_.back(), ps::EmbeddingService::Options()));
+      services_.push_back(
+          std::make_unique<ps::EmbeddingService>(*stores_.back(), ps::EmbeddingService::Options()));
       net::RpcServer::Options server_options;
       server_options.role = "ps";
       server_options.token = kToken;
@@ -41,8 +42,8 @@ class EmbeddingClientTest : public ::testing::Test {
       client_options.token = kToken;
       clients_.push_back(std::make_unique<net::RpcClient>(client_loop_, client_options));
     }
-    client_ = std::make_unique<EmbeddingClient>(std::vector<net::RpcClient*>{clients_[0].get(), clients_[1].get()},
-                                                absl::Seconds(20));
+    client_ = std::make_unique<EmbeddingClient>(
+        std::vector<net::RpcClient*>{clients_[0].get(), clients_[1].get()}, absl::Seconds(20));
     ps::EmbeddingTableConfig config;
     config.name = "t";
     config.dim = kDim;
@@ -78,16 +79,19 @@ class EmbeddingClientTest : public ::testing::Test {
 };
 
 std::vector<float> Row(const Tensor& rows, int64_t i) {
-  return std::vector<float>(rows.data<float>() + i * rows.dim(1), rows.data<float>() + (i + 1) * rows.dim(1));
+  return std::vector<float>(rows.data<float>() + i * rows.dim(1),
+                            rows.data<float>() + (i + 1) * rows.dim(1));
 }
 
 TEST_F(EmbeddingClientTest, PushSumsDuplicatesAndLookupScattersBack) {
   const int64_t a = KeysOn(0, 1)[0], b = KeysOn(1, 1)[0];
   // a twice (gradients summed), b once; SGD lr 1 from 0.5.
   const Tensor keys = Tensor::FromVector(std::vector<int64_t>{a, b, a});
-  const Tensor grads = Tensor::FromVector<float>({3, kDim}, {0.25f, 0.5f, 0.125f, 1, 1, 1, 0.25f, 0.5f, 0.125f});
+  const Tensor grads =
+      Tensor::FromVector<float>({3, kDim}, {0.25f, 0.5f, 0.125f, 1, 1, 1, 0.25f, 0.5f, 0.125f});
   ASSERT_TRUE(client_->Push("t", keys, grads).ok());
-  auto rows = client_->Lookup("t", Tensor::FromVector(std::vector<int64_t>{b, a, b, 42}), /*train=*/false);
+  auto rows =
+      client_->Lookup("t", Tensor::FromVector(std::vector<int64_t>{b, a, b, 42}), /*train=*/false);
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->shape(), (Shape{4, kDim}));
   EXPECT_EQ(Row(*rows, 0), (std::vector<float>{-0.5f, -0.5f, -0.5f}));
@@ -116,7 +120,8 @@ TEST_F(EmbeddingClientTest, EachKeyGoesToItsPs) {
 }
 
 TEST_F(EmbeddingClientTest, BadInputIsRefusedBeforeSending) {
-  EXPECT_TRUE(absl::IsInvalidArgument(client_->Lookup("t", Tensor::FromVector<int32_t>({1, 2}), true).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      client_->Lookup("t", Tensor::FromVector<int32_t>({1, 2}), true).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(
       client_->Push("t", Tensor::FromVector<int64_t>({1, 2}), Tensor(DType::kF32, {3, kDim}))));
   EXPECT_TRUE(absl::IsInvalidArgument(
@@ -125,7 +130,8 @@ TEST_F(EmbeddingClientTest, BadInputIsRefusedBeforeSending) {
   const int64_t key = KeysOn(0, 1)[0];
   EXPECT_TRUE(absl::IsInvalidArgument(
       client_->Push("t", Tensor::FromVector<int64_t>({key}), Tensor(DType::kF32, {1, kDim + 1}))));
-  EXPECT_TRUE(absl::IsNotFound(client_->Lookup("nope", Tensor::FromVector<int64_t>({key}), true).status()));
+  EXPECT_TRUE(
+      absl::IsNotFound(client_->Lookup("nope", Tensor::FromVector<int64_t>({key}), true).status()));
   auto rows = client_->Lookup("t", Tensor::FromVector<int64_t>({key}), false);
   ASSERT_TRUE(rows.ok()) << rows.status();
   EXPECT_EQ(Row(*rows, 0), (std::vector<float>{0.5f, 0.5f, 0.5f}));
@@ -140,7 +146,8 @@ TEST_F(EmbeddingClientTest, TaggedPushFromAStepAppliesOnce) {
   const int64_t key = KeysOn(1, 1)[0];
   const Tensor keys = Tensor::FromVector<int64_t>({key});
   const Tensor grads = Tensor::FromVector<float>({1, kDim}, {1, 2, 3});
-  const ps::UpdateTag closure{.coordinator = 1000, .closure = 1001, .sequence = 0, .watermark = 1000};
+  const ps::UpdateTag closure{
+      .coordinator = 1000, .closure = 1001, .sequence = 0, .watermark = 1000};
   for (int attempt = 0; attempt < 2; ++attempt) {  // the same closure run twice
     StepContext ctx(0, {}, ps, std::make_shared<std::atomic<bool>>(false));
     ctx.TagUpdates(closure);

@@ -77,7 +77,8 @@ Batch MakeBatch(const std::vector<Example>& examples, const int32_t* index, size
 // Running statistics and the progress line (at most once a second).
 class Progress {
  public:
-  Progress(const Options& options, int64_t total_steps) : options_(options), total_steps_(total_steps) {}
+  Progress(const Options& options, int64_t total_steps)
+      : options_(options), total_steps_(total_steps) {}
   void Step(double loss, int64_t examples) {
     ++steps_;
     examples_ += examples;
@@ -85,9 +86,12 @@ class Progress {
     const absl::Time now = absl::Now();
     if (!options_.progress || now - last_ < absl::Seconds(1)) return;
     std::printf("epoch %lld/%d  step %lld/%lld  %.0f examples/s  loss %.4f\n",
-                static_cast<long long>(std::min<int64_t>(options_.epochs, steps_ * options_.epochs / total_steps_ + 1)),
-                options_.epochs, static_cast<long long>(steps_), static_cast<long long>(total_steps_),
-                static_cast<double>(examples_ - reported_) / absl::ToDoubleSeconds(now - last_), recent_loss_);
+                static_cast<long long>(std::min<int64_t>(
+                    options_.epochs, steps_ * options_.epochs / total_steps_ + 1)),
+                options_.epochs, static_cast<long long>(steps_),
+                static_cast<long long>(total_steps_),
+                static_cast<double>(examples_ - reported_) / absl::ToDoubleSeconds(now - last_),
+                recent_loss_);
     std::fflush(stdout);
     last_ = now;
     reported_ = examples_;
@@ -113,9 +117,9 @@ class Progress {
 
 absl::Status CheckOptions(const Options& options) {
   if (options.epochs < 1 || options.batch_size < 1 || options.dim < 1 || options.dim > 4096 ||
-      options.buckets < 1 || !(options.learning_rate > 0) ||
-      !(options.initial_accumulator >= 0)) {
-    return absl::InvalidArgumentError("epochs, batch size, buckets and learning rate must be positive, dim in 1..4096");
+      options.buckets < 1 || !(options.learning_rate > 0) || !(options.initial_accumulator >= 0)) {
+    return absl::InvalidArgumentError(
+        "epochs, batch size, buckets and learning rate must be positive, dim in 1..4096");
   }
   return absl::OkStatus();
 }
@@ -142,8 +146,10 @@ absl::StatusOr<Result> TrainLocal(const Options& options) {
     torch::nn::Linear linear(options.dim, kNumClasses);
     std::vector<torch::Tensor> params = {embedding->weight};
     for (const torch::Tensor& p : linear->parameters()) params.push_back(p);
-    torch::optim::Adagrad adagrad(
-        params, torch::optim::AdagradOptions(options.learning_rate).initial_accumulator_value(options.initial_accumulator).eps(1e-7));
+    torch::optim::Adagrad adagrad(params,
+                                  torch::optim::AdagradOptions(options.learning_rate)
+                                      .initial_accumulator_value(options.initial_accumulator)
+                                      .eps(1e-7));
     auto forward = [&](const Batch& b) {
       return linear->forward(embedding->forward(b.keys.remainder(options.buckets), b.offsets));
     };
@@ -155,7 +161,8 @@ absl::StatusOr<Result> TrainLocal(const Options& options) {
       const std::vector<int32_t> order = EpochOrder(corpus.train.size(), options.seed, epoch);
       for (int64_t b = 0; b < per_epoch; ++b) {
         const size_t begin = static_cast<size_t>(b * options.batch_size);
-        const size_t count = std::min(order.size() - begin, static_cast<size_t>(options.batch_size));
+        const size_t count =
+            std::min(order.size() - begin, static_cast<size_t>(options.batch_size));
         const Batch batch = MakeBatch(corpus.train, order.data() + begin, count);
         adagrad.zero_grad();
         torch::Tensor loss = torch::nn::functional::cross_entropy(forward(batch), batch.labels);
@@ -172,10 +179,12 @@ absl::StatusOr<Result> TrainLocal(const Options& options) {
     std::vector<int32_t> all(corpus.test.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
     for (size_t begin = 0; begin < all.size(); begin += 4096) {
-      const Batch batch = MakeBatch(corpus.test, all.data() + begin, std::min<size_t>(4096, all.size() - begin));
+      const Batch batch =
+          MakeBatch(corpus.test, all.data() + begin, std::min<size_t>(4096, all.size() - begin));
       correct += forward(batch).argmax(1).eq(batch.labels).sum().item<int64_t>();
     }
-    result.test_accuracy = all.empty() ? 0 : static_cast<double>(correct) / static_cast<double>(all.size());
+    result.test_accuracy =
+        all.empty() ? 0 : static_cast<double>(correct) / static_cast<double>(all.size());
     return result;
   });
 }
@@ -183,7 +192,8 @@ absl::StatusOr<Result> TrainLocal(const Options& options) {
 namespace {
 
 constexpr char kTable[] = "wordnet/embedding";
-constexpr char kPrefix[] = "wordnet/";  // the linear layer's variables: wordnet/weight, wordnet/bias
+constexpr char kPrefix[] =
+    "wordnet/";  // the linear layer's variables: wordnet/weight, wordnet/bias
 
 EmbeddingInitializer TableInitializer(const Options& options) {
   EmbeddingInitializer init;
@@ -243,7 +253,8 @@ absl::StatusOr<Values> TrainStep(StepContext& ctx) {
     const Batch batch = MakeBatch(model->corpus.train, model->order.data() + begin, count);
     RETURN_IF_ERROR(torch_bridge::Pull(ctx, *model->linear, kPrefix));
     ASSIGN_OR_RETURN(torch::Tensor bags, model->bag.Forward(ctx, batch.keys, batch.offsets));
-    torch::Tensor loss = torch::nn::functional::cross_entropy(model->linear->forward(bags), batch.labels);
+    torch::Tensor loss =
+        torch::nn::functional::cross_entropy(model->linear->forward(bags), batch.labels);
     loss.backward();
     loss_value = loss.item<float>();
     // Both pushes in flight together; numbered in this order on every attempt (exactly once).
@@ -261,12 +272,13 @@ absl::StatusOr<std::unique_ptr<Resource>> MakeModel(const ResourceContext& ctx) 
   ASSIGN_OR_RETURN(int64_t batch, ctx.IntArg("batch"));
   ASSIGN_OR_RETURN(int64_t seed, ctx.IntArg("seed"));
   ASSIGN_OR_RETURN(int64_t dim, ctx.IntArg("dim"));
-  if (batch < 1 || dim < 1 || dim > 4096) return absl::InvalidArgumentError("batch must be >= 1 and dim in 1..4096");
+  if (batch < 1 || dim < 1 || dim > 4096)
+    return absl::InvalidArgumentError("batch must be >= 1 and dim in 1..4096");
   ASSIGN_OR_RETURN(Corpus corpus, ReadCorpus(dir));
   corpus.test.clear();  // the chief evaluates
   return CatchTorch([&]() -> absl::StatusOr<std::unique_ptr<Resource>> {
-    return std::make_unique<ModelResource>(std::move(corpus), static_cast<int>(batch), static_cast<uint64_t>(seed),
-                                           static_cast<int>(dim));
+    return std::make_unique<ModelResource>(std::move(corpus), static_cast<int>(batch),
+                                           static_cast<uint64_t>(seed), static_cast<int>(dim));
   });
 }
 
@@ -286,13 +298,15 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   return CatchTorch([&]() -> absl::StatusOr<Result> {
     torch::manual_seed(options.seed);
     torch::nn::Linear linear(options.dim, kNumClasses);
-    RETURN_IF_ERROR(strategy.CreateEmbeddingTable(kTable, options.dim, TableInitializer(options), Adagrad(options)));
+    RETURN_IF_ERROR(strategy.CreateEmbeddingTable(kTable, options.dim, TableInitializer(options),
+                                                  Adagrad(options)));
     RETURN_IF_ERROR(torch_bridge::CreateVariables(strategy, *linear, Adagrad(options), kPrefix));
     ASSIGN_OR_RETURN(PerWorkerValues models,
-                     coordinator.CreatePerWorkerResource("wordnet_model", {{"data_dir", options.data_dir},
-                                                                           {"batch", absl::StrCat(options.batch_size)},
-                                                                           {"seed", absl::StrCat(options.seed)},
-                                                                           {"dim", absl::StrCat(options.dim)}}));
+                     coordinator.CreatePerWorkerResource(
+                         "wordnet_model", {{"data_dir", options.data_dir},
+                                           {"batch", absl::StrCat(options.batch_size)},
+                                           {"seed", absl::StrCat(options.seed)},
+                                           {"dim", absl::StrCat(options.dim)}}));
     const int64_t per_epoch = BatchesPerEpoch(corpus.train.size(), options.batch_size);
     const int64_t total = per_epoch * options.epochs;
     // Enough closures in flight that no worker waits for the chief.
@@ -303,8 +317,10 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
     const absl::Time start = absl::Now();
     while (progress.steps() < total) {
       while (scheduled < total && pending.size() < window) {
-        Tensor which = Tensor::FromVector(std::vector<int64_t>{scheduled / per_epoch, scheduled % per_epoch});
-        ASSIGN_OR_RETURN(RemoteValue v, coordinator.Schedule("wordnet_train_step", {which, models}));
+        Tensor which =
+            Tensor::FromVector(std::vector<int64_t>{scheduled / per_epoch, scheduled % per_epoch});
+        ASSIGN_OR_RETURN(RemoteValue v,
+                         coordinator.Schedule("wordnet_train_step", {which, models}));
         pending.push_back(std::move(v));
         ++scheduled;
       }
@@ -319,17 +335,20 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
     // Evaluation on the chief: the linear layer read back, the table looked up without
     // counting or inserting (a key no training step pushed reads its initial value).
     RETURN_IF_ERROR(torch_bridge::ReadVariables(strategy, *linear, kPrefix));
-    const torch_bridge::EmbeddingBag bag(kTable, options.dim, torch_bridge::EmbeddingBag::Combiner::kMean);
+    const torch_bridge::EmbeddingBag bag(kTable, options.dim,
+                                         torch_bridge::EmbeddingBag::Combiner::kMean);
     torch::NoGradGuard no_grad;
     int64_t correct = 0;
     std::vector<int32_t> all(corpus.test.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
     for (size_t begin = 0; begin < all.size(); begin += 4096) {
-      const Batch batch = MakeBatch(corpus.test, all.data() + begin, std::min<size_t>(4096, all.size() - begin));
+      const Batch batch =
+          MakeBatch(corpus.test, all.data() + begin, std::min<size_t>(4096, all.size() - begin));
       ASSIGN_OR_RETURN(torch::Tensor bags, bag.Evaluate(strategy, batch.keys, batch.offsets));
       correct += linear->forward(bags).argmax(1).eq(batch.labels).sum().item<int64_t>();
     }
-    result.test_accuracy = all.empty() ? 0 : static_cast<double>(correct) / static_cast<double>(all.size());
+    result.test_accuracy =
+        all.empty() ? 0 : static_cast<double>(correct) / static_cast<double>(all.size());
     return result;
   });
 }

@@ -48,9 +48,9 @@ struct Result {
   double test_accuracy = 0;
   int64_t steps = 0;
   int64_t examples = 0;
-  double train_seconds = 0;          // wall time of training, evaluation excluded
-  double examples_per_second = 0;    // examples / train_seconds
-  double final_loss = 0;             // a running mean of the last steps' losses
+  double train_seconds = 0;        // wall time of training, evaluation excluded
+  double examples_per_second = 0;  // examples / train_seconds
+  double final_loss = 0;           // a running mean of the last steps' losses
 };
 
 // One process, no network: the reference.

@@ -68,7 +68,8 @@ absl::StatusOr<Synset> ParseDataLine(absl::string_view line, char file_pos) {
   Synset s;
   s.file_pos = file_pos;
   if (!absl::SimpleAtoi(f[0], &s.offset) || s.offset < 0) return Malformed("offset", line);
-  if (!absl::SimpleAtoi(f[1], &s.lex_filenum) || s.lex_filenum < 0 || s.lex_filenum >= kNumClasses) {
+  if (!absl::SimpleAtoi(f[1], &s.lex_filenum) || s.lex_filenum < 0 ||
+      s.lex_filenum >= kNumClasses) {
     return Malformed("lex_filenum outside 00..44", line);
   }
   if (f[2].size() != 1 || absl::string_view("nvasr").find(f[2][0]) == absl::string_view::npos) {
@@ -78,12 +79,14 @@ absl::StatusOr<Synset> ParseDataLine(absl::string_view line, char file_pos) {
   int32_t w_cnt = 0;
   if (!absl::SimpleHexAtoi(f[3], &w_cnt) || w_cnt < 1) return Malformed("w_cnt", line);
   size_t at = 4;
-  if (f.size() < at + 2 * static_cast<size_t>(w_cnt) + 1) return Malformed("fewer words than w_cnt", line);
+  if (f.size() < at + 2 * static_cast<size_t>(w_cnt) + 1)
+    return Malformed("fewer words than w_cnt", line);
   for (int32_t i = 0; i < w_cnt; ++i, at += 2) {
     absl::string_view word = f[at];
     // Adjectives may carry a syntactic marker: "galore(ip)", "ready_to_hand(p)", "(a)".
     if (file_pos == 'a' && absl::EndsWith(word, ")")) {
-      if (size_t paren = word.rfind('('); paren != absl::string_view::npos && paren > 0) word = word.substr(0, paren);
+      if (size_t paren = word.rfind('('); paren != absl::string_view::npos && paren > 0)
+        word = word.substr(0, paren);
     }
     s.lemmas.push_back(absl::AsciiStrToLower(word));
   }
@@ -91,7 +94,8 @@ absl::StatusOr<Synset> ParseDataLine(absl::string_view line, char file_pos) {
   if (!absl::SimpleAtoi(f[at], &p_cnt) || p_cnt < 0) return Malformed("p_cnt", line);
   ++at;
   // Each pointer is "symbol offset pos source/target"; verb frames may follow.
-  if (f.size() < at + 4 * static_cast<size_t>(p_cnt)) return Malformed("fewer pointers than p_cnt", line);
+  if (f.size() < at + 4 * static_cast<size_t>(p_cnt))
+    return Malformed("fewer pointers than p_cnt", line);
   s.gloss = std::string(absl::StripAsciiWhitespace(line.substr(bar + 1)));
   return s;
 }
@@ -108,7 +112,8 @@ absl::StatusOr<std::vector<Synset>> ReadDataFile(const std::string& path, char f
     if (line.empty() || line[0] == ' ') continue;
     absl::StatusOr<Synset> s = ParseDataLine(line, file_pos);
     if (!s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": ", s.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", number, ": ", s.status().message()));
     }
     out.push_back(*std::move(s));
   }
@@ -151,9 +156,10 @@ bool IsTestSynset(const Synset& synset) {
 absl::StatusOr<Corpus> ReadCorpus(const std::string& dir) {
   Corpus corpus;
   absl::flat_hash_set<int> labels;
-  for (const auto& [name, pos] : {std::pair<const char*, char>{"noun", 'n'}, {"verb", 'v'}, {"adj", 'a'},
-                                  {"adv", 'r'}}) {
-    ASSIGN_OR_RETURN(std::vector<Synset> synsets, ReadDataFile(absl::StrCat(dir, "/data.", name), pos));
+  for (const auto& [name, pos] :
+       {std::pair<const char*, char>{"noun", 'n'}, {"verb", 'v'}, {"adj", 'a'}, {"adv", 'r'}}) {
+    ASSIGN_OR_RETURN(std::vector<Synset> synsets,
+                     ReadDataFile(absl::StrCat(dir, "/data.", name), pos));
     for (const Synset& s : synsets) {
       labels.insert(s.lex_filenum);
       Example e{FeatureKeys(s), s.lex_filenum};

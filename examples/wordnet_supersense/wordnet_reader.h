@@ -25,12 +25,12 @@ inline constexpr int kNumClasses = 45;
 
 // One data line, parsed.
 struct Synset {
-  char file_pos = 'n';  // the data file it came from: n, v, a (adj and satellites), r
-  char ss_type = 'n';   // n, v, a, s (adjective satellite), r
-  int64_t offset = 0;   // byte offset in its file: unique within the file only
-  int lex_filenum = 0;  // the label
+  char file_pos = 'n';              // the data file it came from: n, v, a (adj and satellites), r
+  char ss_type = 'n';               // n, v, a, s (adjective satellite), r
+  int64_t offset = 0;               // byte offset in its file: unique within the file only
+  int lex_filenum = 0;              // the label
   std::vector<std::string> lemmas;  // lower case, '_' kept, adjective markers "(a)" removed
-  std::string gloss;    // the text after '|', trimmed
+  std::string gloss;                // the text after '|', trimmed
 };
 
 // Parses one line of a data.<pos> file (`file_pos` is that pos). InvalidArgument naming what is

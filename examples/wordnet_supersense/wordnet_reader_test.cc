@@ -81,14 +81,17 @@ TEST(WordnetReaderTest, MarkersStayOutsideAdjectiveFiles) {
 }
 
 TEST(WordnetReaderTest, MalformedLinesAreErrors) {
-  EXPECT_THAT(std::string(ParseDataLine("00001740 00 a 01 able 0 000 no bar", 'a').status().message()),
-              HasSubstr("'|'"));
+  EXPECT_THAT(
+      std::string(ParseDataLine("00001740 00 a 01 able 0 000 no bar", 'a').status().message()),
+      HasSubstr("'|'"));
   EXPECT_THAT(std::string(ParseDataLine("00001740 45 a 01 able 0 000 | g", 'a').status().message()),
               HasSubstr("lex_filenum"));
   EXPECT_THAT(std::string(ParseDataLine("00001740 00 a 03 able 0 000 | g", 'a').status().message()),
               HasSubstr("w_cnt"));
-  EXPECT_THAT(std::string(ParseDataLine("00001740 00 a 01 able 0 002 ! 1 a 0000 | g", 'a').status().message()),
-              HasSubstr("p_cnt"));
+  EXPECT_THAT(
+      std::string(
+          ParseDataLine("00001740 00 a 01 able 0 002 ! 1 a 0000 | g", 'a').status().message()),
+      HasSubstr("p_cnt"));
   EXPECT_THAT(std::string(ParseDataLine("00001740 00 x 01 able 0 000 | g", 'a').status().message()),
               HasSubstr("ss_type"));
   TempFile file(std::string(kAdj) + "garbage line | g\n");
@@ -103,8 +106,8 @@ TEST(WordnetReaderTest, TokensAndKeys) {
   s.ss_type = 'n';
   s.lemmas = {"ice_cream"};
   s.gloss = "Frozen dessert; \"they ate it\"";
-  EXPECT_THAT(Tokens(s), ElementsAre("pos:n", "lemma:ice_cream", "ice", "cream", "frozen", "dessert", "they",
-                                     "ate", "it"));
+  EXPECT_THAT(Tokens(s), ElementsAre("pos:n", "lemma:ice_cream", "ice", "cream", "frozen",
+                                     "dessert", "they", "ate", "it"));
   const std::vector<int64_t> keys = FeatureKeys(s);
   // pos, lemma, 2 words + 1 bigram, 5 gloss words + 4 bigrams.
   EXPECT_EQ(keys.size(), 1u + 1u + 3u + 9u);

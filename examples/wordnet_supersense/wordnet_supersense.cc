@@ -34,7 +34,8 @@ struct Flags {
 };
 
 constexpr char kUsage[] =
-    "wordnet_supersense [--epochs N] [--batch_size N] [--learning_rate LR] [--initial_accumulator A]\n"
+    "wordnet_supersense [--epochs N] [--batch_size N] [--learning_rate LR] [--initial_accumulator "
+    "A]\n"
     "                   [--data_dir DIR]\n"
     "                   [--torch_threads N] [--seed N] [--local [--buckets N]]\n"
     "  --local: train in this process (torch::nn::EmbeddingBag over --buckets hashed rows,\n"
@@ -82,7 +83,8 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
     } else {
       used = false;
     }
-    if (!ok) return absl::InvalidArgumentError(absl::StrCat("bad value '", value, "' for --", name));
+    if (!ok)
+      return absl::InvalidArgumentError(absl::StrCat("bad value '", value, "' for --", name));
     if (used && !switch_flag && !has_value) ++i;
   }
   return absl::OkStatus();
@@ -101,14 +103,17 @@ void PrintResult(const asyncps::wordnet::Result& r) {
 int main(int argc, char** argv) {
   Flags flags;
   if (absl::Status s = ParseFlags(argc, argv, &flags); !s.ok()) {
-    if (!absl::IsCancelled(s)) std::fprintf(stderr, "wordnet_supersense: %s\n", s.ToString().c_str());
+    if (!absl::IsCancelled(s))
+      std::fprintf(stderr, "wordnet_supersense: %s\n", s.ToString().c_str());
     std::fputs(kUsage, stderr);
     return absl::IsCancelled(s) ? 0 : 2;
   }
   asyncps::wordnet::SetTorchThreads(flags.torch_threads);
   if (flags.local) {
-    std::printf("training fastText on WordNet supersenses in one process: %d epochs, batch %d, %lld buckets\n",
-                flags.train.epochs, flags.train.batch_size, static_cast<long long>(flags.train.buckets));
+    std::printf(
+        "training fastText on WordNet supersenses in one process: %d epochs, batch %d, %lld "
+        "buckets\n",
+        flags.train.epochs, flags.train.batch_size, static_cast<long long>(flags.train.buckets));
     auto result = asyncps::wordnet::TrainLocal(flags.train);
     if (!result.ok()) {
       std::fprintf(stderr, "wordnet_supersense failed: %s\n", result.status().ToString().c_str());
@@ -134,8 +139,10 @@ int main(int argc, char** argv) {
   }
   asyncps::ParameterServerStrategy strategy(**chief);
   asyncps::ClusterCoordinator coordinator(strategy, program);
-  std::printf("training fastText on WordNet supersenses: %d epochs, batch %d, %d workers, %d parameter servers\n",
-              flags.train.epochs, flags.train.batch_size, cluster->num_workers(), cluster->num_ps());
+  std::printf(
+      "training fastText on WordNet supersenses: %d epochs, batch %d, %d workers, %d parameter "
+      "servers\n",
+      flags.train.epochs, flags.train.batch_size, cluster->num_workers(), cluster->num_ps());
   auto result = asyncps::wordnet::Train(strategy, coordinator, flags.train);
   if (!result.ok()) {
     std::fprintf(stderr, "wordnet_supersense failed: %s\n", result.status().ToString().c_str());

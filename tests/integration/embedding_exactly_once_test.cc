@@ -79,8 +79,10 @@ class EmbeddingExactlyOnceTest : public ::testing::Test {
     options.deduplicate_updates = deduplicate;
     ClusterCoordinator coordinator(chief_->strategy(), program_, options);
     for (int i = 0; i < kClosures; ++i) {
-      std::vector<int64_t> mine(keys.begin() + i * kKeysPerClosure, keys.begin() + (i + 1) * kKeysPerClosure);
-      auto scheduled = coordinator.Schedule("count_keys", {Tensor::FromVector(mine), Tensor::Scalar<int64_t>(kWorkAfterPushMs)});
+      std::vector<int64_t> mine(keys.begin() + i * kKeysPerClosure,
+                                keys.begin() + (i + 1) * kKeysPerClosure);
+      auto scheduled = coordinator.Schedule(
+          "count_keys", {Tensor::FromVector(mine), Tensor::Scalar<int64_t>(kWorkAfterPushMs)});
       EXPECT_TRUE(scheduled.ok()) << scheduled.status();
     }
     absl::Status joined = coordinator.Join();
@@ -122,10 +124,12 @@ TEST_F(EmbeddingExactlyOnceTest, EveryKeyCountedOnceWhileWorkersAreKilled) {
     const std::vector<float> counts = Epoch(epochs, /*deduplicate=*/true);
     ++epochs;
     ASSERT_EQ(counts.size(), static_cast<size_t>(kClosures * kKeysPerClosure + kUnpushed));
-    ASSERT_EQ(Mismatches(counts), "") << "epoch " << epochs << " with " << killer.kills() << " kills so far";
+    ASSERT_EQ(Mismatches(counts), "")
+        << "epoch " << epochs << " with " << killer.kills() << " kills so far";
   }
   EXPECT_TRUE(killer.error().ok()) << killer.error();
-  EXPECT_GE(Retried() - retried_before, 3) << "closures were not re-run; " << killer.kills() << " kills";
+  EXPECT_GE(Retried() - retried_before, 3)
+      << "closures were not re-run; " << killer.kills() << " kills";
 }
 
 TEST_F(EmbeddingExactlyOnceTest, WithoutDeduplicationReRunsApplyTwice) {

@@ -45,10 +45,13 @@ TEST(WordnetTest, TwoPsTwoWorkersWithinOnePointOfOneProcess) {
   // A model that learned something (45 classes; the largest, noun.artifact, is ~10%).
   EXPECT_GE(local->test_accuracy, 0.75);
   EXPECT_NEAR(distributed->test_accuracy, local->test_accuracy, 0.01)
-      << "one process " << local->test_accuracy << ", 2 PS + 2 workers " << distributed->test_accuracy;
-  std::printf("wordnet after %d epochs: one process %.4f (%.0f examples/s), 2 PS + 2 workers %.4f (%.0f examples/s)\n",
-              options.epochs, local->test_accuracy, local->examples_per_second, distributed->test_accuracy,
-              distributed->examples_per_second);
+      << "one process " << local->test_accuracy << ", 2 PS + 2 workers "
+      << distributed->test_accuracy;
+  std::printf(
+      "wordnet after %d epochs: one process %.4f (%.0f examples/s), 2 PS + 2 workers %.4f (%.0f "
+      "examples/s)\n",
+      options.epochs, local->test_accuracy, local->examples_per_second, distributed->test_accuracy,
+      distributed->examples_per_second);
 }
 
 }  // namespace
