@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "partitioners/div_partition.h"
+#include "worker/embedding_client.h"
 #include "worker/ps_client.h"
 
 namespace asyncps {
@@ -88,7 +89,39 @@ absl::Status ParameterServerStrategy::RecreateVariables() {
                                                  recipe.optimizer ? &*recipe.optimizer : nullptr,
                                                  /*wait_for_ready=*/false));
   }
+  std::vector<ps::EmbeddingTableConfig> tables;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [name, config] : tables_) tables.push_back(config);
+  }
+  EmbeddingClient embeddings(process_.ps().connections(), process_.ps().timeout());
+  for (const ps::EmbeddingTableConfig& config : tables) {
+    RETURN_IF_ERROR(embeddings.CreateTable(config, /*wait_for_ready=*/false));
+  }
   return absl::OkStatus();
+}
+
+absl::Status ParameterServerStrategy::CreateEmbeddingTable(const std::string& name, int64_t dim,
+                                                           const EmbeddingInitializer& initializer,
+                                                           const OptimizerConfig& optimizer,
+                                                           const EmbeddingTableOptions& options) {
+  ps::EmbeddingTableConfig config;
+  config.name = name;
+  config.dim = dim;
+  config.initializer = initializer;
+  config.optimizer = optimizer;
+  config.admission = options.admission;
+  config.ttl_steps = options.ttl_steps;
+  config.memory_cap_bytes = options.memory_cap_bytes;
+  EmbeddingClient embeddings(process_.ps().connections(), process_.ps().timeout());
+  RETURN_IF_ERROR(embeddings.CreateTable(config, /*wait_for_ready=*/true));
+  MutexLock lock(&mu_);
+  tables_.insert_or_assign(name, std::move(config));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> ParameterServerStrategy::LookupEmbeddings(const std::string& name, const Tensor& keys) const {
+  return EmbeddingClient(process_.ps().connections(), process_.ps().timeout()).Lookup(name, keys, /*train=*/false);
 }
 
 absl::StatusOr<ShardedVariable> ParameterServerStrategy::GetVariable(const std::string& name) const {

@@ -16,9 +16,24 @@
 #include "core/optimizer_config.h"
 #include "core/sync.h"
 #include "partitioners/partitioner.h"
+#include "ps/embedding/embedding_config.h"
 #include "worker/variable_directory.h"
 
 namespace asyncps {
+
+// How an embedding table's key gets its first row (a pure function of key and seed, the same on
+// every PS and every time the row is created): zeros, constant, uniform (default [-0.05, 0.05]),
+// normal or truncated normal.
+using EmbeddingInitializer = ps::EmbeddingInitializer;
+// When a key gets a row: after min_count training lookups and/or with a probability.
+using EmbeddingAdmission = ps::EmbeddingAdmission;
+
+// An embedding table's options beyond its dim, initializer and optimizer.
+struct EmbeddingTableOptions {
+  EmbeddingAdmission admission;  // default: every key gets a row at its first push
+  int64_t ttl_steps = 0;          // rows not updated in this many of the table's pushes are evicted; 0: never
+  uint64_t memory_cap_bytes = 0;  // per PS: least recently updated rows are evicted above it; 0: no cap
+};
 
 // Places variables on the cluster's parameter servers, as TensorFlow's
 // ParameterServerStrategy does:
@@ -54,6 +69,23 @@ class ParameterServerStrategy {
   // made with init::FromTensor keeps a reference to that tensor for the strategy's lifetime.
   absl::Status RecreateVariables();
 
+  // Creates the hash-keyed embedding table `name` on every PS: rows of `dim` f32, keyed by any
+  // int64, created on a key's first training push (after admission), starting from
+  // `initializer`'s value for the key, updated by `optimizer` with per-row slots. Keys are spread
+  // over the PS by ps::PsForKey. Idempotent for the same config; AlreadyExists (from a PS) for
+  // the same name with another config; InvalidArgument for a bad dim (outside 1..65536),
+  // initializer, optimizer or options. Waits (up to the process's rpc_timeout) for PS that are
+  // still starting. Workers use it through StepContext::LookupEmbeddings/PushEmbeddingGradients
+  // (or torch_bridge::EmbeddingBag); a PS that restarted empty gets it again from
+  // RecreateVariables.
+  absl::Status CreateEmbeddingTable(const std::string& name, int64_t dim, const EmbeddingInitializer& initializer,
+                                    const OptimizerConfig& optimizer, const EmbeddingTableOptions& options = {});
+
+  // Rows of `keys` (i64 [n], duplicates allowed) of table `name` as f32 [n, dim], for
+  // evaluation on the chief: nothing is counted or inserted, and a key without a row reads its
+  // initial value, so evaluation sees exactly the model training would use for that key.
+  absl::StatusOr<Tensor> LookupEmbeddings(const std::string& name, const Tensor& keys) const;
+
   // The variable created as `name`; NotFound otherwise.
   absl::StatusOr<ShardedVariable> GetVariable(const std::string& name) const;
 
@@ -77,6 +109,8 @@ class ParameterServerStrategy {
     std::optional<OptimizerConfig> optimizer;
   };
   absl::flat_hash_map<std::string, Recipe> recipes_ ABSL_GUARDED_BY(mu_);
+  // Every embedding table this strategy created, for RecreateVariables.
+  absl::flat_hash_map<std::string, ps::EmbeddingTableConfig> tables_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

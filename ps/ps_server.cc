@@ -7,6 +7,9 @@
 #include "net/server_process.h"
 #include "ps/ps_metrics.h"
 #include "ps/checkpoint_service.h"
+#include "ps/embedding/embedding_metrics.h"
+#include "ps/embedding/embedding_service.h"
+#include "ps/embedding/embedding_store.h"
 #include "ps/ps_service.h"
 #include "ps/replication/replicated_ps.h"
 #include "ps/variable_store.h"
@@ -52,6 +55,16 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   spdlog::info("limits: {} variable bytes, {} response bytes, non-finite gradients {}, {} update-window keys",
                options.ps_max_variable_bytes, options.ps_max_response_bytes,
                options.allow_nonfinite_gradients ? "allowed" : "refused", options.ps_dedup_max_entries);
+  EmbeddingStore embedding_tables;
+  EmbeddingMetrics embedding_metrics((*process)->process_metrics());
+  EmbeddingService::Options embedding_options;
+  embedding_options.max_response_bytes = options.ps_max_response_bytes;
+  embedding_options.allow_nonfinite_gradients = options.allow_nonfinite_gradients;
+  embedding_options.dedup_max_entries = static_cast<uint64_t>(options.ps_dedup_max_entries);
+  embedding_options.ps_metrics = &metrics;
+  embedding_options.metrics = &embedding_metrics;
+  EmbeddingService embeddings(embedding_tables, embedding_options);
+  embeddings.RegisterWith((*process)->server().methods());
   return (*process)->ServeUntilSignal();
 }
 

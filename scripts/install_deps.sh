@@ -9,6 +9,8 @@ packages=(
   prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev
   nlohmann-json3-dev zlib1g-dev pkgconf cmake ninja-build g++ ccache libssl-dev clang
   dataset-fashion-mnist
+  # examples/wordnet_supersense and its accuracy test read WordNet 3.0 (/usr/share/wordnet).
+  wordnet-base
   # LibTorch for the models on the workers. OpenBLAS is not optional in practice: LibTorch
   # calls the system BLAS, and Debian's default reference BLAS makes training ~10x slower.
   libtorch-dev libopenblas0-pthread

@@ -86,6 +86,10 @@ class PsClient {
       : PsClient(std::move(ps), directory, Options()) {}
 
   int num_ps() const { return static_cast<int>(ps_.size()); }
+  // The connections this client calls, in PS order, and its per-call deadline: for clients of
+  // the PS's other services (EmbeddingClient) that share them.
+  const std::vector<net::RpcClient*>& connections() const { return ps_; }
+  absl::Duration timeout() const { return options_.timeout; }
 
   // Current values of `names`, in order (a sharded variable comes back whole).
   absl::StatusOr<std::vector<Tensor>> Read(const std::vector<std::string>& names);

@@ -180,4 +180,28 @@ absl::Status StepContext::PushGradients(const std::vector<GradientUpdate>& gradi
   return Track(ps_.PushGradients(gradients, tag, versions()));
 }
 
+absl::StatusOr<Tensor> StepContext::LookupEmbeddings(const std::string& table, const Tensor& keys) {
+  if (absl::Status s = CheckCancelled(); !s.ok()) return s;
+  return Track(embeddings_.Lookup(table, keys, /*train=*/true));
+}
+
+absl::Status StepContext::PushEmbeddingGradients(const std::string& table, const Tensor& keys,
+                                                 const Tensor& gradients) {
+  const ps::UpdateTag tag = NextTag();
+  if (absl::Status s = CheckCancelled(); !s.ok()) return s;
+  return Track(embeddings_.Push(table, keys, gradients, tag));
+}
+
+PsFuture<Tensor> StepContext::LookupEmbeddingsAsync(const std::string& table, const Tensor& keys) {
+  return TrackedAsync<Tensor>(
+      [&](PsCallback<Tensor> done) { embeddings_.LookupAsync(table, keys, /*train=*/true, std::move(done)); });
+}
+
+PsFuture<void> StepContext::PushEmbeddingGradientsAsync(const std::string& table, const Tensor& keys,
+                                                        const Tensor& gradients) {
+  const ps::UpdateTag tag = NextTag();
+  return TrackedAsync<void>(
+      [&](PsCallback<void> done) { embeddings_.PushAsync(table, keys, gradients, std::move(done), tag); });
+}
+
 }  // namespace asyncps

@@ -16,6 +16,7 @@
 #include "core/tensor.h"
 #include "data/dataset.h"
 #include "ps/update_tag.h"
+#include "worker/embedding_client.h"
 #include "worker/program.h"
 #include "worker/ps_client.h"
 
@@ -100,6 +101,19 @@ class StepContext {
   PsFuture<Tensor> GatherAsync(const std::string& name, const Tensor& ids);
   PsFuture<void> PushGradientsAsync(const std::vector<GradientUpdate>& gradients);
 
+  // Embedding tables (ParameterServerStrategy::CreateEmbeddingTable; EmbeddingClient says how
+  // keys travel). LookupEmbeddings: rows of `keys` (i64 [n], duplicates allowed) as f32
+  // [n, dim]; the keys count towards the table's admission, and a key without a row reads its
+  // initial value (nothing is inserted). PushEmbeddingGradients: `gradients` (f32 [n, dim]) for
+  // `keys`, a repeated key's rows summed, applied by the table's optimizer; numbered and
+  // deduplicated like every other update of the step (TagUpdates), so a closure's re-run
+  // applies it once. An unknown table is NotFound; a PS that cannot be reached Unavailable,
+  // counted in ps_unreachable().
+  absl::StatusOr<Tensor> LookupEmbeddings(const std::string& table, const Tensor& keys);
+  absl::Status PushEmbeddingGradients(const std::string& table, const Tensor& keys, const Tensor& gradients);
+  PsFuture<Tensor> LookupEmbeddingsAsync(const std::string& table, const Tensor& keys);
+  PsFuture<void> PushEmbeddingGradientsAsync(const std::string& table, const Tensor& keys, const Tensor& gradients);
+
   // Exactly once: from now on every update and gradient push of this step carries `closure`
   // (its coordinator, closure id and watermark) and the call's sequence number — 1 for the
   // step's first Update/Assign*/Scatter/PushGradients call, 2 for the next — so each PS
@@ -164,6 +178,7 @@ class StepContext {
   std::vector<BoundArg> args_;
   PsClient& ps_;
   std::shared_ptr<const std::atomic<bool>> cancelled_;
+  EmbeddingClient embeddings_{ps_.connections(), ps_.timeout()};
   const std::shared_ptr<Failures> failures_ = std::make_shared<Failures>();
   const std::shared_ptr<Pulled> pulled_ = std::make_shared<Pulled>();
   ps::UpdateTag closure_;  // sequence: the calls made so far

@@ -6,6 +6,7 @@
 // each declaration.
 
 #include "torch/checkpoint_loader.h"  // IWYU pragma: export
+#include "torch/embedding_bag.h"  // IWYU pragma: export
 #include "torch/module_variables.h"  // IWYU pragma: export
 #include "torch/tensor_bridge.h"  // IWYU pragma: export
 
