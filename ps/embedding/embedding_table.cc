@@ -205,7 +205,6 @@ void EmbeddingTable::SweepTtl(Stripe& s, int64_t step) {
     }
   }
   evicted_ttl_.fetch_add(evicted, std::memory_order_relaxed);
-  s.next_sweep = step + std::max<int64_t>(1, ttl / 8);
 }
 
 void EmbeddingTable::EvictLeastRecent(Stripe& s, int64_t protect_step) {
@@ -246,7 +245,6 @@ void EmbeddingTable::ClearStripe(Stripe& s) {
   s.live = 0;
   s.used = 0;
   s.free_head = -1;
-  s.next_sweep = 0;
 }
 
 uint64_t EmbeddingTable::Lookup(absl::Span<const int64_t> keys, bool train, float* out) {
@@ -320,6 +318,17 @@ absl::StatusOr<EmbeddingTable::PushResult> EmbeddingTable::Push(absl::Span<const
     std::copy(starts.begin(), starts.end() - 1, next.begin());
     for (size_t i = 0; i < keys.size(); ++i) order[next[StripeOf(hashes[i])]++] = static_cast<uint32_t>(i);
   }
+  if (config_.ttl_steps > 0) {
+    // One push claims each sweep; every stripe is swept, touched by this push or not.
+    int64_t due = next_sweep_.load(std::memory_order_acquire);
+    if (result.step >= due &&
+        next_sweep_.compare_exchange_strong(due, result.step + std::max<int64_t>(1, config_.ttl_steps / 8))) {
+      for (int si = 0; si < kStripes; ++si) {
+        MutexLock lock(&stripes_[si].mu);
+        SweepTtl(stripes_[si], result.step);
+      }
+    }
+  }
   std::vector<std::pair<uint32_t, const float*>> rows;
   // Sums of the gradients of keys repeated in this push (rare; they are summed as Keras
   // deduplicates IndexedSlices before a sparse apply).
@@ -328,7 +337,6 @@ absl::StatusOr<EmbeddingTable::PushResult> EmbeddingTable::Push(absl::Span<const
     if (starts[si] == starts[si + 1]) continue;
     Stripe& s = stripes_[si];
     MutexLock lock(&s.mu);
-    if (config_.ttl_steps > 0 && result.step >= s.next_sweep) SweepTtl(s, result.step);
     rows.clear();
     for (uint32_t o = starts[si]; o < starts[si + 1]; ++o) {
       const uint32_t i = order[o];
@@ -499,6 +507,7 @@ absl::Status EmbeddingTable::Import(absl::Span<const EmbeddingTableState* const>
     }
   }
   step_.store(step, std::memory_order_release);
+  next_sweep_.store(0, std::memory_order_release);
   restores_.fetch_add(1, std::memory_order_acq_rel);
   for (int si = kStripes - 1; si >= 0; --si) stripes_[si].mu.Unlock();
   return absl::OkStatus();

@@ -52,8 +52,8 @@ struct EmbeddingTableState {
 //     for every row of the push, as TF's sparse apply ops) to the rows of the pushed keys. A
 //     key without a row gets one, from its initial value, when it is admitted
 //     (AdmissionSketch::Admitted); otherwise its gradient is dropped (counted).
-//   * Eviction: a row not updated for more than ttl_steps steps is evicted (checked when a
-//     push touches its stripe, at least every max(1, ttl_steps / 8) steps); with a memory cap,
+//   * Eviction: a row not updated for more than ttl_steps steps is evicted (every stripe is
+//     swept by the push whose step is due, every max(1, ttl_steps / 8) steps); with a memory cap,
 //     inserting into a full stripe first evicts its 1/16 least recently updated rows (the
 //     rows of the push itself are never evicted by it). A push whose keys of one stripe are
 //     more than the stripe can hold under the cap is refused (ResourceExhausted) whole.
@@ -150,7 +150,6 @@ class EmbeddingTable {
     uint32_t live ABSL_GUARDED_BY(mu) = 0;            // rows in the index
     uint32_t used ABSL_GUARDED_BY(mu) = 0;            // rows ever handed out of the blocks
     int64_t free_head ABSL_GUARDED_BY(mu) = -1;       // an evicted row to reuse, or -1
-    int64_t next_sweep ABSL_GUARDED_BY(mu) = 0;       // step of the next TTL sweep
     int64_t bytes ABSL_GUARDED_BY(mu) = 0;            // blocks and index
   };
   struct RowRef {
@@ -223,6 +222,7 @@ class EmbeddingTable {
   std::unique_ptr<Stripe[]> stripes_;
 
   std::atomic<int64_t> step_{0};
+  std::atomic<int64_t> next_sweep_{0};  // step of the next TTL sweep
   std::atomic<uint64_t> restores_{0};
   std::atomic<uint64_t> admitted_{0};
   std::atomic<uint64_t> evicted_ttl_{0};
