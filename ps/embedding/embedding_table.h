@@ -65,8 +65,8 @@ struct EmbeddingTableState {
 //     hot key untrainable; and a closure re-run after a restore does the same.
 //
 // Layout: kStripes stripes chosen by key hash, each with its own lock, an open-addressing
-// index (linear probing, 12-byte slots, load <= 3/4, deletion by backward shift) and rows in
-// blocks growing from 64 to 1024 rows; a row's value and its slots are contiguous
+// index (linear probing, 12-byte slots, load <= 1/2, deletion by backward shift) and rows in
+// blocks growing from 64 to 4096 rows (transparent huge pages asked for); a row's value and its slots are contiguous
 // ([value | slot 0 | slot 1], dim floats each) beside its key and last-update step.
 //
 // Thread-safety: every method may be called from any thread. Lookups of one stripe share its
@@ -131,8 +131,11 @@ class EmbeddingTable {
 
  private:
   // Rows [start, start + rows) of a stripe: their values and slots, keys and last updates.
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
   struct Block {
-    std::unique_ptr<float[]> data;     // rows * row_floats_
+    std::unique_ptr<float[], FreeDeleter> data;  // rows * row_floats_
     std::unique_ptr<int64_t[]> keys;   // rows
     std::unique_ptr<int64_t[]> last;   // rows; a free row holds -2 - (next free row)
     uint32_t rows = 0;
@@ -162,12 +165,12 @@ class EmbeddingTable {
 
   static uint64_t KeyHash(int64_t key);
   static int StripeOf(uint64_t hash) { return static_cast<int>(hash >> 60); }
-  // Blocks 0..3 hold 64, 128, 256, 512 rows (a small table stays small), the rest 1024 each
+  // Blocks 0..5 hold 64, 128, ..., 2048 rows (a small table stays small), the rest 4096 each
   // (an optimizer call covers many rows of one block).
   static constexpr uint32_t kFirstBlockRows = 64;
-  static constexpr uint32_t kGrowingBlocks = 4;
-  static constexpr uint32_t kGrowingRows = kFirstBlockRows * ((1u << kGrowingBlocks) - 1);  // 960
-  static constexpr uint32_t kBlockRows = kFirstBlockRows << kGrowingBlocks;                  // 1024
+  static constexpr uint32_t kGrowingBlocks = 6;
+  static constexpr uint32_t kGrowingRows = kFirstBlockRows * ((1u << kGrowingBlocks) - 1);  // 4032
+  static constexpr uint32_t kBlockRows = kFirstBlockRows << kGrowingBlocks;                  // 4096
   static RowRef Locate(uint32_t row) {
     if (row < kGrowingRows) {
       const uint32_t b = 31 - static_cast<uint32_t>(__builtin_clz(row / kFirstBlockRows + 1));
@@ -184,6 +187,8 @@ class EmbeddingTable {
   }
 
   // Helpers on one stripe.
+  static constexpr uint32_t kPrefetchAhead = 8;
+  void PrefetchSlot(const Stripe& s, uint64_t hash) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   uint32_t Find(const Stripe& s, int64_t key, uint64_t hash) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   // A new row for `key` (not in the stripe), last updated at `step`, from `src` (row_floats_
   // floats: value then slots) or, when null, from the initial value and slot values. A full
