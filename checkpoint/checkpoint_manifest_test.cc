@@ -107,8 +107,11 @@ TEST(CheckpointManifestTest, EmbeddingTablesRoundTripAndAreChecked) {
   m.files.push_back({"embedding-0-ps-0-of-2.safetensors", {300, 1}});
   m.files.push_back({"embedding-0-ps-1-of-2.safetensors", {200, 2}});
   m.embedding_key_partition = "jump_splitmix64_v1";
-  m.embedding_tables = {{"users", 16, 42,
-                         {"embedding-0-ps-0-of-2.safetensors", "embedding-0-ps-1-of-2.safetensors"}}};
+  m.embedding_tables = {
+      {"users",
+       16,
+       42,
+       {"embedding-0-ps-0-of-2.safetensors", "embedding-0-ps-1-of-2.safetensors"}}};
   auto back = ManifestFromJson(ManifestToJson(m), "test");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->embedding_key_partition, "jump_splitmix64_v1");
@@ -128,13 +131,15 @@ TEST(CheckpointManifestTest, EmbeddingTablesRoundTripAndAreChecked) {
   EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(), HasSubstr("listed twice"));
   j = good;
   j["embedding_tables"]["tables"][0]["files"][1] = "embedding-0-ps-0-of-2.safetensors";
-  EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(), HasSubstr("belongs to two tables"));
+  EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(),
+              HasSubstr("belongs to two tables"));
   j = good;
   j["embedding_tables"]["tables"][0]["dim"] = 0;
   EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(), HasSubstr("'dim'"));
   j = good;
   j["embedding_tables"].erase("key_partition");
-  EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(), HasSubstr("'key_partition' missing"));
+  EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(),
+              HasSubstr("'key_partition' missing"));
 }
 
 TEST(CheckpointManifestTest, RejectsEveryBrokenField) {

@@ -11,15 +11,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "coordinator/coordinator_metrics.h"
-#include "metrics/status_board.h"
+#include "core/durable_file.h"
 #include "core/status_macros.h"
-#include "ps/ps.capnp.h"
+#include "metrics/status_board.h"
 #include "net/rpc_client.h"
 #include "ps/checkpoint_wire.h"
-#include "core/durable_file.h"
 #include "ps/embedding/embedding.capnp.h"
 #include "ps/embedding/embedding_wire.h"
 #include "ps/embedding/key_partition.h"
+#include "ps/ps.capnp.h"
 
 namespace asyncps {
 namespace {
@@ -182,9 +182,10 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step,
   for (const auto& f : manifest->files) bytes += f.digest.bytes;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("checkpoint {} committed: {} variables, {} embedding tables, {} files, {} bytes in {:.3f} s",
-               dir, manifest->variables.size(), manifest->embedding_tables.size(),
-               manifest->files.size(), bytes, seconds);
+  spdlog::info(
+      "checkpoint {} committed: {} variables, {} embedding tables, {} files, {} bytes in {:.3f} s",
+      dir, manifest->variables.size(), manifest->embedding_tables.size(), manifest->files.size(),
+      bytes, seconds);
   strategy_.process().checkpoint_metrics().RecordSaved(seconds, bytes, step);
   strategy_.process().status_board().AddEvent(
       "checkpoint_saved", absl::StrCat("step ", step, ": ", bytes, " bytes in ", absl::StrFormat("%.2f", seconds), " s"));
@@ -255,7 +256,8 @@ absl::Status CheckpointManager::SaveEmbeddingTables(const std::string& dir, int6
     manifest.embedding_tables.push_back({name, dim, 0, {}});
     for (int ps = 0; ps < num_ps; ++ps) {
       // Table names are free text; file names must be [A-Za-z0-9._-]+, so the index names it.
-      const std::string file = absl::StrCat("embedding-", k, "-ps-", ps, "-of-", num_ps, ".safetensors");
+      const std::string file =
+          absl::StrCat("embedding-", k, "-ps-", ps, "-of-", num_ps, ".safetensors");
       net::OutMessage m;
       auto req = m.InitRequestBody<wire::SaveEmbeddingTablesRequest>();
       req.setDirectory(dir);
@@ -310,15 +312,16 @@ absl::Status CheckpointManager::RestoreEmbeddingTables(const std::string& dir,
     calls.emplace_back(ps, std::move(m));
   }
   uint64_t rows = 0;
-  for (auto& r : CallEach(strategy_, kRestoreEmbeddingMethod, std::move(calls), options_.rpc_timeout)) {
+  for (auto& r :
+       CallEach(strategy_, kRestoreEmbeddingMethod, std::move(calls), options_.rpc_timeout)) {
     if (!r.ok()) return r.status();
     RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
       rows += r->ResponseBody<wire::RestoreEmbeddingTablesResponse>().getRows();
       return absl::OkStatus();
     }));
   }
-  spdlog::info("restored {} embedding tables of {} onto {} parameter servers: {} rows", manifest.embedding_tables.size(),
-               dir, num_ps, rows);
+  spdlog::info("restored {} embedding tables of {} onto {} parameter servers: {} rows",
+               manifest.embedding_tables.size(), dir, num_ps, rows);
   return absl::OkStatus();
 }
 
@@ -349,14 +352,15 @@ absl::StatusOr<int64_t> CheckpointManager::Restore(const std::string& path) {
   // Everything about the tables that can be checked here is, before any PS changes.
   for (const std::string& name : RegisteredTables()) {
     if (manifest.FindEmbeddingTable(name) == nullptr) {
-      return absl::NotFoundError(absl::StrCat("checkpoint ", dir, " has no embedding table '", name, "'"));
+      return absl::NotFoundError(
+          absl::StrCat("checkpoint ", dir, " has no embedding table '", name, "'"));
     }
   }
   if (!manifest.embedding_tables.empty()) {
     if (manifest.embedding_key_partition != ps::kKeyPartitionName) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint ", dir, " spreads embedding keys by '", manifest.embedding_key_partition,
-                       "'; this build knows '", ps::kKeyPartitionName, "'"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", dir, " spreads embedding keys by '", manifest.embedding_key_partition,
+          "'; this build knows '", ps::kKeyPartitionName, "'"));
     }
     if (!options_.verify_before_restore) {
       // The PS reads table files without checking their CRC-32: the coordinator does.
@@ -375,9 +379,11 @@ absl::StatusOr<int64_t> CheckpointManager::Restore(const std::string& path) {
   }
   if (absl::Status s = RestoreEmbeddingTables(dir, manifest); !s.ok()) {
     spdlog::error("restore of {} failed: embedding tables: {}", dir, s.ToString());
-    return absl::Status(s.code(),
-                        absl::StrCat("restore of ", dir, " failed restoring embedding tables (no variable changed; ",
-                                     "tables on PS that answered OK hold the checkpoint's rows): ", s.message()));
+    return absl::Status(
+        s.code(),
+        absl::StrCat("restore of ", dir,
+                     " failed restoring embedding tables (no variable changed; ",
+                     "tables on PS that answered OK hold the checkpoint's rows): ", s.message()));
   }
   std::vector<std::pair<int, net::OutMessage>> calls;
   for (const auto& [ps, plan] : plans) {

@@ -111,7 +111,8 @@ class CheckpointManager {
  private:
   // Has every PS save every embedding table (registered or found on a PS) into `dir`; adds
   // the files and tables to `manifest`.
-  absl::Status SaveEmbeddingTables(const std::string& dir, int64_t step, CheckpointManifest& manifest);
+  absl::Status SaveEmbeddingTables(const std::string& dir, int64_t step,
+                                   CheckpointManifest& manifest);
   // Has every PS of the cluster restore the tables of `manifest` (in `dir`).
   absl::Status RestoreEmbeddingTables(const std::string& dir, const CheckpointManifest& manifest);
   std::set<std::string> RegisteredTables() const;

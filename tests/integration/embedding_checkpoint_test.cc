@@ -41,7 +41,9 @@ std::unique_ptr<LocalCluster> StartCluster(int num_ps) {
   return cluster.ok() ? std::move(*cluster) : nullptr;
 }
 
-std::string Normal(const testutil::TestDir& dir) { return fs::path(dir.path()).lexically_normal().string(); }
+std::string Normal(const testutil::TestDir& dir) {
+  return fs::path(dir.path()).lexically_normal().string();
+}
 
 ps::EmbeddingTableConfig TableConfig(int64_t dim) {
   ps::EmbeddingTableConfig c;
@@ -57,7 +59,8 @@ absl::Status CreateTable(ParameterServerStrategy& strategy, int64_t dim) {
   for (int ps = 0; ps < strategy.cluster().num_ps(); ++ps) {
     net::OutMessage m;
     ps::BuildCreateEmbeddingTableRequest(TableConfig(dim), m);
-    auto r = strategy.process().ps_rpc(ps).Call(ps::kCreateEmbeddingTableMethod, std::move(m), kTimeout);
+    auto r =
+        strategy.process().ps_rpc(ps).Call(ps::kCreateEmbeddingTableMethod, std::move(m), kTimeout);
     if (!r.ok()) return r.status();
   }
   return absl::OkStatus();
@@ -75,20 +78,24 @@ void Push(ParameterServerStrategy& strategy, const std::vector<int64_t>& keys, i
   for (auto& [ps, part] : ByPs(keys, strategy.cluster().num_ps())) {
     Tensor grads(DType::kF32, {static_cast<int64_t>(part.size()), kDim});
     for (int64_t i = 0; i < grads.num_elements(); ++i)
-      grads.data<float>()[i] = 0.01f * static_cast<float>((part[i / kDim] * 3 + i % kDim + round) % 13 - 6);
+      grads.data<float>()[i] =
+          0.01f * static_cast<float>((part[i / kDim] * 3 + i % kDim + round) % 13 - 6);
     net::OutMessage m;
-    ps::BuildEmbeddingPushRequest({{kTable, Tensor::FromVector<int64_t>(part), grads}}, ps::UpdateTag{}, m);
+    ps::BuildEmbeddingPushRequest({{kTable, Tensor::FromVector<int64_t>(part), grads}},
+                                  ps::UpdateTag{}, m);
     auto r = strategy.process().ps_rpc(ps).Call(ps::kEmbeddingPushMethod, std::move(m), kTimeout);
     ASSERT_TRUE(r.ok()) << r.status();
   }
 }
 
 // Every key's row, by key.
-std::map<int64_t, std::vector<float>> Lookup(ParameterServerStrategy& strategy, const std::vector<int64_t>& keys) {
+std::map<int64_t, std::vector<float>> Lookup(ParameterServerStrategy& strategy,
+                                             const std::vector<int64_t>& keys) {
   std::map<int64_t, std::vector<float>> out;
   for (auto& [ps, part] : ByPs(keys, strategy.cluster().num_ps())) {
     net::OutMessage m;
-    ps::BuildEmbeddingLookupRequest({{kTable, Tensor::FromVector<int64_t>(part)}}, /*train=*/false, m);
+    ps::BuildEmbeddingLookupRequest({{kTable, Tensor::FromVector<int64_t>(part)}}, /*train=*/false,
+                                    m);
     auto r = strategy.process().ps_rpc(ps).Call(ps::kEmbeddingLookupMethod, std::move(m), kTimeout);
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return {};
@@ -129,7 +136,8 @@ struct Model {
   ParameterServerStrategy& strategy() { return chief->strategy(); }
 };
 
-Model MakeModel(LocalCluster& cluster, const std::string& dir, CheckpointManager::Options options = {}) {
+Model MakeModel(LocalCluster& cluster, const std::string& dir,
+                CheckpointManager::Options options = {}) {
   Model model;
   auto chief = cluster.MakeChief();
   EXPECT_TRUE(chief.ok()) << chief.status();
@@ -157,7 +165,12 @@ TEST(EmbeddingCheckpointTest, RestoresTablesIntoThreeFromTwoPsAndBack) {
     Model model = MakeModel(*cluster, dir);
     ASSERT_NE(model.manager, nullptr);
     for (int round = 0; round < 3; ++round) Push(model.strategy(), TrainedKeys(), round);
-    ASSERT_TRUE(model.strategy().process().ps().PushGradients({{"bias", Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}), std::nullopt}}).ok());
+    ASSERT_TRUE(
+        model.strategy()
+            .process()
+            .ps()
+            .PushGradients({{"bias", Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}), std::nullopt}})
+            .ok());
     auto path = model.manager->Save(10);
     ASSERT_TRUE(path.ok()) << path.status();
     first = *path;
@@ -236,7 +249,12 @@ TEST(EmbeddingCheckpointTest, BadTableFileFailsRestoreAndPsKeepsServing) {
   auto path = model.manager->Save(5);
   ASSERT_TRUE(path.ok()) << path.status();
   Push(model.strategy(), TrainedKeys(), 1);
-  ASSERT_TRUE(model.strategy().process().ps().PushGradients({{"bias", Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}), std::nullopt}}).ok());
+  ASSERT_TRUE(
+      model.strategy()
+          .process()
+          .ps()
+          .PushGradients({{"bias", Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}), std::nullopt}})
+          .ok());
   const auto live = Lookup(model.strategy(), LookedUpKeys());
   const Tensor live_bias = ReadBias(model.strategy());
   const std::string file = ReadManifest(*path)->embedding_tables[0].files[1];
@@ -293,7 +311,10 @@ TEST(EmbeddingCheckpointTest, MissingTableFailsRestoreAndSave) {
   // Created on PS 0 only, as if PS 1 had restarted since: found on PS 0, missing on PS 1.
   net::OutMessage m;
   ps::BuildCreateEmbeddingTableRequest(TableConfig(kDim), m);
-  ASSERT_TRUE(strategy.process().ps_rpc(0).Call(ps::kCreateEmbeddingTableMethod, std::move(m), kTimeout).ok());
+  ASSERT_TRUE(strategy.process()
+                  .ps_rpc(0)
+                  .Call(ps::kCreateEmbeddingTableMethod, std::move(m), kTimeout)
+                  .ok());
   auto saved = manager.Save(2);
   EXPECT_FALSE(saved.ok());
   EXPECT_THAT(saved.status().message(), HasSubstr("ps 1"));
