@@ -133,6 +133,13 @@ const ManifestFile* CheckpointManifest::FindFile(absl::string_view name) const {
   return nullptr;
 }
 
+const ManifestEmbeddingTable* CheckpointManifest::FindEmbeddingTable(absl::string_view name) const {
+  for (const auto& t : embedding_tables) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
 std::string ManifestToJson(const CheckpointManifest& m) {
   json root = {{"format", kFormat},
                {"version", kVersion},
@@ -164,6 +171,13 @@ std::string ManifestToJson(const CheckpointManifest& m) {
   }
   root["variables"] = std::move(variables);
   if (!m.coordinator_state.empty()) root["coordinator_state"] = m.coordinator_state;
+  if (!m.embedding_tables.empty()) {
+    json tables = json::array();
+    for (const auto& t : m.embedding_tables)
+      tables.push_back({{"name", t.name}, {"dim", t.dim}, {"rows", t.rows}, {"files", t.files}});
+    root["embedding_tables"] = {{"key_partition", m.embedding_key_partition},
+                                {"tables", std::move(tables)}};
+  }
   return root.dump(1) + "\n";
 }
 
@@ -296,6 +310,36 @@ absl::StatusOr<CheckpointManifest> ManifestFromJson(absl::string_view text,
     for (const auto& [key, value] : state.items()) {
       if (!value.is_string()) return r.Error("coordinator_state: ", absl::StrCat("'", key, "' is not a string"));
       m.coordinator_state[key] = value.get<std::string>();
+    }
+  }
+  if (root.contains("embedding_tables")) {
+    const json& section = root["embedding_tables"];
+    const std::string where = "embedding_tables: ";
+    ASSIGN_OR_RETURN(m.embedding_key_partition, r.String(section, "key_partition", where));
+    ASSIGN_OR_RETURN(const json* tables, r.Array(section, "tables", where));
+    std::set<std::string> table_names;
+    std::set<std::string> table_files;
+    for (size_t i = 0; i < tables->size(); ++i) {
+      const json& jt = (*tables)[i];
+      ManifestEmbeddingTable t;
+      ASSIGN_OR_RETURN(t.name, r.String(jt, "name", absl::StrCat(where, "tables[", i, "]: ")));
+      const std::string twhere = absl::StrCat("embedding table '", t.name, "': ");
+      if (t.name.empty() || !table_names.insert(t.name).second)
+        return r.Error(twhere, "empty or listed twice");
+      ASSIGN_OR_RETURN(t.dim, r.Int(jt, "dim", twhere, 1));
+      ASSIGN_OR_RETURN(int64_t rows, r.Int(jt, "rows", twhere, 0));
+      t.rows = static_cast<uint64_t>(rows);
+      ASSIGN_OR_RETURN(const json* files, r.Array(jt, "files", twhere));
+      for (const json& f : *files) {
+        if (!f.is_string()) return r.Error(twhere, "a file name is not a string");
+        const std::string name = f.get<std::string>();
+        if (!file_names.contains(name))
+          return r.Error(twhere, absl::StrCat("file '", name, "' is not in \"files\""));
+        if (!table_files.insert(name).second)
+          return r.Error(twhere, absl::StrCat("file '", name, "' belongs to two tables"));
+        t.files.push_back(name);
+      }
+      m.embedding_tables.push_back(std::move(t));
     }
   }
   return m;

@@ -32,6 +32,11 @@ namespace asyncps {
 //                               "iterations": 42}, ...]}, ...]}
 // Optional: "coordinator_state": {"split_cursor/train": "...", ...} — opaque strings the
 // coordinator saves beside the variables (CheckpointManager::Save) and reads back on restart.
+// Optional: "embedding_tables": {"key_partition": "jump_splitmix64_v1",
+//   "tables": [{"name": "user_emb", "dim": 16, "rows": 1234,
+//               "files": ["embedding-0-ps-0-of-2.safetensors", ...]}, ...]}
+// — the hash-keyed embedding tables (ps/embedding/embedding_checkpoint.h: one file per table per
+// PS, each listed in "files" with its size and CRC-32) and the key partition their PS used.
 // "rows" is the shard's range of the variable's first axis (a scalar is one row, [0, 1));
 // each tensor holds those rows; crc32 is zlib's CRC-32 of the whole file.
 
@@ -62,6 +67,14 @@ struct ManifestFile {
   ps::FileDigest digest;
 };
 
+// One embedding table of a checkpoint: the files (one per PS that saved it) holding its rows.
+struct ManifestEmbeddingTable {
+  std::string name;
+  int64_t dim = 0;
+  uint64_t rows = 0;  // over all files
+  std::vector<std::string> files;
+};
+
 struct CheckpointManifest {
   int64_t step = 0;
   double wall_time = 0;  // seconds since the Unix epoch, when the manifest was written
@@ -69,8 +82,11 @@ struct CheckpointManifest {
   std::vector<ManifestFile> files;
   std::vector<ManifestVariable> variables;  // by name
   std::map<std::string, std::string> coordinator_state;  // empty when absent
+  std::vector<ManifestEmbeddingTable> embedding_tables;  // by name; empty when absent
+  std::string embedding_key_partition;                   // set when embedding_tables is not
 
   const ManifestVariable* FindVariable(absl::string_view name) const;
+  const ManifestEmbeddingTable* FindEmbeddingTable(absl::string_view name) const;
   const ManifestFile* FindFile(absl::string_view name) const;
 };
 
@@ -78,7 +94,8 @@ std::string ManifestToJson(const CheckpointManifest& manifest);
 
 // Parses and validates a manifest: JSON syntax, no duplicate keys at any depth, every field
 // present with the right type, known dtypes, shards of each variable tiling its rows in order,
-// every shard's file listed in "files", file and tensor names valid, no variable twice.
+// every shard's file listed in "files", file and tensor names valid, no variable twice; every
+// embedding table's files listed in "files", no table twice, no file in two tables.
 // DataLoss naming `source` and what is wrong.
 absl::StatusOr<CheckpointManifest> ManifestFromJson(absl::string_view json,
                                                     absl::string_view source);

@@ -100,6 +100,48 @@ TEST(CheckpointManifestTest, CoordinatorStateRoundTripsAndIsOptional) {
   EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(), HasSubstr("coordinator_state is not an object"));
 }
 
+TEST(CheckpointManifestTest, EmbeddingTablesRoundTripAndAreChecked) {
+  CheckpointManifest m = Sample();
+  EXPECT_EQ(ManifestToJson(m).find("embedding_tables"), std::string::npos);  // older readers agree
+  EXPECT_TRUE(ManifestFromJson(ManifestToJson(m), "test")->embedding_tables.empty());
+  m.files.push_back({"embedding-0-ps-0-of-2.safetensors", {300, 1}});
+  m.files.push_back({"embedding-0-ps-1-of-2.safetensors", {200, 2}});
+  m.embedding_key_partition = "jump_splitmix64_v1";
+  m.embedding_tables = {
+      {"users",
+       16,
+       42,
+       {"embedding-0-ps-0-of-2.safetensors", "embedding-0-ps-1-of-2.safetensors"}}};
+  auto back = ManifestFromJson(ManifestToJson(m), "test");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->embedding_key_partition, "jump_splitmix64_v1");
+  ASSERT_NE(back->FindEmbeddingTable("users"), nullptr);
+  EXPECT_EQ(back->FindEmbeddingTable("users")->dim, 16);
+  EXPECT_EQ(back->FindEmbeddingTable("users")->rows, 42u);
+  EXPECT_EQ(back->FindEmbeddingTable("users")->files, m.embedding_tables[0].files);
+  EXPECT_EQ(back->FindEmbeddingTable("items"), nullptr);
+
+  const nlohmann::json good = nlohmann::json::parse(ManifestToJson(m));
+  nlohmann::json j = good;
+  j["embedding_tables"]["tables"][0]["files"][1] = "nope.safetensors";
+  EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(),
+              HasSubstr("file 'nope.safetensors' is not in \"files\""));
+  j = good;
+  j["embedding_tables"]["tables"].push_back(j["embedding_tables"]["tables"][0]);
+  EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(), HasSubstr("listed twice"));
+  j = good;
+  j["embedding_tables"]["tables"][0]["files"][1] = "embedding-0-ps-0-of-2.safetensors";
+  EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(),
+              HasSubstr("belongs to two tables"));
+  j = good;
+  j["embedding_tables"]["tables"][0]["dim"] = 0;
+  EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(), HasSubstr("'dim'"));
+  j = good;
+  j["embedding_tables"].erase("key_partition");
+  EXPECT_THAT(ManifestFromJson(j.dump(), "test").status().message(),
+              HasSubstr("'key_partition' missing"));
+}
+
 TEST(CheckpointManifestTest, RejectsEveryBrokenField) {
   using nlohmann::json;
   const json good = json::parse(ManifestToJson(Sample()));

@@ -11,12 +11,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "coordinator/coordinator_metrics.h"
-#include "metrics/status_board.h"
+#include "core/durable_file.h"
 #include "core/status_macros.h"
-#include "ps/ps.capnp.h"
+#include "metrics/status_board.h"
 #include "net/rpc_client.h"
 #include "ps/checkpoint_wire.h"
-#include "core/durable_file.h"
+#include "ps/embedding/embedding.capnp.h"
+#include "ps/embedding/embedding_wire.h"
+#include "ps/embedding/key_partition.h"
+#include "ps/ps.capnp.h"
 
 namespace asyncps {
 namespace {
@@ -24,6 +27,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kPrefix[] = "ckpt-";
+constexpr char kSaveEmbeddingMethod[] = "ps.SaveEmbeddingTables";
+constexpr char kRestoreEmbeddingMethod[] = "ps.RestoreEmbeddingTables";
 
 // Sends each call to its PS at once and waits for every answer (results in call order).
 std::vector<absl::StatusOr<net::InMessage>> CallEach(
@@ -152,6 +157,9 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step,
       failed.ok() ? BuildManifest(step, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()),
                                   num_ps, placements, saved)
                   : absl::StatusOr<CheckpointManifest>(failed);
+  if (manifest.ok()) {
+    if (absl::Status s = SaveEmbeddingTables(dir, step, *manifest); !s.ok()) manifest = s;
+  }
   if (!manifest.ok()) {
     spdlog::error("checkpoint {} not committed: {}", dir, manifest.status().ToString());
     strategy_.process().checkpoint_metrics().RecordFailed();
@@ -174,8 +182,10 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step,
   for (const auto& f : manifest->files) bytes += f.digest.bytes;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("checkpoint {} committed: {} variables, {} files, {} bytes in {:.3f} s", dir,
-               manifest->variables.size(), manifest->files.size(), bytes, seconds);
+  spdlog::info(
+      "checkpoint {} committed: {} variables, {} embedding tables, {} files, {} bytes in {:.3f} s",
+      dir, manifest->variables.size(), manifest->embedding_tables.size(), manifest->files.size(),
+      bytes, seconds);
   strategy_.process().checkpoint_metrics().RecordSaved(seconds, bytes, step);
   strategy_.process().status_board().AddEvent(
       "checkpoint_saved", absl::StrCat("step ", step, ": ", bytes, " bytes in ", absl::StrFormat("%.2f", seconds), " s"));
@@ -198,6 +208,121 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step,
     }
   }
   return dir;
+}
+
+void CheckpointManager::AddEmbeddingTable(const std::string& name) {
+  MutexLock lock(&tables_mu_);
+  embedding_tables_.insert(name);
+}
+
+std::set<std::string> CheckpointManager::RegisteredTables() const {
+  MutexLock lock(&tables_mu_);
+  return embedding_tables_;
+}
+
+absl::Status CheckpointManager::SaveEmbeddingTables(const std::string& dir, int64_t step,
+                                                    CheckpointManifest& manifest) {
+  const int num_ps = strategy_.cluster().num_ps();
+  // Every table any PS holds, with its dim; registered tables too, so that a PS that lost one
+  // (restarted empty) fails the save instead of leaving its rows out.
+  std::map<std::string, int64_t> tables;
+  for (const std::string& name : RegisteredTables()) tables[name] = 0;
+  std::vector<std::pair<int, net::OutMessage>> stats_calls;
+  for (int ps = 0; ps < num_ps; ++ps) {
+    net::OutMessage m;
+    ps::BuildEmbeddingStatsRequest({}, m);
+    stats_calls.emplace_back(ps, std::move(m));
+  }
+  for (auto& r : CallEach(strategy_, ps::kEmbeddingStatsMethod, std::move(stats_calls),
+                          options_.rpc_timeout)) {
+    if (!r.ok()) return r.status();
+    RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
+      for (auto t : r->ResponseBody<wire::EmbeddingStatsResponse>().getTables())
+        tables[t.getName().cStr()] = t.getDim();
+      return absl::OkStatus();
+    }));
+  }
+  if (tables.empty()) return absl::OkStatus();
+
+  struct Expected {
+    size_t table;
+    std::string file;
+  };
+  std::vector<Expected> expected;
+  std::vector<std::pair<int, net::OutMessage>> calls;
+  manifest.embedding_key_partition = ps::kKeyPartitionName;
+  for (const auto& [name, dim] : tables) {
+    const size_t k = manifest.embedding_tables.size();
+    manifest.embedding_tables.push_back({name, dim, 0, {}});
+    for (int ps = 0; ps < num_ps; ++ps) {
+      // Table names are free text; file names must be [A-Za-z0-9._-]+, so the index names it.
+      const std::string file =
+          absl::StrCat("embedding-", k, "-ps-", ps, "-of-", num_ps, ".safetensors");
+      net::OutMessage m;
+      auto req = m.InitRequestBody<wire::SaveEmbeddingTablesRequest>();
+      req.setDirectory(dir);
+      req.setFileName(file);
+      req.initTables(1).set(0, name);
+      req.setStep(step);
+      req.setNumPs(static_cast<uint32_t>(num_ps));
+      req.setPsIndex(static_cast<uint32_t>(ps));
+      calls.emplace_back(ps, std::move(m));
+      expected.push_back({k, file});
+    }
+  }
+  auto results = CallEach(strategy_, kSaveEmbeddingMethod, std::move(calls), options_.rpc_timeout);
+  for (size_t i = 0; i < results.size(); ++i) {
+    auto& r = results[i];
+    ManifestEmbeddingTable& table = manifest.embedding_tables[expected[i].table];
+    if (!r.ok()) {
+      return absl::Status(r.status().code(), absl::StrCat("embedding table '", table.name,
+                                                          "': ", r.status().message()));
+    }
+    RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
+      auto body = r->ResponseBody<wire::SaveEmbeddingTablesResponse>();
+      if (body.getFileName() != expected[i].file) {
+        return absl::InternalError(absl::StrCat("a PS answered file '", body.getFileName().cStr(),
+                                                "' for '", expected[i].file, "'"));
+      }
+      manifest.files.push_back({expected[i].file, {body.getBytes(), body.getCrc32()}});
+      table.files.push_back(expected[i].file);
+      table.rows += body.getRows();
+      return absl::OkStatus();
+    }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointManager::RestoreEmbeddingTables(const std::string& dir,
+                                                       const CheckpointManifest& manifest) {
+  if (manifest.embedding_tables.empty()) return absl::OkStatus();
+  std::vector<std::string> files;
+  for (const ManifestEmbeddingTable& t : manifest.embedding_tables)
+    files.insert(files.end(), t.files.begin(), t.files.end());
+  const int num_ps = strategy_.cluster().num_ps();
+  std::vector<std::pair<int, net::OutMessage>> calls;
+  for (int ps = 0; ps < num_ps; ++ps) {
+    net::OutMessage m;
+    auto req = m.InitRequestBody<wire::RestoreEmbeddingTablesRequest>();
+    req.setDirectory(dir);
+    auto list = req.initFiles(static_cast<unsigned>(files.size()));
+    for (unsigned i = 0; i < files.size(); ++i) list.set(i, files[i]);
+    req.setNumPs(static_cast<uint32_t>(num_ps));
+    req.setPsIndex(static_cast<uint32_t>(ps));
+    calls.emplace_back(ps, std::move(m));
+  }
+  uint64_t rows = 0;
+  for (auto& r :
+       CallEach(strategy_, kRestoreEmbeddingMethod, std::move(calls), options_.rpc_timeout)) {
+    if (!r.ok()) return r.status();
+    RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
+      rows += r->ResponseBody<wire::RestoreEmbeddingTablesResponse>().getRows();
+      return absl::OkStatus();
+    }));
+  }
+  spdlog::info("restored {} embedding tables of {} onto {} parameter servers: {} rows",
+               manifest.embedding_tables.size(), dir, num_ps, rows);
+  return absl::OkStatus();
 }
 
 int CheckpointManager::AddCommitListener(std::function<void(int64_t step)> listener) {
@@ -224,6 +349,42 @@ absl::StatusOr<int64_t> CheckpointManager::Restore(const std::string& path) {
       VerifyCheckpoint(dir, options_.verify_before_restore ? CheckpointCheck::kChecksums
                                                            : CheckpointCheck::kStructure));
   ASSIGN_OR_RETURN(auto plans, PlanRestore(manifest, dir, Placements(strategy_)));
+  // Everything about the tables that can be checked here is, before any PS changes.
+  for (const std::string& name : RegisteredTables()) {
+    if (manifest.FindEmbeddingTable(name) == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("checkpoint ", dir, " has no embedding table '", name, "'"));
+    }
+  }
+  if (!manifest.embedding_tables.empty()) {
+    if (manifest.embedding_key_partition != ps::kKeyPartitionName) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", dir, " spreads embedding keys by '", manifest.embedding_key_partition,
+          "'; this build knows '", ps::kKeyPartitionName, "'"));
+    }
+    if (!options_.verify_before_restore) {
+      // The PS reads table files without checking their CRC-32: the coordinator does.
+      for (const ManifestEmbeddingTable& t : manifest.embedding_tables) {
+        for (const std::string& name : t.files) {
+          const ManifestFile* f = manifest.FindFile(name);
+          const std::string path = absl::StrCat(dir, "/", name);
+          ASSIGN_OR_RETURN(auto digest, DigestFile(path));
+          if (f == nullptr || digest.first != f->digest.bytes || digest.second != f->digest.crc32) {
+            return absl::DataLossError(
+                absl::StrCat("checkpoint file ", path, ": checksum mismatch with the manifest"));
+          }
+        }
+      }
+    }
+  }
+  if (absl::Status s = RestoreEmbeddingTables(dir, manifest); !s.ok()) {
+    spdlog::error("restore of {} failed: embedding tables: {}", dir, s.ToString());
+    return absl::Status(
+        s.code(),
+        absl::StrCat("restore of ", dir,
+                     " failed restoring embedding tables (no variable changed; ",
+                     "tables on PS that answered OK hold the checkpoint's rows): ", s.message()));
+  }
   std::vector<std::pair<int, net::OutMessage>> calls;
   for (const auto& [ps, plan] : plans) {
     net::OutMessage m;

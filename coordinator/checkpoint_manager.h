@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,14 @@ namespace asyncps {
 // new manifest is durable are the oldest checkpoints beyond `max_to_keep` deleted (and
 // uncommitted leftovers older than it).
 //
+// Embedding tables (ps/embedding/): Save also has every PS write each hash-keyed embedding table
+// to its own file, directory/ckpt-<step>/embedding-<k>-ps-<i>-of-<n>.safetensors (k: the
+// table's index by name), durably before the manifest, which lists the files (size, CRC-32),
+// which table each holds, and the key partition. The tables saved are those registered with
+// AddEmbeddingTable and every table any PS reports (ps.EmbeddingStats); a PS that lacks one of
+// them fails the save. Restore sends every PS of the current cluster (any PS count) all table
+// files; each PS keeps the keys PsForKey assigns it (ps/embedding/embedding_checkpoint.h).
+//
 // Consistency. Each shard's value, slots and step counter are captured together under its
 // variable's exclusive lock, so a shard never mixes steps (no value from one step with Adam
 // moments from another). Save() itself does not pause training: called while closures run,
@@ -38,7 +47,11 @@ namespace asyncps {
 //
 // Restore(path) checks the manifest, every file's size and header against it, and (by default)
 // every file's CRC-32 before any PS changes; then each PS reads the rows it needs straight
-// from the files and applies them all-or-nothing on that PS. The variables may be split
+// from the files and applies them all-or-nothing on that PS. Embedding tables are restored
+// first, on every PS, and the variables only once every PS restored its tables: a failed table
+// restore fails Restore (naming the PS and the file) with no variable changed. The CRC-32 of
+// every table file is checked on the coordinator even without verify_before_restore (the PS
+// does not check it). The variables may be split
 // differently and over a different number of PS than when saved (rows are re-sliced by
 // logical row range; slots too; see PlanRestore for the step-counter rule), and a PS that lacks
 // a variable (e.g. restarted) creates it. The checkpoint directory must be reachable under
@@ -82,6 +95,12 @@ class CheckpointManager {
 
   const std::string& directory() const { return directory_; }
 
+  // Registers the embedding table `name` (created on every PS with ps.CreateEmbeddingTable):
+  // from now on Save fails when a PS lacks it, and Restore fails (NotFound, before any PS
+  // changes) from a checkpoint without it. Unregistered tables the PS hold are saved too. Any
+  // thread; does not wait for a Save or Restore in progress.
+  void AddEmbeddingTable(const std::string& name);
+
   // Calls `listener(step)` after each checkpoint Save commits (on the saving thread, with this
   // manager's lock held: the listener must not call the manager). Automatic PS recovery uses
   // it to know how much work each checkpoint holds. Returns an id for RemoveCommitListener.
@@ -90,12 +109,22 @@ class CheckpointManager {
   void RemoveCommitListener(int id);
 
  private:
+  // Has every PS save every embedding table (registered or found on a PS) into `dir`; adds
+  // the files and tables to `manifest`.
+  absl::Status SaveEmbeddingTables(const std::string& dir, int64_t step,
+                                   CheckpointManifest& manifest);
+  // Has every PS of the cluster restore the tables of `manifest` (in `dir`).
+  absl::Status RestoreEmbeddingTables(const std::string& dir, const CheckpointManifest& manifest);
+  std::set<std::string> RegisteredTables() const;
+
   ParameterServerStrategy& strategy_;
   const std::string directory_;
   const Options options_;
   Mutex mu_;  // one Save or Restore at a time
   std::map<int, std::function<void(int64_t)>> listeners_ ABSL_GUARDED_BY(mu_);
   int next_listener_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable Mutex tables_mu_;  // not mu_: registering a table must not wait for a Save
+  std::set<std::string> embedding_tables_ ABSL_GUARDED_BY(tables_mu_);
 };
 
 }  // namespace asyncps

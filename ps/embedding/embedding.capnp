@@ -68,7 +68,7 @@ struct EmbeddingPushRequest {
   tag @1 :Ps.UpdateTag;        # exactly once per (closure, call, table), as ps.PushGradients
   struct Push {
     table @0 :Text;
-    keys @1 :TensorRef;        # i64 [n], distinct
+    keys @1 :TensorRef;        # i64 [n], distinct (a repeated key's gradients are summed)
     gradients @2 :TensorRef;   # f32 [n, dim]
   }
 }

@@ -128,7 +128,10 @@ absl::Status EmbeddingService::Lookup(const net::InMessage& request, net::OutMes
   auto missing = body.initMissing(static_cast<unsigned>(resolved.size()));
   for (unsigned i = 0; i < resolved.size(); ++i) {
     auto& [table, keys] = resolved[i];
-    Tensor out(DType::kF32, {keys.num_elements(), table->dim()});
+    // Every row of the answer is written (a row or an initial value): no zero fill first.
+    std::shared_ptr<void> block = AllocateAlignedUninitialized(static_cast<size_t>(keys.num_elements()) *
+                                                               static_cast<size_t>(table->dim()) * sizeof(float));
+    Tensor out = Tensor::View(DType::kF32, {keys.num_elements(), table->dim()}, block, block.get());
     const uint64_t n = table->Lookup(keys.flat<int64_t>(), req.getTrain(), out.data<float>());
     missing.set(i, static_cast<uint32_t>(std::min<uint64_t>(n, std::numeric_limits<uint32_t>::max())));
     response->AddTensor(out, values[i]);

@@ -192,6 +192,25 @@ TEST_F(EmbeddingServiceTest, RepeatedTaggedPushAppliesOnce) {
   EXPECT_NE(Lookup("emb", {9}).value(), *once);
 }
 
+TEST_F(EmbeddingServiceTest, TaggedPushAppliesAgainAfterARestore) {
+  auto c = Config();
+  c.optimizer = opt::SGD(1.0f);
+  ASSERT_EQ(Create(c).value_or(false), true);
+  EmbeddingTable* table = store_.Find("emb").value();
+  const EmbeddingTableState empty = table->Export();
+  UpdateTag tag{.coordinator = 1000, .closure = 1001, .sequence = 1, .watermark = 1000};
+  ASSERT_TRUE(Push("emb", {9}, Grads(1, 4, 1.0f), tag).ok());
+  const std::vector<float> once = Lookup("emb", {9}).value();
+  // The restore undoes the push; the closure's re-run (same tag) must apply it again, once.
+  const EmbeddingTableState* states[] = {&empty};
+  ASSERT_TRUE(table->Import(states, [](int64_t) { return true; }).ok());
+  ASSERT_TRUE(Push("emb", {9}, Grads(1, 4, 1.0f), tag).ok());
+  EXPECT_EQ(already_applied_, 0u);
+  EXPECT_EQ(Lookup("emb", {9}).value(), once);
+  ASSERT_TRUE(Push("emb", {9}, Grads(1, 4, 1.0f), tag).ok());
+  EXPECT_EQ(already_applied_, 1u);
+}
+
 // A fresh directory under the test temp dir, removed by the destructor.
 class TempDir {
  public:

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
+
+#include <sys/mman.h>
 #include <limits>
 
 #include "absl/container/flat_hash_set.h"
@@ -17,10 +20,11 @@ constexpr uint64_t kMinIndexCapacity = 16;
 constexpr uint64_t kIndexSlotBytes = 12;
 constexpr uint64_t kRowMetaBytes = 2 * sizeof(int64_t);  // key and last update
 
-// The index capacity that holds `rows` at load <= 3/4.
+// The index capacity that holds `rows` at load <= 1/2 (linear probing's misses — lookups of
+// keys without a row, half of a training batch — grow fast above it).
 uint64_t IndexCapacityFor(uint64_t rows) {
   uint64_t c = kMinIndexCapacity;
-  while (rows * 4 > c * 3) c <<= 1;
+  while (rows * 2 > c) c <<= 1;
   return c;
 }
 
@@ -29,12 +33,32 @@ uint64_t StripeBytes(uint64_t rows, uint64_t row_bytes) {
   return rows * row_bytes + (rows == 0 ? 0 : IndexCapacityFor(rows) * kIndexSlotBytes);
 }
 
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Rows of `bytes`: 2 MiB aligned when that large, with transparent huge pages asked for on its
+// whole 2 MiB pages (a random row of a large table is otherwise a TLB miss besides a cache
+// miss; dense variables get huge pages from AllocateAlignedUninitialized). The tail stays on
+// small pages, so the resident size is what the block holds.
+float* AllocateRows(size_t bytes) {
+  void* p = nullptr;
+  if (bytes >= kHugePage) {
+    if (posix_memalign(&p, kHugePage, bytes) != 0) throw std::bad_alloc();
+    madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+  } else {
+    p = std::malloc(bytes);
+    if (p == nullptr) throw std::bad_alloc();
+  }
+  return static_cast<float*>(p);
+}
+
 }  // namespace
 
+void EmbeddingTable::FreeDeleter::operator()(float* p) const { std::free(p); }
+
 uint64_t EmbeddingBytesPerRowBound(const EmbeddingTableConfig& config, int num_slots) {
-  // Index at its lowest load (3/8, just after doubling): 12 * 8 / 3 = 32 bytes per row.
+  // Index at its lowest load (1/4, just after doubling): 12 * 4 = 48 bytes per row.
   return static_cast<uint64_t>(config.dim) * sizeof(float) * (1 + num_slots) + kRowMetaBytes +
-         kIndexSlotBytes * 8 / 3;
+         kIndexSlotBytes * 4;
 }
 
 absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Create(const EmbeddingTableConfig& config) {
@@ -98,6 +122,10 @@ void EmbeddingTable::AddBytes(Stripe& s, int64_t bytes) {
   bytes_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
+void EmbeddingTable::PrefetchSlot(const Stripe& s, uint64_t hash) const {
+  if (s.index_capacity != 0) __builtin_prefetch(&s.index[hash & (s.index_capacity - 1)], 0, 3);
+}
+
 uint32_t EmbeddingTable::Find(const Stripe& s, int64_t key, uint64_t hash) const {
   if (s.index_capacity == 0) return kNoRow;
   const uint64_t mask = s.index_capacity - 1;
@@ -140,7 +168,7 @@ uint32_t EmbeddingTable::Insert(Stripe& s, int64_t key, uint64_t hash, int64_t s
       Block block;
       // Never more rows than the cap allows: allocated memory stays under it.
       block.rows = std::min<uint32_t>(BlockRows(ref.block), max_rows_per_stripe_ - BlockStart(ref.block));
-      block.data.reset(new float[static_cast<size_t>(block.rows) * row_floats_]);
+      block.data.reset(AllocateRows(static_cast<size_t>(block.rows) * row_floats_ * sizeof(float)));
       block.keys.reset(new int64_t[block.rows]);
       block.last.reset(new int64_t[block.rows]);
       s.blocks.push_back(std::move(block));
@@ -148,7 +176,7 @@ uint32_t EmbeddingTable::Insert(Stripe& s, int64_t key, uint64_t hash, int64_t s
                                        (static_cast<uint64_t>(row_floats_) * sizeof(float) + kRowMetaBytes)));
     }
   }
-  if (uint64_t{s.live + 1} * 4 > s.index_capacity * 3) GrowIndex(s);
+  if (uint64_t{s.live + 1} * 2 > s.index_capacity) GrowIndex(s);
   const uint64_t mask = s.index_capacity - 1;
   uint64_t i = hash & mask;
   while (s.index[i].row != kNoRow) i = (i + 1) & mask;
@@ -205,7 +233,6 @@ void EmbeddingTable::SweepTtl(Stripe& s, int64_t step) {
     }
   }
   evicted_ttl_.fetch_add(evicted, std::memory_order_relaxed);
-  s.next_sweep = step + std::max<int64_t>(1, ttl / 8);
 }
 
 void EmbeddingTable::EvictLeastRecent(Stripe& s, int64_t protect_step) {
@@ -246,7 +273,6 @@ void EmbeddingTable::ClearStripe(Stripe& s) {
   s.live = 0;
   s.used = 0;
   s.free_head = -1;
-  s.next_sweep = 0;
 }
 
 uint64_t EmbeddingTable::Lookup(absl::Span<const int64_t> keys, bool train, float* out) {
@@ -265,18 +291,30 @@ uint64_t EmbeddingTable::Lookup(absl::Span<const int64_t> keys, bool train, floa
     for (size_t i = 0; i < keys.size(); ++i) order[next[StripeOf(hashes[i])]++] = static_cast<uint32_t>(i);
   }
   std::vector<uint32_t> missing;
+  std::vector<std::pair<uint32_t, const float*>> found;
   for (int si = 0; si < kStripes; ++si) {
     if (starts[si] == starts[si + 1]) continue;
     Stripe& s = stripes_[si];
     ReaderMutexLock lock(&s.mu);
-    for (uint32_t o = starts[si]; o < starts[si + 1]; ++o) {
+    // Index slots and rows of a large table are cache misses: the slots a few keys ahead are
+    // prefetched while one key is probed, and found rows are copied one pass later.
+    found.clear();
+    const uint32_t end = starts[si + 1];
+    for (uint32_t o = starts[si]; o < std::min(end, starts[si] + kPrefetchAhead); ++o) PrefetchSlot(s, hashes[order[o]]);
+    for (uint32_t o = starts[si]; o < end; ++o) {
+      if (o + kPrefetchAhead < end) PrefetchSlot(s, hashes[order[o + kPrefetchAhead]]);
       const uint32_t i = order[o];
       const uint32_t row = Find(s, keys[i], hashes[i]);
       if (row == kNoRow) {
         missing.push_back(i);
       } else {
-        std::memcpy(out + static_cast<int64_t>(i) * dim, RowData(s, row), static_cast<size_t>(dim) * sizeof(float));
+        const float* data = RowData(s, row);
+        __builtin_prefetch(data, 0, 3);
+        found.emplace_back(i, data);
       }
+    }
+    for (const auto& [i, data] : found) {
+      std::memcpy(out + static_cast<int64_t>(i) * dim, data, static_cast<size_t>(dim) * sizeof(float));
     }
   }
   for (uint32_t i : missing) {
@@ -320,6 +358,17 @@ absl::StatusOr<EmbeddingTable::PushResult> EmbeddingTable::Push(absl::Span<const
     std::copy(starts.begin(), starts.end() - 1, next.begin());
     for (size_t i = 0; i < keys.size(); ++i) order[next[StripeOf(hashes[i])]++] = static_cast<uint32_t>(i);
   }
+  if (config_.ttl_steps > 0) {
+    // One push claims each sweep; every stripe is swept, touched by this push or not.
+    int64_t due = next_sweep_.load(std::memory_order_acquire);
+    if (result.step >= due &&
+        next_sweep_.compare_exchange_strong(due, result.step + std::max<int64_t>(1, config_.ttl_steps / 8))) {
+      for (int si = 0; si < kStripes; ++si) {
+        MutexLock lock(&stripes_[si].mu);
+        SweepTtl(stripes_[si], result.step);
+      }
+    }
+  }
   std::vector<std::pair<uint32_t, const float*>> rows;
   // Sums of the gradients of keys repeated in this push (rare; they are summed as Keras
   // deduplicates IndexedSlices before a sparse apply).
@@ -328,9 +377,11 @@ absl::StatusOr<EmbeddingTable::PushResult> EmbeddingTable::Push(absl::Span<const
     if (starts[si] == starts[si + 1]) continue;
     Stripe& s = stripes_[si];
     MutexLock lock(&s.mu);
-    if (config_.ttl_steps > 0 && result.step >= s.next_sweep) SweepTtl(s, result.step);
     rows.clear();
-    for (uint32_t o = starts[si]; o < starts[si + 1]; ++o) {
+    const uint32_t end = starts[si + 1];
+    for (uint32_t o = starts[si]; o < std::min(end, starts[si] + kPrefetchAhead); ++o) PrefetchSlot(s, hashes[order[o]]);
+    for (uint32_t o = starts[si]; o < end; ++o) {
+      if (o + kPrefetchAhead < end) PrefetchSlot(s, hashes[order[o + kPrefetchAhead]]);
       const uint32_t i = order[o];
       const float* grad = gradients + static_cast<int64_t>(i) * dim;
       uint32_t row = Find(s, keys[i], hashes[i]);
@@ -499,6 +550,7 @@ absl::Status EmbeddingTable::Import(absl::Span<const EmbeddingTableState* const>
     }
   }
   step_.store(step, std::memory_order_release);
+  next_sweep_.store(0, std::memory_order_release);
   restores_.fetch_add(1, std::memory_order_acq_rel);
   for (int si = kStripes - 1; si >= 0; --si) stripes_[si].mu.Unlock();
   return absl::OkStatus();

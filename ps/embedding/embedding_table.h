@@ -52,8 +52,8 @@ struct EmbeddingTableState {
 //     for every row of the push, as TF's sparse apply ops) to the rows of the pushed keys. A
 //     key without a row gets one, from its initial value, when it is admitted
 //     (AdmissionSketch::Admitted); otherwise its gradient is dropped (counted).
-//   * Eviction: a row not updated for more than ttl_steps steps is evicted (checked when a
-//     push touches its stripe, at least every max(1, ttl_steps / 8) steps); with a memory cap,
+//   * Eviction: a row not updated for more than ttl_steps steps is evicted (every stripe is
+//     swept by the push whose step is due, every max(1, ttl_steps / 8) steps); with a memory cap,
 //     inserting into a full stripe first evicts its 1/16 least recently updated rows (the
 //     rows of the push itself are never evicted by it). A push whose keys of one stripe are
 //     more than the stripe can hold under the cap is refused (ResourceExhausted) whole.
@@ -65,8 +65,8 @@ struct EmbeddingTableState {
 //     hot key untrainable; and a closure re-run after a restore does the same.
 //
 // Layout: kStripes stripes chosen by key hash, each with its own lock, an open-addressing
-// index (linear probing, 12-byte slots, load <= 3/4, deletion by backward shift) and rows in
-// blocks growing from 64 to 1024 rows; a row's value and its slots are contiguous
+// index (linear probing, 12-byte slots, load <= 1/2, deletion by backward shift) and rows in
+// blocks growing from 64 to 4096 rows (transparent huge pages asked for); a row's value and its slots are contiguous
 // ([value | slot 0 | slot 1], dim floats each) beside its key and last-update step.
 //
 // Thread-safety: every method may be called from any thread. Lookups of one stripe share its
@@ -131,8 +131,11 @@ class EmbeddingTable {
 
  private:
   // Rows [start, start + rows) of a stripe: their values and slots, keys and last updates.
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
   struct Block {
-    std::unique_ptr<float[]> data;     // rows * row_floats_
+    std::unique_ptr<float[], FreeDeleter> data;  // rows * row_floats_
     std::unique_ptr<int64_t[]> keys;   // rows
     std::unique_ptr<int64_t[]> last;   // rows; a free row holds -2 - (next free row)
     uint32_t rows = 0;
@@ -150,7 +153,6 @@ class EmbeddingTable {
     uint32_t live ABSL_GUARDED_BY(mu) = 0;            // rows in the index
     uint32_t used ABSL_GUARDED_BY(mu) = 0;            // rows ever handed out of the blocks
     int64_t free_head ABSL_GUARDED_BY(mu) = -1;       // an evicted row to reuse, or -1
-    int64_t next_sweep ABSL_GUARDED_BY(mu) = 0;       // step of the next TTL sweep
     int64_t bytes ABSL_GUARDED_BY(mu) = 0;            // blocks and index
   };
   struct RowRef {
@@ -163,12 +165,12 @@ class EmbeddingTable {
 
   static uint64_t KeyHash(int64_t key);
   static int StripeOf(uint64_t hash) { return static_cast<int>(hash >> 60); }
-  // Blocks 0..3 hold 64, 128, 256, 512 rows (a small table stays small), the rest 1024 each
+  // Blocks 0..5 hold 64, 128, ..., 2048 rows (a small table stays small), the rest 4096 each
   // (an optimizer call covers many rows of one block).
   static constexpr uint32_t kFirstBlockRows = 64;
-  static constexpr uint32_t kGrowingBlocks = 4;
-  static constexpr uint32_t kGrowingRows = kFirstBlockRows * ((1u << kGrowingBlocks) - 1);  // 960
-  static constexpr uint32_t kBlockRows = kFirstBlockRows << kGrowingBlocks;                  // 1024
+  static constexpr uint32_t kGrowingBlocks = 6;
+  static constexpr uint32_t kGrowingRows = kFirstBlockRows * ((1u << kGrowingBlocks) - 1);  // 4032
+  static constexpr uint32_t kBlockRows = kFirstBlockRows << kGrowingBlocks;                  // 4096
   static RowRef Locate(uint32_t row) {
     if (row < kGrowingRows) {
       const uint32_t b = 31 - static_cast<uint32_t>(__builtin_clz(row / kFirstBlockRows + 1));
@@ -185,6 +187,8 @@ class EmbeddingTable {
   }
 
   // Helpers on one stripe.
+  static constexpr uint32_t kPrefetchAhead = 8;
+  void PrefetchSlot(const Stripe& s, uint64_t hash) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   uint32_t Find(const Stripe& s, int64_t key, uint64_t hash) const ABSL_SHARED_LOCKS_REQUIRED(s.mu);
   // A new row for `key` (not in the stripe), last updated at `step`, from `src` (row_floats_
   // floats: value then slots) or, when null, from the initial value and slot values. A full
@@ -223,6 +227,7 @@ class EmbeddingTable {
   std::unique_ptr<Stripe[]> stripes_;
 
   std::atomic<int64_t> step_{0};
+  std::atomic<int64_t> next_sweep_{0};  // step of the next TTL sweep
   std::atomic<uint64_t> restores_{0};
   std::atomic<uint64_t> admitted_{0};
   std::atomic<uint64_t> evicted_ttl_{0};
