@@ -120,6 +120,19 @@ absl::Status IntOption(int argc, char** argv, std::string_view flag, const char*
   return IntSetting(FlagOrEnv(argc, argv, flag, env), min, max, out);
 }
 
+// A positive duration ("2s", "500ms", "1m30s") of at most an hour.
+absl::Status DurationOption(int argc, char** argv, std::string_view flag, const char* env, absl::Duration* out) {
+  Setting s = FlagOrEnv(argc, argv, flag, env);
+  if (s.value == nullptr) return absl::OkStatus();
+  absl::Duration d;
+  if (!absl::ParseDuration(s.value, &d) || d <= absl::ZeroDuration() || d > absl::Hours(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(s.source, "='", s.value, "' is not a duration from 1ms to 1h (like 2s or 500ms)"));
+  }
+  *out = d;
+  return absl::OkStatus();
+}
+
 // A setting that also answers to an older name: either flag wins over either variable, and the
 // current name over the older one.
 Setting FlagOrEnvWithOldName(int argc, char** argv, std::string_view flag, const char* env,
@@ -156,7 +169,8 @@ static bool DanglingFlag(int argc, char** argv, std::string_view name) {
 
 absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
   for (std::string_view flag : {"cluster_token", "metrics_port", "metrics_bind_address", "log_level",
-                                "ps_max_variable_bytes", "ps_max_response_bytes"}) {
+                                "ps_max_variable_bytes", "ps_max_response_bytes", "ps_replicas",
+                                "ps_heartbeat_timeout"}) {
     if (DanglingFlag(argc, argv, flag)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", absl::string_view(flag.data(), flag.size()), " needs a value"));
@@ -200,6 +214,9 @@ absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
                              &o.ps_inline_small_updates));
   RETURN_IF_ERROR(IntOption(argc, argv, "ps_dedup_max_entries", "ASYNCPS_PS_DEDUP_MAX_ENTRIES", 1, int64_t{1} << 40,
                             &o.ps_dedup_max_entries));
+  RETURN_IF_ERROR(IntOption(argc, argv, "ps_replicas", "ASYNCPS_PS_REPLICAS", 1, 3, &o.ps_replicas));
+  RETURN_IF_ERROR(DurationOption(argc, argv, "ps_heartbeat_timeout", "ASYNCPS_PS_HEARTBEAT_TIMEOUT",
+                                 &o.ps_heartbeat_timeout));
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_max_connections", "ASYNCPS_RPC_MAX_CONNECTIONS", 1, 1 << 20, &o.rpc_max_connections));
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_handshake_timeout_ms", "ASYNCPS_RPC_HANDSHAKE_TIMEOUT_MS", 1, 3600000, &o.rpc_handshake_timeout_ms));
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_handshake_max_bytes", "ASYNCPS_RPC_HANDSHAKE_MAX_BYTES", 256, 1 << 20, &o.rpc_handshake_max_bytes));

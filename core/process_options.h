@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace asyncps {
 
@@ -35,6 +36,12 @@ inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 
 //                                  while the PS is otherwise quiet; see net::Dispatch)
 //   --ps_dedup_max_entries=N       ASYNCPS_PS_DEDUP_MAX_ENTRIES       keys the window of applied
 //                                  closure updates may hold (ps/update_dedup.h) (1048576)
+// Replicated shards (issue 19; ps/replication/):
+//   --ps_replicas=N                ASYNCPS_PS_REPLICAS                copies of every shard
+//                                  group: a primary and N-1 backups, 1 to 3 (1: unreplicated)
+//   --ps_heartbeat_timeout=D       ASYNCPS_PS_HEARTBEAT_TIMEOUT       how long the chief waits
+//                                  for a PS's heartbeat answer before it counts the PS as lost
+//                                  ("2s", "500ms"; at most 1h) (2s)
 // Byte sizes are a positive integer with an optional binary suffix: K, M, G, T, KiB, MiB,
 // GiB or TiB ("8GiB", "512M"). Booleans: the bare flag, or 1/0/true/false.
 // Limits of every RPC server (ps, worker), each refusal logged and counted in
@@ -61,6 +68,8 @@ struct ProcessOptions {
   bool allow_nonfinite_gradients = false;
   bool ps_inline_small_updates = false;
   int64_t ps_dedup_max_entries = int64_t{1} << 20;
+  int64_t ps_replicas = 1;
+  absl::Duration ps_heartbeat_timeout = absl::Seconds(2);
 
   int64_t rpc_max_connections = 1024;
   int64_t rpc_handshake_timeout_ms = 5000;

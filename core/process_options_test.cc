@@ -41,6 +41,8 @@ class ProcessOptionsTest : public ::testing::Test {
     unsetenv("ASYNCPS_METRICS_BIND_ADDRESS");
     unsetenv("ASYNCPS_METRICS_MAX_CONNECTIONS");
     unsetenv("ASYNCPS_METRICS_THREADS");
+    unsetenv("ASYNCPS_PS_REPLICAS");
+    unsetenv("ASYNCPS_PS_HEARTBEAT_TIMEOUT");
   }
 };
 
@@ -201,6 +203,54 @@ TEST_F(ProcessOptionsTest, MetricsThreadsIsTheOlderNameOfMaxConnections) {
   EXPECT_EQ(ParseArgs({"--metrics_threads=7"})->metrics_max_connections, 7);
   absl::StatusOr<ProcessOptions> o = ParseArgs({"--metrics_threads=0"});
   EXPECT_THAT(std::string(o.status().message()), HasSubstr("--metrics_threads='0'"));
+}
+
+TEST_F(ProcessOptionsTest, PsReplicasFromFlagOrEnvironment) {
+  Argv none({});
+  auto d = ProcessOptions::Parse(none.argc(), none.argv());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->ps_replicas, 1);
+  setenv("ASYNCPS_PS_REPLICAS", "2", 1);
+  auto e = ProcessOptions::Parse(none.argc(), none.argv());
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->ps_replicas, 2);
+  Argv flag({"--ps_replicas", "3"});
+  auto f = ProcessOptions::Parse(flag.argc(), flag.argv());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->ps_replicas, 3);
+  for (const char* bad : {"0", "4", "two", ""}) {
+    Argv a({std::string("--ps_replicas=") + bad});
+    auto o = ProcessOptions::Parse(a.argc(), a.argv());
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(o.status().message(), HasSubstr("--ps_replicas")) << bad;
+  }
+  Argv dangling({"--ps_replicas"});
+  EXPECT_FALSE(ProcessOptions::Parse(dangling.argc(), dangling.argv()).ok());
+}
+
+TEST_F(ProcessOptionsTest, PsHeartbeatTimeoutIsADuration) {
+  Argv none({});
+  auto d = ProcessOptions::Parse(none.argc(), none.argv());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->ps_heartbeat_timeout, absl::Seconds(2));
+  setenv("ASYNCPS_PS_HEARTBEAT_TIMEOUT", "500ms", 1);
+  auto e = ProcessOptions::Parse(none.argc(), none.argv());
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->ps_heartbeat_timeout, absl::Milliseconds(500));
+  Argv flag({"--ps_heartbeat_timeout=3s"});
+  auto f = ProcessOptions::Parse(flag.argc(), flag.argv());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->ps_heartbeat_timeout, absl::Seconds(3));
+  for (const char* bad : {"0s", "-1s", "2", "soon", "2h"}) {
+    Argv a({std::string("--ps_heartbeat_timeout=") + bad});
+    auto o = ProcessOptions::Parse(a.argc(), a.argv());
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(o.status().message(), HasSubstr("--ps_heartbeat_timeout")) << bad;
+  }
+  unsetenv("ASYNCPS_PS_HEARTBEAT_TIMEOUT");
+  setenv("ASYNCPS_PS_HEARTBEAT_TIMEOUT", "nope", 1);
+  auto env_bad = ProcessOptions::Parse(none.argc(), none.argv());
+  EXPECT_THAT(env_bad.status().message(), HasSubstr("ASYNCPS_PS_HEARTBEAT_TIMEOUT"));
 }
 
 }  // namespace

@@ -37,12 +37,23 @@ struct InitializerSpec {
   tensor @9 :TensorRef;        # kind == "tensor": this shard's values
 }
 
+# Replicated shards (issue 19; ps/replication/). A group is the set of variable shards whose
+# placement names PS index `group`; each group has a primary and k-1 backups. A request with a
+# route (generation != 0) is for that group at that generation: the PS refuses it
+# FailedPrecondition "stale shard map: ..." unless it is the group's primary at exactly that
+# generation. Without a route: this PS's own group, generation unchecked (k = 1 behaviour).
+struct Route {
+  group @0 :UInt32;
+  generation @1 :UInt64;
+}
+
 struct CreateVariableRequest {
   name @0 :Text;
   dtype @1 :UInt8;
   shape @2 :List(Int64);
   initializer @3 :InitializerSpec;
   optimizer @4 :OptimizerConfig;
+  route @5 :Route;             # absent / generation 0: this PS's own group, unchecked
 }
 
 struct CreateVariableResponse {
@@ -51,6 +62,7 @@ struct CreateVariableResponse {
 
 struct ReadRequest {
   names @0 :List(Text);
+  route @1 :Route;
 }
 
 struct ReadResponse {
@@ -89,6 +101,7 @@ struct UpdateTag {
 struct UpdateRequest {
   updates @0 :List(VariableUpdate);
   tag @1 :UpdateTag;
+  route @2 :Route;
 }
 
 # Answer of ps.Update and ps.PushGradients.
@@ -107,6 +120,7 @@ struct Gradient {
 struct PushGradientsRequest {
   gradients @0 :List(Gradient);
   tag @1 :UpdateTag;
+  route @2 :Route;
 }
 
 struct GatherRequest {
@@ -139,6 +153,7 @@ struct SaveCheckpointRequest {
   fileName @1 :Text;           # [A-Za-z0-9._-]+, written as directory/fileName
   names @2 :List(Text);        # shards of this PS to save
   step @3 :Int64;
+  route @4 :Route;
 }
 
 struct SavedShard {
@@ -186,4 +201,120 @@ struct RestoreCheckpointRequest {
     iterations @4 :Int64;
     pieces @5 :List(Piece);
   }
+  route @3 :Route;
+}
+
+# Shard map (ps.SetShardMap from the chief; ps.GetShardMap).
+struct ShardMap {
+  generation @0 :UInt64;       # map-wide: the highest generation of its groups (0: no map)
+  groups @1 :List(GroupEntry);
+  replicas @2 :UInt32;         # k
+}
+
+struct GroupEntry {
+  group @0 :UInt32;
+  generation @1 :UInt64;
+  primary @2 :Int32;           # PS index; -1: no live copy
+  backups @3 :List(Int32);     # in sync, counted for acks
+  rebuilding @4 :List(Int32);  # receiving a state transfer, not counted for acks
+}
+
+struct SetShardMapRequest {
+  map @0 :ShardMap;
+}
+
+struct GetShardMapResponse {
+  map @0 :ShardMap;            # generation 0: this PS holds no map
+  psIndex @1 :Int32;
+  incarnation @2 :UInt64;      # changes when the PS process restarts
+}
+
+# ps.ReplicaStatus (chief): Empty -> ReplicaStatusResponse. The chief's heartbeat for a PS.
+enum CopyRole {
+  primary @0;
+  backup @1;
+  rebuilding @2;               # receiving a state transfer (or waiting for one); never serves
+  needsRebuild @3;             # refused a gap / out-of-order stream or lost a transfer; never serves
+  fenced @4;                   # a primary whose backups refused its generation; serves nothing
+}
+
+struct BackupStatus {
+  ps @0 :Int32;
+  inSync @1 :Bool;             # counted for acks (a backup of the map, or a rebuilt copy caught up)
+  ackedSequence @2 :UInt64;
+  lag @3 :UInt64;              # sequences applied here and not yet acked by that copy
+  transferBytesCopied @4 :UInt64;  # state transfer to that copy (0/0 when none)
+  transferBytesTotal @5 :UInt64;
+  needsRebuild @6 :Bool;       # it refused the stream as a gap / out of order
+}
+
+struct CopyStatus {
+  group @0 :UInt32;
+  generation @1 :UInt64;
+  role @2 :CopyRole;
+  appliedSequence @3 :UInt64;
+  backups @4 :List(BackupStatus);  # the primary's view of the other copies of the group
+  transferBytesCopied @5 :UInt64;  # a rebuilding copy: bytes of state received so far
+  transferBytesTotal @6 :UInt64;
+}
+
+struct ReplicaStatusResponse {
+  psIndex @0 :Int32;
+  incarnation @1 :UInt64;      # changes when the PS process restarts
+  mapGeneration @2 :UInt64;    # 0: no map held (a PS restarted empty)
+  copies @3 :List(CopyStatus);
+}
+
+# ps.Replicate (ps -> ps): the primary's ordered stream of applied writes to one copy.
+struct ReplicatedEntry {
+  method @0 :Text;             # "ps.CreateVariable", "ps.Update", "ps.PushGradients",
+                               # "ps.RestoreCheckpoint"
+  body @1 :AnyPointer;         # the request body as the writer sent it (a struct of the
+                               # method's request type); its TensorRefs index the payloads of
+                               # the ps.Replicate frame
+}
+
+struct ReplicateRequest {
+  group @0 :UInt32;
+  generation @1 :UInt64;
+  firstSequence @2 :UInt64;    # entries[i] has sequence firstSequence + i
+  entries @3 :List(ReplicatedEntry);
+  fromPs @4 :Int32;
+}
+
+struct ReplicateResponse {
+  appliedSequence @0 :UInt64;  # the copy has applied every entry up to this one
+}
+
+# ps.InstallState (ps -> ps): a state transfer, pushed by the primary in chunks, in order.
+struct SnapshotVariable {
+  name @0 :Text;
+  dtype @1 :UInt8;
+  shape @2 :List(Int64);
+  optimizer @3 :OptimizerConfig;
+  iterations @4 :Int64;
+  restores @5 :UInt64;         # Variable::restores (keys of the dedup window depend on it)
+  rowBegin @6 :Int64;          # this chunk holds rows [rowBegin, rowBegin + rows of value)
+  value @7 :TensorRef;
+  slots @8 :List(TensorRef);   # in the optimizer's slot order, the same rows
+}
+
+struct DedupSpace {
+  coordinator @0 :UInt64;
+  watermark @1 :UInt64;
+  closures @2 :List(UInt64);   # parallel lists: one applied key each
+  sequences @3 :List(UInt64);
+  variables @4 :List(UInt64);
+}
+
+struct InstallStateRequest {
+  group @0 :UInt32;
+  generation @1 :UInt64;
+  transfer @2 :UInt64;         # id of this transfer; a new id starts over
+  chunk @3 :UInt32;            # 0, 1, ... in order; chunk 0 drops what the copy held
+  sequence @4 :UInt64;         # the snapshot's sequence S (entries > S follow by ps.Replicate)
+  variables @5 :List(SnapshotVariable);
+  dedup @6 :List(DedupSpace);  # in the last chunk
+  last @7 :Bool;
+  bytesTotal @8 :UInt64;       # tensor bytes of the whole transfer
 }
