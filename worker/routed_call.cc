@@ -83,7 +83,8 @@ void RetryLater(std::shared_ptr<GroupCall> call, uint64_t seen, int last_ps, abs
   const uint32_t group = call->group;
   cache->AwaitNewer(group, seen, std::min(left, kRetryWait),
                     [call = std::move(call), held, last_ps](absl::Status waited) mutable {
-                      if (!waited.ok()) {
+                      // Past the deadline the caller gets the last answer, not a new try.
+                      if (!waited.ok() || absl::Now() >= call->deadline) {
                         call->done(last_ps, Address(*call, last_ps), std::move(*held));
                         return;
                       }
