@@ -317,4 +317,5 @@ struct InstallStateRequest {
   dedup @6 :List(DedupSpace);  # in the last chunk
   last @7 :Bool;
   bytesTotal @8 :UInt64;       # tensor bytes of the whole transfer
+  fromPs @9 :Int32;
 }

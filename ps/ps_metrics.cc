@@ -60,7 +60,55 @@ PsMetrics::PsMetrics(metrics::ProcessMetrics& metrics) {
                        .Labels(labels)
                        .Register(registry)
                        .Add({});
+  group_generation_ = &prometheus::BuildGauge()
+                           .Name("asyncps_ps_group_generation")
+                           .Help("Shard map generation of this parameter server's copy of each group")
+                           .Labels(labels)
+                           .Register(registry);
+  group_role_ = &prometheus::BuildGauge()
+                     .Name("asyncps_ps_group_role")
+                     .Help("1 for the role of this parameter server's copy of each group")
+                     .Labels(labels)
+                     .Register(registry);
+  replication_lag_ = &prometheus::BuildGauge()
+                          .Name("asyncps_ps_replication_lag")
+                          .Help("Writes applied by this primary and not yet acknowledged by a copy")
+                          .Labels(labels)
+                          .Register(registry);
+  auto counter = [&](const char* name, const char* help) {
+    return &prometheus::BuildCounter().Name(name).Help(help).Labels(labels).Register(registry).Add({});
+  };
+  replicated_entries_ =
+      counter("asyncps_ps_replicated_entries_total", "Writes acknowledged by the other copies of their group");
+  replicated_bytes_ = counter("asyncps_ps_replicated_bytes_total", "Bytes of the writes acknowledged by other copies");
+  state_transfers_ = counter("asyncps_ps_state_transfers_total", "State transfers this parameter server completed");
+  state_transfer_bytes_ =
+      counter("asyncps_ps_state_transfer_bytes_total", "Tensor bytes this parameter server sent in state transfers");
+  stale_generation_ = counter("asyncps_ps_stale_generation_refusals_total",
+                              "Requests and replication streams refused for a stale shard map generation");
 }
+
+void PsMetrics::SetGroupCopy(uint32_t group, const char* role, uint64_t generation) {
+  const std::string g = std::to_string(group);
+  group_generation_->Add({{"group", g}}).Set(static_cast<double>(generation));
+  for (const char* r : {"primary", "backup", "rebuilding", "needs_rebuild", "fenced"}) {
+    group_role_->Add({{"group", g}, {"copy_role", r}}).Set(std::string(r) == role ? 1 : 0);
+  }
+}
+
+void PsMetrics::SetReplicationLag(uint32_t group, int32_t backup, uint64_t lag) {
+  replication_lag_->Add({{"group", std::to_string(group)}, {"backup", std::to_string(backup)}})
+      .Set(static_cast<double>(lag));
+}
+
+void PsMetrics::RecordReplicated(uint64_t entries, uint64_t bytes) {
+  replicated_entries_->Increment(static_cast<double>(entries));
+  replicated_bytes_->Increment(static_cast<double>(bytes));
+}
+
+void PsMetrics::RecordStateTransfer() { state_transfers_->Increment(); }
+void PsMetrics::AddStateTransferBytes(uint64_t bytes) { state_transfer_bytes_->Increment(static_cast<double>(bytes)); }
+void PsMetrics::RecordStaleGeneration() { stale_generation_->Increment(); }
 
 void PsMetrics::RecordRejected(RejectReason reason) { rejected_[static_cast<int>(reason)]->Increment(); }
 

@@ -3,10 +3,12 @@
 #include <spdlog/spdlog.h>
 
 #include "core/exit_code.h"
+#include "net/event_loop.h"
 #include "net/server_process.h"
 #include "ps/ps_metrics.h"
 #include "ps/checkpoint_service.h"
 #include "ps/ps_service.h"
+#include "ps/replication/replicated_ps.h"
 #include "ps/variable_store.h"
 
 namespace asyncps::ps {
@@ -27,6 +29,23 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   service_options.metrics = &metrics;
   PsService service(store, service_options);
   service.RegisterWith((*process)->server().methods());
+  // Replication serves the same methods over per-group copies once the chief installs a shard
+  // map; until then (and always with ps_replicas = 1) every request reaches `service` as above.
+  ReplicatedPs::Options replication;
+  replication.ps_index = cluster.task_index();
+  replication.num_ps = cluster.num_ps();
+  replication.replicas = static_cast<int>(options.ps_replicas);
+  replication.max_variable_bytes = options.ps_max_variable_bytes;
+  replication.dedup_max_entries = static_cast<uint64_t>(options.ps_dedup_max_entries);
+  replication.metrics = &metrics;
+  net::ServerProcess& server_process = **process;
+  const std::vector<std::string> peers = cluster.ps();
+  net::EventLoop peer_loop;  // see ReplicatedPs::Options::connect
+  replication.connect = [&server_process, &peer_loop, peers](int32_t index) {
+    return std::make_unique<net::RpcClient>(peer_loop, server_process.ClientOptions(peers.at(index)));
+  };
+  ReplicatedPs replicated(service, std::move(replication));
+  replicated.RegisterWith((*process)->server().methods());
   spdlog::info("limits: {} variable bytes, {} response bytes, non-finite gradients {}, {} update-window keys",
                options.ps_max_variable_bytes, options.ps_max_response_bytes,
                options.allow_nonfinite_gradients ? "allowed" : "refused", options.ps_dedup_max_entries);

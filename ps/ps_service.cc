@@ -80,7 +80,12 @@ absl::Status PsService::CheckResponseBytes(const char* method, uint64_t bytes) c
 }
 
 absl::Status PsService::CreateVariable(const net::InMessage& request, net::OutMessage* response) {
-  auto req = request.RequestBody<wire::CreateVariableRequest>();
+  return CreateVariableIn(default_state(), request, request.RequestBody<wire::CreateVariableRequest>(), response);
+}
+
+absl::Status PsService::CreateVariableIn(ShardState state, const net::InMessage& request,
+                                         wire::CreateVariableRequest::Reader req, net::OutMessage* response) {
+  VariableStore& store = *state.store;
   const std::string name = req.getName().cStr();
   if (name.empty()) return absl::InvalidArgumentError("variable name is empty");
   auto wire_dtype = DTypeFromWire(req.getDtype());
@@ -93,7 +98,7 @@ absl::Status PsService::CreateVariable(const net::InMessage& request, net::OutMe
   std::unique_ptr<OptimizerConfig> optimizer = std::move(*optimizer_or);
 
   bool created = false;
-  auto existing = store_.Find(name);
+  auto existing = store.Find(name);
   if (existing.ok()) {
     // Idempotent create: skip building the initial value (it may be large).
     if ((*existing)->dtype() != dtype || (*existing)->shape() != shape) {
@@ -113,17 +118,17 @@ absl::Status PsService::CreateVariable(const net::InMessage& request, net::OutMe
       RETURN_IF_ERROR(Named(name, opt.status()));
       num_slots = (*opt)->slots().size();
     }
-    auto reservation = store_.Reserve(name, Variable::ChargedBytes(name, dtype, shape, num_slots));
+    auto reservation = store.Reserve(name, Variable::ChargedBytes(name, dtype, shape, num_slots));
     if (!reservation.ok()) return Reject(RejectReason::kVariableBytes, reservation.status());
     auto spec = InitializerFromWire(request, req.getInitializer());
     RETURN_IF_ERROR(Named(name, spec.status()));
     auto initial = Initialize(*spec, dtype, shape);
     RETURN_IF_ERROR(Named(name, initial.status()));
     ASSIGN_OR_RETURN(auto variable, Variable::Create(name, std::move(*initial), optimizer.get()));
-    ASSIGN_OR_RETURN(created, store_.Insert(std::move(variable), std::move(*reservation)));
+    ASSIGN_OR_RETURN(created, store.Insert(std::move(variable), std::move(*reservation)));
     if (options_.metrics != nullptr) {
-      options_.metrics->SetVariableBytes(store_.bytes());
-      options_.metrics->SetVariables(store_.List().size());
+      options_.metrics->SetVariableBytes(store.bytes());
+      options_.metrics->SetVariables(store.List().size());
     }
   }
   response->InitResponseBody<wire::CreateVariableResponse>().setCreated(created);
@@ -131,10 +136,15 @@ absl::Status PsService::CreateVariable(const net::InMessage& request, net::OutMe
 }
 
 absl::Status PsService::Read(const net::InMessage& request, net::OutMessage* response) {
-  auto names = request.RequestBody<wire::ReadRequest>().getNames();
+  return ReadIn(default_state(), request.RequestBody<wire::ReadRequest>(), response);
+}
+
+absl::Status PsService::ReadIn(ShardState state, wire::ReadRequest::Reader body, net::OutMessage* response) {
+  VariableStore& store = *state.store;
+  auto names = body.getNames();
   std::vector<std::shared_ptr<Variable>> variables;
   for (auto name : names) {
-    ASSIGN_OR_RETURN(auto v, store_.Find(name.cStr()));
+    ASSIGN_OR_RETURN(auto v, store.Find(name.cStr()));
     variables.push_back(std::move(v));
   }
   // The same variable may be named many times over: the total is what would be copied.
@@ -188,12 +198,18 @@ void CountRows(PsMetrics* metrics, const std::vector<Prepared>& prepared, const 
 }  // namespace
 
 absl::Status PsService::Update(const net::InMessage& request, net::OutMessage* response) {
-  auto req = request.RequestBody<wire::UpdateRequest>();
+  return UpdateIn(default_state(), request, request.RequestBody<wire::UpdateRequest>(), response);
+}
+
+absl::Status PsService::UpdateIn(ShardState state, const net::InMessage& request, wire::UpdateRequest::Reader req,
+                                 net::OutMessage* response) {
+  VariableStore& store = *state.store;
+  UpdateDedup& dedup = *state.dedup;
   auto updates = req.getUpdates();
   std::vector<Prepared> prepared;
   for (auto u : updates) {
     Prepared p;
-    ASSIGN_OR_RETURN(p.variable, store_.Find(u.getName().cStr()));
+    ASSIGN_OR_RETURN(p.variable, store.Find(u.getName().cStr()));
     ASSIGN_OR_RETURN(p.kind, UpdateKindFromWire(u.getKind()));
     ASSIGN_OR_RETURN(p.value, request.TensorAt(u.getValue()));
     if (u.getHasIds()) {
@@ -205,7 +221,7 @@ absl::Status PsService::Update(const net::InMessage& request, net::OutMessage* r
     RETURN_IF_ERROR(p.variable->CheckUpdate(p.kind, p.ids ? &*p.ids : nullptr, p.value));
     prepared.push_back(std::move(p));
   }
-  ASSIGN_OR_RETURN(UpdateDedup::Admission admission, Admit(dedup_, req, prepared));
+  ASSIGN_OR_RETURN(UpdateDedup::Admission admission, Admit(dedup, req, prepared));
   // Everything is valid, so each update below succeeds (it re-checks, finding nothing wrong).
   for (size_t i = 0; i < prepared.size(); ++i) {
     if (!admission.apply(i)) continue;
@@ -220,12 +236,18 @@ absl::Status PsService::Update(const net::InMessage& request, net::OutMessage* r
 }
 
 absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMessage* response) {
-  auto req = request.RequestBody<wire::PushGradientsRequest>();
+  return PushGradientsIn(default_state(), request, request.RequestBody<wire::PushGradientsRequest>(), response);
+}
+
+absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& request,
+                                        wire::PushGradientsRequest::Reader req, net::OutMessage* response) {
+  VariableStore& store = *state.store;
+  UpdateDedup& dedup = *state.dedup;
   auto gradients = req.getGradients();
   std::vector<Prepared> prepared;
   for (auto g : gradients) {
     Prepared p;
-    ASSIGN_OR_RETURN(p.variable, store_.Find(g.getName().cStr()));
+    ASSIGN_OR_RETURN(p.variable, store.Find(g.getName().cStr()));
     ASSIGN_OR_RETURN(p.value, request.TensorAt(g.getValue()));
     if (g.getHasIds()) {
       ASSIGN_OR_RETURN(Tensor ids, request.TensorAt(g.getIds()));
@@ -244,7 +266,7 @@ absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMes
     }
     prepared.push_back(std::move(p));
   }
-  ASSIGN_OR_RETURN(UpdateDedup::Admission admission, Admit(dedup_, req, prepared));
+  ASSIGN_OR_RETURN(UpdateDedup::Admission admission, Admit(dedup, req, prepared));
   for (size_t i = 0; i < prepared.size(); ++i) {
     if (!admission.apply(i)) continue;
     const Prepared& p = prepared[i];
@@ -258,13 +280,19 @@ absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMes
 }
 
 absl::Status PsService::Gather(const net::InMessage& request, net::OutMessage* response) {
-  auto lookups = request.RequestBody<wire::GatherRequest>().getLookups();
+  return GatherIn(default_state(), request, request.RequestBody<wire::GatherRequest>(), response);
+}
+
+absl::Status PsService::GatherIn(ShardState state, const net::InMessage& request, wire::GatherRequest::Reader body,
+                                 net::OutMessage* response) {
+  VariableStore& store = *state.store;
+  auto lookups = body.getLookups();
   std::vector<std::pair<std::shared_ptr<Variable>, Tensor>> resolved;
   // Ids may repeat a row any number of times: the answer's size is ids x row bytes, checked
   // before any row is copied.
   uint64_t bytes = 0;
   for (auto l : lookups) {
-    ASSIGN_OR_RETURN(auto variable, store_.Find(l.getName().cStr()));
+    ASSIGN_OR_RETURN(auto variable, store.Find(l.getName().cStr()));
     ASSIGN_OR_RETURN(Tensor ids, request.TensorAt(l.getIds()));
     const Shape& shape = variable->shape();
     const uint64_t row_bytes =
@@ -285,7 +313,12 @@ absl::Status PsService::Gather(const net::InMessage& request, net::OutMessage* r
 }
 
 absl::Status PsService::ListVariables(const net::InMessage&, net::OutMessage* response) {
-  auto variables = store_.List();
+  return ListVariablesIn(default_state(), response);
+}
+
+absl::Status PsService::ListVariablesIn(ShardState state, net::OutMessage* response) {
+  VariableStore& store = *state.store;
+  auto variables = store.List();
   // Names are as long as clients made them: the answer is bounded like any other.
   uint64_t bytes = 0;
   for (const auto& v : variables) bytes = SaturatingAdd(bytes, v->name().size() + 8 * v->shape().size() + 32);

@@ -5,6 +5,7 @@
 
 #include "core/process_options.h"
 #include "net/method_table.h"
+#include "ps/ps.capnp.h"
 #include "ps/ps_metrics.h"
 #include "ps/update_dedup.h"
 #include "ps/variable_store.h"
@@ -44,6 +45,13 @@ namespace asyncps::ps {
 // `store` (and `options.metrics`) must outlive the server the service is registered with.
 class PsService {
  public:
+  // The state one copy of a shard group holds: its variables and its window of applied
+  // closure updates. Neither is owned.
+  struct ShardState {
+    VariableStore* store = nullptr;
+    UpdateDedup* dedup = nullptr;
+  };
+
   struct Options {
     uint64_t max_response_bytes = kDefaultPsMaxResponseBytes;
     bool allow_nonfinite_gradients = false;
@@ -65,6 +73,24 @@ class PsService {
 
   // The window of applied closure updates (for tests and metrics).
   const UpdateDedup& dedup() const { return dedup_; }
+  // The store and window the methods registered by RegisterWith serve.
+  ShardState default_state() { return {&store_, &dedup_}; }
+  const Options& options() const { return options_; }
+
+  // The methods' work against another copy (ps/replication/): `body` is the request, read
+  // from `frame`, whose payloads its TensorRefs index. Callable from any thread; the caller
+  // orders writes to one copy where the order matters (replication applies them one at a
+  // time, in sequence order).
+  absl::Status CreateVariableIn(ShardState state, const net::InMessage& frame,
+                                wire::CreateVariableRequest::Reader body, net::OutMessage* response);
+  absl::Status ReadIn(ShardState state, wire::ReadRequest::Reader body, net::OutMessage* response);
+  absl::Status UpdateIn(ShardState state, const net::InMessage& frame, wire::UpdateRequest::Reader body,
+                        net::OutMessage* response);
+  absl::Status PushGradientsIn(ShardState state, const net::InMessage& frame,
+                               wire::PushGradientsRequest::Reader body, net::OutMessage* response);
+  absl::Status GatherIn(ShardState state, const net::InMessage& frame, wire::GatherRequest::Reader body,
+                        net::OutMessage* response);
+  absl::Status ListVariablesIn(ShardState state, net::OutMessage* response);
 
  private:
   absl::Status CreateVariable(const net::InMessage& request, net::OutMessage* response);

@@ -72,6 +72,35 @@ bool UpdateDedup::AnyClaimed(uint64_t coordinator, const std::vector<Key>& keys)
   return false;
 }
 
+std::vector<UpdateDedup::ExportedSpace> UpdateDedup::Export() const {
+  MutexLock lock(&mu_);
+  std::vector<ExportedSpace> out;
+  for (const auto& [coordinator, space] : spaces_) {
+    ExportedSpace e;
+    e.coordinator = coordinator;
+    e.watermark = space.watermark;
+    for (const auto& [key, state] : space.keys) {
+      if (state == State::kApplied) e.keys.push_back(key);
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+void UpdateDedup::Import(const std::vector<ExportedSpace>& spaces) {
+  MutexLock lock(&mu_);
+  spaces_.clear();
+  entries_ = 0;
+  for (const ExportedSpace& e : spaces) {
+    Space& space = spaces_[e.coordinator];
+    space.watermark = e.watermark;
+    space.last_used = ++clock_;
+    for (const Key& key : e.keys) space.keys.emplace_hint(space.keys.end(), key, State::kApplied);
+    entries_ += space.keys.size();
+  }
+  PublishEntries();
+}
+
 void UpdateDedup::PublishEntries() {
   if (options_.metrics != nullptr) options_.metrics->SetDedupEntries(entries_);
 }

@@ -139,6 +139,19 @@ class UpdateDedup {
   // Same, every variable at generation 0.
   absl::StatusOr<Admission> Admit(const UpdateTag& tag, absl::Span<const absl::string_view> variables);
 
+  // The applied keys of one coordinator, for copying the window to another replica of the
+  // shard group (ps/replication/).
+  struct ExportedSpace {
+    uint64_t coordinator = 0;
+    uint64_t watermark = 0;
+    std::vector<Key> keys;  // ascending
+  };
+  // The applied keys of every coordinator (keys still claimed are left out: callers export
+  // while no update is applying, under their copy's write lock).
+  std::vector<ExportedSpace> Export() const;
+  // Replaces the whole window with `spaces` (as Export returned them on another copy).
+  void Import(const std::vector<ExportedSpace>& spaces);
+
   // Keys held now (claimed or applied), over all coordinators.
   uint64_t entries() const;
   // Coordinators remembered now.

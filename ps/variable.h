@@ -127,6 +127,9 @@ class Variable {
   // How many times RestoreState succeeded. A restore undoes the updates applied before it, so
   // the PS's record of applied closure updates (UpdateDedup) keys on it.
   uint64_t restores() const { return restores_.load(std::memory_order_relaxed); }
+  // Sets the count, for a copy of this variable made on another replica (ps/replication/
+  // state transfer), so that both key the same updates alike.
+  void set_restores(uint64_t restores) { restores_.store(restores, std::memory_order_relaxed); }
 
  private:
   Variable() = default;

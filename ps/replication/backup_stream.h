@@ -1,0 +1,87 @@
+#ifndef ASYNCPS_PS_REPLICATION_BACKUP_STREAM_H_
+#define ASYNCPS_PS_REPLICATION_BACKUP_STREAM_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/time/time.h"
+#include "core/sync.h"
+#include "net/rpc_client.h"
+#include "ps/replication/group_copy.h"
+#include "ps/replication/logged_write.h"
+
+namespace asyncps::ps {
+
+class PsMetrics;
+
+// A primary's stream of writes to one other copy of its group, on its own thread: everything
+// queued while the previous ps.Replicate was in flight goes in the next one (batching), in
+// sequence order, and each acknowledgement is published in the copy's state so that waiting
+// writers see it. A stream to a rebuilding copy first pushes a state transfer (a snapshot taken
+// under the copy's write lock at sequence S, in chunks of ps.InstallState), then the writes
+// after S; once the copy has acknowledged everything applied here it is in sync and counted.
+//
+// Refusals: a stale generation fences the primary (GroupCopy::role = kFenced: its waiting
+// writes fail "stale shard map"); an unreachable copy is retried (writes wait: only the chief
+// removes a copy); any other refusal (the copy found a gap, or needs a rebuild) stops the
+// stream, reported by ps.ReplicaStatus until a new map replaces it.
+class BackupStream {
+ public:
+  struct Options {
+    int32_t from_ps = 0;
+    absl::Duration call_timeout = absl::Seconds(30);
+    uint64_t max_batch_bytes = uint64_t{64} << 20;
+    uint64_t transfer_chunk_bytes = uint64_t{16} << 20;
+    PsMetrics* metrics = nullptr;  // optional; not owned
+  };
+
+  // Streams `copy`'s writes after `start_after` (ignored with `transfer`) to PS `target`
+  // through `client`. `counted`: the map lists the target as a backup (writes wait for it).
+  // Must be made under copy.write_mu and copy.mu (so no write slips between start_after and
+  // the first Enqueue). `copy` and `client` must outlive the stream.
+  BackupStream(GroupCopy& copy, int32_t target, net::RpcClient& client, bool counted, bool transfer,
+               uint64_t start_after, Options options);
+  ~BackupStream();  // stops and joins; never call with copy.write_mu or copy.mu held
+
+  int32_t target() const { return target_; }
+  bool transfers() const { return transfer_; }
+
+  // Queues the write of `sequence` (the next one). Called under copy.mu.
+  void Enqueue(uint64_t sequence, std::shared_ptr<const LoggedWrite> write);
+
+  // Everything below is guarded by the copy's mu (ABSL cannot name it here).
+  bool counted = false;      // writes wait for this copy's acknowledgement
+  bool in_sync = false;      // acknowledged everything (after its transfer, if any)
+  bool broken = false;       // stopped on a refusal (see error)
+  std::string error;
+  uint64_t acked = 0;        // the copy applied every write up to this one
+  uint64_t bytes_copied = 0;  // state transfer progress
+  uint64_t bytes_total = 0;
+
+ private:
+  void Run();
+  absl::Status Transfer();
+  // Sends the writes queued from `first`: OK once acknowledged.
+  absl::Status SendBatch();
+  void CheckInSync();
+  bool WaitStop(absl::Duration d);
+
+  GroupCopy& copy_;
+  const int32_t target_;
+  net::RpcClient& client_;
+  const bool transfer_;
+  const Options options_;
+
+  Mutex queue_mu_;
+  bool stop_ ABSL_GUARDED_BY(queue_mu_) = false;
+  uint64_t next_ ABSL_GUARDED_BY(queue_mu_) = 1;  // sequence of queue_.front()
+  std::deque<std::shared_ptr<const LoggedWrite>> queue_ ABSL_GUARDED_BY(queue_mu_);
+  std::thread thread_;
+};
+
+}  // namespace asyncps::ps
+
+#endif  // ASYNCPS_PS_REPLICATION_BACKUP_STREAM_H_

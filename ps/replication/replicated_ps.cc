@@ -1,0 +1,692 @@
+#include "ps/replication/replicated_ps.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/incarnation.h"
+#include "core/status_macros.h"
+#include "net/envelope.capnp.h"
+#include "ps/ps_wire.h"
+#include "ps/replication/backup_stream.h"
+#include "ps/replication/logged_write.h"
+
+namespace asyncps::ps {
+namespace {
+
+bool Contains(const std::vector<int32_t>& list, int32_t ps) {
+  return std::find(list.begin(), list.end(), ps) != list.end();
+}
+
+capnp::AnyPointer::Reader RequestBodyPointer(const net::InMessage& request) {
+  return request.envelope().getRequest().getBody();
+}
+
+}  // namespace
+
+ReplicatedPs::ReplicatedPs(PsService& service, Options options)
+    : service_(service),
+      options_(std::move(options)),
+      create_check_(capnp::Schema::from<wire::CreateVariableRequest>()),
+      update_check_(capnp::Schema::from<wire::UpdateRequest>()),
+      push_check_(capnp::Schema::from<wire::PushGradientsRequest>()),
+      restore_check_(capnp::Schema::from<wire::RestoreCheckpointRequest>()) {
+  // Until a map arrives, the PS's own group is its default store, served as PsService serves it.
+  auto own = std::make_shared<GroupCopy>(static_cast<uint32_t>(options_.ps_index), service_.default_state());
+  {
+    MutexLock lock(&own->mu);
+    own->role = CopyRole::kPrimary;
+    own->primary = options_.ps_index;
+  }
+  MutexLock lock(&mu_);
+  copies_[own->group] = std::move(own);
+}
+
+ReplicatedPs::~ReplicatedPs() {
+  // Streams stop before the clients they call through.
+  absl::flat_hash_map<uint32_t, std::shared_ptr<GroupCopy>> copies;
+  {
+    MutexLock lock(&mu_);
+    copies.swap(copies_);
+  }
+  copies.clear();
+}
+
+std::shared_ptr<GroupCopy> ReplicatedPs::NewCopy(uint32_t group) const {
+  UpdateDedup::Options dedup;
+  dedup.max_entries = options_.dedup_max_entries;
+  dedup.metrics = options_.metrics;
+  return std::make_shared<GroupCopy>(group, options_.max_variable_bytes, dedup);
+}
+
+std::shared_ptr<GroupCopy> ReplicatedPs::CopyOf(uint32_t group) const {
+  MutexLock lock(&mu_);
+  auto it = copies_.find(group);
+  return it == copies_.end() ? nullptr : it->second;
+}
+
+ShardMap ReplicatedPs::map() const {
+  MutexLock lock(&mu_);
+  return map_;
+}
+
+net::RpcClient& ReplicatedPs::ClientFor(int32_t ps) {
+  MutexLock lock(&mu_);
+  auto& client = clients_[ps];
+  if (client == nullptr) client = options_.connect(ps);
+  return *client;
+}
+
+void ReplicatedPs::RegisterWith(net::MethodTable& server) {
+  net::Dispatch updates =
+      service_.options().inline_small_updates ? net::Dispatch::kInlineIfSmall : net::Dispatch::kAdaptive;
+  if (options_.replicas > 1) updates = net::Dispatch::kPool;
+  server.Register<wire::CreateVariableRequest>(
+      "ps.CreateVariable", net::PsCallers(),
+      [this](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
+        auto body = req.RequestBody<wire::CreateVariableRequest>();
+        return Write(ctx, "ps.CreateVariable", req, body.hasRoute(), body.getRoute(),
+                     [&](PsService::ShardState s) { return service_.CreateVariableIn(s, req, body, resp); });
+      });
+  server.Register<wire::UpdateRequest>(
+      "ps.Update", net::PsCallers(),
+      [this](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
+        auto body = req.RequestBody<wire::UpdateRequest>();
+        return Write(ctx, "ps.Update", req, body.hasRoute(), body.getRoute(),
+                     [&](PsService::ShardState s) { return service_.UpdateIn(s, req, body, resp); });
+      },
+      updates);
+  server.Register<wire::PushGradientsRequest>(
+      "ps.PushGradients", net::PsCallers(),
+      [this](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
+        auto body = req.RequestBody<wire::PushGradientsRequest>();
+        return Write(ctx, "ps.PushGradients", req, body.hasRoute(), body.getRoute(),
+                     [&](PsService::ShardState s) { return service_.PushGradientsIn(s, req, body, resp); });
+      },
+      updates);
+  server.Register<wire::ReadRequest>(
+      "ps.Read", net::PsReaders(), [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
+        auto body = req.RequestBody<wire::ReadRequest>();
+        return ReadAt(body.hasRoute(), body.getRoute(), "ps.Read",
+                      [&](PsService::ShardState s) { return service_.ReadIn(s, body, resp); });
+      });
+  server.Register<wire::GatherRequest>(
+      "ps.Gather", net::PsReaders(),
+      [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
+        auto body = req.RequestBody<wire::GatherRequest>();
+        return ReadAt(false, wire::Route::Reader(), "ps.Gather",
+                      [&](PsService::ShardState s) { return service_.GatherIn(s, req, body, resp); });
+      });
+  server.Register<wire::Empty>(
+      "ps.ListVariables", net::PsReaders(),
+      [this](const net::RequestContext&, const net::InMessage&, net::OutMessage* resp) {
+        return ReadAt(false, wire::Route::Reader(), "ps.ListVariables",
+                      [&](PsService::ShardState s) { return service_.ListVariablesIn(s, resp); });
+      });
+  server.Register<wire::SetShardMapRequest>(
+      "ps.SetShardMap", net::ChiefOnly(),
+      [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage*) { return SetShardMap(req); });
+  server.Register<wire::Empty>("ps.GetShardMap", net::PeerRoles{"chief", "worker", "evaluator", "ps"},
+                               [this](const net::RequestContext&, const net::InMessage&, net::OutMessage* resp) {
+                                 return GetShardMap(resp);
+                               });
+  server.Register<wire::Empty>("ps.ReplicaStatus", net::ChiefOnly(),
+                               [this](const net::RequestContext&, const net::InMessage&, net::OutMessage* resp) {
+                                 return ReplicaStatus(resp);
+                               });
+  server.Register<wire::ReplicateRequest>(
+      "ps.Replicate", net::PeerRoles{"ps"},
+      [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
+        return Replicate(req, resp);
+      });
+  server.Register<wire::InstallStateRequest>(
+      "ps.InstallState", net::PeerRoles{"ps"},
+      [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage*) { return InstallState(req); });
+}
+
+// ---- Routing and fencing -------------------------------------------------------------------
+
+absl::Status ReplicatedPs::CheckServing(const GroupCopy& copy, uint64_t generation) const {
+  if (copy.role == CopyRole::kPrimary && (generation == 0 || generation == copy.generation)) {
+    return absl::OkStatus();
+  }
+  if (options_.metrics != nullptr) options_.metrics->RecordStaleGeneration();
+  absl::Status s = StaleShardMapError(copy.group, generation, copy.generation, copy.primary);
+  if (copy.role != CopyRole::kPrimary) {
+    s = absl::FailedPreconditionError(absl::StrCat(s.message(), "; ps ", options_.ps_index, " holds a ",
+                                                   CopyRoleName(copy.role), " copy of group ", copy.group));
+  }
+  spdlog::warn("refused: {}", s.ToString());
+  return s;
+}
+
+absl::StatusOr<ReplicatedPs::Routed> ReplicatedPs::Route(bool has_route, wire::Route::Reader route,
+                                                         const char* method) {
+  const bool routed = has_route && route.getGeneration() != 0;
+  const uint32_t group = routed ? route.getGroup() : static_cast<uint32_t>(options_.ps_index);
+  MutexLock lock(&mu_);
+  if (map_.generation == 0) {
+    if (routed) {
+      // A client holds a map this PS never received (it restarted): its copy is gone.
+      if (options_.metrics != nullptr) options_.metrics->RecordStaleGeneration();
+      return absl::Status(StaleShardMapError(group, route.getGeneration(), 0, -1).code(),
+                          absl::StrCat(StaleShardMapError(group, route.getGeneration(), 0, -1).message(),
+                                       "; ps ", options_.ps_index, " holds no shard map (", method, ")"));
+    }
+    return Routed{};
+  }
+  auto it = copies_.find(group);
+  if (it == copies_.end()) {
+    if (options_.metrics != nullptr) options_.metrics->RecordStaleGeneration();
+    const GroupEntry* e = map_.Find(group);
+    return absl::FailedPreconditionError(absl::StrCat(
+        StaleShardMapError(group, routed ? route.getGeneration() : 0, e ? e->generation : 0, e ? e->primary : -1)
+            .message(),
+        "; ps ", options_.ps_index, " holds no copy of group ", group));
+  }
+  return Routed{it->second, routed ? route.getGeneration() : 0};
+}
+
+absl::Status ReplicatedPs::ReadAt(bool has_route, wire::Route::Reader route, const char* method,
+                                  const ReadFn& read) {
+  ASSIGN_OR_RETURN(Routed r, Route(has_route, route, method));
+  if (r.copy == nullptr) return read(service_.default_state());
+  {
+    MutexLock lock(&r.copy->mu);
+    RETURN_IF_ERROR(CheckServing(*r.copy, r.generation));
+  }
+  return read(r.copy->state);
+}
+
+absl::Status ReplicatedPs::Write(const net::RequestContext& context, const char* method,
+                                 const net::InMessage& request, bool has_route, wire::Route::Reader route,
+                                 const WriteFn& apply) {
+  ASSIGN_OR_RETURN(Routed r, Route(has_route, route, method));
+  if (r.copy == nullptr) return apply(service_.default_state());
+  GroupCopy& copy = *r.copy;
+  uint64_t sequence = 0;
+  {
+    MutexLock write(&copy.write_mu);
+    {
+      MutexLock lock(&copy.mu);
+      RETURN_IF_ERROR(CheckServing(copy, r.generation));
+    }
+    RETURN_IF_ERROR(apply(copy.state));
+    absl::StatusOr<std::shared_ptr<const LoggedWrite>> logged =
+        LoggedWrite::Make(method, request, RequestBodyPointer(request));
+    MutexLock lock(&copy.mu);
+    sequence = ++copy.sequence;
+    if (!logged.ok()) {
+      // Applied here but not forwardable (cannot happen for a request the handler accepted):
+      // the copies have diverged, so the other copies must be rebuilt.
+      spdlog::error("group {}: write {} applied but not replicated: {}", copy.group, sequence,
+                    logged.status().ToString());
+      for (auto& s : copy.streams) {
+        s->broken = true;
+        s->error = logged.status().ToString();
+      }
+      return absl::InternalError(absl::StrCat("write applied but not replicated: ", logged.status().message()));
+    }
+    for (auto& s : copy.streams) s->Enqueue(sequence, *logged);
+  }
+  const absl::Time deadline = std::min(context.deadline, absl::Now() + options_.write_timeout);
+  MutexLock lock(&copy.mu);
+  auto acknowledged = [&copy, sequence]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) {
+    if (copy.role != CopyRole::kPrimary) return true;
+    for (const auto& s : copy.streams) {
+      if (s->counted && s->acked < sequence) return false;
+    }
+    return true;
+  };
+  const bool done = copy.mu.AwaitWithDeadline(absl::Condition(&acknowledged), deadline);
+  if (copy.role != CopyRole::kPrimary) {
+    return StaleShardMapError(copy.group, copy.generation, copy.generation, -1);
+  }
+  if (!done) {
+    std::vector<std::string> waiting;
+    for (const auto& s : copy.streams) {
+      if (s->counted && s->acked < sequence) waiting.push_back(absl::StrCat("ps ", s->target()));
+    }
+    return absl::UnavailableError(absl::StrCat(method, " to group ", copy.group, " (sequence ", sequence,
+                                               ") not acknowledged in time by ", absl::StrJoin(waiting, ", "),
+                                               "; applied on the primary, retry it (tagged writes apply once)"));
+  }
+  return absl::OkStatus();
+}
+
+// ---- Shard map -------------------------------------------------------------------------------
+
+absl::Status ReplicatedPs::SetShardMap(const net::InMessage& request) {
+  ASSIGN_OR_RETURN(ShardMap map, ShardMapFromWire(request.RequestBody<wire::SetShardMapRequest>().getMap(),
+                                                  options_.num_ps));
+  MutexLock install(&install_mu_);
+  std::vector<std::shared_ptr<GroupCopy>> dropped;
+  std::vector<std::unique_ptr<BackupStream>> retired;
+  {
+    MutexLock lock(&mu_);
+    if (map.generation < map_.generation) {
+      return absl::FailedPreconditionError(absl::StrCat("shard map generation ", map.generation,
+                                                        " is older than the one held (", map_.generation, ")"));
+    }
+    if (map == map_) return absl::OkStatus();
+  }
+  spdlog::info("ps {}: shard map {}", options_.ps_index, map.DebugString());
+  absl::flat_hash_map<uint32_t, std::shared_ptr<GroupCopy>> copies;
+  {
+    MutexLock lock(&mu_);
+    copies = copies_;
+  }
+  absl::flat_hash_map<uint32_t, std::shared_ptr<GroupCopy>> next;
+  const int32_t self = options_.ps_index;
+  for (const GroupEntry& e : map.groups) {
+    if (!e.Holds(self)) continue;
+    std::shared_ptr<GroupCopy> copy = copies.contains(e.group) ? copies[e.group] : nullptr;
+    const bool rebuilding = Contains(e.rebuilding, self);
+    if (copy != nullptr && rebuilding) {
+      // Keep a copy that is already receiving (or has received) its transfer; any other copy
+      // starts over empty.
+      MutexLock lock(&copy->mu);
+      if (copy->role != CopyRole::kRebuilding) copy = nullptr;
+    }
+    if (copy == nullptr) {
+      copy = NewCopy(e.group);
+      MutexLock lock(&copy->mu);
+      // A new backup starts empty at sequence 0, which is right only when the primary has
+      // applied nothing yet (a map installed before any variable): otherwise the first
+      // ps.Replicate shows a gap and the copy is rebuilt.
+      if (e.primary == self) {
+        copy->role = CopyRole::kNeedsRebuild;
+        copy->why_not_serving = "made primary without a copy of the group";
+      } else {
+        copy->role = rebuilding ? CopyRole::kRebuilding : CopyRole::kBackup;
+      }
+    }
+    {
+      MutexLock write(&copy->write_mu);
+      {
+        MutexLock lock(&copy->mu);
+        copy->generation = e.generation;
+        copy->primary = e.primary;
+        if (e.primary == self) {
+          // A backup promoted, or the primary confirmed; a copy without the group's state never serves.
+          if (copy->role == CopyRole::kBackup || copy->role == CopyRole::kPrimary || copy->role == CopyRole::kFenced) {
+            copy->role = CopyRole::kPrimary;
+          }
+        } else if (Contains(e.backups, self)) {
+          if (copy->role == CopyRole::kPrimary || copy->role == CopyRole::kFenced) {
+            // A demoted primary may hold writes no backup acknowledged: it must be rebuilt.
+            copy->role = CopyRole::kNeedsRebuild;
+            copy->why_not_serving = "demoted primary";
+          } else if (copy->role == CopyRole::kRebuilding && copy->receive_complete) {
+            copy->role = CopyRole::kBackup;
+          }
+        }
+      }
+      if (e.primary == self) {
+        ReconcileStreams(*copy, e, &retired);
+      } else {
+        MutexLock lock(&copy->mu);
+        for (auto& s : copy->streams) retired.push_back(std::move(s));
+        copy->streams.clear();
+      }
+    }
+    PublishCopyMetrics(*copy);
+    next[e.group] = std::move(copy);
+  }
+  for (auto& [group, copy] : copies) {
+    if (!next.contains(group)) dropped.push_back(copy);
+  }
+  {
+    MutexLock lock(&mu_);
+    map_ = std::move(map);
+    copies_ = std::move(next);
+  }
+  retired.clear();  // joins their threads, outside every lock
+  dropped.clear();
+  return absl::OkStatus();
+}
+
+void ReplicatedPs::ReconcileStreams(GroupCopy& copy, const GroupEntry& entry,
+                                    std::vector<std::unique_ptr<BackupStream>>* retired) {
+  MutexLock lock(&copy.mu);
+  std::vector<std::unique_ptr<BackupStream>> keep;
+  for (auto& s : copy.streams) {
+    const bool backup = Contains(entry.backups, s->target());
+    const bool rebuilding = Contains(entry.rebuilding, s->target());
+    if ((backup || rebuilding) && !s->broken) {
+      s->counted = backup || s->in_sync;
+      keep.push_back(std::move(s));
+    } else {
+      retired->push_back(std::move(s));
+    }
+  }
+  copy.streams = std::move(keep);
+  BackupStream::Options o;
+  o.from_ps = options_.ps_index;
+  o.max_batch_bytes = options_.max_batch_bytes;
+  o.transfer_chunk_bytes = options_.transfer_chunk_bytes;
+  o.metrics = options_.metrics;
+  auto streams_to = [&copy](int32_t ps) ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) {
+    for (auto& s : copy.streams) {
+      if (s->target() == ps) return true;
+    }
+    return false;
+  };
+  for (const auto* list : {&entry.backups, &entry.rebuilding}) {
+    const bool transfer = list == &entry.rebuilding;
+    for (int32_t ps : *list) {
+      if (ps == options_.ps_index || streams_to(ps)) continue;
+      copy.mu.Unlock();
+      net::RpcClient& client = ClientFor(ps);
+      copy.mu.Lock();
+      copy.streams.push_back(
+          std::make_unique<BackupStream>(copy, ps, client, /*counted=*/!transfer, transfer, copy.sequence, o));
+    }
+  }
+}
+
+absl::Status ReplicatedPs::GetShardMap(net::OutMessage* response) {
+  auto out = response->InitResponseBody<wire::GetShardMapResponse>();
+  ShardMapToWire(map(), out.initMap());
+  out.setPsIndex(options_.ps_index);
+  out.setIncarnation(ProcessIncarnation());
+  return absl::OkStatus();
+}
+
+absl::Status ReplicatedPs::ReplicaStatus(net::OutMessage* response) {
+  std::vector<std::shared_ptr<GroupCopy>> copies;
+  uint64_t generation;
+  {
+    MutexLock lock(&mu_);
+    generation = map_.generation;
+    for (auto& [group, copy] : copies_) copies.push_back(copy);
+  }
+  std::sort(copies.begin(), copies.end(), [](const auto& a, const auto& b) { return a->group < b->group; });
+  auto out = response->InitResponseBody<wire::ReplicaStatusResponse>();
+  out.setPsIndex(options_.ps_index);
+  out.setIncarnation(ProcessIncarnation());
+  out.setMapGeneration(generation);
+  auto list = out.initCopies(static_cast<unsigned>(copies.size()));
+  for (unsigned i = 0; i < copies.size(); ++i) {
+    GroupCopy& copy = *copies[i];
+    MutexLock lock(&copy.mu);
+    auto c = list[i];
+    c.setGroup(copy.group);
+    c.setGeneration(copy.generation);
+    c.setRole(CopyRoleToWire(copy.role));
+    c.setAppliedSequence(copy.sequence);
+    c.setTransferBytesCopied(copy.receive_bytes_copied);
+    c.setTransferBytesTotal(copy.receive_bytes_total);
+    auto backups = c.initBackups(static_cast<unsigned>(copy.streams.size()));
+    for (unsigned j = 0; j < copy.streams.size(); ++j) {
+      const BackupStream& s = *copy.streams[j];
+      backups[j].setPs(s.target());
+      backups[j].setInSync(s.in_sync && !s.broken);
+      backups[j].setAckedSequence(s.acked);
+      backups[j].setLag(copy.sequence - std::min(copy.sequence, s.acked));
+      backups[j].setTransferBytesCopied(s.bytes_copied);
+      backups[j].setTransferBytesTotal(s.bytes_total);
+      backups[j].setNeedsRebuild(s.broken);
+      if (options_.metrics != nullptr) {
+        options_.metrics->SetReplicationLag(copy.group, s.target(), copy.sequence - std::min(copy.sequence, s.acked));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ReplicatedPs::PublishCopyMetrics(const GroupCopy& copy) {
+  if (options_.metrics == nullptr) return;
+  MutexLock lock(&copy.mu);
+  options_.metrics->SetGroupCopy(copy.group, CopyRoleName(copy.role), copy.generation);
+}
+
+// ---- Backup side ---------------------------------------------------------------------------
+
+absl::Status ReplicatedPs::NeedsRebuild(GroupCopy& copy, const std::string& why) {
+  {
+    MutexLock lock(&copy.mu);
+    copy.role = CopyRole::kNeedsRebuild;
+    copy.why_not_serving = why;
+  }
+  PublishCopyMetrics(copy);
+  spdlog::error("ps {}: group {} copy needs a rebuild: {}", options_.ps_index, copy.group, why);
+  return absl::FailedPreconditionError(why);
+}
+
+absl::StatusOr<std::shared_ptr<GroupCopy>> ReplicatedPs::StreamTarget(uint32_t group, uint64_t generation,
+                                                                      int32_t from, const char* method) {
+  std::shared_ptr<GroupCopy> copy;
+  uint64_t map_generation;
+  {
+    MutexLock lock(&mu_);
+    map_generation = map_.generation;
+    auto it = copies_.find(group);
+    if (it != copies_.end()) copy = it->second;
+  }
+  if (copy == nullptr) {
+    if (generation > map_generation) {
+      return absl::UnavailableError(absl::StrCat(method, ": ps ", options_.ps_index, " has not installed shard map ",
+                                                 generation, " yet (it holds ", map_generation, ")"));
+    }
+    if (options_.metrics != nullptr) options_.metrics->RecordStaleGeneration();
+    return absl::FailedPreconditionError(absl::StrCat(StaleShardMapError(group, generation, map_generation, -1).message(),
+                                                      "; ps ", options_.ps_index, " holds no copy of group ", group));
+  }
+  MutexLock lock(&copy->mu);
+  if (generation < copy->generation && copy->primary == from) {
+    return absl::UnavailableError(absl::StrCat(method, ": ps ", from, " is the primary of group ", group,
+                                               " at generation ", copy->generation, " but sent ", generation,
+                                               " (its map is not installed yet)"));
+  }
+  if (generation < copy->generation) {
+    if (options_.metrics != nullptr) options_.metrics->RecordStaleGeneration();
+    return StaleShardMapError(group, generation, copy->generation, copy->primary);
+  }
+  if (generation > copy->generation) {
+    return absl::UnavailableError(absl::StrCat(method, ": ps ", options_.ps_index, " holds group ", group,
+                                               " at generation ", copy->generation, ", not yet ", generation));
+  }
+  return copy;
+}
+
+absl::Status ReplicatedPs::Replicate(const net::InMessage& request, net::OutMessage* response) {
+  auto req = request.RequestBody<wire::ReplicateRequest>();
+  ASSIGN_OR_RETURN(std::shared_ptr<GroupCopy> copy,
+                   StreamTarget(req.getGroup(), req.getGeneration(), req.getFromPs(), "ps.Replicate"));
+  MutexLock write(&copy->write_mu);
+  uint64_t applied;
+  {
+    MutexLock lock(&copy->mu);
+    const bool receiving = copy->role == CopyRole::kRebuilding && copy->receive_complete;
+    if (copy->role != CopyRole::kBackup && !receiving) {
+      return absl::FailedPreconditionError(absl::StrCat("ps.Replicate: ps ", options_.ps_index, "'s copy of group ",
+                                                        copy->group, " is ", CopyRoleName(copy->role),
+                                                        copy->why_not_serving.empty() ? "" : ": ",
+                                                        copy->why_not_serving));
+    }
+    applied = copy->sequence;
+  }
+  const uint64_t first = req.getFirstSequence();
+  if (first != applied + 1) {
+    return NeedsRebuild(*copy, absl::StrCat("ps.Replicate of group ", copy->group, " from ps ", req.getFromPs(),
+                                            " starts at sequence ", first, " but ", applied,
+                                            " is the last applied (", first > applied + 1 ? "a gap" : "out of order",
+                                            "); nothing applied"));
+  }
+  uint64_t n = 0;
+  for (auto entry : req.getEntries()) {
+    absl::Status s = ApplyEntry(*copy, request, entry);
+    if (!s.ok()) {
+      {
+        MutexLock lock(&copy->mu);
+        copy->sequence = applied + n;
+      }
+      return NeedsRebuild(*copy, absl::StrCat("ps.Replicate of group ", copy->group, ": sequence ", first + n,
+                                              " failed to apply: ", s.message()));
+    }
+    ++n;
+  }
+  MutexLock lock(&copy->mu);
+  copy->sequence = applied + n;
+  response->InitResponseBody<wire::ReplicateResponse>().setAppliedSequence(copy->sequence);
+  return absl::OkStatus();
+}
+
+absl::Status ReplicatedPs::ApplyEntry(GroupCopy& copy, const net::InMessage& frame,
+                                      wire::ReplicatedEntry::Reader entry) {
+  const std::string method = entry.getMethod().cStr();
+  auto body = entry.getBody();
+  net::OutMessage scratch;
+  if (method == "ps.Update") {
+    RETURN_IF_ERROR(update_check_.Check(body));
+    return service_.UpdateIn(copy.state, frame, body.getAs<wire::UpdateRequest>(), &scratch);
+  }
+  if (method == "ps.PushGradients") {
+    RETURN_IF_ERROR(push_check_.Check(body));
+    return service_.PushGradientsIn(copy.state, frame, body.getAs<wire::PushGradientsRequest>(), &scratch);
+  }
+  if (method == "ps.CreateVariable") {
+    RETURN_IF_ERROR(create_check_.Check(body));
+    return service_.CreateVariableIn(copy.state, frame, body.getAs<wire::CreateVariableRequest>(), &scratch);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("'", method, "' is not a replicated write"));
+}
+
+absl::Status ReplicatedPs::InstallState(const net::InMessage& request) {
+  auto req = request.RequestBody<wire::InstallStateRequest>();
+  ASSIGN_OR_RETURN(std::shared_ptr<GroupCopy> copy,
+                   StreamTarget(req.getGroup(), req.getGeneration(), req.getFromPs(), "ps.InstallState"));
+  {
+    MutexLock lock(&copy->mu);
+    if (copy->role != CopyRole::kRebuilding && copy->role != CopyRole::kNeedsRebuild) {
+      return absl::FailedPreconditionError(absl::StrCat("ps.InstallState: ps ", options_.ps_index, "'s copy of group ",
+                                                        copy->group, " is ", CopyRoleName(copy->role),
+                                                        ", not rebuilding"));
+    }
+  }
+  if (req.getChunk() == 0) {
+    // A transfer starts over on a new, empty copy.
+    auto fresh = NewCopy(copy->group);
+    {
+      MutexLock a(&copy->mu);
+      MutexLock b(&fresh->mu);
+      fresh->role = CopyRole::kRebuilding;
+      fresh->generation = copy->generation;
+      fresh->primary = copy->primary;
+    }
+    MutexLock lock(&mu_);
+    auto it = copies_.find(copy->group);
+    if (it == copies_.end() || it->second != copy) return absl::AbortedError("the shard map changed meanwhile");
+    it->second = fresh;
+    copy = fresh;
+  }
+  MutexLock write(&copy->write_mu);
+  return InstallChunk(*copy, request, req);
+}
+
+absl::Status ReplicatedPs::InstallChunk(GroupCopy& copy, const net::InMessage& frame,
+                                        wire::InstallStateRequest::Reader req) {
+  GroupCopy::Receive& r = copy.receive;
+  if (req.getChunk() == 0) {
+    r = GroupCopy::Receive();
+    r.transfer = req.getTransfer();
+    r.bytes_total = req.getBytesTotal();
+  } else if (req.getTransfer() != r.transfer || req.getChunk() != r.next_chunk || r.complete) {
+    return NeedsRebuild(copy, absl::StrCat("ps.InstallState of group ", copy.group, ": chunk ", req.getChunk(),
+                                           " of transfer ", req.getTransfer(), " does not follow chunk ",
+                                           r.next_chunk == 0 ? 0 : r.next_chunk - 1, " of transfer ", r.transfer));
+  }
+  {
+    MutexLock lock(&copy.mu);
+    if (copy.role != CopyRole::kRebuilding) {
+      return absl::FailedPreconditionError(absl::StrCat("group ", copy.group, " copy is ", CopyRoleName(copy.role)));
+    }
+  }
+  for (auto v : req.getVariables()) {
+    const std::string name = v.getName().cStr();
+    ASSIGN_OR_RETURN(DType dtype, DTypeFromWire(v.getDtype()));
+    const Shape shape = net::GetShape(v.getShape());
+    RETURN_IF_ERROR(ValidateShape(shape, dtype));
+    ASSIGN_OR_RETURN(Tensor value, frame.TensorAt(v.getValue()));
+    PendingVariable& p = r.pending[name];
+    const int64_t rows = shape.empty() ? 1 : shape[0];
+    if (v.getRowBegin() == 0) {
+      p = PendingVariable();
+      p.name = name;
+      p.dtype = dtype;
+      p.shape = shape;
+      ASSIGN_OR_RETURN(p.optimizer, OptimizerFromWire(v.getOptimizer()));
+      p.state.value = Tensor(dtype, shape);
+      for (unsigned j = 0; j < v.getSlots().size(); ++j) p.state.slots.emplace_back(DType::kF32, shape);
+      p.state.iterations = v.getIterations();
+      p.restores = v.getRestores();
+    }
+    if (p.name != name || v.getRowBegin() != p.rows_filled || p.state.slots.size() != v.getSlots().size() ||
+        value.dtype() != dtype) {
+      return NeedsRebuild(copy, absl::StrCat("ps.InstallState of group ", copy.group, ": variable '", name,
+                                             "' rows arrive out of order"));
+    }
+    const int64_t piece_rows = shape.empty() ? 1 : (value.shape().empty() ? 1 : value.shape()[0]);
+    const size_t row_bytes = p.state.value.num_bytes() / static_cast<size_t>(std::max<int64_t>(1, rows));
+    if (p.rows_filled + piece_rows > rows || value.num_bytes() != row_bytes * static_cast<size_t>(piece_rows)) {
+      return NeedsRebuild(copy, absl::StrCat("ps.InstallState: variable '", name, "' piece does not fit"));
+    }
+    const size_t offset = static_cast<size_t>(p.rows_filled) * row_bytes;
+    std::memcpy(static_cast<char*>(p.state.value.raw_data()) + offset, value.raw_data(), value.num_bytes());
+    for (unsigned j = 0; j < v.getSlots().size(); ++j) {
+      ASSIGN_OR_RETURN(Tensor slot, frame.TensorAt(v.getSlots()[j]));
+      if (slot.num_bytes() != value.num_bytes() * 4 / DTypeSize(dtype)) {
+        return NeedsRebuild(copy, absl::StrCat("ps.InstallState: slot of '", name, "' does not fit"));
+      }
+      std::memcpy(static_cast<char*>(p.state.slots[j].raw_data()) + offset / DTypeSize(dtype) * 4, slot.raw_data(),
+                  slot.num_bytes());
+      r.bytes_copied += slot.num_bytes();
+    }
+    r.bytes_copied += value.num_bytes();
+    p.rows_filled += piece_rows;
+    if (p.rows_filled == rows) {
+      ASSIGN_OR_RETURN(auto variable, Variable::Create(name, Tensor(dtype, shape), p.optimizer.get()));
+      RETURN_IF_ERROR(variable->RestoreState(p.state));
+      variable->set_restores(p.restores);
+      RETURN_IF_ERROR(copy.state.store->Insert(std::move(variable)).status());
+      r.pending.erase(name);
+    }
+  }
+  r.next_chunk = req.getChunk() + 1;
+  if (req.getLast()) {
+    if (!r.pending.empty()) {
+      return NeedsRebuild(copy, absl::StrCat("ps.InstallState of group ", copy.group, ": ", r.pending.size(),
+                                             " variables incomplete at the last chunk"));
+    }
+    std::vector<UpdateDedup::ExportedSpace> spaces;
+    for (auto d : req.getDedup()) {
+      UpdateDedup::ExportedSpace e;
+      e.coordinator = d.getCoordinator();
+      e.watermark = d.getWatermark();
+      const unsigned n = d.getClosures().size();
+      if (d.getSequences().size() != n || d.getVariables().size() != n) {
+        return NeedsRebuild(copy, "ps.InstallState: malformed update window");
+      }
+      for (unsigned k = 0; k < n; ++k) e.keys.push_back({d.getClosures()[k], d.getSequences()[k], d.getVariables()[k]});
+      spaces.push_back(std::move(e));
+    }
+    copy.state.dedup->Import(spaces);
+    r.complete = true;
+  }
+  MutexLock lock(&copy.mu);
+  copy.receive_bytes_copied = r.bytes_copied;
+  copy.receive_bytes_total = r.bytes_total;
+  if (r.complete) {
+    copy.receive_complete = true;
+    copy.sequence = req.getSequence();
+    spdlog::info("ps {}: group {} state received ({} bytes) at sequence {}", options_.ps_index, copy.group,
+                 r.bytes_copied, copy.sequence);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace asyncps::ps

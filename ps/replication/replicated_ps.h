@@ -1,0 +1,135 @@
+#ifndef ASYNCPS_PS_REPLICATION_REPLICATED_PS_H_
+#define ASYNCPS_PS_REPLICATION_REPLICATED_PS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "core/sync.h"
+#include "net/method_table.h"
+#include "net/rpc_client.h"
+#include "net/wire_check.h"
+#include "ps/ps_metrics.h"
+#include "ps/ps_service.h"
+#include "ps/replication/group_copy.h"
+#include "ps/replication/shard_map.h"
+
+namespace asyncps::ps {
+
+// The PS side of replicated shard groups (issue 19; /work contract in ps/ps.capnp): one copy
+// per group this PS holds, requests routed to a copy by their Route, fencing by generation,
+// the primary's ordered forwarding to the other copies, and state transfer to a rebuilding one.
+//
+// Methods (registered over PsService's, which run against the routed copy):
+//   ps.CreateVariable / ps.Update / ps.PushGradients   writes: at the group's primary only;
+//       applied under the copy's write lock, given the next sequence number, queued for every
+//       other copy, and answered once every backup of the map acknowledged it (or
+//       Unavailable after write_timeout; the write stays applied here: tagged writes retried
+//       by the client are then applied once, by the replicated update window).
+//   ps.Read / ps.Gather / ps.ListVariables   reads at the primary.
+//   ps.SetShardMap (chief)    installs a map: a lower generation than the one held is
+//       FailedPrecondition; copies of groups newly listed here are created (rebuilding),
+//       copies no longer listed dropped.
+//   ps.GetShardMap (chief, worker, evaluator, ps)   the map held (generation 0: none).
+//   ps.ReplicaStatus (chief)  per copy: role, generation, sequence, the primary's view of the
+//       other copies (acked sequence, lag, in sync, transfer progress).
+//   ps.Replicate, ps.InstallState (ps)   the primary's stream and state transfer.
+// A routed request that is not for the primary of its group at exactly the generation held is
+// refused with StaleShardMapError. Without a map (none ever installed) every request is served
+// from the PS's default store exactly as PsService alone serves it.
+//
+// Thread-safe; the methods run on the server's handler threads.
+class ReplicatedPs {
+ public:
+  struct Options {
+    int32_t ps_index = 0;
+    int num_ps = 1;
+    // ps_replicas: above 1, writes always run on the handler pool, since they wait for the
+    // backups' acknowledgements (at 1 they are dispatched as PsService dispatches them).
+    int replicas = 1;
+    uint64_t max_variable_bytes = kDefaultPsMaxVariableBytes;
+    uint64_t dedup_max_entries = UpdateDedup::kDefaultMaxEntries;
+    absl::Duration write_timeout = absl::Seconds(30);
+    uint64_t max_batch_bytes = uint64_t{64} << 20;
+    uint64_t transfer_chunk_bytes = uint64_t{16} << 20;
+    PsMetrics* metrics = nullptr;  // optional; not owned
+    // Makes the client this PS calls PS `index` with (role "ps", the cluster token). Its event
+    // loop should not be the server's: a write answered on the I/O thread would then block
+    // the loop that delivers its acknowledgement until the write times out.
+    std::function<std::unique_ptr<net::RpcClient>(int32_t index)> connect;
+  };
+
+  // `service` (its default store is group ps_index's copy until a map says otherwise) must
+  // outlive this object.
+  ReplicatedPs(PsService& service, Options options);
+  ~ReplicatedPs();
+
+  // Registers every method above (replacing PsService's registrations of the same names).
+  void RegisterWith(net::MethodTable& server);
+
+  // For tests and the checkpoint methods: the copy of `group` (null when not held).
+  std::shared_ptr<GroupCopy> CopyOf(uint32_t group) const;
+  // The map held (generation 0: none).
+  ShardMap map() const;
+
+ private:
+  // The copy a request for `route` goes to, and the generation it was routed with (0: none).
+  struct Routed {
+    std::shared_ptr<GroupCopy> copy;  // null: no map held, serve the default state directly
+    uint64_t generation = 0;
+  };
+  absl::StatusOr<Routed> Route(bool has_route, wire::Route::Reader route, const char* method);
+  // Under copy.mu: the stale-map refusal unless the copy is this group's serving primary at
+  // `generation` (0: unchecked).
+  absl::Status CheckServing(const GroupCopy& copy, uint64_t generation) const ABSL_SHARED_LOCKS_REQUIRED(copy.mu);
+
+  using WriteFn = std::function<absl::Status(PsService::ShardState)>;
+  absl::Status Write(const net::RequestContext& context, const char* method, const net::InMessage& request,
+                     bool has_route, wire::Route::Reader route, const WriteFn& apply);
+  using ReadFn = std::function<absl::Status(PsService::ShardState)>;
+  absl::Status ReadAt(bool has_route, wire::Route::Reader route, const char* method, const ReadFn& read);
+
+  absl::Status SetShardMap(const net::InMessage& request);
+  absl::Status GetShardMap(net::OutMessage* response);
+  absl::Status ReplicaStatus(net::OutMessage* response);
+  absl::Status Replicate(const net::InMessage& request, net::OutMessage* response);
+  absl::Status ApplyEntry(GroupCopy& copy, const net::InMessage& frame, wire::ReplicatedEntry::Reader entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.write_mu);
+  absl::Status InstallState(const net::InMessage& request);
+  absl::Status InstallChunk(GroupCopy& copy, const net::InMessage& frame, wire::InstallStateRequest::Reader req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.write_mu);
+  // Marks `copy` needs_rebuild with `why` and returns FailedPrecondition(why).
+  absl::Status NeedsRebuild(GroupCopy& copy, const std::string& why);
+  // A copy for a stream from PS `from` at `generation`: the generation check of ps.Replicate
+  // and ps.InstallState. Stale (which fences the sender) only when the map held here names
+  // another primary; when `from` is still the primary, it has just not installed this map
+  // yet (maps reach the PS in any order): Unavailable, the sender retries.
+  absl::StatusOr<std::shared_ptr<GroupCopy>> StreamTarget(uint32_t group, uint64_t generation, int32_t from,
+                                                          const char* method);
+
+  // Reconciles the streams of the primary copy `copy` with `entry` (under copy.write_mu).
+  void ReconcileStreams(GroupCopy& copy, const GroupEntry& entry,
+                        std::vector<std::unique_ptr<class BackupStream>>* retired)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.write_mu);
+  net::RpcClient& ClientFor(int32_t ps);
+  std::shared_ptr<GroupCopy> NewCopy(uint32_t group) const;
+  void PublishCopyMetrics(const GroupCopy& copy);
+
+  PsService& service_;
+  const Options options_;
+  const net::WireChecker create_check_, update_check_, push_check_, restore_check_;
+
+  // Serialises map installs (which create and drop copies and streams).
+  Mutex install_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable Mutex mu_;
+  ShardMap map_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint32_t, std::shared_ptr<GroupCopy>> copies_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int32_t, std::unique_ptr<net::RpcClient>> clients_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace asyncps::ps
+
+#endif  // ASYNCPS_PS_REPLICATION_REPLICATED_PS_H_

@@ -1,0 +1,406 @@
+#include <atomic>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "core/optimizer_config.h"
+#include "ps/ps_wire.h"
+#include "ps/read_wire_testing.h"
+#include "ps/replication/backup_stream.h"
+#include "ps/replication/local_ps_cluster_testing.h"
+#include "ps/replication/logged_write.h"
+
+namespace asyncps::ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+wire::Route::Builder SetRoute(wire::Route::Builder r, uint32_t group, uint64_t generation) {
+  r.setGroup(group);
+  r.setGeneration(generation);
+  return r;
+}
+
+net::OutMessage CreateRequest(const std::string& name, const Shape& shape, const OptimizerConfig* optimizer,
+                              uint32_t group, uint64_t generation) {
+  net::OutMessage req;
+  auto body = req.InitRequestBody<wire::CreateVariableRequest>();
+  body.setName(name);
+  body.setDtype(static_cast<uint8_t>(DType::kF32));
+  net::SetShape(body.initShape(static_cast<unsigned>(shape.size())), shape);
+  InitializerSpec init;
+  init.kind = "uniform";
+  init.minval = -1;
+  init.maxval = 1;
+  init.seed = 7;
+  init.full_shape = shape;
+  InitializerToWire(init, req, body.initInitializer());
+  OptimizerToWire(optimizer, body.initOptimizer());
+  if (generation != 0) SetRoute(body.initRoute(), group, generation);
+  return req;
+}
+
+// A push of `gradient` to `name` (rows `ids` when given), tagged by `closure` when non-zero.
+net::OutMessage PushRequest(const std::string& name, const Tensor& gradient, const std::optional<Tensor>& ids,
+                            uint64_t closure, uint32_t group, uint64_t generation) {
+  net::OutMessage req;
+  auto body = req.InitRequestBody<wire::PushGradientsRequest>();
+  if (closure != 0) {
+    UpdateTag tag;
+    tag.coordinator = 1;
+    tag.closure = closure;
+    tag.sequence = 1;
+    tag.watermark = 1;
+    UpdateTagToWire(tag, body.initTag());
+  }
+  auto g = body.initGradients(1)[0];
+  g.setName(name);
+  req.AddTensor(gradient, g.initValue());
+  if (ids) {
+    g.setHasIds(true);
+    req.AddTensor(*ids, g.initIds());
+  }
+  if (generation != 0) SetRoute(body.initRoute(), group, generation);
+  return req;
+}
+
+Tensor Filled(const Shape& shape, float start) {
+  Tensor t(DType::kF32, shape);
+  auto f = t.flat<float>();
+  for (size_t i = 0; i < f.size(); ++i) f[i] = start + 0.001f * static_cast<float>(i % 97);
+  return t;
+}
+
+// Every byte a copy holds: each variable's value, slots and step counter, and its update window.
+std::string CopyBytes(const GroupCopy& copy) {
+  std::string out;
+  auto vars = copy.state.store->List();
+  std::sort(vars.begin(), vars.end(), [](const auto& a, const auto& b) { return a->name() < b->name(); });
+  for (const auto& v : vars) {
+    Variable::State s = v->CheckpointState();
+    out += v->name() + ":" + std::to_string(s.iterations) + ":" + std::to_string(v->restores()) + ":";
+    out.append(static_cast<const char*>(s.value.raw_data()), s.value.num_bytes());
+    for (const Tensor& slot : s.slots) out.append(static_cast<const char*>(slot.raw_data()), slot.num_bytes());
+  }
+  auto spaces = copy.state.dedup->Export();
+  std::sort(spaces.begin(), spaces.end(), [](const auto& a, const auto& b) { return a.coordinator < b.coordinator; });
+  for (const auto& s : spaces) {
+    out += "|" + std::to_string(s.coordinator) + "@" + std::to_string(s.watermark);
+    for (const auto& k : s.keys) out += "," + std::to_string(k.closure) + "/" + std::to_string(k.sequence);
+  }
+  return out;
+}
+
+std::string CopyBytes(LocalPsCluster& c, int ps, uint32_t group) {
+  auto copy = c.replicated(ps).CopyOf(group);
+  return copy == nullptr ? "<no copy>" : CopyBytes(*copy);
+}
+
+// Whether PS `a` and `b` hold the same bytes for `group` (a short failure message: the bytes
+// themselves are too long to print).
+::testing::AssertionResult SameCopies(LocalPsCluster& c, int a, int b, uint32_t group) {
+  const std::string x = CopyBytes(c, a, group);
+  const std::string y = CopyBytes(c, b, group);
+  if (x == y) return ::testing::AssertionSuccess();
+  size_t at = 0;
+  while (at < x.size() && at < y.size() && x[at] == y[at]) ++at;
+  return ::testing::AssertionFailure() << "copies of group " << group << " on ps " << a << " and " << b
+                                       << " differ: " << x.size() << " vs " << y.size() << " bytes, first at "
+                                       << at << " (after '" << x.substr(at > 16 ? at - 16 : 0, 16) << "')";
+}
+
+CopyRole RoleOf(LocalPsCluster& c, int ps, uint32_t group) {
+  auto copy = c.replicated(ps).CopyOf(group);
+  if (copy == nullptr) return CopyRole::kNeedsRebuild;
+  MutexLock lock(&copy->mu);
+  return copy->role;
+}
+
+absl::StatusOr<wire::ReplicaStatusResponse::Reader> Status(LocalPsCluster& c, int ps, net::InMessage* holder) {
+  net::OutMessage req;
+  req.InitRequestBody<wire::Empty>();
+  auto resp = c.Call(ps, "chief", "ps.ReplicaStatus", std::move(req));
+  if (!resp.ok()) return resp.status();
+  *holder = *std::move(resp);
+  return holder->ResponseBody<wire::ReplicaStatusResponse>();
+}
+
+// Waits (up to a minute) until `pred` holds, polling.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  const absl::Time deadline = absl::Now() + absl::Minutes(1);
+  while (absl::Now() < deadline) {
+    if (pred()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return pred();
+}
+
+class ReplicationTest : public ::testing::Test {
+ protected:
+  void Start(int num_ps, int k, ReplicatedPs::Options options = ReplicatedPs::Options()) {
+    cluster_ = std::make_unique<LocalPsCluster>(num_ps, options);
+    ASSERT_TRUE(cluster_->started());
+    if (k > 0) {
+      auto map = ShardMap::Initial(num_ps, k);
+      ASSERT_TRUE(map.ok());
+      map_ = *map;
+      ASSERT_TRUE(cluster_->SetMapEverywhere(map_).ok());
+    }
+  }
+
+  absl::Status CreateAdam(int ps, const std::string& name, const Shape& shape, uint32_t group, uint64_t gen) {
+    OptimizerConfig adam = opt::Adam(0.01f);
+    return cluster_->Call(ps, "chief", "ps.CreateVariable", CreateRequest(name, shape, &adam, group, gen)).status();
+  }
+
+  absl::StatusOr<uint32_t> Push(int ps, const std::string& name, const Tensor& g, std::optional<Tensor> ids,
+                                uint64_t closure, uint32_t group, uint64_t gen) {
+    auto resp = cluster_->Call(ps, "worker", "ps.PushGradients", PushRequest(name, g, ids, closure, group, gen));
+    if (!resp.ok()) return resp.status();
+    return resp->ResponseBody<wire::UpdateResponse>().getAlreadyApplied();
+  }
+
+  std::unique_ptr<LocalPsCluster> cluster_;
+  ShardMap map_;
+};
+
+TEST_F(ReplicationTest, WriteIsOnTheBackupBeforeItIsAcked) {
+  Start(2, 2);
+  ASSERT_TRUE(CreateAdam(0, "dense", {64, 8}, 0, 1).ok());
+  ASSERT_TRUE(CreateAdam(0, "table", {1000, 4}, 0, 1).ok());
+  EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
+  for (uint64_t closure = 1; closure <= 20; ++closure) {
+    auto dense = Push(0, "dense", Filled({64, 8}, 0.1f * closure), std::nullopt, closure, 0, 1);
+    ASSERT_TRUE(dense.ok()) << dense.status();
+    Tensor ids = Tensor::FromVector<int64_t>({3}, {static_cast<int64_t>(closure), 999, 5});
+    auto sparse = Push(0, "table", Filled({3, 4}, 1.0f), ids, closure + 100, 0, 1);
+    ASSERT_TRUE(sparse.ok()) << sparse.status();
+    // Acknowledged: the backup applied it, so every byte already matches.
+    ASSERT_TRUE(SameCopies(*cluster_, 0, 1, 0)) << "after closure " << closure;
+  }
+  EXPECT_THAT(CopyBytes(*cluster_, 1, 0), HasSubstr("|1@1,1/1"));
+  EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kBackup);
+}
+
+TEST_F(ReplicationTest, UnroutedRequestsWithoutAMapServeAsBefore) {
+  Start(2, 0);
+  ASSERT_TRUE(CreateAdam(1, "v", {4}, 0, 0).ok());
+  auto pushed = Push(1, "v", Filled({4}, 1), std::nullopt, 0, 0, 0);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  auto read = cluster_->Call(1, "worker", "ps.Read", ReadRequestFor({"v"}));
+  ASSERT_TRUE(read.ok()) << read.status();
+  // The default copy is the one PsService alone serves.
+  EXPECT_EQ(cluster_->replicated(1).CopyOf(1)->state.store->List().size(), 1u);
+  auto routed = Push(1, "v", Filled({4}, 1), std::nullopt, 0, 1, 1);
+  EXPECT_TRUE(IsStaleShardMap(routed.status())) << routed.status();
+}
+
+TEST_F(ReplicationTest, RetriedTaggedPushAfterPromotionAppliesOnce) {
+  Start(2, 2);
+  ASSERT_TRUE(CreateAdam(0, "v", {16}, 0, 1).ok());
+  ASSERT_TRUE(Push(0, "v", Filled({16}, 1), std::nullopt, 7, 0, 1).ok());
+  const std::string before = CopyBytes(*cluster_, 1, 0);
+  // PS 0 is lost: its backup is promoted at generation 2.
+  ShardMap promoted = map_;
+  promoted.groups[0] = GroupEntry{0, 2, 1, {}, {}};
+  promoted.groups[1] = GroupEntry{1, 2, 1, {}, {}};
+  promoted.generation = 2;
+  ASSERT_TRUE(cluster_->SetMap(1, promoted).ok());
+  auto retried = Push(1, "v", Filled({16}, 1), std::nullopt, 7, 0, 2);
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(*retried, 1u);
+  EXPECT_TRUE(CopyBytes(*cluster_, 1, 0) == before);
+  auto fresh = Push(1, "v", Filled({16}, 1), std::nullopt, 8, 0, 2);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(*fresh, 0u);
+  EXPECT_FALSE(CopyBytes(*cluster_, 1, 0) == before);
+}
+
+TEST_F(ReplicationTest, StaleGenerationIsRefusedWithTheExactText) {
+  Start(2, 2);
+  ASSERT_TRUE(CreateAdam(0, "v", {4}, 0, 1).ok());
+  ShardMap promoted = map_;
+  promoted.groups[0] = GroupEntry{0, 2, 1, {}, {}};
+  promoted.generation = 2;
+  ASSERT_TRUE(cluster_->SetMap(1, promoted).ok());
+  auto stale = Push(1, "v", Filled({4}, 1), std::nullopt, 0, 0, 1);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(stale.status().message(), "stale shard map: group 0 generation 1 sent, generation 2 held; primary is ps 1");
+  // An older map is refused too.
+  EXPECT_EQ(cluster_->SetMap(1, map_).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ReplicationTest, StalledPrimaryIsFencedByItsBackup) {
+  Start(2, 2);
+  ASSERT_TRUE(CreateAdam(0, "v", {4}, 0, 1).ok());
+  ShardMap promoted = map_;
+  promoted.groups[0] = GroupEntry{0, 2, 1, {}, {}};
+  promoted.generation = 2;
+  // Only the backup learns the new map (PS 0 was stopped meanwhile).
+  ASSERT_TRUE(cluster_->SetMap(1, promoted).ok());
+  const std::string promoted_bytes = CopyBytes(*cluster_, 1, 0);
+  auto write = Push(0, "v", Filled({4}, 1), std::nullopt, 3, 0, 1);
+  EXPECT_TRUE(IsStaleShardMap(write.status())) << write.status();
+  EXPECT_EQ(RoleOf(*cluster_, 0, 0), CopyRole::kFenced);
+  auto read = cluster_->Call(0, "worker", "ps.Read", ReadRequestFor({"v"}));
+  EXPECT_TRUE(IsStaleShardMap(read.status())) << read.status();
+  EXPECT_TRUE(CopyBytes(*cluster_, 1, 0) == promoted_bytes);
+}
+
+TEST_F(ReplicationTest, GapInTheStreamIsRefusedAndNeedsRebuild) {
+  for (const uint64_t first : {uint64_t{5}, uint64_t{1}}) {  // a gap; a repeat (out of order)
+    SCOPED_TRACE(first);
+    Start(2, 2);
+    ASSERT_TRUE(CreateAdam(0, "v", {4}, 0, 1).ok());  // sequence 1 on both copies
+    const std::string before = CopyBytes(*cluster_, 1, 0);
+    net::OutMessage req;
+    auto body = req.InitRequestBody<wire::ReplicateRequest>();
+    body.setGroup(0);
+    body.setGeneration(1);
+    body.setFirstSequence(first);
+    body.setFromPs(0);
+    auto entry = body.initEntries(1)[0];
+    entry.setMethod("ps.PushGradients");
+    auto push = entry.getBody().initAs<wire::PushGradientsRequest>();
+    auto g = push.initGradients(1)[0];
+    g.setName("v");
+    req.AddTensor(Filled({4}, 1), g.initValue());
+    auto resp = cluster_->Call(1, "ps", "ps.Replicate", std::move(req));
+    EXPECT_EQ(resp.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(resp.status().message(), HasSubstr(first == 5 ? "a gap" : "out of order"));
+    EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kNeedsRebuild);
+    EXPECT_TRUE(CopyBytes(*cluster_, 1, 0) == before);
+    net::InMessage holder;
+    auto status = Status(*cluster_, 1, &holder);
+    ASSERT_TRUE(status.ok());
+    EXPECT_EQ(status->getCopies()[0].getRole(), wire::CopyRole::NEEDS_REBUILD);
+  }
+}
+
+TEST_F(ReplicationTest, ShardMapAndStreamsOnlyFromTheirRoles) {
+  Start(2, 0);
+  auto map = *ShardMap::Initial(2, 2);
+  EXPECT_EQ(cluster_->SetMap(0, map, "worker").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(cluster_->SetMap(0, map, "ps").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(cluster_->replicated(0).map().generation, 0u);
+  net::OutMessage req;
+  req.InitRequestBody<wire::ReplicateRequest>();
+  EXPECT_EQ(cluster_->Call(0, "chief", "ps.Replicate", std::move(req)).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  net::OutMessage bad;
+  auto body = bad.InitRequestBody<wire::SetShardMapRequest>().initMap();
+  body.setGeneration(1);
+  body.setReplicas(2);
+  body.initGroups(1)[0].setGroup(5);
+  net::OutMessage get;
+  get.InitRequestBody<wire::Empty>();
+  EXPECT_EQ(cluster_->Call(0, "chief", "ps.SetShardMap", std::move(bad)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto got = cluster_->Call(0, "worker", "ps.GetShardMap", std::move(get));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->ResponseBody<wire::GetShardMapResponse>().getMap().getGeneration(), 0u);
+}
+
+TEST_F(ReplicationTest, TransferCutOffLeavesACopyThatNeverServes) {
+  Start(2, 0);
+  ShardMap map = *ShardMap::Initial(2, 2);
+  map.groups[0].backups = {};
+  map.groups[0].rebuilding = {1};
+  map.groups[0].primary = 0;
+  ASSERT_TRUE(cluster_->SetMap(1, map).ok());
+  // The first chunk of a transfer arrives, then the primary is gone.
+  net::OutMessage req;
+  auto body = req.InitRequestBody<wire::InstallStateRequest>();
+  body.setGroup(0);
+  body.setGeneration(1);
+  body.setTransfer(42);
+  body.setChunk(0);
+  body.setSequence(9);
+  body.setBytesTotal(4096);
+  auto v = body.initVariables(1)[0];
+  v.setName("v");
+  v.setDtype(static_cast<uint8_t>(DType::kF32));
+  net::SetShape(v.initShape(1), {8});
+  OptimizerToWire(nullptr, v.initOptimizer());
+  v.setRowBegin(0);
+  req.AddTensor(Filled({4}, 1), v.initValue());
+  ASSERT_TRUE(cluster_->Call(1, "ps", "ps.InstallState", std::move(req)).ok());
+  EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kRebuilding);
+  // Even made primary, a copy without the whole state serves nothing.
+  ShardMap promoted = map;
+  promoted.groups[0] = GroupEntry{0, 2, 1, {}, {}};
+  promoted.generation = 2;
+  ASSERT_TRUE(cluster_->SetMap(1, promoted).ok());
+  net::OutMessage read;
+  auto rb = read.InitRequestBody<wire::ReadRequest>();
+  rb.initNames(1).set(0, "v");
+  SetRoute(rb.initRoute(), 0, 2);
+  auto r = cluster_->Call(1, "worker", "ps.Read", std::move(read));
+  EXPECT_TRUE(IsStaleShardMap(r.status())) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("rebuilding copy"));
+  auto w = Push(1, "v", Filled({8}, 1), std::nullopt, 0, 0, 2);
+  EXPECT_TRUE(IsStaleShardMap(w.status())) << w.status();
+}
+
+TEST_F(ReplicationTest, StateTransferWhileWritesContinue) {
+  ReplicatedPs::Options options;
+  options.transfer_chunk_bytes = 4096;  // many chunks
+  Start(2, 0, options);
+  ShardMap alone = *ShardMap::Initial(2, 2);
+  alone.groups[0].backups = {};
+  ASSERT_TRUE(cluster_->SetMapEverywhere(alone).ok());
+  ASSERT_TRUE(CreateAdam(0, "dense", {256, 8}, 0, 1).ok());
+  ASSERT_TRUE(CreateAdam(0, "table", {2000, 4}, 0, 1).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> closures{0};
+  std::thread writer([&] {
+    for (uint64_t closure = 1; !stop.load(); ++closure) {
+      Tensor ids = Tensor::FromVector<int64_t>({2}, {static_cast<int64_t>(closure % 2000), 7});
+      auto p = Push(0, "table", Filled({2, 4}, 0.5f), ids, closure, 0, 0);
+      auto d = Push(0, "dense", Filled({256, 8}, 0.1f), std::nullopt, 0, 0, 0);
+      if (!p.ok() || !d.ok()) ADD_FAILURE() << p.status() << d.status();
+      closures.store(closure);
+    }
+  });
+  ASSERT_TRUE(Eventually([&] { return closures.load() >= 5; }));
+  ShardMap rebuild = alone;
+  rebuild.groups[0].generation = 2;
+  rebuild.groups[0].rebuilding = {1};
+  rebuild.generation = 2;
+  ASSERT_TRUE(cluster_->SetMap(1, rebuild).ok());
+  ASSERT_TRUE(cluster_->SetMap(0, rebuild).ok());
+  auto in_sync = [&] {
+    net::InMessage holder;
+    auto status = Status(*cluster_, 0, &holder);
+    if (!status.ok()) return false;
+    for (auto c : status->getCopies()) {
+      if (c.getGroup() != 0) continue;
+      for (auto b : c.getBackups()) {
+        if (b.getPs() == 1 && b.getInSync()) return b.getTransferBytesTotal() > 0;
+      }
+    }
+    return false;
+  };
+  ASSERT_TRUE(Eventually(in_sync));
+  ShardMap rebuilt = rebuild;
+  rebuilt.groups[0].generation = 3;
+  rebuilt.groups[0].backups = {1};
+  rebuilt.groups[0].rebuilding = {};
+  rebuilt.generation = 3;
+  ASSERT_TRUE(cluster_->SetMap(1, rebuilt).ok());
+  ASSERT_TRUE(cluster_->SetMap(0, rebuilt).ok());
+  const uint64_t at = closures.load();
+  ASSERT_TRUE(Eventually([&] { return closures.load() >= at + 5; }));
+  stop = true;
+  writer.join();
+  EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kBackup);
+  EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
+  EXPECT_GT(cluster_->replicated(1).CopyOf(0)->state.store->List().size(), 1u);
+}
+
+}  // namespace
+}  // namespace asyncps::ps
