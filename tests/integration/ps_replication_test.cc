@@ -5,11 +5,15 @@
 // — restarts it empty at its address, and waits (on the chief's shard map) until it is rebuilt
 // before the next kill. Every counter must end at exactly 1, no closure may fail to the user,
 // and nothing may come back from a checkpoint (there is none to come back from).
+// The fence test SIGSTOPs a primary until its backup is promoted, SIGCONTs it, and checks that
+// writes routed to it at the old generation are refused naming that generation, that the
+// chief's writes across the stall each land once, and that every copy holds the same values.
 #include <signal.h>
 
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -343,6 +347,29 @@ TEST_F(PsReplicationTest, StalledPrimaryIsFencedWhenItResumes) {
   for (int g = 0; g < kPs; ++g) {
     EXPECT_EQ(counts[g * ((kIds + kPs - 1) / kPs)], acknowledged + (g == 0 ? 1 : 0)) << "group " << g;
   }
+
+  // Every copy holds the same bytes: with no writes any more, each group's other copy is made
+  // to serve (its primary SIGKILLed and failed over) and read whole; it must equal what the
+  // primaries served. The stalled PS's copies are among them (rebuilt after the stall).
+  std::set<int> compared;
+  for (int round = 0; round < kPs && compared.size() < static_cast<size_t>(kPs); ++round) {
+    const ps::ShardMap map = monitor()->map();
+    int victim = -1;
+    for (const ps::GroupEntry& g : map.groups) {
+      if (!compared.contains(static_cast<int>(g.group))) victim = g.primary;
+    }
+    ASSERT_GE(victim, 0) << map.DebugString();
+    std::vector<int> moved;
+    for (const ps::GroupEntry& g : map.groups) {
+      if (g.primary == victim) moved.push_back(static_cast<int>(g.group));
+    }
+    KillUntilLostAndRestart(victim);
+    EXPECT_TRUE(Counts() == counts) << "a backup copy differs from its primary's (groups now served by "
+                                    << "their backups: " << moved.size() << ")";
+    compared.insert(moved.begin(), moved.end());
+    ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  }
+  EXPECT_EQ(compared.size(), static_cast<size_t>(kPs));
 }
 
 }  // namespace
