@@ -37,7 +37,11 @@ void CheckpointService::RegisterWith(net::MethodTable& server) {
 }
 
 absl::Status CheckpointService::Save(const net::InMessage& request, net::OutMessage* response) {
-  auto req = request.RequestBody<wire::SaveCheckpointRequest>();
+  return SaveIn(store_, request.RequestBody<wire::SaveCheckpointRequest>(), response);
+}
+
+absl::Status CheckpointService::SaveIn(VariableStore& store, wire::SaveCheckpointRequest::Reader req,
+                                       net::OutMessage* response) {
   std::vector<std::string> names;
   for (auto n : req.getNames()) names.emplace_back(n.cStr());
   const int64_t step = req.getStep();
@@ -52,7 +56,7 @@ absl::Status CheckpointService::Save(const net::InMessage& request, net::OutMess
   }
   const auto start = std::chrono::steady_clock::now();
   auto saved =
-      SaveShards(store_, req.getDirectory().cStr(), req.getFileName().cStr(), names, step, hooks);
+      SaveShards(store, req.getDirectory().cStr(), req.getFileName().cStr(), names, step, hooks);
   if (!saved.ok()) {
     spdlog::error("checkpoint save of step {} failed: {}", step, saved.status().ToString());
     return saved.status();
@@ -66,9 +70,12 @@ absl::Status CheckpointService::Save(const net::InMessage& request, net::OutMess
 }
 
 absl::Status CheckpointService::Restore(const net::InMessage& request, net::OutMessage*) {
-  ASSIGN_OR_RETURN(RestorePlan plan,
-                   RestorePlanFromWire(request.RequestBody<wire::RestoreCheckpointRequest>()));
-  absl::Status s = RestoreShards(store_, plan);
+  return RestoreIn(store_, request.RequestBody<wire::RestoreCheckpointRequest>());
+}
+
+absl::Status CheckpointService::RestoreIn(VariableStore& store, wire::RestoreCheckpointRequest::Reader body) {
+  ASSIGN_OR_RETURN(RestorePlan plan, RestorePlanFromWire(body));
+  absl::Status s = RestoreShards(store, plan);
   if (!s.ok()) {
     spdlog::error("checkpoint restore from {} failed: {}", plan.directory, s.ToString());
     return s;

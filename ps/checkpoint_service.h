@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "net/method_table.h"
+#include "ps/ps.capnp.h"
 #include "ps/variable_store.h"
 
 namespace asyncps::ps {
@@ -33,6 +34,11 @@ class CheckpointService {
   static Options OptionsFromEnv();
 
   void RegisterWith(net::MethodTable& server);
+
+  // The methods against another store (a replicated group's copy, ps/replication/): `body`
+  // is the request, read from the frame the handler got.
+  absl::Status SaveIn(VariableStore& store, wire::SaveCheckpointRequest::Reader body, net::OutMessage* response);
+  absl::Status RestoreIn(VariableStore& store, wire::RestoreCheckpointRequest::Reader body);
 
  private:
   absl::Status Save(const net::InMessage& request, net::OutMessage* response);

@@ -129,6 +129,7 @@ struct GatherRequest {
     name @0 :Text;
     ids @1 :TensorRef;         # i64 rows of the shard
   }
+  route @1 :Route;
 }
 
 struct GatherResponse {

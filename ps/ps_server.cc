@@ -29,6 +29,8 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   service_options.metrics = &metrics;
   PsService service(store, service_options);
   service.RegisterWith((*process)->server().methods());
+  CheckpointService checkpoints(store, CheckpointService::OptionsFromEnv());
+  checkpoints.RegisterWith((*process)->server().methods());
   // Replication serves the same methods over per-group copies once the chief installs a shard
   // map; until then (and always with ps_replicas = 1) every request reaches `service` as above.
   ReplicatedPs::Options replication;
@@ -38,6 +40,7 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   replication.max_variable_bytes = options.ps_max_variable_bytes;
   replication.dedup_max_entries = static_cast<uint64_t>(options.ps_dedup_max_entries);
   replication.metrics = &metrics;
+  replication.checkpoints = &checkpoints;
   net::ServerProcess& server_process = **process;
   const std::vector<std::string> peers = cluster.ps();
   net::EventLoop peer_loop;  // see ReplicatedPs::Options::connect
@@ -49,8 +52,6 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   spdlog::info("limits: {} variable bytes, {} response bytes, non-finite gradients {}, {} update-window keys",
                options.ps_max_variable_bytes, options.ps_max_response_bytes,
                options.allow_nonfinite_gradients ? "allowed" : "refused", options.ps_dedup_max_entries);
-  CheckpointService checkpoints(store, CheckpointService::OptionsFromEnv());
-  checkpoints.RegisterWith((*process)->server().methods());
   return (*process)->ServeUntilSignal();
 }
 

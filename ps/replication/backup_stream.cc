@@ -34,9 +34,9 @@ uint64_t NextTransferId() {
 
 }  // namespace
 
-BackupStream::BackupStream(GroupCopy& copy, int32_t target, net::RpcClient& client, bool counted_in_map,
-                           bool transfer, uint64_t start_after, Options options)
-    : copy_(copy), target_(target), client_(client), transfer_(transfer), options_(options) {
+BackupStream::BackupStream(GroupCopy& copy, int32_t target, std::unique_ptr<net::RpcClient> client,
+                           bool counted_in_map, bool transfer, uint64_t start_after, Options options)
+    : copy_(copy), target_(target), client_(std::move(client)), transfer_(transfer), options_(options) {
   counted = counted_in_map;
   in_sync = !transfer;
   acked = start_after;
@@ -52,7 +52,7 @@ BackupStream::~BackupStream() {
     MutexLock lock(&queue_mu_);
     stop_ = true;
   }
-  client_.Disconnect();  // a call in flight fails at once
+  client_->Disconnect();  // a call in flight fails at once
   thread_.join();
 }
 
@@ -159,7 +159,7 @@ absl::Status BackupStream::SendBatch() {
     }
     for (unsigned i = 0; i < count; ++i) batch[i]->AppendTo(entries[i], request);
   }
-  auto reply = client_.Call("ps.Replicate", std::move(request), options_.call_timeout);
+  auto reply = client_->Call("ps.Replicate", std::move(request), options_.call_timeout);
   if (!reply.ok()) return reply.status();
   {
     MutexLock lock(&queue_mu_);
@@ -302,7 +302,7 @@ absl::Status BackupStream::Transfer() {
         }
       }
     }
-    auto reply = client_.Call("ps.InstallState", std::move(request), options_.call_timeout);
+    auto reply = client_->Call("ps.InstallState", std::move(request), options_.call_timeout);
     if (!reply.ok()) return reply.status();
     if (options_.metrics != nullptr) options_.metrics->AddStateTransferBytes(sent);
     MutexLock lock(&copy_.mu);

@@ -39,10 +39,11 @@ class BackupStream {
   };
 
   // Streams `copy`'s writes after `start_after` (ignored with `transfer`) to PS `target`
-  // through `client`. `counted`: the map lists the target as a backup (writes wait for it).
+  // through `client` (its own: stopping the stream drops its connection, which must not fail
+  // another stream's call in flight). `counted`: the map lists the target as a backup (writes wait for it).
   // Must be made under copy.write_mu and copy.mu (so no write slips between start_after and
-  // the first Enqueue). `copy` and `client` must outlive the stream.
-  BackupStream(GroupCopy& copy, int32_t target, net::RpcClient& client, bool counted, bool transfer,
+  // the first Enqueue). `copy` must outlive the stream.
+  BackupStream(GroupCopy& copy, int32_t target, std::unique_ptr<net::RpcClient> client, bool counted, bool transfer,
                uint64_t start_after, Options options);
   ~BackupStream();  // stops and joins; never call with copy.write_mu or copy.mu held
 
@@ -71,7 +72,7 @@ class BackupStream {
 
   GroupCopy& copy_;
   const int32_t target_;
-  net::RpcClient& client_;
+  const std::unique_ptr<net::RpcClient> client_;
   const bool transfer_;
   const Options options_;
 

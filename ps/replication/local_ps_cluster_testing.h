@@ -11,6 +11,7 @@
 #include "net/event_loop.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
+#include "ps/checkpoint_service.h"
 #include "ps/ps_service.h"
 #include "ps/replication/replicated_ps.h"
 #include "ps/replication/shard_map.h"
@@ -27,7 +28,6 @@ class LocalPsCluster {
 
   // `base` supplies the replication options (ps_index, num_ps and connect are set here).
   LocalPsCluster(int num_ps, ReplicatedPs::Options base = ReplicatedPs::Options()) {
-    if (base.replicas < 2) base.replicas = 2;
     for (int i = 0; i < num_ps; ++i) {
       auto n = std::make_unique<Node>();
       n->service = std::make_unique<PsService>(n->store);
@@ -37,7 +37,10 @@ class LocalPsCluster {
       so.token = kToken;
       n->server = std::make_unique<net::RpcServer>(n->loop, so);
       n->service->RegisterWith(n->server->methods());
+      n->checkpoints = std::make_unique<CheckpointService>(n->store);
+      n->checkpoints->RegisterWith(n->server->methods());
       ReplicatedPs::Options o = base;
+      o.checkpoints = n->checkpoints.get();
       o.ps_index = i;
       o.num_ps = num_ps;
       Node* node = n.get();
@@ -105,6 +108,7 @@ class LocalPsCluster {
     net::EventLoop peer_loop;
     VariableStore store;
     std::unique_ptr<PsService> service;
+    std::unique_ptr<CheckpointService> checkpoints;
     std::unique_ptr<net::RpcServer> server;
     std::unique_ptr<ReplicatedPs> replicated;
   };

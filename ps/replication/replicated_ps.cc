@@ -46,7 +46,7 @@ ReplicatedPs::ReplicatedPs(PsService& service, Options options)
 }
 
 ReplicatedPs::~ReplicatedPs() {
-  // Streams stop before the clients they call through.
+  // Streams (and their threads) stop before the service they apply through goes.
   absl::flat_hash_map<uint32_t, std::shared_ptr<GroupCopy>> copies;
   {
     MutexLock lock(&mu_);
@@ -71,13 +71,6 @@ std::shared_ptr<GroupCopy> ReplicatedPs::CopyOf(uint32_t group) const {
 ShardMap ReplicatedPs::map() const {
   MutexLock lock(&mu_);
   return map_;
-}
-
-net::RpcClient& ReplicatedPs::ClientFor(int32_t ps) {
-  MutexLock lock(&mu_);
-  auto& client = clients_[ps];
-  if (client == nullptr) client = options_.connect(ps);
-  return *client;
 }
 
 void ReplicatedPs::RegisterWith(net::MethodTable& server) {
@@ -117,7 +110,7 @@ void ReplicatedPs::RegisterWith(net::MethodTable& server) {
       "ps.Gather", net::PsReaders(),
       [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
         auto body = req.RequestBody<wire::GatherRequest>();
-        return ReadAt(false, wire::Route::Reader(), "ps.Gather",
+        return ReadAt(body.hasRoute(), body.getRoute(), "ps.Gather",
                       [&](PsService::ShardState s) { return service_.GatherIn(s, req, body, resp); });
       });
   server.Register<wire::Empty>(
@@ -126,6 +119,24 @@ void ReplicatedPs::RegisterWith(net::MethodTable& server) {
         return ReadAt(false, wire::Route::Reader(), "ps.ListVariables",
                       [&](PsService::ShardState s) { return service_.ListVariablesIn(s, resp); });
       });
+  if (options_.checkpoints != nullptr) {
+    CheckpointService& checkpoints = *options_.checkpoints;
+    server.Register<wire::SaveCheckpointRequest>(
+        "ps.SaveCheckpoint", net::ChiefOnly(),
+        [this, &checkpoints](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
+          auto body = req.RequestBody<wire::SaveCheckpointRequest>();
+          return ReadAt(body.hasRoute(), body.getRoute(), "ps.SaveCheckpoint", [&](PsService::ShardState s) {
+            return checkpoints.SaveIn(*s.store, body, resp);
+          });
+        });
+    server.Register<wire::RestoreCheckpointRequest>(
+        "ps.RestoreCheckpoint", net::ChiefOnly(),
+        [this, &checkpoints](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage*) {
+          auto body = req.RequestBody<wire::RestoreCheckpointRequest>();
+          return Write(ctx, "ps.RestoreCheckpoint", req, body.hasRoute(), body.getRoute(),
+                       [&](PsService::ShardState s) { return checkpoints.RestoreIn(*s.store, body); });
+        });
+  }
   server.Register<wire::SetShardMapRequest>(
       "ps.SetShardMap", net::ChiefOnly(),
       [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage*) { return SetShardMap(req); });
@@ -379,11 +390,8 @@ void ReplicatedPs::ReconcileStreams(GroupCopy& copy, const GroupEntry& entry,
     const bool transfer = list == &entry.rebuilding;
     for (int32_t ps : *list) {
       if (ps == options_.ps_index || streams_to(ps)) continue;
-      copy.mu.Unlock();
-      net::RpcClient& client = ClientFor(ps);
-      copy.mu.Lock();
-      copy.streams.push_back(
-          std::make_unique<BackupStream>(copy, ps, client, /*counted=*/!transfer, transfer, copy.sequence, o));
+      copy.streams.push_back(std::make_unique<BackupStream>(copy, ps, options_.connect(ps), /*counted=*/!transfer,
+                                                            transfer, copy.sequence, o));
     }
   }
 }
@@ -552,6 +560,10 @@ absl::Status ReplicatedPs::ApplyEntry(GroupCopy& copy, const net::InMessage& fra
   if (method == "ps.CreateVariable") {
     RETURN_IF_ERROR(create_check_.Check(body));
     return service_.CreateVariableIn(copy.state, frame, body.getAs<wire::CreateVariableRequest>(), &scratch);
+  }
+  if (method == "ps.RestoreCheckpoint" && options_.checkpoints != nullptr) {
+    RETURN_IF_ERROR(restore_check_.Check(body));
+    return options_.checkpoints->RestoreIn(*copy.state.store, body.getAs<wire::RestoreCheckpointRequest>());
   }
   return absl::InvalidArgumentError(absl::StrCat("'", method, "' is not a replicated write"));
 }

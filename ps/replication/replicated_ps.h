@@ -12,6 +12,7 @@
 #include "net/method_table.h"
 #include "net/rpc_client.h"
 #include "net/wire_check.h"
+#include "ps/checkpoint_service.h"
 #include "ps/ps_metrics.h"
 #include "ps/ps_service.h"
 #include "ps/replication/group_copy.h"
@@ -30,6 +31,8 @@ namespace asyncps::ps {
 //       Unavailable after write_timeout; the write stays applied here: tagged writes retried
 //       by the client are then applied once, by the replicated update window).
 //   ps.Read / ps.Gather / ps.ListVariables   reads at the primary.
+//   ps.SaveCheckpoint (chief)   from the routed primary; ps.RestoreCheckpoint (chief) a
+//       write, replicated like the others (with Options::checkpoints).
 //   ps.SetShardMap (chief)    installs a map: a lower generation than the one held is
 //       FailedPrecondition; copies of groups newly listed here are created (rebuilding),
 //       copies no longer listed dropped.
@@ -56,7 +59,11 @@ class ReplicatedPs {
     uint64_t max_batch_bytes = uint64_t{64} << 20;
     uint64_t transfer_chunk_bytes = uint64_t{16} << 20;
     PsMetrics* metrics = nullptr;  // optional; not owned
-    // Makes the client this PS calls PS `index` with (role "ps", the cluster token). Its event
+    // Optional (not owned): ps.SaveCheckpoint is then served from the routed primary, and
+    // ps.RestoreCheckpoint is a replicated write (every copy reads the same shared files).
+    CheckpointService* checkpoints = nullptr;
+    // Makes a client this PS calls PS `index` with (role "ps", the cluster token), one per
+    // stream. Its event
     // loop should not be the server's: a write answered on the I/O thread would then block
     // the loop that delivers its acknowledgement until the write times out.
     std::function<std::unique_ptr<net::RpcClient>(int32_t index)> connect;
@@ -114,7 +121,6 @@ class ReplicatedPs {
   void ReconcileStreams(GroupCopy& copy, const GroupEntry& entry,
                         std::vector<std::unique_ptr<class BackupStream>>* retired)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.write_mu);
-  net::RpcClient& ClientFor(int32_t ps);
   std::shared_ptr<GroupCopy> NewCopy(uint32_t group) const;
   void PublishCopyMetrics(const GroupCopy& copy);
 
@@ -127,7 +133,6 @@ class ReplicatedPs {
   mutable Mutex mu_;
   ShardMap map_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, std::shared_ptr<GroupCopy>> copies_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<int32_t, std::unique_ptr<net::RpcClient>> clients_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps::ps

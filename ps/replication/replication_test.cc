@@ -7,6 +7,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "core/optimizer_config.h"
+#include "core/test_temp_dir.h"
+#include "ps/checkpoint_wire.h"
 #include "ps/ps_wire.h"
 #include "ps/read_wire_testing.h"
 #include "ps/replication/backup_stream.h"
@@ -142,6 +144,7 @@ bool Eventually(Pred pred) {
 class ReplicationTest : public ::testing::Test {
  protected:
   void Start(int num_ps, int k, ReplicatedPs::Options options = ReplicatedPs::Options()) {
+    options.replicas = 2;
     cluster_ = std::make_unique<LocalPsCluster>(num_ps, options);
     ASSERT_TRUE(cluster_->started());
     if (k > 0) {
@@ -400,6 +403,54 @@ TEST_F(ReplicationTest, StateTransferWhileWritesContinue) {
   EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kBackup);
   EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
   EXPECT_GT(cluster_->replicated(1).CopyOf(0)->state.store->List().size(), 1u);
+}
+
+TEST_F(ReplicationTest, CheckpointFromThePrimaryRestoredOnEveryCopy) {
+  Start(2, 2);
+  testutil::TestDir dir("replication_ckpt");
+  ASSERT_TRUE(CreateAdam(0, "v", {32, 2}, 0, 1).ok());
+  ASSERT_TRUE(Push(0, "v", Filled({32, 2}, 1), std::nullopt, 1, 0, 1).ok());
+  const std::string saved_bytes = CopyBytes(*cluster_, 1, 0);
+  net::OutMessage save;
+  auto sb = save.InitRequestBody<wire::SaveCheckpointRequest>();
+  sb.setDirectory(dir.path());
+  sb.setFileName("g0.ckpt");
+  sb.initNames(1).set(0, "v");
+  sb.setStep(1);
+  SetRoute(sb.initRoute(), 0, 1);
+  auto saved_reply = cluster_->Call(0, "chief", "ps.SaveCheckpoint", std::move(save));
+  ASSERT_TRUE(saved_reply.ok()) << saved_reply.status();
+  auto saved = SavedFileFromWire(saved_reply->ResponseBody<wire::SaveCheckpointResponse>());
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_TRUE(Push(0, "v", Filled({32, 2}, 2), std::nullopt, 2, 0, 1).ok());
+  ASSERT_FALSE(CopyBytes(*cluster_, 1, 0) == saved_bytes);
+
+  RestorePlan plan;
+  plan.directory = dir.path();
+  plan.files.push_back({saved->file_name, saved->digest});
+  for (const SavedShard& s : saved->shards) {
+    RestoreShard r;
+    r.name = s.name;
+    r.dtype = s.dtype;
+    r.shape = s.shape;
+    r.optimizer = s.optimizer;
+    r.iterations = s.iterations;
+    r.pieces.push_back({0, s.tensor, s.slot_names, s.slot_tensors, 0, s.shape[0], 0});
+    plan.shards.push_back(std::move(r));
+  }
+  net::OutMessage restore;
+  auto rb = restore.InitRequestBody<wire::RestoreCheckpointRequest>();
+  RestorePlanToWire(plan, rb);
+  SetRoute(rb.initRoute(), 0, 1);
+  auto restored = cluster_->Call(0, "chief", "ps.RestoreCheckpoint", std::move(restore));
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  // The restore reached the backup before the answer, and both copies now hold the saved values.
+  EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
+  auto copy = cluster_->replicated(1).CopyOf(0);
+  ASSERT_NE(copy, nullptr);
+  auto v = copy->state.store->Find("v");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ((*v)->restores(), 1u);
 }
 
 }  // namespace

@@ -1,0 +1,208 @@
+// Replicated shards (issue 19) against unreplicated ones, in one run: parameter servers in this
+// process (ps/replication/local_ps_cluster_testing.h: real RpcServers and clients on 127.0.0.1)
+// with ps_replicas = 2 (group 0 on PS 0, its backup on PS 1) against the same servers without a
+// shard map (today's path). Cases: dense 4 MiB push through Adam, a 10k-row sparse push, a tiny
+// push's p50 latency, and a state transfer of a 256 MiB shard against a dense pull of it.
+//
+// Usage: ps_replication_bench [--quick] [--json=PATH]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "bench/bench_flags.h"
+#include "bench/report.h"
+#include "bench/stats.h"
+#include "core/optimizer_config.h"
+#include "ps/ps_wire.h"
+#include "ps/read_wire_testing.h"
+#include "ps/replication/local_ps_cluster_testing.h"
+
+namespace asyncps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+struct Setup {
+  std::unique_ptr<ps::LocalPsCluster> cluster;
+  uint64_t generation = 0;  // 0: no map (unreplicated)
+};
+
+Setup Make(int k) {
+  ps::ReplicatedPs::Options o;
+  o.replicas = k;
+  Setup s;
+  s.cluster = std::make_unique<ps::LocalPsCluster>(2, o);
+  if (k > 1) {
+    auto map = ps::ShardMap::Initial(2, 2);
+    if (!map.ok() || !s.cluster->SetMapEverywhere(*map).ok()) std::abort();
+    s.generation = 1;
+  }
+  return s;
+}
+
+void Route(wire::Route::Builder r, uint64_t generation) {
+  r.setGroup(0);
+  r.setGeneration(generation);
+}
+
+absl::Status Create(Setup& s, const std::string& name, const Shape& shape, bool adam) {
+  net::OutMessage req;
+  auto body = req.InitRequestBody<wire::CreateVariableRequest>();
+  body.setName(name);
+  body.setDtype(static_cast<uint8_t>(DType::kF32));
+  net::SetShape(body.initShape(static_cast<unsigned>(shape.size())), shape);
+  ps::InitializerSpec init;
+  init.kind = "zeros";
+  ps::InitializerToWire(init, req, body.initInitializer());
+  OptimizerConfig config = opt::Adam(0.001f);
+  ps::OptimizerToWire(adam ? &config : nullptr, body.initOptimizer());
+  if (s.generation != 0) Route(body.initRoute(), s.generation);
+  return s.cluster->Call(0, "chief", "ps.CreateVariable", std::move(req)).status();
+}
+
+absl::Status Push(Setup& s, const std::string& name, const Tensor& g, const std::optional<Tensor>& ids) {
+  net::OutMessage req;
+  auto body = req.InitRequestBody<wire::PushGradientsRequest>();
+  auto grad = body.initGradients(1)[0];
+  grad.setName(name);
+  req.AddTensor(g, grad.initValue());
+  if (ids) {
+    grad.setHasIds(true);
+    req.AddTensor(*ids, grad.initIds());
+  }
+  if (s.generation != 0) Route(body.initRoute(), s.generation);
+  return s.cluster->Client(0, "worker").Call("ps.PushGradients", std::move(req), absl::Seconds(120)).status();
+}
+
+Tensor Ones(const Shape& shape) {
+  Tensor t(DType::kF32, shape);
+  std::fill(t.flat<float>().begin(), t.flat<float>().end(), 0.01f);
+  return t;
+}
+
+// Pushes per second of `n` pushes.
+double PushRate(Setup& s, const std::string& name, const Tensor& g, const std::optional<Tensor>& ids, int n) {
+  for (int i = 0; i < 3; ++i) (void)Push(s, name, g, ids);
+  const auto start = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    if (absl::Status st = Push(s, name, g, ids); !st.ok()) {
+      std::fprintf(stderr, "push failed: %s\n", st.ToString().c_str());
+      std::exit(1);
+    }
+  }
+  return n / Seconds(start);
+}
+
+double TinyP50Us(Setup& s, int n) {
+  const Tensor g = Ones({4});
+  std::vector<double> us;
+  for (int i = 0; i < n; ++i) {
+    const auto start = Clock::now();
+    (void)Push(s, "tiny", g, std::nullopt);
+    us.push_back(Seconds(start) * 1e6);
+  }
+  return bench::Median(us);
+}
+
+int Run(bool quick, bench::Report& report) {
+  const int n_dense = quick ? 20 : 200;
+  const int n_sparse = quick ? 20 : 200;
+  const int n_tiny = quick ? 200 : 3000;
+  double dense[2], sparse[2], tiny[2];
+  for (int k : {1, 2}) {
+    Setup s = Make(k);
+    if (!Create(s, "dense", {1 << 20}, true).ok() || !Create(s, "table", {100000, 16}, true).ok() ||
+        !Create(s, "tiny", {4}, true).ok()) {
+      std::fprintf(stderr, "create failed\n");
+      return 1;
+    }
+    std::vector<int64_t> rows(10000);
+    for (int64_t i = 0; i < 10000; ++i) rows[i] = (i * 7919) % 100000;
+    dense[k - 1] = PushRate(s, "dense", Ones({1 << 20}), std::nullopt, n_dense);
+    sparse[k - 1] = PushRate(s, "table", Ones({10000, 16}), Tensor::FromVector<int64_t>(rows), n_sparse);
+    tiny[k - 1] = TinyP50Us(s, n_tiny);
+  }
+  report.Add({.name = "dense 4MiB push+Adam k=2", .value = dense[1], .unit = "push/s",
+              .reference = "k=1", .reference_value = dense[0], .note = "aim >= 0.6x"});
+  report.Add({.name = "sparse 10k-row push+Adam k=2", .value = sparse[1], .unit = "push/s",
+              .reference = "k=1", .reference_value = sparse[0], .note = "aim >= 0.6x"});
+  report.Add({.name = "tiny push p50 k=2", .value = tiny[1], .unit = "us", .reference = "k=1",
+              .reference_value = tiny[0], .note = "aim <= 2x"});
+
+  // State transfer of one shard against a dense pull of the same bytes.
+  const int64_t elements = (quick ? int64_t{16} : int64_t{256}) << 18;  // f32: 16 or 256 MiB
+  const double mib = static_cast<double>(elements) * 4 / (1 << 20);
+  ps::ReplicatedPs::Options o;
+  o.replicas = 2;
+  ps::LocalPsCluster cluster(2, o);
+  ps::ShardMap alone = *ps::ShardMap::Initial(2, 2);
+  alone.groups[0].backups = {};
+  if (!cluster.SetMapEverywhere(alone).ok()) return 1;
+  Setup view{nullptr, 1};
+  {
+    net::OutMessage req;
+    auto body = req.InitRequestBody<wire::CreateVariableRequest>();
+    body.setName("big");
+    body.setDtype(static_cast<uint8_t>(DType::kF32));
+    net::SetShape(body.initShape(1), {elements});
+    ps::InitializerSpec init;
+    init.kind = "ones";
+    ps::InitializerToWire(init, req, body.initInitializer());
+    ps::OptimizerToWire(nullptr, body.initOptimizer());
+    Route(body.initRoute(), 1);
+    if (!cluster.Call(0, "chief", "ps.CreateVariable", std::move(req)).ok()) return 1;
+  }
+  std::vector<double> pulls;
+  for (int i = 0; i < 3; ++i) {
+    net::OutMessage req = ps::ReadRequestFor({"big"});
+    Route(req.envelope().getRequest().getBody().getAs<wire::ReadRequest>().initRoute(), 1);
+    const auto start = Clock::now();
+    if (!cluster.Client(0, "worker").Call("ps.Read", std::move(req), absl::Seconds(120)).ok()) return 1;
+    pulls.push_back(mib / Seconds(start));
+  }
+  ps::ShardMap rebuild = alone;
+  rebuild.groups[0].generation = 2;
+  rebuild.groups[0].rebuilding = {1};
+  rebuild.generation = 2;
+  if (!cluster.SetMap(1, rebuild).ok()) return 1;
+  const auto start = Clock::now();
+  if (!cluster.SetMap(0, rebuild).ok()) return 1;
+  bool synced = false;
+  while (!synced && Seconds(start) < 600) {
+    net::OutMessage req;
+    req.InitRequestBody<wire::Empty>();
+    auto resp = cluster.Call(0, "chief", "ps.ReplicaStatus", std::move(req));
+    if (!resp.ok()) return 1;
+    for (auto c : resp->ResponseBody<wire::ReplicaStatusResponse>().getCopies()) {
+      for (auto b : c.getBackups()) synced = synced || (c.getGroup() == 0 && b.getInSync());
+    }
+    // Polls gently: the machine's cores are what the transfer runs on.
+    if (!synced) absl::SleepFor(absl::Milliseconds(2));
+  }
+  const double transfer = mib / Seconds(start);
+  report.Add({.name = absl::StrCat("state transfer ", mib, "MiB shard"), .value = transfer, .unit = "MiB/s",
+              .reference = "dense pull", .reference_value = bench::Median(pulls), .note = "aim >= 0.5x"});
+  for (const bench::Figure& f : report.figures()) {
+    std::printf("%-34s %12.1f %-6s  vs %-10s %12.1f  ratio %.2fx\n", f.name.c_str(), f.value, f.unit.c_str(),
+                f.reference.c_str(), f.reference_value, f.value / f.reference_value);
+  }
+  return synced ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace asyncps
+
+int main(int argc, char** argv) {
+  bool quick;
+  std::string json;
+  if (!asyncps::bench::ParseBenchFlags(argc, argv, &quick, &json)) return 2;
+  asyncps::bench::Report report(argc, argv);
+  return report.Finish(json, asyncps::Run(quick, report));
+}
