@@ -27,6 +27,8 @@ void SetRouteAs(net::OutMessage& m, uint32_t group, uint64_t generation) {
 bool SetRoute(const std::string& method, net::OutMessage& m, uint32_t group, uint64_t generation) {
   if (method == "ps.Read") {
     SetRouteAs<wire::ReadRequest>(m, group, generation);
+  } else if (method == "ps.Gather") {
+    SetRouteAs<wire::GatherRequest>(m, group, generation);
   } else if (method == "ps.Update") {
     SetRouteAs<wire::UpdateRequest>(m, group, generation);
   } else if (method == "ps.PushGradients") {

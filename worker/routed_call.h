@@ -17,7 +17,7 @@ class ShardMapCache;
 // none was asked: no primary was known before the deadline).
 using RoutedCallback = std::function<void(int ps, const std::string* address, absl::StatusOr<net::InMessage>)>;
 
-// Sends `request` (a ps.Read, ps.Update, ps.PushGradients, ps.CreateVariable,
+// Sends `request` (a ps.Read, ps.Gather, ps.Update, ps.PushGradients, ps.CreateVariable,
 // ps.SaveCheckpoint or ps.RestoreCheckpoint body) for shard group `group` to that group's
 // primary in `cache`, with the route {group, generation} set in the body, and rides out a
 // failover: when the PS refuses it as a stale shard map (ps::IsStaleShardMap), answers
@@ -28,8 +28,7 @@ using RoutedCallback = std::function<void(int ps, const std::string* address, ab
 // been applied (its primary dropped the connection) is sent again only when it carries an
 // update tag (the replicated dedup window applies it once) or creates a variable (idempotent);
 // an untagged ps.Update or ps.PushGradients whose primary became unreachable gets that error.
-// Any other method (ps.Gather, whose request has no route field yet) goes to PS `group` as
-// it is, once.
+// Any other method goes to PS `group` as it is, once.
 //
 // `done` runs exactly once, on an RPC loop thread or on the cache's fetching thread (never on
 // the calling thread). `ps` and `cache` must outlive every call in flight.
