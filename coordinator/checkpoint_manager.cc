@@ -20,6 +20,9 @@
 #include "ps/embedding/embedding_wire.h"
 #include "ps/embedding/key_partition.h"
 #include "ps/ps.capnp.h"
+#include "core/durable_file.h"
+#include "worker/routed_call.h"
+#include "worker/shard_map_cache.h"
 
 namespace asyncps {
 namespace {
@@ -48,18 +51,25 @@ std::vector<absl::StatusOr<net::InMessage>> CallEach(
   }
   for (size_t i = 0; i < calls.size(); ++i) {
     const int ps = calls[i].first;
+    auto answered = [state, i](int ps, const std::string* address, absl::StatusOr<net::InMessage> r) {
+      if (!r.ok()) {
+        r = absl::Status(r.status().code(), absl::StrCat("ps ", ps, " (", address != nullptr ? *address : "",
+                                                         "): ", r.status().message()));
+      }
+      MutexLock lock(&state->mu);
+      state->results[i] = std::move(r);
+      --state->remaining;
+    };
+    if (ShardMapCache* shard_map = strategy.process().shard_map(); shard_map != nullptr) {
+      // Replicated shards: `ps` is a shard group, saved or restored by its primary.
+      CallGroupAsync(strategy.process().ps_rpcs(), *shard_map, method, ps, std::move(calls[i].second),
+                     net::RpcClient::CallOptions{timeout, false}, std::move(answered));
+      continue;
+    }
     net::RpcClient& client = strategy.process().ps_rpc(ps);
-    client.CallAsync(
-        method, std::move(calls[i].second), net::RpcClient::CallOptions{timeout, false},
-        [state, i, ps, address = client.address()](absl::StatusOr<net::InMessage> r) {
-          if (!r.ok()) {
-            r = absl::Status(r.status().code(),
-                             absl::StrCat("ps ", ps, " (", address, "): ", r.status().message()));
-          }
-          MutexLock lock(&state->mu);
-          state->results[i] = std::move(r);
-          --state->remaining;
-        });
+    client.CallAsync(method, std::move(calls[i].second), net::RpcClient::CallOptions{timeout, false},
+                     [ps, address = &client.address(), answered = std::move(answered)](
+                         absl::StatusOr<net::InMessage> r) mutable { answered(ps, address, std::move(r)); });
   }
   MutexLock lock(&state->mu);
   state->mu.Await(absl::Condition(

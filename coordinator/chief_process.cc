@@ -6,11 +6,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/ps_monitor.h"
 #include "metrics/process_metrics.h"
 #include "metrics/rpc_metrics.h"
 #include "metrics/status_board.h"
 #include "net/event_loop.h"
 #include "net/rpc_client.h"
+#include "worker/shard_map_cache.h"
 
 namespace asyncps {
 
@@ -30,9 +32,12 @@ absl::StatusOr<std::unique_ptr<ChiefProcess>> ChiefProcess::Create(const Cluster
   p->rpc_metrics_ = std::make_unique<metrics::RpcMetrics>(*p->metrics_);
   p->status_board_ = std::make_unique<metrics::StatusBoard>(*p->metrics_);
   p->checkpoint_metrics_ = std::make_unique<CheckpointMetrics>(*p->metrics_);
+  const bool replicated = process.ps_replicas >= 2;
   for (int i = 0; i < cluster.num_ps(); ++i) {
-    // The chief does not watch parameter servers between calls (Prometheus's `up` does).
-    p->status_board_->SetMember("ps", i, cluster.ps()[static_cast<size_t>(i)], "unwatched", 0);
+    // Without replicas the chief does not watch parameter servers between calls (Prometheus's
+    // `up` does); with them the PsMonitor does.
+    p->status_board_->SetMember("ps", i, cluster.ps()[static_cast<size_t>(i)], replicated ? "starting" : "unwatched",
+                                0);
   }
   p->status_board_->Serve();
   if (p->metrics_->port() > 0) {
@@ -45,7 +50,21 @@ absl::StatusOr<std::unique_ptr<ChiefProcess>> ChiefProcess::Create(const Cluster
     p->ps_clients_.push_back(p->Connect(address));
     ptrs.push_back(p->ps_clients_.back().get());
   }
-  p->ps_client_ = std::make_unique<PsClient>(ptrs, p->directory_, PsClient::Options{p->options_.rpc_timeout});
+  PsClient::Options client_options{p->options_.rpc_timeout};
+  if (replicated) {
+    p->shard_map_ = std::make_unique<ShardMapCache>(ptrs, ShardMapCache::Options());
+    client_options.shard_map = p->shard_map_.get();
+  }
+  p->ps_client_ = std::make_unique<PsClient>(ptrs, p->directory_, client_options);
+  if (replicated) {
+    PsMonitor::Options monitor;
+    monitor.replicas = static_cast<int>(process.ps_replicas);
+    monitor.heartbeat_timeout = process.ps_heartbeat_timeout;
+    monitor.start_timeout = p->options_.rpc_timeout;
+    p->ps_monitor_ = std::make_unique<PsMonitor>(ptrs, cluster.ps(), *p->shard_map_, *p->metrics_,
+                                                 *p->status_board_, monitor);
+    if (absl::Status started = p->ps_monitor_->Start(); !started.ok()) return started;
+  }
   return p;
 }
 
@@ -53,12 +72,20 @@ ChiefProcess::ChiefProcess(const ClusterSpec& cluster, Options options)
     : cluster_(cluster), options_(std::move(options)) {}
 
 ChiefProcess::~ChiefProcess() {
+  ps_monitor_.reset();
   ps_client_.reset();
+  shard_map_.reset();
   ps_clients_.clear();  // before the loop they run on
   loop_.reset();
 }
 
 net::RpcClient& ChiefProcess::ps_rpc(int i) { return *ps_clients_[static_cast<size_t>(i)]; }
+
+std::vector<net::RpcClient*> ChiefProcess::ps_rpcs() {
+  std::vector<net::RpcClient*> out;
+  for (auto& c : ps_clients_) out.push_back(c.get());
+  return out;
+}
 
 std::unique_ptr<net::RpcClient> ChiefProcess::Connect(const std::string& address) {
   net::RpcClient::Options o;

@@ -16,6 +16,8 @@
 
 namespace asyncps {
 class CheckpointMetrics;
+class PsMonitor;
+class ShardMapCache;
 namespace metrics {
 class ProcessMetrics;
 class RpcMetrics;
@@ -57,11 +59,16 @@ class ChiefProcess {
   };
 
   // Sets the process up for `cluster`; connections to the parameter servers are made lazily,
-  // by the first call to each. Errors:
+  // by the first call to each. With replicated shards (options.process.ps_replicas >= 2) it
+  // also waits for every PS, pushes the first shard map to them (before any variable can be
+  // created) and starts watching them (PsMonitor); ps() then routes each request to its
+  // group's primary and rides out failovers. Errors:
   //   InvalidArgument: `cluster` is not a chief's spec (its task is neither the chief nor
   //     worker 0 of a cluster without one);
   //   Unavailable: options.process.metrics_port >= 0 and /metrics cannot be served on it (a
-  //     port in use is an error, never a silent fallback to no endpoint).
+  //     port in use is an error, never a silent fallback to no endpoint);
+  //   InvalidArgument / Unavailable from PsMonitor::Start with ps_replicas >= 2 (more copies
+  //     than PS; a PS that did not take the first map within rpc_timeout).
   static absl::StatusOr<std::unique_ptr<ChiefProcess>> Create(const ClusterSpec& cluster, Options options);
 
   // Closes the PS connections (operations still in flight on them complete with Cancelled,
@@ -98,6 +105,13 @@ class ChiefProcess {
   metrics::RpcMetrics& rpc_metrics() { return *rpc_metrics_; }
   // The status page: cluster members, events, live values and user scalars.
   metrics::StatusBoard& status_board() { return *status_board_; }
+  // With ps_replicas >= 2 the chief's copy of the shard map (requests for a group go to its
+  // primary: worker/routed_call.h); null otherwise. Owned by this.
+  ShardMapCache* shard_map() { return shard_map_.get(); }
+  // Every PS connection, by index (for routed calls beyond PsClient's). Owned by this.
+  std::vector<net::RpcClient*> ps_rpcs();
+  // The watch over the PS and owner of the shard map with ps_replicas >= 2; null otherwise.
+  PsMonitor* ps_monitor() { return ps_monitor_.get(); }
   // Checkpoint save metrics; their series exist (at 0) in every chief, whether or not it
   // checkpoints.
   CheckpointMetrics& checkpoint_metrics() { return *checkpoint_metrics_; }
@@ -123,7 +137,9 @@ class ChiefProcess {
   std::unique_ptr<net::EventLoop> loop_;
   std::vector<std::unique_ptr<net::RpcClient>> ps_clients_;
   VariableDirectory directory_;
+  std::unique_ptr<ShardMapCache> shard_map_;  // ps_replicas >= 2 only
   std::unique_ptr<PsClient> ps_client_;
+  std::unique_ptr<PsMonitor> ps_monitor_;  // ps_replicas >= 2 only; stopped first
 };
 
 }  // namespace asyncps

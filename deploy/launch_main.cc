@@ -44,7 +44,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: asyncps_launch --ps N --workers M [--evaluator] [--max_restarts R] [--log_level L]\n"
-    "                      [--token T] [--file_sd PATH] -- PROGRAM [ARGS...]\n"
+    "                      [--token T] [--file_sd PATH] [--ps_replicas K]\n"
+    "                      [--ps_heartbeat_timeout D] -- PROGRAM [ARGS...]\n"
     "\n"
     "Starts a local cluster on 127.0.0.1: N parameter servers, M workers, one chief (and one\n"
     "evaluator with --evaluator), each running PROGRAM with TF_CONFIG set for its task and\n"
@@ -72,7 +73,11 @@ constexpr char kUsage[] =
     "Every task serves /metrics on a port of its own (ASYNCPS_METRICS_PORT; the chief's also\n"
     "serves the status page /status); --file_sd PATH writes them as a Prometheus file_sd\n"
     "targets file before any task starts. ASYNCPS_METRICS_PORT=-1 in the launcher's\n"
-    "environment turns the endpoints off.\n";
+    "environment turns the endpoints off.\n"
+    "\n"
+    "--ps_replicas K (1..3, at most N) and --ps_heartbeat_timeout D (\"2s\", \"500ms\") set\n"
+    "ASYNCPS_PS_REPLICAS and ASYNCPS_PS_HEARTBEAT_TIMEOUT for every task: K copies of every\n"
+    "shard, a PS lost when it leaves the chief's heartbeats unanswered for D.\n";
 
 // Upper bound on tasks per job: a local cluster larger than this is a typo, not a plan.
 constexpr int kMaxTasksPerJob = 256;
@@ -96,6 +101,8 @@ struct LaunchArgs {
   std::string log_level;  // empty: ASYNCPS_LOG_LEVEL as inherited, else kDefaultChildLogLevel
   std::string token;
   std::string file_sd;  // Prometheus targets file to write; empty: none
+  std::string ps_replicas;           // empty: as inherited (ASYNCPS_PS_REPLICAS)
+  std::string ps_heartbeat_timeout;  // empty: as inherited (ASYNCPS_PS_HEARTBEAT_TIMEOUT)
   std::vector<std::string> program;
   std::string command;  // the whole command line, shell-quoted
 };
@@ -181,6 +188,21 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
       status = take_value();
       if (status.ok() && value.empty()) status = absl::InvalidArgumentError("--file_sd must not be empty");
       args.file_sd = value;
+    } else if (name == "--ps_replicas") {
+      status = take_value();
+      int k = 0;
+      if (status.ok() && (!absl::SimpleAtoi(value, &k) || k < 1 || k > 3)) {
+        status = absl::InvalidArgumentError(absl::StrCat("--ps_replicas wants 1, 2 or 3, got '", value, "'"));
+      }
+      args.ps_replicas = value;
+    } else if (name == "--ps_heartbeat_timeout") {
+      status = take_value();
+      absl::Duration d;
+      if (status.ok() && (!absl::ParseDuration(value, &d) || d <= absl::ZeroDuration())) {
+        status = absl::InvalidArgumentError(
+            absl::StrCat("--ps_heartbeat_timeout wants a duration such as 2s or 500ms, got '", value, "'"));
+      }
+      args.ps_heartbeat_timeout = value;
     } else if (name == "--evaluator" && !has_value) {
       args.evaluator = true;
     } else {
@@ -191,6 +213,10 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
   }
   if (!have_ps) return absl::InvalidArgumentError("--ps N is required");
   if (!have_workers) return absl::InvalidArgumentError("--workers M is required");
+  if (int k = 0; absl::SimpleAtoi(args.ps_replicas, &k) && k > args.num_ps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps_replicas ", k, " needs at least ", k, " parameter servers (--ps ", args.num_ps, ")"));
+  }
   for (; i < argc; ++i) args.program.emplace_back(argv[i]);
   if (args.program.empty()) return absl::InvalidArgumentError("no program given after '--'");
   return args;
@@ -347,6 +373,10 @@ class Launcher {
                      {"ASYNCPS_CLUSTER_TOKEN", token},
                      {"ASYNCPS_LOG_LEVEL", log_level},
                      {"ASYNCPS_LAUNCH_COMMAND", args_.command}};
+      if (!args_.ps_replicas.empty()) options.env["ASYNCPS_PS_REPLICAS"] = args_.ps_replicas;
+      if (!args_.ps_heartbeat_timeout.empty()) {
+        options.env["ASYNCPS_PS_HEARTBEAT_TIMEOUT"] = args_.ps_heartbeat_timeout;
+      }
       std::string metrics_note;
       if (serve_metrics) {
         options.env["ASYNCPS_METRICS_PORT"] = std::to_string(metrics_ports[task.label]);

@@ -107,6 +107,12 @@ void StatusBoard::ClearValuesSource() {
   source_ = nullptr;
 }
 
+void StatusBoard::SetShardGroups(std::vector<ShardGroup> groups, std::map<std::string, double> counters) {
+  MutexLock lock(&mu_);
+  shard_groups_ = std::move(groups);
+  replication_ = std::move(counters);
+}
+
 std::string StatusBoard::Json() {
   nlohmann::json doc;
   doc["role"] = metrics_.role();
@@ -133,6 +139,18 @@ std::string StatusBoard::Json() {
          {"restarts", m.restarts}});
   }
   doc["members"] = members;
+  if (!shard_groups_.empty()) {
+    nlohmann::json groups = nlohmann::json::array();
+    for (const ShardGroup& g : shard_groups_) {
+      groups.push_back({{"group", g.group},
+                        {"generation", g.generation},
+                        {"primary", g.primary},
+                        {"backups", g.backups},
+                        {"rebuilding", g.rebuilding}});
+    }
+    doc["shard_groups"] = groups;
+    doc["replication"] = replication_;
+  }
   nlohmann::json series = nlohmann::json::object();
   for (const auto& [name, points] : series_) {
     nlohmann::json p = nlohmann::json::array();

@@ -64,6 +64,19 @@ class StatusBoard {
   void SetValuesSource(std::function<std::map<std::string, double>()> source);
   void ClearValuesSource();
 
+  // Replicated shards (ps_replicas >= 2, coordinator/ps_monitor.h): each shard group's primary
+  // (-1: no live copy), in-sync backups, copies being rebuilt and generation, shown in
+  // /status.json as "shard_groups" and on the page as a table; `counters` (failovers, state
+  // transfers, bytes copied, ...) as "replication". Replaces what was set before.
+  struct ShardGroup {
+    int group = 0;
+    uint64_t generation = 0;
+    int primary = -1;
+    std::vector<int> backups;
+    std::vector<int> rebuilding;
+  };
+  void SetShardGroups(std::vector<ShardGroup> groups, std::map<std::string, double> counters);
+
   // The JSON document /status.json returns.
   std::string Json();
 
@@ -92,6 +105,8 @@ class StatusBoard {
   Mutex mu_;
   std::map<std::pair<std::string, int>, Member> members_ ABSL_GUARDED_BY(mu_);
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
+  std::vector<ShardGroup> shard_groups_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, double> replication_ ABSL_GUARDED_BY(mu_);
   // Points (step, value) per scalar name.
   std::map<std::string, std::vector<std::pair<int64_t, double>>> series_ ABSL_GUARDED_BY(mu_);
 };

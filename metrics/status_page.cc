@@ -44,6 +44,12 @@ const char* StatusPageHtml() {
 <h2>Members</h2>
 <table id="members"><thead><tr><th>role</th><th>task</th><th>address</th><th>state</th><th>incarnation</th><th>restarts</th></tr></thead>
 <tbody></tbody></table>
+<div id="replication" hidden>
+<h2>Shard groups</h2>
+<table id="groups"><thead><tr><th>group</th><th>primary</th><th>backups</th><th>rebuilding</th><th>generation</th></tr></thead>
+<tbody></tbody></table>
+<p id="replication-counters"></p>
+</div>
 <h2>Scalars</h2>
 <div class="plots" id="plots"></div>
 <h2>Recent events</h2>
@@ -117,6 +123,22 @@ function render(s) {
     el("td", {class: "state-" + m.state}, tr).textContent = m.state;
     el("td", {}, tr).textContent = m.incarnation || "-";
     el("td", {class: "restarts"}, tr).textContent = fmt(m.restarts || 0);
+  }
+
+  if (s.shard_groups) {
+    document.getElementById("replication").hidden = false;
+    const gbody = document.querySelector("#groups tbody");
+    gbody.replaceChildren();
+    for (const g of s.shard_groups) {
+      const tr = el("tr", {class: "group", "data-primary": g.primary}, gbody);
+      el("td", {}, tr).textContent = g.group;
+      el("td", {}, tr).textContent = g.primary < 0 ? "none" : "ps " + g.primary;
+      el("td", {}, tr).textContent = g.backups.join(", ") || "-";
+      el("td", {}, tr).textContent = g.rebuilding.join(", ") || "-";
+      el("td", {}, tr).textContent = g.generation;
+    }
+    const r = s.replication || {};
+    text("replication-counters", Object.keys(r).sort().map(k => k + " " + fmt(r[k])).join(" \u00b7 "));
   }
 
   const plots = document.getElementById("plots");

@@ -14,6 +14,7 @@
 #include "net/rpc_client.h"
 #include "ps/ps.capnp.h"
 #include "ps/ps_wire.h"
+#include "worker/routed_call.h"
 
 namespace asyncps {
 namespace {
@@ -27,9 +28,11 @@ using CallResults = std::vector<absl::StatusOr<net::InMessage>>;
 
 // Sends every call at once; `on_all` gets the results, in call order, once the last one is
 // in (on the loop thread of the client that answered last, or here when `calls` is empty).
+// With `shard_map` (replicated shards), a call's `ps` is a shard group, sent to the group's
+// primary and retried there across a failover (worker/routed_call.h).
 void CallAllAsync(const std::vector<net::RpcClient*>& ps, const std::string& method,
                   std::vector<Outgoing> calls, const net::RpcClient::CallOptions& options,
-                  std::function<void(CallResults)> on_all) {
+                  std::function<void(CallResults)> on_all, ShardMapCache* shard_map = nullptr) {
   if (calls.empty()) {
     on_all(CallResults());
     return;
@@ -59,30 +62,39 @@ void CallAllAsync(const std::vector<net::RpcClient*>& ps, const std::string& met
   };
   auto state = std::make_shared<State>(calls.size(), std::move(on_all));
   for (size_t i = 0; i < calls.size(); ++i) {
+    auto answered = [state, i](int p, const std::string* address, absl::StatusOr<net::InMessage> r) {
+      if (p >= 0) {
+        if (!r.ok() && r.status().code() == absl::StatusCode::kNotFound) {
+          // Every name sent came from the directory: the PS lost it.
+          r = PsStateLostError(p, *address, r.status().message());
+        } else if (!r.ok() && IsPsUnreachable(r.status())) {
+          r = absl::Status(r.status().code(), absl::StrCat("ps ", p, " (", *address, "): ", r.status().message()));
+        }
+      }
+      state->results[i] = std::move(r);
+      if (state->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        state->on_all(std::move(state->results));
+      }
+    };
     const int p = calls[i].ps;
-    ps[p]->CallAsync(method, std::move(calls[i].message), options,
-                     [state, i, p, address = &ps[p]->address()](absl::StatusOr<net::InMessage> r) {
-                       if (!r.ok() && r.status().code() == absl::StatusCode::kNotFound) {
-                         // Every name sent came from the directory: the PS lost it.
-                         r = PsStateLostError(p, *address, r.status().message());
-                       } else if (!r.ok() && IsPsUnreachable(r.status())) {
-                         r = absl::Status(r.status().code(), absl::StrCat("ps ", p, " (", *address,
-                                                                          "): ", r.status().message()));
-                       }
-                       state->results[i] = std::move(r);
-                       if (state->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-                         state->on_all(std::move(state->results));
-                       }
-                     });
+    if (shard_map != nullptr) {
+      CallGroupAsync(ps, *shard_map, method, p, std::move(calls[i].message), options, std::move(answered));
+    } else {
+      ps[p]->CallAsync(method, std::move(calls[i].message), options,
+                       [p, address = &ps[p]->address(), answered = std::move(answered)](
+                           absl::StatusOr<net::InMessage> r) mutable { answered(p, address, std::move(r)); });
+    }
   }
 }
 
 // Sends every call at once and waits for all of them. Results are in call order.
 CallResults CallAll(const std::vector<net::RpcClient*>& ps, const std::string& method,
-                    std::vector<Outgoing> calls, const net::RpcClient::CallOptions& options) {
+                    std::vector<Outgoing> calls, const net::RpcClient::CallOptions& options,
+                    ShardMapCache* shard_map = nullptr) {
   auto [future, complete] = PsFuture<CallResults>::Make();
-  CallAllAsync(ps, method, std::move(calls), options,
-               [complete = std::move(complete)](CallResults r) { complete(std::move(r)); });
+  CallAllAsync(
+      ps, method, std::move(calls), options,
+      [complete = std::move(complete)](CallResults r) { complete(std::move(r)); }, shard_map);
   return *future.Get();
 }
 
@@ -523,7 +535,8 @@ void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallb
   CallAllAsync(ps_, "ps.Read", std::move(calls), {options_.timeout, std::nullopt},
                [plan = std::move(plan), done = std::move(done)](CallResults results) {
                  done(FinishRead(*plan, std::move(results)));
-               });
+               },
+               options_.shard_map);
 }
 
 void PsClient::UpdateAsync(const std::vector<VariableUpdate>& updates, PsCallback<void> done,
@@ -535,7 +548,7 @@ void PsClient::UpdateAsync(const std::vector<VariableUpdate>& updates, PsCallbac
     if (absl::Status s = SplitUpdate(**p, u.kind, u.value, u.ids, &by_ps); !s.ok()) return done(s);
   }
   CallAllAsync(ps_, "ps.Update", PieceCalls<wire::UpdateRequest>(by_ps, tag), {options_.timeout, std::nullopt},
-               [done = std::move(done)](CallResults results) { done(FirstError(results)); });
+               [done = std::move(done)](CallResults results) { done(FirstError(results)); }, options_.shard_map);
 }
 
 void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, PsCallback<void> done,
@@ -557,7 +570,7 @@ void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, 
   }
   CallAllAsync(ps_, "ps.PushGradients", PieceCalls<wire::PushGradientsRequest>(by_ps, tag),
                {options_.timeout, std::nullopt},
-               [done = std::move(done)](CallResults results) { done(FirstError(results)); });
+               [done = std::move(done)](CallResults results) { done(FirstError(results)); }, options_.shard_map);
 }
 
 void PsClient::GatherVersionedAsync(const std::string& name, const Tensor& ids, PsCallback<VersionedRows> done) {
@@ -590,7 +603,8 @@ void PsClient::GatherVersionedAsync(const std::string& name, const Tensor& ids, 
   CallAllAsync(ps_, "ps.Gather", std::move(calls), {options_.timeout, std::nullopt},
                [plan = std::move(plan), done = std::move(done)](CallResults results) {
                  done(FinishGather(*plan, std::move(results)));
-               });
+               },
+               options_.shard_map);
 }
 
 absl::Status PsClient::CreateVariable(const VariablePlacement& placement, const ps::InitializerSpec& init,
@@ -614,7 +628,8 @@ absl::Status PsClient::CreateVariable(const VariablePlacement& placement, const 
     ps::OptimizerToWire(optimizer, req.initOptimizer());
     calls.push_back(std::move(call));
   }
-  return FirstError(CallAll(ps_, "ps.CreateVariable", std::move(calls), {options_.timeout, wait_for_ready}));
+  return FirstError(CallAll(ps_, "ps.CreateVariable", std::move(calls), {options_.timeout, wait_for_ready},
+                            options_.shard_map));
 }
 
 absl::Status PsClient::Health(int ps, absl::Duration timeout, bool wait_for_ready) {

@@ -21,6 +21,7 @@ namespace asyncps {
 namespace net {
 class RpcClient;
 }  // namespace net
+class ShardMapCache;
 
 // An update of a variable by name: dense over the whole value, or (with `ids`) of the rows
 // with those global row ids (1-D i32/i64; duplicates allowed).
@@ -78,7 +79,14 @@ struct VersionedRows {
 class PsClient {
  public:
   struct Options {
+    // Deadline of each operation, failovers ridden out included.
     absl::Duration timeout = absl::Seconds(60);
+    // Replicated shards (ps_replicas >= 2): a placement's PS index is a shard group, and each
+    // request goes to the group's primary in this map with its route, retried at the new
+    // primary across a failover until `timeout` (worker/routed_call.h). Null (one copy per
+    // shard): each request goes to the PS the placement names, as always. Not owned; must
+    // outlive this client and its operations.
+    ShardMapCache* shard_map = nullptr;
   };
 
   PsClient(std::vector<net::RpcClient*> ps, const VariableDirectory& directory, Options options);

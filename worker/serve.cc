@@ -7,6 +7,7 @@
 #include "net/server_process.h"
 #include "ps/ps_server.h"
 #include "worker/ps_client.h"
+#include "worker/shard_map_cache.h"
 #include "worker/worker_service.h"
 
 namespace asyncps {
@@ -26,7 +27,14 @@ int RunWorker(const ClusterSpec& cluster, const Program& program, const ProcessO
     ps_ptrs.push_back(ps_clients.back().get());
   }
   VariableDirectory directory;
-  PsClient ps(ps_ptrs, directory);
+  // Replicated shards: requests go to each group's primary, learned from the PS' shard maps.
+  std::unique_ptr<ShardMapCache> shard_map;
+  PsClient::Options ps_options;
+  if (options.ps_replicas >= 2) {
+    shard_map = std::make_unique<ShardMapCache>(ps_ptrs, ShardMapCache::Options());
+    ps_options.shard_map = shard_map.get();
+  }
+  PsClient ps(ps_ptrs, directory, ps_options);
   WorkerMetrics metrics((*process)->process_metrics());
   WorkerService service(program, cluster.task_index(), cluster.num_workers(), ps, directory, &metrics);
   service.RegisterWith((*process)->server().methods());

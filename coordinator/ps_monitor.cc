@@ -1,0 +1,431 @@
+#include "coordinator/ps_monitor.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/shard_map_owner.h"
+#include "metrics/process_metrics.h"
+#include "metrics/status_board.h"
+#include "net/rpc_client.h"
+#include "ps/ps.capnp.h"
+#include "worker/ps_future.h"
+#include "worker/shard_map_cache.h"
+
+namespace asyncps {
+
+// One PS as the monitor sees it.
+struct PsMonitor::PsView {
+  bool up = true;              // false once lost, until it answers again
+  uint64_t incarnation = 0;    // of the process that answered last (0: none yet)
+  absl::Time last_answer;      // when it last answered a heartbeat
+  bool heartbeat_in_flight = false;
+  uint64_t map_generation = 0;  // the map it said it holds
+  absl::Time pushed_at = absl::InfinitePast();
+  uint64_t pushed_generation = 0;
+};
+
+// A heartbeat's answer, decoded on the loop thread and handled on the monitor's.
+struct PsMonitor::Answer {
+  int ps = -1;
+  absl::Status status;
+  uint64_t incarnation = 0;
+  uint64_t map_generation = 0;
+  struct Backup {
+    int ps;
+    bool in_sync;
+    bool needs_rebuild;
+    uint64_t lag;
+    uint64_t bytes_copied;
+  };
+  struct Copy {
+    int group;
+    uint64_t generation;
+    wire::CopyRole role;
+    std::vector<Backup> backups;
+  };
+  std::vector<Copy> copies;
+};
+
+struct PsMonitor::Gauges {
+  explicit Gauges(metrics::ProcessMetrics& m) {
+    const std::map<std::string, std::string> labels = {{"role", m.role()}, {"task", m.task()}};
+    ps_up = &prometheus::BuildGauge()
+                 .Name("asyncps_ps_up")
+                 .Help("1 while the chief's heartbeats reach the PS, 0 once it is declared lost")
+                 .Labels(labels)
+                 .Register(m.registry());
+    primary = &prometheus::BuildGauge()
+                   .Name("asyncps_shard_group_primary")
+                   .Help("The PS index serving a shard group (-1: no live copy)")
+                   .Labels(labels)
+                   .Register(m.registry());
+    generation = &prometheus::BuildGauge()
+                      .Name("asyncps_shard_group_generation")
+                      .Help("A shard group's generation in the chief's shard map")
+                      .Labels(labels)
+                      .Register(m.registry());
+    copies = &prometheus::BuildGauge()
+                  .Name("asyncps_shard_group_copies")
+                  .Help("Copies of a shard group by state (primary, backup, rebuilding)")
+                  .Labels(labels)
+                  .Register(m.registry());
+    lag = &prometheus::BuildGauge()
+               .Name("asyncps_replication_lag")
+               .Help("Writes applied by a group's primary and not yet acknowledged by a copy")
+               .Labels(labels)
+               .Register(m.registry());
+    auto& counters = prometheus::BuildCounter()
+                         .Name("asyncps_ps_failover_events_total")
+                         .Help("The chief's shard-map decisions, by kind (failover, ps_lost, "
+                               "state_transfer, rebuilt, no_live_copy)")
+                         .Labels(labels)
+                         .Register(m.registry());
+    failovers = &counters.Add({{"kind", "failover"}});
+    ps_lost = &counters.Add({{"kind", "ps_lost"}});
+    transfers = &counters.Add({{"kind", "state_transfer"}});
+    rebuilt = &counters.Add({{"kind", "rebuilt"}});
+    no_live_copy = &counters.Add({{"kind", "no_live_copy"}});
+    bytes = &prometheus::BuildGauge()
+                 .Name("asyncps_ps_state_transfer_bytes")
+                 .Help("State transfer bytes copied to rebuilding copies (finished and running)")
+                 .Labels(labels)
+                 .Register(m.registry())
+                 .Add({});
+  }
+  prometheus::Family<prometheus::Gauge>* ps_up;
+  prometheus::Family<prometheus::Gauge>* primary;
+  prometheus::Family<prometheus::Gauge>* generation;
+  prometheus::Family<prometheus::Gauge>* copies;
+  prometheus::Family<prometheus::Gauge>* lag;
+  prometheus::Counter* failovers;
+  prometheus::Counter* ps_lost;
+  prometheus::Counter* transfers;
+  prometheus::Counter* rebuilt;
+  prometheus::Counter* no_live_copy;
+  prometheus::Gauge* bytes;
+};
+
+namespace {
+
+std::string Members(const std::vector<int32_t>& list) {
+  return list.empty() ? "-" : absl::StrJoin(list, ",");
+}
+
+}  // namespace
+
+PsMonitor::PsMonitor(std::vector<net::RpcClient*> ps, std::vector<std::string> addresses, ShardMapCache& cache,
+                     metrics::ProcessMetrics& metrics, metrics::StatusBoard& board, Options options)
+    : ps_(std::move(ps)),
+      addresses_(std::move(addresses)),
+      cache_(cache),
+      board_(board),
+      options_(options),
+      gauges_(std::make_unique<Gauges>(metrics)),
+      views_(ps_.size()) {}
+
+PsMonitor::~PsMonitor() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+PsMonitor::Stats PsMonitor::stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
+}
+
+ps::ShardMap PsMonitor::map() const {
+  MutexLock lock(&mu_);
+  return owner_ != nullptr ? owner_->map() : ps::ShardMap();
+}
+
+void PsMonitor::Event(const std::string& kind, const std::string& text) {
+  spdlog::info("{}: {}", kind, text);
+  board_.AddEvent(kind, text);
+}
+
+absl::Status PsMonitor::Start() {
+  const int num_ps = static_cast<int>(ps_.size());
+  absl::StatusOr<ShardMapOwner> initial = ShardMapOwner::Create(num_ps, options_.replicas);
+  if (!initial.ok()) return initial.status();
+  // A chief that restarted takes over the newest map the PS hold instead of the ring map
+  // (which they would refuse as older). Waits for PS that are still starting.
+  ps::ShardMap newest;
+  std::vector<uint64_t> incarnations(ps_.size(), 0);
+  for (int i = 0; i < num_ps; ++i) {
+    absl::StatusOr<net::InMessage> r = ps_[i]->Call("ps.GetShardMap", net::OutMessage(),
+                                                    net::RpcClient::CallOptions{options_.start_timeout, true});
+    if (!r.ok()) {
+      return absl::Status(r.status().code(), absl::StrCat("ps ", i, " (", addresses_[i],
+                                                          ") did not answer ps.GetShardMap: ", r.status().message()));
+    }
+    absl::StatusOr<ps::ShardMap> held;
+    absl::Status decoded = net::CatchDecodeErrors([&] {
+      auto body = r->ResponseBody<wire::GetShardMapResponse>();
+      incarnations[i] = body.getIncarnation();
+      held = ps::ShardMapFromWire(body.getMap(), num_ps);
+      return held.status();
+    });
+    if (!decoded.ok()) return decoded;
+    if (held->generation > newest.generation) newest = *std::move(held);
+  }
+  MutexLock lock(&mu_);
+  if (newest.generation > 0 && newest.replicas == static_cast<uint32_t>(options_.replicas)) {
+    owner_ = std::make_unique<ShardMapOwner>(std::move(newest), num_ps);
+    Event("shard_map", absl::StrCat("took over the map the PS hold: ", owner_->map().DebugString()));
+  } else {
+    owner_ = std::make_unique<ShardMapOwner>(*std::move(initial));
+    Event("shard_map", absl::StrCat("initial map: ", owner_->map().DebugString()));
+  }
+  cache_.Install(owner_->map());
+  const absl::Time now = absl::Now();
+  for (int i = 0; i < num_ps; ++i) {
+    views_[i].incarnation = incarnations[i];
+    views_[i].last_answer = now;
+  }
+  // The first map, on every PS before a variable is created.
+  for (int i = 0; i < num_ps; ++i) {
+    net::OutMessage m;
+    ps::ShardMapToWire(owner_->map(), m.InitRequestBody<wire::SetShardMapRequest>().initMap());
+    absl::StatusOr<net::InMessage> r =
+        ps_[i]->Call("ps.SetShardMap", std::move(m), net::RpcClient::CallOptions{options_.start_timeout, true});
+    if (!r.ok()) {
+      return absl::Status(r.status().code(), absl::StrCat("ps ", i, " (", addresses_[i],
+                                                          ") did not take the shard map: ", r.status().message()));
+    }
+    views_[i].map_generation = owner_->map().generation;
+  }
+  Publish();
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void PsMonitor::Loop() {
+  MutexLock lock(&mu_);
+  while (!stopping_) {
+    const absl::Time now = absl::Now();
+    for (size_t i = 0; i < ps_.size(); ++i) {
+      PsView& v = views_[i];
+      if (v.heartbeat_in_flight) continue;
+      v.heartbeat_in_flight = true;
+      const int index = static_cast<int>(i);
+      ps_[i]->CallAsync(
+          "ps.ReplicaStatus", net::OutMessage(), net::RpcClient::CallOptions{options_.heartbeat_timeout, false},
+          [this, index](absl::StatusOr<net::InMessage> r) {
+            Answer a;
+            a.ps = index;
+            a.status = r.status();
+            if (r.ok()) {
+              a.status = net::CatchDecodeErrors([&] {
+                auto body = r->ResponseBody<wire::ReplicaStatusResponse>();
+                a.incarnation = body.getIncarnation();
+                a.map_generation = body.getMapGeneration();
+                for (auto c : body.getCopies()) {
+                  Answer::Copy copy{static_cast<int>(c.getGroup()), c.getGeneration(), c.getRole(), {}};
+                  for (auto b : c.getBackups()) {
+                    copy.backups.push_back(
+                        {b.getPs(), b.getInSync(), b.getNeedsRebuild(), b.getLag(), b.getTransferBytesCopied()});
+                  }
+                  a.copies.push_back(std::move(copy));
+                }
+                return absl::OkStatus();
+              });
+            }
+            MutexLock lock(&mu_);
+            inbox_.push_back(std::move(a));
+          });
+    }
+    std::vector<Answer> answers;
+    answers.swap(inbox_);
+    for (const Answer& a : answers) {
+      views_[static_cast<size_t>(a.ps)].heartbeat_in_flight = false;
+      if (a.status.ok()) Handle(a.ps, a);
+    }
+    for (size_t i = 0; i < ps_.size(); ++i) {
+      PsView& v = views_[i];
+      if (v.up && now - v.last_answer > options_.heartbeat_timeout) {
+        v.up = false;
+        ++stats_.ps_lost;
+        gauges_->ps_lost->Increment();
+        Event("ps_down", absl::StrCat("ps ", i, " (", addresses_[i], ") did not answer for ",
+                                      absl::FormatDuration(now - v.last_answer)));
+        const ps::ShardMap before = owner_->map();
+        Changed(before, owner_->Lost(static_cast<int>(i)), absl::StrCat("ps ", i, " lost"));
+      }
+    }
+    for (size_t i = 0; i < ps_.size(); ++i) {
+      PsView& v = views_[i];
+      // A PS that answers but holds an older map missed a push: send it again (at most once a
+      // heartbeat timeout while it does not take it).
+      if (v.up && v.map_generation < owner_->map().generation &&
+          (v.pushed_generation < owner_->map().generation || now - v.pushed_at > options_.heartbeat_timeout)) {
+        PushMap(static_cast<int>(i));
+      }
+    }
+    Publish();
+    // Not a sleep as synchronisation: the heartbeat period, cut short by the destructor.
+    mu_.AwaitWithTimeout(
+        absl::Condition(+[](PsMonitor* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return m->stopping_; }, this),
+        std::max(absl::ZeroDuration(), now + options_.heartbeat_interval - absl::Now()));
+  }
+  // Heartbeats still in flight answer into inbox_ under mu_: wait for them so none touches
+  // this object after the destructor returns.
+  mu_.Await(absl::Condition(
+      +[](PsMonitor* m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        size_t in_flight = 0;
+        for (const PsView& v : m->views_) in_flight += v.heartbeat_in_flight ? 1 : 0;
+        return in_flight <= m->inbox_.size();
+      },
+      this));
+}
+
+void PsMonitor::Handle(int ps, const Answer& a) {
+  PsView& v = views_[static_cast<size_t>(ps)];
+  const absl::Time now = absl::Now();
+  const bool restarted = v.incarnation != 0 && a.incarnation != v.incarnation;
+  v.last_answer = now;
+  v.map_generation = a.map_generation;
+  if (v.up && restarted) {
+    // Restarted within the timeout: it holds nothing, so it is lost as much as a silent one.
+    ++stats_.ps_lost;
+    gauges_->ps_lost->Increment();
+    Event("ps_down", absl::StrCat("ps ", ps, " (", addresses_[ps], ") restarted (incarnation ", v.incarnation,
+                                  " -> ", a.incarnation, ")"));
+    const ps::ShardMap before = owner_->map();
+    Changed(before, owner_->Lost(ps), absl::StrCat("ps ", ps, " restarted"));
+    v.up = false;
+  }
+  v.incarnation = a.incarnation;
+  if (!v.up) {
+    v.up = true;
+    Event("ps_up", absl::StrCat("ps ", ps, " (", addresses_[ps], ") answers again (incarnation ", a.incarnation,
+                                "): rebuilding its copies"));
+    const ps::ShardMap before = owner_->map();
+    const std::vector<int> changed = owner_->Returned(ps);
+    for (int g : owner_->TakeNoLiveCopy()) {
+      ++stats_.no_live_copy;
+      gauges_->no_live_copy->Increment();
+      Event("no_live_copy", absl::StrCat("shard group ", g, " lost every copy; ps ", ps,
+                                         " serves it empty until checkpoint recovery restores it"));
+    }
+    Changed(before, changed, absl::StrCat("ps ", ps, " returned"));
+  }
+  // The primaries' view of their copies: who caught up, who needs a new transfer.
+  const ps::ShardMap map = owner_->map();
+  for (const Answer::Copy& c : a.copies) {
+    const ps::GroupEntry* g = map.Find(static_cast<uint32_t>(c.group));
+    if (g == nullptr) continue;
+    if (c.role == wire::CopyRole::NEEDS_REBUILD &&
+        std::find(g->backups.begin(), g->backups.end(), ps) != g->backups.end()) {
+      Changed(map, owner_->NeedsRebuild(ps, c.group), absl::StrCat("ps ", ps, " needs a rebuild of group ", c.group));
+      continue;
+    }
+    // Only a primary at the map's generation speaks for the group's copies.
+    if (c.role != wire::CopyRole::PRIMARY || g->primary != ps || c.generation != g->generation) continue;
+    for (const Answer::Backup& b : c.backups) {
+      const bool rebuilding = std::find(g->rebuilding.begin(), g->rebuilding.end(), b.ps) != g->rebuilding.end();
+      const bool backup = std::find(g->backups.begin(), g->backups.end(), b.ps) != g->backups.end();
+      gauges_->lag->Add({{"group", std::to_string(c.group)}, {"ps", std::to_string(b.ps)}})
+          .Set(static_cast<double>(b.lag));
+      if (rebuilding && b.in_sync && owner_->map().generation == map.generation) {
+        ++stats_.rebuilt;
+        gauges_->rebuilt->Increment();
+        stats_.bytes_copied += static_cast<int64_t>(b.bytes_copied);
+        Event("ps_rebuilt", absl::StrCat("ps ", b.ps, " holds group ", c.group, " in sync (", b.bytes_copied,
+                                         " bytes copied): a backup now"));
+        Changed(map, owner_->InSync(b.ps, c.group), absl::StrCat("ps ", b.ps, " rebuilt group ", c.group));
+        continue;
+      }
+      if (backup && b.needs_rebuild) {
+        Changed(map, owner_->NeedsRebuild(b.ps, c.group),
+                absl::StrCat("ps ", b.ps, " refused group ", c.group, "'s stream"));
+        continue;
+      }
+    }
+  }
+}
+
+void PsMonitor::Changed(const ps::ShardMap& before, const std::vector<int>& groups, const std::string& why) {
+  if (groups.empty()) return;
+  const ps::ShardMap& map = owner_->map();
+  for (int group : groups) {
+    const ps::GroupEntry* was = before.Find(static_cast<uint32_t>(group));
+    const ps::GroupEntry* now = map.Find(static_cast<uint32_t>(group));
+    if (was == nullptr || now == nullptr) continue;
+    if (was->primary >= 0 && now->primary >= 0 && was->primary != now->primary) {
+      ++stats_.failovers;
+      gauges_->failovers->Increment();
+      Event("ps_failover", absl::StrCat("shard group ", group, ": primary ps ", was->primary, " -> ps ", now->primary,
+                                        ", generation ", now->generation));
+    }
+    for (int32_t r : now->rebuilding) {
+      if (std::find(was->rebuilding.begin(), was->rebuilding.end(), r) != was->rebuilding.end()) continue;
+      ++stats_.state_transfers;
+      gauges_->transfers->Increment();
+      Event("ps_rebuilding", absl::StrCat("shard group ", group, ": ps ", r, " rebuilds from primary ps ",
+                                          now->primary, " (backups ", Members(now->backups), "), generation ",
+                                          now->generation));
+    }
+  }
+  Event("shard_map", absl::StrCat(why, ": ", map.DebugString()));
+  cache_.Install(map);
+  for (size_t i = 0; i < ps_.size(); ++i) {
+    if (views_[i].up) PushMap(static_cast<int>(i));
+  }
+}
+
+void PsMonitor::PushMap(int ps) {
+  PsView& v = views_[static_cast<size_t>(ps)];
+  v.pushed_generation = owner_->map().generation;
+  v.pushed_at = absl::Now();
+  net::OutMessage m;
+  ps::ShardMapToWire(owner_->map(), m.InitRequestBody<wire::SetShardMapRequest>().initMap());
+  ps_[static_cast<size_t>(ps)]->CallAsync(
+      "ps.SetShardMap", std::move(m), net::RpcClient::CallOptions{options_.heartbeat_timeout, false},
+      [ps, generation = v.pushed_generation](absl::StatusOr<net::InMessage> r) {
+        if (!r.ok()) spdlog::debug("shard map {} not taken by ps {}: {}", generation, ps, r.status().ToString());
+      });
+}
+
+void PsMonitor::Publish() {
+  const ps::ShardMap& map = owner_->map();
+  std::vector<metrics::StatusBoard::ShardGroup> groups;
+  std::vector<bool> rebuilding(ps_.size(), false);
+  for (const ps::GroupEntry& g : map.groups) {
+    const std::string label = std::to_string(g.group);
+    gauges_->primary->Add({{"group", label}}).Set(g.primary);
+    gauges_->generation->Add({{"group", label}}).Set(static_cast<double>(g.generation));
+    gauges_->copies->Add({{"group", label}, {"state", "backup"}}).Set(static_cast<double>(g.backups.size()));
+    gauges_->copies->Add({{"group", label}, {"state", "rebuilding"}}).Set(static_cast<double>(g.rebuilding.size()));
+    for (int32_t r : g.rebuilding) rebuilding[static_cast<size_t>(r)] = true;
+    groups.push_back({static_cast<int>(g.group), g.generation, g.primary,
+                      std::vector<int>(g.backups.begin(), g.backups.end()),
+                      std::vector<int>(g.rebuilding.begin(), g.rebuilding.end())});
+  }
+  for (size_t i = 0; i < ps_.size(); ++i) {
+    const PsView& v = views_[i];
+    const std::string state = !v.up ? "down" : rebuilding[i] ? "rebuilding" : "up";
+    board_.SetMember("ps", static_cast<int>(i), addresses_[i], state, v.up ? v.incarnation : 0);
+    gauges_->ps_up->Add({{"ps", std::to_string(i)}}).Set(v.up ? 1 : 0);
+  }
+  gauges_->bytes->Set(static_cast<double>(stats_.bytes_copied));
+  board_.SetShardGroups(std::move(groups),
+                        {{"ps_failovers", static_cast<double>(stats_.failovers)},
+                         {"ps_lost", static_cast<double>(stats_.ps_lost)},
+                         {"ps_state_transfers", static_cast<double>(stats_.state_transfers)},
+                         {"ps_rebuilt", static_cast<double>(stats_.rebuilt)},
+                         {"ps_state_transfer_bytes", static_cast<double>(stats_.bytes_copied)},
+                         {"shard_map_generation", static_cast<double>(map.generation)}});
+}
+
+}  // namespace asyncps

@@ -1,0 +1,113 @@
+#ifndef ASYNCPS_COORDINATOR_PS_MONITOR_H_
+#define ASYNCPS_COORDINATOR_PS_MONITOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "core/sync.h"
+#include "ps/replication/shard_map.h"
+
+namespace asyncps {
+class ShardMapCache;
+class ShardMapOwner;
+namespace metrics {
+class ProcessMetrics;
+class StatusBoard;
+}  // namespace metrics
+namespace net {
+class RpcClient;
+}  // namespace net
+
+// The chief's watch over its parameter servers with replicated shards (ps_replicas >= 2,
+// issue 19), and the owner of the shard map they serve by.
+//
+// Start pushes the map (the ring map at generation 1, or the newest map a PS already holds
+// when the chief restarted) to every PS before any variable is created. Then one thread sends
+// ps.ReplicaStatus to every PS every `heartbeat_interval` and decides (ShardMapOwner):
+//   * a PS that has not answered for `heartbeat_timeout`, or answers with another incarnation
+//     (it restarted empty), is lost: its groups fail over to their backups, generations rise,
+//     and the new map goes to every PS that answers (and to `cache`, the chief's own client);
+//   * a lost PS that answers again (restarted, or resumed after a stall) rebuilds its ring
+//     groups by state transfer (rebuilding) and becomes a backup when its primary reports it in
+//     sync; a backup that refused its stream goes back to rebuilding;
+//   * a PS whose map is older than the chief's gets it again (a push it missed).
+// Each PS's state (up, down, rebuilding), each group's primary, backups, generation and
+// replication lag, failovers, state transfers and bytes copied are shown on the status board
+// and exported as metrics; every decision is an event on the board and a log line.
+//
+// Thread-safe. The RPC clients, `cache`, `metrics` and `board` are not owned and must outlive
+// the monitor.
+class PsMonitor {
+ public:
+  struct Options {
+    int replicas = 2;
+    absl::Duration heartbeat_interval = absl::Milliseconds(200);
+    absl::Duration heartbeat_timeout = absl::Seconds(2);
+    // How long Start waits for every PS to take the first map.
+    absl::Duration start_timeout = absl::Seconds(60);
+  };
+
+  PsMonitor(std::vector<net::RpcClient*> ps, std::vector<std::string> addresses, ShardMapCache& cache,
+            metrics::ProcessMetrics& metrics, metrics::StatusBoard& board, Options options);
+  // Stops the heartbeat thread.
+  ~PsMonitor();
+
+  PsMonitor(const PsMonitor&) = delete;
+  PsMonitor& operator=(const PsMonitor&) = delete;
+
+  // Pushes the first map to every PS (waiting for PS that are still starting, up to
+  // start_timeout) and starts watching. InvalidArgument when the replicas do not fit the
+  // cluster (k > num_ps); Unavailable when a PS does not take the map in time.
+  absl::Status Start();
+
+  // What the monitor has done so far.
+  struct Stats {
+    int64_t failovers = 0;        // groups whose primary moved to a backup
+    int64_t ps_lost = 0;          // PS declared lost
+    int64_t state_transfers = 0;  // copies added as rebuilding
+    int64_t rebuilt = 0;          // rebuilding copies that became backups
+    int64_t no_live_copy = 0;     // groups left without any copy
+    int64_t bytes_copied = 0;     // bytes of finished state transfers, as their primaries reported
+  };
+  Stats stats() const;
+  // The map the chief holds now.
+  ps::ShardMap map() const;
+
+ private:
+  struct PsView;
+  struct Gauges;
+  struct Answer;
+  void Loop();
+  void Handle(int ps, const Answer& answer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs and pushes the map after `groups` changed from `before` (failovers and new
+  // transfers counted).
+  void Changed(const ps::ShardMap& before, const std::vector<int>& groups, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PushMap(int ps) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Event(const std::string& kind, const std::string& text);
+
+  const std::vector<net::RpcClient*> ps_;
+  const std::vector<std::string> addresses_;
+  ShardMapCache& cache_;
+  metrics::StatusBoard& board_;
+  const Options options_;
+  std::unique_ptr<Gauges> gauges_;
+
+  mutable Mutex mu_;
+  std::unique_ptr<ShardMapOwner> owner_ ABSL_GUARDED_BY(mu_);
+  std::vector<PsView> views_ ABSL_GUARDED_BY(mu_);
+  std::vector<Answer> inbox_ ABSL_GUARDED_BY(mu_);
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COORDINATOR_PS_MONITOR_H_

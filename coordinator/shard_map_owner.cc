@@ -1,0 +1,97 @@
+#include "coordinator/shard_map_owner.h"
+
+#include <algorithm>
+
+namespace asyncps {
+namespace {
+
+bool Remove(std::vector<int32_t>& list, int ps) {
+  auto it = std::find(list.begin(), list.end(), ps);
+  if (it == list.end()) return false;
+  list.erase(it);
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<ShardMapOwner> ShardMapOwner::Create(int num_ps, int replicas) {
+  absl::StatusOr<ps::ShardMap> map = ps::ShardMap::Initial(num_ps, replicas);
+  if (!map.ok()) return map.status();
+  return ShardMapOwner(*std::move(map), num_ps);
+}
+
+ShardMapOwner::ShardMapOwner(ps::ShardMap map, int num_ps) : map_(std::move(map)), num_ps_(num_ps) {}
+
+void ShardMapOwner::Bump(ps::GroupEntry& g) {
+  g.generation = map_.generation + 1;
+  map_.generation = g.generation;
+}
+
+std::vector<int> ShardMapOwner::Lost(int ps) {
+  std::vector<int> changed;
+  for (ps::GroupEntry& g : map_.groups) {
+    bool touched = Remove(g.backups, ps);
+    touched = Remove(g.rebuilding, ps) || touched;
+    if (g.primary == ps) {
+      touched = true;
+      if (!g.backups.empty()) {
+        g.primary = g.backups.front();
+        g.backups.erase(g.backups.begin());
+      } else {
+        g.primary = -1;
+      }
+    }
+    if (touched) {
+      Bump(g);
+      changed.push_back(static_cast<int>(g.group));
+    }
+  }
+  return changed;
+}
+
+std::vector<int> ShardMapOwner::Returned(int ps) {
+  std::vector<int> changed;
+  const int k = static_cast<int>(map_.replicas);
+  for (ps::GroupEntry& g : map_.groups) {
+    if (g.Holds(ps)) continue;
+    const int offset = (ps - static_cast<int>(g.group) + num_ps_) % num_ps_;
+    const int copies = (g.primary >= 0 ? 1 : 0) + static_cast<int>(g.backups.size() + g.rebuilding.size());
+    if (g.primary < 0) {
+      // Every copy was lost: an empty primary, filled by checkpoint recovery.
+      if (offset >= k) continue;
+      g.primary = ps;
+      no_live_copy_.push_back(static_cast<int>(g.group));
+    } else if (offset < k || copies < k) {
+      g.rebuilding.push_back(ps);
+    } else {
+      continue;
+    }
+    Bump(g);
+    changed.push_back(static_cast<int>(g.group));
+  }
+  return changed;
+}
+
+std::vector<int> ShardMapOwner::InSync(int ps, int group) {
+  for (ps::GroupEntry& g : map_.groups) {
+    if (static_cast<int>(g.group) != group || !Remove(g.rebuilding, ps)) continue;
+    g.backups.push_back(ps);
+    Bump(g);
+    return {group};
+  }
+  return {};
+}
+
+std::vector<int> ShardMapOwner::NeedsRebuild(int ps, int group) {
+  for (ps::GroupEntry& g : map_.groups) {
+    if (static_cast<int>(g.group) != group || !Remove(g.backups, ps)) continue;
+    g.rebuilding.push_back(ps);
+    Bump(g);
+    return {group};
+  }
+  return {};
+}
+
+std::vector<int> ShardMapOwner::TakeNoLiveCopy() { return std::exchange(no_live_copy_, {}); }
+
+}  // namespace asyncps

@@ -1,0 +1,60 @@
+#ifndef ASYNCPS_COORDINATOR_SHARD_MAP_OWNER_H_
+#define ASYNCPS_COORDINATOR_SHARD_MAP_OWNER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ps/replication/shard_map.h"
+
+namespace asyncps {
+
+// The chief's decisions about the shard map (issue 19), kept apart from the heartbeats and RPCs
+// that feed them (coordinator/ps_monitor.h) so each rule can be tested alone. Every change
+// gives each group it touches a generation above every generation the map held, so the map
+// generation grows with every change and a PS never sees two different maps at one generation.
+//
+// Rules:
+//   * Lost(ps): every group whose primary was `ps` gets its first backup as primary (or no
+//     primary, -1, when it had none: a group with no live copy); `ps` leaves every group's
+//     backups and rebuilding lists.
+//   * Returned(ps): `ps` is added as rebuilding to each group whose ring places a copy on it
+//     (group g's ring is g, g+1, ..., g+k-1 mod n) and that lacks it, and to any group with
+//     fewer than k copies; a group with no primary at all takes `ps` as its (empty) primary
+//     instead, which is the caller's cue for checkpoint recovery (see NoLiveCopy).
+//   * InSync(ps, group): a rebuilding copy the primary reports caught up becomes a backup.
+//   * NeedsRebuild(ps, group): a backup that refused the stream (gap, out of order) goes back to
+//     rebuilding, so the primary sends it a fresh state transfer.
+// Each returns the groups it changed (empty: the map is unchanged).
+//
+// Not thread-safe: the PS monitor owns it and calls it from its one thread.
+class ShardMapOwner {
+ public:
+  // InvalidArgument as ps::ShardMap::Initial.
+  static absl::StatusOr<ShardMapOwner> Create(int num_ps, int replicas);
+  // Takes over `map` (e.g. the newest map the PS hold, when a chief restarts).
+  ShardMapOwner(ps::ShardMap map, int num_ps);
+
+  const ps::ShardMap& map() const { return map_; }
+  int num_ps() const { return num_ps_; }
+
+  std::vector<int> Lost(int ps);
+  std::vector<int> Returned(int ps);
+  std::vector<int> InSync(int ps, int group);
+  std::vector<int> NeedsRebuild(int ps, int group);
+
+  // Groups that were left without any live copy and were given an empty primary since the
+  // last call (the caller restores them from a checkpoint), then forgets them.
+  std::vector<int> TakeNoLiveCopy();
+
+ private:
+  void Bump(ps::GroupEntry& g);
+
+  ps::ShardMap map_;
+  int num_ps_;
+  std::vector<int> no_live_copy_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COORDINATOR_SHARD_MAP_OWNER_H_

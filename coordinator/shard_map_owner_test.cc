@@ -1,0 +1,83 @@
+#include "coordinator/shard_map_owner.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace asyncps {
+namespace {
+
+ShardMapOwner ThreePsTwoCopies() {
+  absl::StatusOr<ShardMapOwner> owner = ShardMapOwner::Create(3, 2);
+  EXPECT_TRUE(owner.ok()) << owner.status();
+  return *std::move(owner);
+}
+
+TEST(ShardMapOwnerTest, InitialMapIsTheRing) {
+  ShardMapOwner owner = ThreePsTwoCopies();
+  ASSERT_EQ(owner.map().groups.size(), 3u);
+  for (int g = 0; g < 3; ++g) {
+    EXPECT_EQ(owner.map().groups[g].primary, g);
+    EXPECT_EQ(owner.map().groups[g].backups, std::vector<int32_t>{(g + 1) % 3});
+  }
+  EXPECT_FALSE(ShardMapOwner::Create(2, 3).ok()) << "more copies than PS";
+}
+
+TEST(ShardMapOwnerTest, LostPrimaryPromotesItsBackupAndRaisesGenerations) {
+  ShardMapOwner owner = ThreePsTwoCopies();
+  const uint64_t before = owner.map().generation;
+  // PS 1 is primary of group 1 and backup of group 0.
+  EXPECT_EQ(owner.Lost(1), (std::vector<int>{0, 1}));
+  const ps::GroupEntry& g0 = owner.map().groups[0];
+  const ps::GroupEntry& g1 = owner.map().groups[1];
+  EXPECT_EQ(g0.primary, 0);
+  EXPECT_TRUE(g0.backups.empty());
+  EXPECT_EQ(g1.primary, 2);
+  EXPECT_TRUE(g1.backups.empty());
+  EXPECT_GT(g0.generation, before);
+  EXPECT_GT(g1.generation, g0.generation);
+  EXPECT_EQ(owner.map().generation, g1.generation);
+  EXPECT_EQ(owner.map().groups[2].generation, before) << "group 2 did not change";
+  EXPECT_TRUE(owner.map().Validate(3).ok()) << owner.map().Validate(3);
+}
+
+TEST(ShardMapOwnerTest, ReturnedPsRebuildsItsRingGroupsThenCountsWhenInSync) {
+  ShardMapOwner owner = ThreePsTwoCopies();
+  owner.Lost(1);
+  EXPECT_EQ(owner.Returned(1), (std::vector<int>{0, 1}));
+  EXPECT_EQ(owner.map().groups[0].rebuilding, std::vector<int32_t>{1});
+  EXPECT_EQ(owner.map().groups[1].rebuilding, std::vector<int32_t>{1});
+  EXPECT_EQ(owner.map().groups[1].primary, 2) << "the promoted copy stays primary";
+  EXPECT_TRUE(owner.Returned(1).empty()) << "already rebuilding";
+  const uint64_t before = owner.map().generation;
+  EXPECT_EQ(owner.InSync(1, 1), std::vector<int>{1});
+  EXPECT_EQ(owner.map().groups[1].backups, std::vector<int32_t>{1});
+  EXPECT_TRUE(owner.map().groups[1].rebuilding.empty());
+  EXPECT_GT(owner.map().generation, before);
+  EXPECT_TRUE(owner.InSync(1, 1).empty()) << "already a backup";
+  EXPECT_TRUE(owner.map().Validate(3).ok());
+}
+
+TEST(ShardMapOwnerTest, BackupThatNeedsRebuildGoesBackToRebuilding) {
+  ShardMapOwner owner = ThreePsTwoCopies();
+  EXPECT_EQ(owner.NeedsRebuild(1, 0), std::vector<int>{0});
+  EXPECT_TRUE(owner.map().groups[0].backups.empty());
+  EXPECT_EQ(owner.map().groups[0].rebuilding, std::vector<int32_t>{1});
+  EXPECT_TRUE(owner.NeedsRebuild(2, 0).empty()) << "ps 2 holds no copy of group 0";
+}
+
+TEST(ShardMapOwnerTest, GroupWithNoLiveCopyGetsAnEmptyPrimaryForRecovery) {
+  ShardMapOwner owner = ThreePsTwoCopies();
+  owner.Lost(0);  // group 0 -> primary 1
+  owner.Lost(1);  // group 0 has no copy left
+  EXPECT_EQ(owner.map().groups[0].primary, -1);
+  EXPECT_TRUE(owner.TakeNoLiveCopy().empty());
+  owner.Returned(0);
+  EXPECT_EQ(owner.map().groups[0].primary, 0);
+  EXPECT_EQ(owner.TakeNoLiveCopy(), std::vector<int>{0});
+  EXPECT_TRUE(owner.TakeNoLiveCopy().empty());
+  EXPECT_TRUE(owner.map().Validate(3).ok());
+}
+
+}  // namespace
+}  // namespace asyncps

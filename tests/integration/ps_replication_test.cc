@@ -1,0 +1,376 @@
+// Replicated shards with hot failover (issue 19), with real processes: 3 PS with ps_replicas=2,
+// 3 workers, the exactly-once counter (20,000 ids, dynamic sharding). During one epoch the
+// test SIGKILLs one PS at a time while closures are in flight — the primary of a group three
+// times, a PS that holds only backups once, and a returning PS while it is being rebuilt once
+// — restarts it empty at its address, and waits (on the chief's shard map) until it is rebuilt
+// before the next kill. Every counter must end at exactly 1, no closure may fail to the user,
+// and nothing may come back from a checkpoint (there is none to come back from).
+// The fence test SIGSTOPs a primary until its backup is promoted, SIGCONTs it, and checks that
+// writes routed to it at the old generation are refused naming that generation, that the
+// chief's writes across the stall each land once, and that every copy holds the same values.
+#include <signal.h>
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/cluster_coordinator.h"
+#include "coordinator/parameter_server_strategy.h"
+#include "coordinator/ps_monitor.h"
+#include "core/sync.h"
+#include "gtest/gtest.h"
+#include "metrics/status_board.h"
+#include "net/rpc_client.h"
+#include "partitioners/partitioner.h"
+#include "ps/ps.capnp.h"
+#include "ps/ps_wire.h"
+#include "ps/replication/shard_map.h"
+#include "tests/integration/test_functions.h"
+#include "tests/testutil/local_cluster.h"
+
+namespace asyncps {
+namespace {
+
+using testutil::LocalCluster;
+
+constexpr int kPs = 3;
+constexpr int kReplicas = 2;
+constexpr int kWorkers = 3;
+constexpr int64_t kIds = 20'000;
+constexpr int64_t kBatch = 50;
+constexpr int64_t kRecordsPerSplit = 1'000;
+constexpr int kRound = 32;           // closures per round
+constexpr int kRoundsPerPhase = 2;   // rounds run per kill: 5 kills use 16,000 of the ids
+constexpr absl::Duration kWait = absl::Seconds(90);
+
+// Polls `condition` every 10 ms until it holds or `timeout` passes; whether it held.
+bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout = kWait) {
+  for (const absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;) {
+    if (condition()) return true;
+    Notification().WaitForNotificationWithTimeout(absl::Milliseconds(10));  // poll pacing
+  }
+  return condition();
+}
+
+class PsReplicationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LocalCluster::Options o;
+    o.num_workers = kWorkers;
+    o.num_ps = kPs;
+    o.extra_env = {{"ASYNCPS_PS_REPLICAS", std::to_string(kReplicas)}};
+    auto cluster = LocalCluster::Start(o);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+    ChiefProcess::Options options = cluster_->ChiefOptions();
+    options.process.ps_replicas = kReplicas;
+    options.process.ps_heartbeat_timeout = absl::Seconds(2);
+    auto process = ChiefProcess::Create(cluster_->chief_spec(), options);
+    ASSERT_TRUE(process.ok()) << process.status();
+    chief_ = std::make_unique<testutil::TestChief>(std::move(*process), *FixedShardsPartitioner::Create(kPs));
+    ASSERT_NE(monitor(), nullptr);
+    auto counts = chief_->strategy().CreateVariable("counts", init::Zeros({kIds}, DType::kI64));
+    ASSERT_TRUE(counts.ok()) << counts.status();
+    counts_ = std::make_unique<ShardedVariable>(*counts);
+    ASSERT_EQ(counts_->num_shards(), static_cast<size_t>(kPs));
+  }
+
+  void TearDown() override {
+    coordinator_.reset();
+    counts_.reset();
+    chief_.reset();
+    cluster_.reset();
+  }
+
+  PsMonitor* monitor() { return chief_->process().ps_monitor(); }
+
+  // Every group has a primary and k-1 in-sync backups, and nothing is being rebuilt.
+  bool FullyReplicated() {
+    const ps::ShardMap map = monitor()->map();
+    for (const ps::GroupEntry& g : map.groups) {
+      if (g.primary < 0 || g.backups.size() != kReplicas - 1 || !g.rebuilding.empty()) return false;
+    }
+    return map.groups.size() == kPs;
+  }
+
+  bool IsPrimary(int ps) {
+    for (const ps::GroupEntry& g : monitor()->map().groups) {
+      if (g.primary == ps) return true;
+    }
+    return false;
+  }
+
+  bool IsRebuilding(int ps) {
+    for (const ps::GroupEntry& g : monitor()->map().groups) {
+      if (std::find(g.rebuilding.begin(), g.rebuilding.end(), ps) != g.rebuilding.end()) return true;
+    }
+    return false;
+  }
+
+  // SIGKILLs PS `ps`, waits until the chief counts it lost (its groups failed over), and
+  // restarts it empty at its address.
+  void KillUntilLostAndRestart(int ps) {
+    const int64_t lost = monitor()->stats().ps_lost;
+    ASSERT_TRUE(cluster_->KillPs(ps).ok());
+    ASSERT_TRUE(WaitFor([&] { return monitor()->stats().ps_lost > lost; })) << "ps " << ps << " never lost";
+    EXPECT_FALSE(IsPrimary(ps)) << "a lost PS is still a primary: " << monitor()->map().DebugString();
+    ASSERT_TRUE(cluster_->RestartPs(ps).ok());
+  }
+
+  std::vector<int64_t> Counts() {
+    auto value = counts_->Read();
+    EXPECT_TRUE(value.ok()) << value.status();
+    if (!value.ok()) return {};
+    return std::vector<int64_t>(value->data<int64_t>(), value->data<int64_t>() + kIds);
+  }
+
+  Program program_ = testutil::MakeTestProgram();
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<testutil::TestChief> chief_;
+  std::unique_ptr<ShardedVariable> counts_;
+  std::unique_ptr<ClusterCoordinator> coordinator_;
+};
+
+TEST_F(PsReplicationTest, FiveKillsInOneEpochLoseNoUpdate) {
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, testutil::FastFailureDetection());
+  auto dataset = coordinator_->CreatePerWorkerDataset(
+      "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kDynamic,
+      kRecordsPerSplit);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  auto iterator = dataset->MakeIterator();
+  ASSERT_TRUE(iterator.ok()) << iterator.status();
+
+  // The epoch runs in rounds on its own thread; the test lets it start kRoundsPerPhase rounds
+  // per kill, so every kill lands while a round is in flight and the epoch outlasts the kills.
+  Mutex mu;
+  int rounds_allowed = 0, rounds_started = 0;
+  int64_t counted = 0, failed = 0;
+  std::string first_failure;
+  std::thread epoch([&] {
+    for (int round = 0; round < 1000; ++round) {
+      {
+        MutexLock lock(&mu);
+        std::pair<int*, int*> gate(&rounds_allowed, &rounds_started);
+        mu.Await(absl::Condition(+[](std::pair<int*, int*>* p) { return *p->second < *p->first; }, &gate));
+      }
+      std::vector<RemoteValue> values;
+      for (int i = 0; i < kRound; ++i) {
+        auto v = coordinator_->Schedule("count_ids", {*iterator, Tensor::Scalar<int64_t>(10)});
+        EXPECT_TRUE(v.ok()) << v.status();
+        if (v.ok()) values.push_back(*v);
+      }
+      {
+        MutexLock lock(&mu);
+        ++rounds_started;
+      }
+      const absl::Status joined = coordinator_->Join();
+      MutexLock lock(&mu);
+      for (const RemoteValue& v : values) {
+        auto r = v.Fetch();
+        if (r.ok()) {
+          counted += r->at(1).data<int64_t>()[0];
+        } else if (r.status().code() != absl::StatusCode::kOutOfRange) {
+          if (failed++ == 0) first_failure = r.status().ToString();
+        }
+      }
+      if (absl::IsOutOfRange(joined)) return;
+      if (!joined.ok() && failed++ == 0) first_failure = joined.ToString();
+    }
+  });
+  // Lets the epoch start its next phase and returns once that phase's first round is in flight.
+  auto next_phase = [&] {
+    MutexLock lock(&mu);
+    const int started = rounds_started;
+    rounds_allowed = started + kRoundsPerPhase;
+    struct Arg {
+      int* started;
+      int before;
+    } arg{&rounds_started, started};
+    mu.Await(absl::Condition(+[](Arg* a) { return *a->started > a->before; }, &arg));
+  };
+  auto rebuilt = [&](const std::string& what) {
+    ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); }))
+        << what << ": not rebuilt: " << monitor()->map().DebugString();
+  };
+
+  // Three primaries. The first one comes back holding only backups (its group stays with the
+  // promoted copy), which the fourth kill takes.
+  next_phase();
+  const int first = 0;
+  ASSERT_TRUE(IsPrimary(first));
+  KillUntilLostAndRestart(first);
+  rebuilt("primary ps 0");
+  ASSERT_FALSE(IsPrimary(first)) << monitor()->map().DebugString();
+
+  next_phase();
+  KillUntilLostAndRestart(first);  // holds only backups
+  rebuilt("backup-only ps 0");
+
+  for (const char* which : {"second primary", "third primary"}) {
+    next_phase();
+    int primary = -1;
+    for (int ps = 1; ps < kPs && primary < 0; ++ps) {
+      if (IsPrimary(ps)) primary = ps;
+    }
+    ASSERT_GE(primary, 0) << monitor()->map().DebugString();
+    KillUntilLostAndRestart(primary);
+    rebuilt(which);
+  }
+
+  // A returning PS killed again while the chief has it rebuilding.
+  next_phase();
+  const int returning = 2;
+  KillUntilLostAndRestart(returning);
+  ASSERT_TRUE(WaitFor([&] { return IsRebuilding(returning); })) << monitor()->map().DebugString();
+  KillUntilLostAndRestart(returning);
+  rebuilt("ps 2 killed mid-rebuild");
+
+  {
+    MutexLock lock(&mu);
+    rounds_allowed = 1'000'000;  // the rest of the epoch
+  }
+  epoch.join();
+
+  EXPECT_EQ(failed, 0) << "first failure: " << first_failure;
+  EXPECT_EQ(counted, kIds);
+  const std::vector<int64_t> counts = Counts();
+  ASSERT_EQ(counts.size(), static_cast<size_t>(kIds));
+  std::string wrong;
+  int64_t wrong_count = 0;
+  for (int64_t i = 0; i < kIds; ++i) {
+    if (counts[i] != 1 && wrong_count++ < 10) absl::StrAppend(&wrong, " id ", i, "=", counts[i]);
+  }
+  EXPECT_EQ(wrong_count, 0) << wrong;
+  const PsMonitor::Stats stats = monitor()->stats();
+  EXPECT_GE(stats.failovers, 3);
+  EXPECT_EQ(stats.ps_lost, 6);
+  EXPECT_EQ(stats.no_live_copy, 0) << "a group lost every copy";
+  EXPECT_EQ(coordinator_->ps_recovery_stats().recoveries, 0) << "nothing is restored from a checkpoint";
+  // Every PS watched and shown, with the groups' copies.
+  const std::string json = chief_->process().status_board().Json();
+  EXPECT_EQ(json.find("unwatched"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"shard_groups\""), std::string::npos) << json;
+}
+
+// A raw ps.Update of row 0 of group `group`'s shard of "counts" (add 1), routed {group,
+// generation}, sent over `client`; its status.
+absl::Status AddToRowZero(net::RpcClient& client, int group, uint64_t generation, absl::Duration timeout) {
+  net::OutMessage m;
+  auto req = m.InitRequestBody<wire::UpdateRequest>();
+  auto route = req.initRoute();
+  route.setGroup(static_cast<uint32_t>(group));
+  route.setGeneration(generation);
+  auto u = req.initUpdates(1)[0];
+  u.setName(absl::StrCat("counts/part_", group));
+  u.setKind(ps::UpdateKindToWire(UpdateKind::kAdd));
+  m.AddTensor(Tensor::FromVector(std::vector<int64_t>{1}), u.initValue());
+  u.setHasIds(true);
+  m.AddTensor(Tensor::FromVector(std::vector<int64_t>{0}), u.initIds());
+  return client.Call("ps.Update", std::move(m), timeout).status();
+}
+
+// A primary stalled (SIGSTOP) past the heartbeat timeout is replaced; once it runs again
+// (SIGCONT) a write routed to it at the old generation is refused, naming that generation,
+// while the chief's own writes, in flight across the stall, each land exactly once.
+TEST_F(PsReplicationTest, StalledPrimaryIsFencedWhenItResumes) {
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  const int stalled = monitor()->map().Find(0)->primary;
+  const uint64_t old_generation = monitor()->map().Find(0)->generation;
+  std::unique_ptr<net::RpcClient> raw = chief_->process().Connect(chief_->process().cluster().ps()[stalled]);
+  ASSERT_TRUE(AddToRowZero(*raw, 0, old_generation, absl::Seconds(20)).ok()) << "the primary takes writes";
+
+  // The chief's own writes to row 0 of every group, back to back, across the stall.
+  Mutex mu;
+  bool stop = false;
+  int64_t acknowledged = 0;
+  absl::Status write_error;
+  std::thread writer([&] {
+    std::vector<int64_t> ids;
+    for (int g = 0; g < kPs; ++g) ids.push_back(g * ((kIds + kPs - 1) / kPs));
+    const Tensor rows = Tensor::FromVector(ids);
+    const Tensor ones = Tensor::FromVector(std::vector<int64_t>(ids.size(), 1));
+    while (true) {
+      {
+        MutexLock lock(&mu);
+        if (stop) return;
+      }
+      absl::Status s = chief_->process().ps().Update({{"counts", UpdateKind::kAdd, ones, rows}});
+      MutexLock lock(&mu);
+      if (!s.ok()) {
+        write_error = s;
+        return;
+      }
+      ++acknowledged;
+    }
+  });
+  auto acknowledged_now = [&] {
+    MutexLock lock(&mu);
+    return acknowledged;
+  };
+  ASSERT_TRUE(WaitFor([&] { return acknowledged_now() >= 20; }));
+
+  cluster_->ps_process(stalled).Signal(SIGSTOP);
+  // Sent while it is stopped: it reads it only once it runs again, by then replaced.
+  absl::Status queued;
+  std::thread queued_write([&] { queued = AddToRowZero(*raw, 0, old_generation, absl::Seconds(60)); });
+  ASSERT_TRUE(WaitFor([&] { return monitor()->map().Find(0)->primary != stalled; }))
+      << monitor()->map().DebugString();
+  const int64_t before_resume = acknowledged_now();
+  cluster_->ps_process(stalled).Signal(SIGCONT);
+  queued_write.join();
+  EXPECT_TRUE(ps::IsStaleShardMap(queued)) << queued;
+  EXPECT_NE(queued.message().find(absl::StrCat("generation ", old_generation)), std::string::npos)
+      << queued;
+
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated() && acknowledged_now() >= before_resume + 20; }))
+      << monitor()->map().DebugString();
+  const absl::Status late = AddToRowZero(*raw, 0, old_generation, absl::Seconds(20));
+  EXPECT_TRUE(ps::IsStaleShardMap(late)) << late;
+  EXPECT_NE(late.message().find(absl::StrCat("generation ", old_generation)), std::string::npos) << late;
+  {
+    MutexLock lock(&mu);
+    stop = true;
+  }
+  writer.join();
+  EXPECT_TRUE(write_error.ok()) << write_error;
+
+  // Row 0 of every group holds exactly the acknowledged writes (plus the first raw one in
+  // group 0): none lost in the stall, none applied twice, none of the refused ones applied.
+  const std::vector<int64_t> counts = Counts();
+  ASSERT_EQ(counts.size(), static_cast<size_t>(kIds));
+  for (int g = 0; g < kPs; ++g) {
+    EXPECT_EQ(counts[g * ((kIds + kPs - 1) / kPs)], acknowledged + (g == 0 ? 1 : 0)) << "group " << g;
+  }
+
+  // Every copy holds the same bytes: with no writes any more, each group's other copy is made
+  // to serve (its primary SIGKILLed and failed over) and read whole; it must equal what the
+  // primaries served. The stalled PS's copies are among them (rebuilt after the stall).
+  std::set<int> compared;
+  for (int round = 0; round < kPs && compared.size() < static_cast<size_t>(kPs); ++round) {
+    const ps::ShardMap map = monitor()->map();
+    int victim = -1;
+    for (const ps::GroupEntry& g : map.groups) {
+      if (!compared.contains(static_cast<int>(g.group))) victim = g.primary;
+    }
+    ASSERT_GE(victim, 0) << map.DebugString();
+    std::vector<int> moved;
+    for (const ps::GroupEntry& g : map.groups) {
+      if (g.primary == victim) moved.push_back(static_cast<int>(g.group));
+    }
+    KillUntilLostAndRestart(victim);
+    EXPECT_TRUE(Counts() == counts) << "a backup copy differs from its primary's (groups now served by "
+                                    << "their backups: " << moved.size() << ")";
+    compared.insert(moved.begin(), moved.end());
+    ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  }
+  EXPECT_EQ(compared.size(), static_cast<size_t>(kPs));
+}
+
+}  // namespace
+}  // namespace asyncps

@@ -1,0 +1,169 @@
+#include "worker/routed_call.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "ps/ps.capnp.h"
+#include "ps/replication/shard_map.h"
+#include "worker/shard_map_cache.h"
+
+namespace asyncps {
+namespace {
+
+// How long a refused or unanswered try waits for a newer map before trying again anyway.
+constexpr absl::Duration kRetryWait = absl::Milliseconds(100);
+
+template <typename Request>
+void SetRouteAs(net::OutMessage& m, uint32_t group, uint64_t generation) {
+  auto route = m.envelope().getRequest().getBody().getAs<Request>().initRoute();
+  route.setGroup(group);
+  route.setGeneration(generation);
+}
+
+// Sets the route of `m`, a request of `method`. False for a method that takes no route.
+bool SetRoute(const std::string& method, net::OutMessage& m, uint32_t group, uint64_t generation) {
+  if (method == "ps.Read") {
+    SetRouteAs<wire::ReadRequest>(m, group, generation);
+  } else if (method == "ps.Gather") {
+    SetRouteAs<wire::GatherRequest>(m, group, generation);
+  } else if (method == "ps.Update") {
+    SetRouteAs<wire::UpdateRequest>(m, group, generation);
+  } else if (method == "ps.PushGradients") {
+    SetRouteAs<wire::PushGradientsRequest>(m, group, generation);
+  } else if (method == "ps.CreateVariable") {
+    SetRouteAs<wire::CreateVariableRequest>(m, group, generation);
+  } else if (method == "ps.SaveCheckpoint") {
+    SetRouteAs<wire::SaveCheckpointRequest>(m, group, generation);
+  } else if (method == "ps.RestoreCheckpoint") {
+    SetRouteAs<wire::RestoreCheckpointRequest>(m, group, generation);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Whether a write that may have been applied before its primary dropped may be sent again.
+bool RepeatableAfterLoss(const std::string& method, net::OutMessage& m) {
+  if (method == "ps.Update") return m.envelope().getRequest().getBody().getAs<wire::UpdateRequest>().hasTag();
+  if (method == "ps.PushGradients") {
+    return m.envelope().getRequest().getBody().getAs<wire::PushGradientsRequest>().hasTag();
+  }
+  return true;  // reads; creation and checkpoints are idempotent
+}
+
+struct GroupCall {
+  std::vector<net::RpcClient*> ps;
+  ShardMapCache* cache;
+  std::string method;
+  uint32_t group;
+  net::OutMessage request;  // kept unsent: each try sends a copy
+  bool repeatable;
+  std::optional<bool> wait_for_ready;
+  absl::Time deadline;
+  RoutedCallback done;
+};
+
+void Try(std::shared_ptr<GroupCall> call);
+
+const std::string* Address(const GroupCall& call, int ps) {
+  return ps >= 0 ? &call.ps[static_cast<size_t>(ps)]->address() : nullptr;
+}
+
+// Waits for a newer map of the call's group than `seen`, then tries again; `last` is what the
+// caller gets if the deadline passes first.
+void RetryLater(std::shared_ptr<GroupCall> call, uint64_t seen, int last_ps, absl::StatusOr<net::InMessage> last) {
+  const absl::Duration left = call->deadline - absl::Now();
+  if (left <= absl::ZeroDuration()) {
+    call->done(last_ps, Address(*call, last_ps), std::move(last));
+    return;
+  }
+  auto held = std::make_shared<absl::StatusOr<net::InMessage>>(std::move(last));
+  ShardMapCache* cache = call->cache;
+  const uint32_t group = call->group;
+  cache->AwaitNewer(group, seen, std::min(left, kRetryWait),
+                    [call = std::move(call), held, last_ps](absl::Status waited) mutable {
+                      // Past the deadline the caller gets the last answer, not a new try.
+                      if (!waited.ok() || absl::Now() >= call->deadline) {
+                        call->done(last_ps, Address(*call, last_ps), std::move(*held));
+                        return;
+                      }
+                      Try(std::move(call));
+                    });
+}
+
+void Try(std::shared_ptr<GroupCall> call) {
+  const ShardMapCache::Route route = call->cache->Lookup(static_cast<int>(call->group));
+  const absl::Duration left = call->deadline - absl::Now();
+  if (route.primary < 0 || static_cast<size_t>(route.primary) >= call->ps.size()) {
+    absl::Status none = absl::UnavailableError(
+        absl::StrCat(call->method, ": no primary known for shard group ", call->group,
+                     route.generation == 0 ? " (no shard map yet)" : absl::StrCat(" at generation ", route.generation)));
+    RetryLater(std::move(call), route.generation, -1, std::move(none));
+    return;
+  }
+  if (left <= absl::ZeroDuration()) {
+    call->done(route.primary, Address(*call, route.primary), absl::DeadlineExceededError(absl::StrCat(call->method, ": deadline passed riding out a failover of shard group ", call->group)));
+    return;
+  }
+  net::OutMessage message = CopyOutMessage(call->request);
+  SetRoute(call->method, message, call->group, route.generation);
+  net::RpcClient* client = call->ps[static_cast<size_t>(route.primary)];
+  const std::string method = call->method;
+  const net::RpcClient::CallOptions options{left, call->wait_for_ready};
+  client->CallAsync(method, std::move(message), options,
+                    [call = std::move(call), route](absl::StatusOr<net::InMessage> r) mutable {
+                      if (r.ok()) {
+                        call->done(route.primary, Address(*call, route.primary), std::move(r));
+                        return;
+                      }
+                      const absl::Status& s = r.status();
+                      const bool refused = ps::IsStaleShardMap(s) || s.code() == absl::StatusCode::kNotFound;
+                      const bool lost = s.code() == absl::StatusCode::kUnavailable;
+                      if (refused || (lost && call->repeatable)) {
+                        RetryLater(std::move(call), route.generation, route.primary, std::move(r));
+                        return;
+                      }
+                      call->done(route.primary, Address(*call, route.primary), std::move(r));
+                    });
+}
+
+}  // namespace
+
+net::OutMessage CopyOutMessage(net::OutMessage& message) {
+  net::OutMessage copy;
+  copy.builder().getRoot<capnp::AnyPointer>().set(message.builder().getRoot<capnp::AnyPointer>().asReader());
+  // AddTensor numbers payloads in order, so adding the same tensors in the same order keeps
+  // every TensorRef of the copied envelope pointing at the right one.
+  capnp::MallocMessageBuilder scratch(64);
+  auto ref = scratch.initRoot<wire::TensorRef>();
+  for (const Tensor& t : message.payloads()) copy.AddTensor(t, ref);
+  return copy;
+}
+
+void CallGroupAsync(const std::vector<net::RpcClient*>& ps, ShardMapCache& cache, const std::string& method,
+                    int group, net::OutMessage request, const net::RpcClient::CallOptions& options,
+                    RoutedCallback done) {
+  auto call = std::make_shared<GroupCall>();
+  call->ps = ps;
+  call->cache = &cache;
+  call->method = method;
+  call->group = static_cast<uint32_t>(group);
+  call->request = std::move(request);
+  call->repeatable = RepeatableAfterLoss(method, call->request);
+  call->wait_for_ready = options.wait_for_ready;
+  call->deadline = options.timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + options.timeout;
+  call->done = std::move(done);
+  if (!SetRoute(method, call->request, call->group, 0)) {
+    // Not a group's request (ps.Health and the like): nothing to route.
+    auto* client = ps[static_cast<size_t>(group)];
+    client->CallAsync(method, std::move(call->request), options,
+                      [call, group](absl::StatusOr<net::InMessage> r) { call->done(group, Address(*call, group), std::move(r)); });
+    return;
+  }
+  Try(std::move(call));
+}
+
+}  // namespace asyncps

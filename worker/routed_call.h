@@ -1,0 +1,45 @@
+#ifndef ASYNCPS_WORKER_ROUTED_CALL_H_
+#define ASYNCPS_WORKER_ROUTED_CALL_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "net/message.h"
+#include "net/rpc_client.h"
+
+namespace asyncps {
+
+class ShardMapCache;
+
+// The answer to a routed call, the PS that gave it and that PS's address (-1 and null when
+// none was asked: no primary was known before the deadline).
+using RoutedCallback = std::function<void(int ps, const std::string* address, absl::StatusOr<net::InMessage>)>;
+
+// Sends `request` (a ps.Read, ps.Gather, ps.Update, ps.PushGradients, ps.CreateVariable,
+// ps.SaveCheckpoint or ps.RestoreCheckpoint body) for shard group `group` to that group's
+// primary in `cache`, with the route {group, generation} set in the body, and rides out a
+// failover: when the PS refuses it as a stale shard map (ps::IsStaleShardMap), answers
+// NotFound (a copy that restarted empty and lost its role), or cannot be reached, it waits
+// for a newer map (ShardMapCache::AwaitNewer, at most 100 ms at a time) and sends again to
+// whichever PS is then primary, until `options.timeout` after this call. Each try is safe to
+// repeat: a refused request was not applied, reads change nothing, and a write that may have
+// been applied (its primary dropped the connection) is sent again only when it carries an
+// update tag (the replicated dedup window applies it once) or creates a variable (idempotent);
+// an untagged ps.Update or ps.PushGradients whose primary became unreachable gets that error.
+// Any other method goes to PS `group` as it is, once.
+//
+// `done` runs exactly once, on an RPC loop thread or on the cache's fetching thread (never on
+// the calling thread). `ps` and `cache` must outlive every call in flight.
+void CallGroupAsync(const std::vector<net::RpcClient*>& ps, ShardMapCache& cache, const std::string& method,
+                    int group, net::OutMessage request, const net::RpcClient::CallOptions& options,
+                    RoutedCallback done);
+
+// A copy of `message` (envelope and payload references) that can be sent while the original is
+// kept for another try. The tensors are shared, not copied.
+net::OutMessage CopyOutMessage(net::OutMessage& message);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_WORKER_ROUTED_CALL_H_
