@@ -56,9 +56,11 @@ struct ReadOptions {
   ProcessingMode mode = ProcessingMode::kOff;
   // Consumers naming the same job share its elements; "" is an anonymous job of its own.
   std::string job_name;
-  // Requests one consumer (iterator) keeps in flight to data workers: split-bound reads fetch
-  // up to this many elements ahead. At least 1.
-  int max_outstanding_requests = 2;
+  // Requests one consumer (iterator) may keep in flight to data workers; at least 1 (else the
+  // iterator fails with InvalidArgument). Iterators read one element at a time today, so each
+  // keeps one request in flight; the data worker side already serves out-of-order requests
+  // ahead of the next (ElementServer), for a consumer that fetches ahead.
+  int max_outstanding_requests = 1;
   // A larger element is refused by the data worker with InvalidArgument naming its size.
   uint64_t max_element_bytes = uint64_t{256} << 20;
 };
