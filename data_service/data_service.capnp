@@ -72,6 +72,16 @@ struct GetElementRequest {
   # what it keeps of them.
   acked @8 :Int64;
   maxElementBytes @9 :UInt64;
+  # data_service::Compression: how the answer's tensors travel.
+  compression @10 :UInt8;
+}
+
+# A tensor deflated with zlib (Compression::kZlib): its dtype and shape, and the compressed
+# bytes as a u8 [n] payload.
+struct CompressedTensor {
+  dtype @0 :UInt8;
+  shape @1 :List(Int64);
+  data @2 :TensorRef;
 }
 
 struct GetElementResponse {
@@ -80,4 +90,6 @@ struct GetElementResponse {
   beyondSource @1 :Bool;
   position @2 :Int64;
   components @3 :List(TensorRef);
+  # Instead of components, when the request asked for compression.
+  compressed @4 :List(CompressedTensor);
 }

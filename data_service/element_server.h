@@ -62,6 +62,7 @@ class ElementServer {
     int64_t position = 0;
     int64_t acked = 0;
     uint64_t max_element_bytes = 0;  // 0: the server's cap only
+    Compression compression = Compression::kNone;  // of the answer on the wire
   };
   struct Result {
     bool end_of_sequence = false;

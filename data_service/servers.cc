@@ -213,7 +213,7 @@ int RunDataWorker(const ClusterSpec& cluster, const ProcessOptions& options, Dat
           elements.Increment();
           bytes.Increment(static_cast<double>(n));
         }
-        EncodeResult(*result, resp);
+        EncodeResult(*result, request.compression, resp);
         return absl::OkStatus();
       });
 

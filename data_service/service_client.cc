@@ -156,6 +156,34 @@ absl::StatusOr<ElementServer::Result> ServiceClient::GetElement(const std::strin
   return DecodeResult(response);
 }
 
+std::shared_ptr<ServiceClient::PendingRead> ServiceClient::GetElementAsync(const std::string& address,
+                                                                          const ElementServer::Request& request) {
+  auto pending = std::make_shared<PendingRead>();
+  net::OutMessage message;
+  EncodeRequest(request, message.InitRequestBody<wire::ds::GetElementRequest>());
+  net::RpcClient* client;
+  {
+    MutexLock lock(&mu_);
+    client = &ClientFor(address);
+  }
+  // On the loop thread: decoding views the payloads, it does not block.
+  client->CallAsync("data_worker.GetElement", std::move(message), kElementCallTimeout,
+                    [pending](absl::StatusOr<net::InMessage> response) {
+                      absl::StatusOr<ElementServer::Result> result =
+                          response.ok() ? DecodeResult(*response) : response.status();
+                      MutexLock lock(&pending->mu_);
+                      pending->result_ = std::move(result);
+                      pending->done_ = true;
+                    });
+  return pending;
+}
+
+absl::StatusOr<ElementServer::Result> ServiceClient::PendingRead::Wait() {
+  MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&done_));
+  return result_;
+}
+
 absl::StatusOr<ElementServer::Result> ServiceClient::Fetch(const ElementServer::Request& request, uint64_t preferred,
                                                            std::string* served_by) {
   const absl::Time deadline = absl::Now() + absl::Milliseconds(options_.timeout_ms);

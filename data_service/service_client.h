@@ -42,6 +42,23 @@ class ServiceClient {
   absl::StatusOr<ElementServer::Result> GetElement(const std::string& address, const ElementServer::Request& request,
                                                    absl::Duration timeout);
 
+  // A read sent ahead of its turn: done once the data worker answered or the call failed.
+  class PendingRead {
+   public:
+    // Blocks until the answer (the call's timeout bounds the wait).
+    absl::StatusOr<ElementServer::Result> Wait();
+
+   private:
+    friend class ServiceClient;
+    Mutex mu_;
+    bool done_ ABSL_GUARDED_BY(mu_) = false;
+    absl::StatusOr<ElementServer::Result> result_ ABSL_GUARDED_BY(mu_);
+  };
+  // Sends one read to the data worker at `address` and returns at once; the answer lands in
+  // the returned PendingRead, which the caller may drop unanswered (the answer is then
+  // discarded). Fails (in the PendingRead) with Cancelled when this client is destroyed first.
+  std::shared_ptr<PendingRead> GetElementAsync(const std::string& address, const ElementServer::Request& request);
+
   // `request` from some data worker, failing over between them: Unavailable and
   // DeadlineExceeded (a data worker died, hangs or restarts) move on to another one, until
   // ServiceOptions::timeout_ms passes. `preferred` picks the first one tried (index modulo the

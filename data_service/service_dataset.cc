@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <deque>
 #include <functional>
 
 #include "absl/container/flat_hash_set.h"
@@ -43,12 +44,17 @@ absl::StatusOr<int64_t> RegisterDataset(const ServiceOptions& service, const std
 namespace {
 
 // One split of dynamic sharding, read element by element from whichever data worker answers
-// (ServiceClient::Fetch): position p is the same element on every data worker.
+// (ServiceClient::Fetch): position p is the same element on every data worker. With
+// ReadOptions::max_outstanding_requests n > 1 the reads of positions p+1 .. p+n-1 go out to the
+// split's data worker while p is awaited; one that fails is read again with failover in its
+// turn, so fetching ahead changes no element and no order.
 class SplitIterator : public data::Iterator {
  public:
   SplitIterator(std::shared_ptr<ServiceClient> client, int64_t dataset_id, const ReadOptions& read,
                 const data::SourceSplit& split, uint64_t seed, std::shared_ptr<std::atomic<bool>> beyond_source)
-      : client_(std::move(client)), beyond_source_(std::move(beyond_source)) {
+      : client_(std::move(client)),
+        beyond_source_(std::move(beyond_source)),
+        outstanding_(static_cast<size_t>(read.max_outstanding_requests)) {
     request_.dataset_id = dataset_id;
     request_.mode = ProcessingMode::kDynamic;
     request_.bound = true;
@@ -56,32 +62,62 @@ class SplitIterator : public data::Iterator {
     request_.end = split.end;
     request_.seed = seed;
     request_.max_element_bytes = read.max_element_bytes;
+    request_.compression = read.compression;
     preferred_ = absl::HashOf(dataset_id, split.begin, seed);
   }
 
   absl::StatusOr<data::Element> Next() override {
     if (ended_) return absl::OutOfRangeError("end of split");
     request_.acked = request_.position;
-    ASSIGN_OR_RETURN(ElementServer::Result result, client_->Fetch(request_, preferred_));
-    if (result.end_of_sequence) {
+    SendAhead();
+    absl::StatusOr<ElementServer::Result> result = absl::UnavailableError("not read ahead");
+    if (!ahead_.empty()) {
+      result = ahead_.front()->Wait();
+      ahead_.pop_front();
+    }
+    if (!result.ok()) {
+      if (!IsRetryable(result.status())) return result.status();
+      result = client_->Fetch(request_, preferred_);
+      if (!result.ok()) return result.status();
+    }
+    if (result->end_of_sequence) {
       ended_ = true;
-      if (result.beyond_source && beyond_source_ != nullptr) beyond_source_->store(true);
+      ahead_.clear();  // reads past the end: their answers are dropped
+      if (result->beyond_source && beyond_source_ != nullptr) beyond_source_->store(true);
       return absl::OutOfRangeError("end of split");
     }
     ++request_.position;
-    return std::move(result.element);
+    return std::move(result->element);
   }
 
  private:
+  // Keeps reads of positions [position, position + outstanding) in flight (n > 1 only).
+  void SendAhead() {
+    if (outstanding_ <= 1) return;
+    absl::StatusOr<std::vector<std::string>> workers = client_->Workers(/*refresh=*/false);
+    if (!workers.ok() || workers->empty()) return;
+    const std::string& address = (*workers)[preferred_ % workers->size()];
+    while (ahead_.size() < outstanding_) {
+      ElementServer::Request ahead = request_;
+      ahead.position = request_.position + static_cast<int64_t>(ahead_.size());
+      ahead_.push_back(client_->GetElementAsync(address, ahead));
+    }
+  }
+
   const std::shared_ptr<ServiceClient> client_;
   const std::shared_ptr<std::atomic<bool>> beyond_source_;
+  const size_t outstanding_;
   ElementServer::Request request_;
   uint64_t preferred_ = 0;
   bool ended_ = false;
+  // Reads of positions request_.position, request_.position + 1, ... in that order.
+  std::deque<std::shared_ptr<ServiceClient::PendingRead>> ahead_;
 };
 
 // A job's elements (kOff, kData), first come first served across its consumers: asks the data
-// workers in turn and ends once every data worker it knows has ended the job.
+// workers in turn and ends once every data worker it knows has ended the job. With
+// ReadOptions::max_outstanding_requests n, up to n reads are in flight, spread over the data
+// workers in turn, and elements are returned in the order the reads were sent.
 class JobIterator : public data::Iterator {
  public:
   JobIterator(std::shared_ptr<ServiceClient> client, std::function<absl::StatusOr<int64_t>()> dataset_id,
@@ -94,23 +130,29 @@ class JobIterator : public data::Iterator {
       ASSIGN_OR_RETURN(request_.job_id, client_->GetOrCreateJob(request_.dataset_id, read_.job_name, read_.mode));
       request_.mode = read_.mode;
       request_.max_element_bytes = read_.max_element_bytes;
+      request_.compression = read_.compression;
     }
     const absl::Time deadline = absl::Now() + absl::Milliseconds(client_->options().timeout_ms);
     absl::Status last = absl::OkStatus();
     while (absl::Now() < deadline) {
-      ASSIGN_OR_RETURN(std::vector<std::string> workers, client_->Workers(/*refresh=*/!last.ok()));
-      std::vector<std::string> open;
-      for (const std::string& w : workers) {
-        if (!finished_.contains(w)) open.push_back(w);
+      if (pending_.empty()) {
+        ASSIGN_OR_RETURN(std::vector<std::string> workers, client_->Workers(/*refresh=*/!last.ok()));
+        open_.clear();
+        for (const std::string& w : workers) {
+          if (!finished_.contains(w)) open_.push_back(w);
+        }
+        if (open_.empty() && !finished_.empty()) return absl::OutOfRangeError("end of the job's data");
+        if (open_.empty()) {
+          last = absl::UnavailableError("no data worker is registered with the dispatcher");
+          absl::SleepFor(absl::Milliseconds(50));
+          continue;
+        }
+        // n reads over the open data workers in turn (n = 1: one read, as without fetch-ahead).
+        for (int i = 0; i < read_.max_outstanding_requests; ++i) SendToNextOpen();
       }
-      if (open.empty() && !finished_.empty()) return absl::OutOfRangeError("end of the job's data");
-      if (open.empty()) {
-        last = absl::UnavailableError("no data worker is registered with the dispatcher");
-        absl::SleepFor(absl::Milliseconds(50));
-        continue;
-      }
-      const std::string& address = open[next_++ % open.size()];
-      absl::StatusOr<ElementServer::Result> result = client_->GetElement(address, request_, absl::Seconds(30));
+      const std::string address = pending_.front().address;
+      absl::StatusOr<ElementServer::Result> result = pending_.front().read->Wait();
+      pending_.pop_front();
       if (!result.ok()) {
         if (!IsRetryable(result.status())) return result.status();
         last = result.status();
@@ -120,6 +162,7 @@ class JobIterator : public data::Iterator {
         finished_.insert(address);
         continue;
       }
+      SendToNextOpen();  // refills behind the element taken
       return std::move(result->element);
     }
     return absl::UnavailableError(absl::StrCat("reading job '", read_.job_name, "' from the tf.data service: ",
@@ -127,12 +170,29 @@ class JobIterator : public data::Iterator {
   }
 
  private:
+  struct Pending {
+    std::string address;
+    std::shared_ptr<ServiceClient::PendingRead> read;
+  };
+
+  // One read to the next data worker in turn that has not ended the job.
+  void SendToNextOpen() {
+    for (size_t tries = 0; tries < open_.size(); ++tries) {
+      const std::string& address = open_[next_++ % open_.size()];
+      if (finished_.contains(address)) continue;
+      pending_.push_back({address, client_->GetElementAsync(address, request_)});
+      return;
+    }
+  }
+
   const std::shared_ptr<ServiceClient> client_;
   const std::function<absl::StatusOr<int64_t>()> dataset_id_;
   const ReadOptions read_;
   ElementServer::Request request_;
   absl::flat_hash_set<std::string> finished_;
   uint64_t next_ = 0;
+  std::vector<std::string> open_;  // the data workers last listed that had not ended the job
+  std::deque<Pending> pending_;    // reads in flight, oldest first
 };
 
 // A dataset read through the service. The client (an I/O thread and connections) starts with

@@ -37,6 +37,11 @@ namespace asyncps::data_service {
 
 enum class ProcessingMode : uint8_t { kOff = 0, kDynamic = 1, kData = 3 };
 
+// How elements travel from data workers to consumers. kZlib deflates every tensor (zlib level
+// 1) on the data worker and inflates it on the consumer: fewer bytes on the wire for more CPU
+// on both ends (bench/data_service_bench measures both).
+enum class Compression : uint8_t { kNone = 0, kZlib = 1 };
+
 absl::string_view ProcessingModeName(ProcessingMode mode);  // "off", "dynamic", "data"
 // Also accepts the guide's legacy names "parallel_epochs" (kOff) and "distributed_epoch".
 absl::StatusOr<ProcessingMode> ProcessingModeFromName(absl::string_view name);
@@ -55,14 +60,18 @@ struct ServiceOptions {
 struct ReadOptions {
   ProcessingMode mode = ProcessingMode::kOff;
   // Consumers naming the same job share its elements; "" is an anonymous job of its own.
-  std::string job_name;
-  // Requests one consumer (iterator) may keep in flight to data workers; at least 1 (else the
-  // iterator fails with InvalidArgument). Iterators read one element at a time today, so each
-  // keeps one request in flight; the data worker side already serves out-of-order requests
-  // ahead of the next (ElementServer), for a consumer that fetches ahead.
+  std::string job_name = {};
+  // Requests one consumer (iterator) keeps in flight to data workers; at least 1 (else the
+  // iterator fails with InvalidArgument). A split-bound (kDynamic) iterator reads positions
+  // p .. p+n-1 of its split at once from the split's data worker; a job iterator (kOff, kData)
+  // keeps n reads out over the data workers in turn. The consumer holds at most n elements per
+  // iterator; a data worker keeps at most ElementServer::Options::max_kept_per_stream (8)
+  // unacknowledged elements per split, so n above that makes it produce some twice.
   int max_outstanding_requests = 1;
   // A larger element is refused by the data worker with InvalidArgument naming its size.
   uint64_t max_element_bytes = uint64_t{256} << 20;
+  // Per consumer (and so per job for its reads): how elements come over the wire.
+  Compression compression = Compression::kNone;
 };
 
 // Registers program dataset `name` (Program::AddDataset) built with `args`; returns its id. The

@@ -1,5 +1,7 @@
 #include "data_service/wire.h"
 
+#include <zlib.h>
+
 #include "core/status_macros.h"
 
 namespace asyncps::data_service {
@@ -40,6 +42,7 @@ void EncodeRequest(const ElementServer::Request& r, wire::ds::GetElementRequest:
   out.setPosition(r.position);
   out.setAcked(r.acked);
   out.setMaxElementBytes(r.max_element_bytes);
+  out.setCompression(static_cast<uint8_t>(r.compression));
 }
 
 absl::StatusOr<ElementServer::Request> DecodeRequest(wire::ds::GetElementRequest::Reader in) {
@@ -54,16 +57,39 @@ absl::StatusOr<ElementServer::Request> DecodeRequest(wire::ds::GetElementRequest
   r.position = in.getPosition();
   r.acked = in.getAcked();
   r.max_element_bytes = in.getMaxElementBytes();
+  const uint8_t compression = in.getCompression();
+  if (compression > static_cast<uint8_t>(Compression::kZlib)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown compression ", compression));
+  }
+  r.compression = static_cast<Compression>(compression);
   return r;
 }
 
-void EncodeResult(const ElementServer::Result& result, net::OutMessage* response) {
+void EncodeResult(const ElementServer::Result& result, Compression compression, net::OutMessage* response) {
   auto body = response->InitResponseBody<wire::ds::GetElementResponse>();
   body.setEndOfSequence(result.end_of_sequence);
   body.setBeyondSource(result.beyond_source);
   body.setPosition(result.position);
-  auto components = body.initComponents(static_cast<unsigned>(result.element.size()));
-  for (unsigned i = 0; i < result.element.size(); ++i) response->AddTensor(result.element[i], components[i]);
+  const unsigned n = static_cast<unsigned>(result.element.size());
+  if (compression == Compression::kNone) {
+    auto components = body.initComponents(n);
+    for (unsigned i = 0; i < n; ++i) response->AddTensor(result.element[i], components[i]);
+    return;
+  }
+  auto compressed = body.initCompressed(n);
+  for (unsigned i = 0; i < n; ++i) {
+    const Tensor& t = result.element[i];
+    compressed[i].setDtype(static_cast<uint8_t>(t.dtype()));
+    net::SetShape(compressed[i].initShape(static_cast<unsigned>(t.shape().size())), t.shape());
+    uLongf size = compressBound(static_cast<uLong>(t.num_bytes()));
+    Tensor buffer(DType::kU8, {static_cast<int64_t>(size)});
+    // Level 1: most of the bytes saved for a fraction of the time of the default level.
+    if (compress2(buffer.data<uint8_t>(), &size, static_cast<const Bytef*>(t.raw_data()),
+                  static_cast<uLong>(t.num_bytes()), 1) != Z_OK) {
+      size = 0;  // cannot happen with compressBound's room; the consumer then refuses the tensor
+    }
+    response->AddTensor(*buffer.Slice(0, static_cast<int64_t>(size)), compressed[i].initData());
+  }
 }
 
 absl::StatusOr<ElementServer::Result> DecodeResult(const net::InMessage& response) {
@@ -75,6 +101,23 @@ absl::StatusOr<ElementServer::Result> DecodeResult(const net::InMessage& respons
     result.position = body.getPosition();
     for (auto ref : body.getComponents()) {
       ASSIGN_OR_RETURN(Tensor t, response.TensorAt(ref));
+      result.element.push_back(std::move(t));
+    }
+    for (auto c : body.getCompressed()) {
+      ASSIGN_OR_RETURN(DType dtype, DTypeFromWire(c.getDtype()));
+      Shape shape = net::GetShape(c.getShape());
+      // Checked before allocating: the frame limit bounds what a data worker may send.
+      RETURN_IF_ERROR(ValidateShape(shape, dtype, net::FrameLimits().max_payload_bytes));
+      ASSIGN_OR_RETURN(Tensor data, response.TensorAt(c.getData()));
+      if (data.dtype() != DType::kU8) return absl::InvalidArgumentError("compressed bytes must be u8");
+      Tensor t(dtype, std::move(shape));
+      uLongf size = static_cast<uLongf>(t.num_bytes());
+      if (uncompress(static_cast<Bytef*>(t.raw_data()), &size, data.data<uint8_t>(),
+                     static_cast<uLong>(data.num_bytes())) != Z_OK ||
+          size != t.num_bytes()) {
+        return absl::InvalidArgumentError(absl::StrCat("a compressed ", DTypeName(dtype), ShapeString(t.shape()),
+                                                       " does not inflate to its ", t.num_bytes(), " bytes"));
+      }
       result.element.push_back(std::move(t));
     }
     return absl::OkStatus();

@@ -23,8 +23,11 @@ absl::StatusOr<ProcessingMode> ModeFromWire(uint8_t value);
 void EncodeRequest(const ElementServer::Request& request, wire::ds::GetElementRequest::Builder out);
 absl::StatusOr<ElementServer::Request> DecodeRequest(wire::ds::GetElementRequest::Reader in);
 
-// The element's tensors travel as payloads, not copied into the message.
-void EncodeResult(const ElementServer::Result& result, net::OutMessage* response);
+// The element's tensors travel as payloads, not copied into the message; with
+// Compression::kZlib, deflated into the message instead.
+void EncodeResult(const ElementServer::Result& result, Compression compression, net::OutMessage* response);
+// Inflates compressed tensors; InvalidArgument for a bad dtype or shape, or bytes that do not
+// inflate to exactly the tensor's size.
 absl::StatusOr<ElementServer::Result> DecodeResult(const net::InMessage& response);
 
 }  // namespace asyncps::data_service
