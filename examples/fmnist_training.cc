@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "asyncps/checkpoints.h"
 #include "asyncps/coordinator.h"
+#include "asyncps/data_service.h"
 #include "asyncps/datasets.h"
 #include "asyncps/initializers.h"
 #include "asyncps/optimizers.h"
@@ -126,6 +127,37 @@ absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> ToInputs(const data::Ele
   return std::make_pair(x, labels.to(torch::kLong));
 }
 
+// Options::augment on one example {image u8 [28, 28], label, ..., key i64}: the key (see
+// TrainDataset) seeds the draw and is dropped.
+absl::StatusOr<data::Element> Augment(data::Element example) {
+  const Tensor& image = example[0];
+  if (example.size() < 3 || image.dtype() != DType::kU8 || image.rank() != 2 || image.dim(0) != 28 ||
+      image.dim(1) != 28 || example.back().dtype() != DType::kI64) {
+    return absl::InvalidArgumentError("augment wants {u8 [28, 28] image, label, ..., i64 key}");
+  }
+  // SplitMix64 of the key: three independent draws.
+  uint64_t z = static_cast<uint64_t>(*example.back().data<int64_t>()) + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  const int dx = static_cast<int>(z % 3) - 1, dy = static_cast<int>(z / 3 % 3) - 1;
+  const bool flip = (z >> 32) & 1;
+  Tensor out(DType::kU8, {28, 28});  // zero-filled: the padding
+  const uint8_t* in = image.data<uint8_t>();
+  uint8_t* o = out.data<uint8_t>();
+  for (int y = 0; y < 28; ++y) {
+    const int sy = y + dy;
+    if (sy < 0 || sy >= 28) continue;
+    for (int x = 0; x < 28; ++x) {
+      const int sx = (flip ? 27 - x : x) + dx;
+      if (sx >= 0 && sx < 28) o[y * 28 + x] = in[sy * 28 + sx];
+    }
+  }
+  example[0] = std::move(out);
+  example.pop_back();
+  return example;
+}
+
 absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
   ASSIGN_OR_RETURN(std::string images, ctx.Arg("images"));
   ASSIGN_OR_RETURN(std::string labels, ctx.Arg("labels"));
@@ -140,6 +172,16 @@ absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
   data::Dataset examples = data::Dataset::Zip(std::move(sources))
                                .Shard(ctx.num_workers(), ctx.worker_index())
                                .Shuffle(10'000, static_cast<uint64_t>(seed) + static_cast<uint64_t>(ctx.worker_index()));
+  if (ctx.IntArg("augment").value_or(0) != 0) {
+    // Each example's augmentation key is the element beside it in a second shuffle of the same
+    // records with another seed: it changes with the split's seed (every epoch) and is the same
+    // wherever the split is read again, unlike a draw from a generator that iterators share.
+    data::Dataset keys = data::Dataset::Range(0, kTrainExamples)
+                             .Shard(ctx.num_workers(), ctx.worker_index())
+                             .Shuffle(10'000, static_cast<uint64_t>(seed) + static_cast<uint64_t>(ctx.worker_index()) +
+                                                  0x5bd1e995ULL);
+    examples = data::Dataset::Zip({examples, keys}).Map(Augment);
+  }
   if (repeat) examples = examples.Repeat();
   return examples.Batch(batch, /*drop_remainder=*/true).Prefetch(4);
 }
@@ -255,7 +297,8 @@ std::map<std::string, std::string> DatasetArgs(const Options& options, int64_t s
           // batches must hold the records they held before: the seed stays.
           {"seed", absl::StrCat(options.seed + (options.dynamic_sharding ? 0 : static_cast<uint64_t>(start_step)))},
           {"repeat", options.dynamic_sharding ? "0" : "1"},
-          {"ids", options.count_examples ? "1" : "0"}};
+          {"ids", options.count_examples ? "1" : "0"},
+          {"augment", options.augment ? "1" : "0"}};
 }
 
 absl::Status CheckOptions(const Options& options) {
@@ -269,6 +312,9 @@ absl::Status CheckOptions(const Options& options) {
         "count_examples needs dynamic sharding, a batch size that divides ", kTrainExamples,
         " (no example dropped with a partial batch) and no stop_at_accuracy; got batch size ",
         options.batch_size));
+  }
+  if (!options.data_service.empty() && !options.dynamic_sharding) {
+    return absl::InvalidArgumentError("reading through the tf.data service (data_service) needs dynamic sharding");
   }
   return absl::OkStatus();
 }
@@ -423,9 +469,18 @@ double Result::SecondsTo(double accuracy) const {
 
 void SetTorchThreads(int threads) { torch_bridge::SetNumThreads(threads); }
 
-Program MakeProgram() {
+Program MakeProgram(std::string cluster_token) {
   Program program;
   program.AddDataset("fmnist_train", TrainDataset);
+  program.AddDataset("fmnist_service", [token = std::move(cluster_token)](
+                                           const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
+    data_service::ServiceOptions service;
+    ASSIGN_OR_RETURN(service.dispatcher, ctx.Arg("dispatcher"));
+    service.token = token;
+    service.task_index = ctx.worker_index();
+    ASSIGN_OR_RETURN(int64_t id, ctx.IntArg("id"));
+    return data_service::FromDatasetId(service, id, {.mode = data_service::ProcessingMode::kDynamic});
+  });
   program.AddResource("fmnist_model", [](const ResourceContext& ctx) -> absl::StatusOr<std::unique_ptr<Resource>> {
     ASSIGN_OR_RETURN(std::string kind, ctx.Arg("model"));
     // Absent (an older chief): no overlap.
@@ -464,9 +519,21 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   // kTrainExamples / batch_size steps: one iterator per epoch, every example once.
   const int64_t records_per_split =
       options.batch_size * ((kTrainExamples + 8 * options.batch_size - 1) / (8 * options.batch_size));
+  std::string dataset_name = "fmnist_train";
+  std::map<std::string, std::string> dataset_args = DatasetArgs(options, start_step);
+  if (!options.data_service.empty()) {
+    // The data workers build the pipeline; the workers' dataset reads it split by split.
+    data_service::ServiceOptions service;
+    service.dispatcher = options.data_service;
+    service.token = options.data_service_token;
+    service.role = "chief";
+    ASSIGN_OR_RETURN(const int64_t id, data_service::RegisterDataset(service, dataset_name, dataset_args));
+    dataset_name = "fmnist_service";
+    dataset_args = {{"dispatcher", options.data_service}, {"id", absl::StrCat(id)}};
+  }
   ASSIGN_OR_RETURN(PerWorkerDataset dataset,
                    coordinator.CreatePerWorkerDataset(
-                       "fmnist_train", DatasetArgs(options, start_step),
+                       dataset_name, dataset_args,
                        options.dynamic_sharding ? ShardingPolicy::kDynamic : ShardingPolicy::kOff, records_per_split));
   const int64_t steps_per_epoch = kTrainExamples / options.batch_size;
   if (options.dynamic_sharding && !checkpoints.restored_state().empty()) {
