@@ -23,6 +23,7 @@
 #include "asyncps/strategy.h"
 #include "asyncps/sync.h"
 #include "asyncps/torch.h"
+#include "examples/fmnist_augment.h"
 #include "examples/training_checkpoints.h"
 
 namespace asyncps::fmnist {
@@ -127,37 +128,6 @@ absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> ToInputs(const data::Ele
   return std::make_pair(x, labels.to(torch::kLong));
 }
 
-// Options::augment on one example {image u8 [28, 28], label, ..., key i64}: the key (see
-// TrainDataset) seeds the draw and is dropped.
-absl::StatusOr<data::Element> Augment(data::Element example) {
-  const Tensor& image = example[0];
-  if (example.size() < 3 || image.dtype() != DType::kU8 || image.rank() != 2 || image.dim(0) != 28 ||
-      image.dim(1) != 28 || example.back().dtype() != DType::kI64) {
-    return absl::InvalidArgumentError("augment wants {u8 [28, 28] image, label, ..., i64 key}");
-  }
-  // SplitMix64 of the key: three independent draws.
-  uint64_t z = static_cast<uint64_t>(*example.back().data<int64_t>()) + 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  const int dx = static_cast<int>(z % 3) - 1, dy = static_cast<int>(z / 3 % 3) - 1;
-  const bool flip = (z >> 32) & 1;
-  Tensor out(DType::kU8, {28, 28});  // zero-filled: the padding
-  const uint8_t* in = image.data<uint8_t>();
-  uint8_t* o = out.data<uint8_t>();
-  for (int y = 0; y < 28; ++y) {
-    const int sy = y + dy;
-    if (sy < 0 || sy >= 28) continue;
-    for (int x = 0; x < 28; ++x) {
-      const int sx = (flip ? 27 - x : x) + dx;
-      if (sx >= 0 && sx < 28) o[y * 28 + x] = in[sy * 28 + sx];
-    }
-  }
-  example[0] = std::move(out);
-  example.pop_back();
-  return example;
-}
-
 absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
   ASSIGN_OR_RETURN(std::string images, ctx.Arg("images"));
   ASSIGN_OR_RETURN(std::string labels, ctx.Arg("labels"));
@@ -173,14 +143,8 @@ absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
                                .Shard(ctx.num_workers(), ctx.worker_index())
                                .Shuffle(10'000, static_cast<uint64_t>(seed) + static_cast<uint64_t>(ctx.worker_index()));
   if (ctx.IntArg("augment").value_or(0) != 0) {
-    // Each example's augmentation key is the element beside it in a second shuffle of the same
-    // records with another seed: it changes with the split's seed (every epoch) and is the same
-    // wherever the split is read again, unlike a draw from a generator that iterators share.
-    data::Dataset keys = data::Dataset::Range(0, kTrainExamples)
-                             .Shard(ctx.num_workers(), ctx.worker_index())
-                             .Shuffle(10'000, static_cast<uint64_t>(seed) + static_cast<uint64_t>(ctx.worker_index()) +
-                                                  0x5bd1e995ULL);
-    examples = data::Dataset::Zip({examples, keys}).Map(Augment);
+    examples = Augmented(examples, kTrainExamples, ctx.num_workers(), ctx.worker_index(),
+                         static_cast<uint64_t>(seed) + static_cast<uint64_t>(ctx.worker_index()));
   }
   if (repeat) examples = examples.Repeat();
   return examples.Batch(batch, /*drop_remainder=*/true).Prefetch(4);
