@@ -6,6 +6,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/status_macros.h"
 
 namespace asyncps::data_service {
@@ -37,9 +39,29 @@ absl::StatusOr<data::Dataset> ElementServer::DatasetFor(int64_t id, ProcessingMo
     if (auto it = datasets_.find({id, mode}); it != datasets_.end()) return it->second;
   }
   const bool dynamic = mode == ProcessingMode::kDynamic;
-  const bool same_everywhere = mode != ProcessingMode::kOff;
+  const bool same_everywhere = mode != ProcessingMode::kOff && mode != ProcessingMode::kFile;
   // Outside the lock: the lookup is an RPC and the build opens files.
   ASSIGN_OR_RETURN(DatasetDef def, lookup_(id));
+  if (mode == ProcessingMode::kFile) {
+    auto files = def.args.find("files");
+    if (files == def.args.end() || files->second.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("processing mode file divides the dataset's \"files\" argument "
+                                                     "(paths joined by commas); dataset ", id, " ('", def.name,
+                                                     "') has none"));
+    }
+    const std::vector<std::string> all = absl::StrSplit(files->second, ',');
+    const int count = std::max(1, options_.count);
+    if (static_cast<int>(all.size()) < count) {
+      return absl::InvalidArgumentError(absl::StrCat("processing mode file: dataset ", id, " ('", def.name, "') has ",
+                                                     all.size(), " files for ", count,
+                                                     " data workers (fewer files than data workers)"));
+    }
+    std::vector<std::string> mine;
+    for (size_t i = static_cast<size_t>(options_.index); i < all.size(); i += static_cast<size_t>(count)) {
+      mine.push_back(all[i]);
+    }
+    files->second = absl::StrJoin(mine, ",");
+  }
   const int index = same_everywhere ? 0 : options_.index;
   const int count = same_everywhere ? 1 : std::max(1, options_.count);
   absl::StatusOr<data::Dataset> built = builder_(def.name, def.args, index, count, dynamic);

@@ -17,8 +17,9 @@
 
 namespace asyncps::data_service {
 
-// Builds program dataset `name` with `args` as task `index` of `count` (kOff: the data worker's
-// own index among the data workers; kDynamic and kData: 0 of 1, the same pipeline everywhere;
+// Builds program dataset `name` with `args` as task `index` of `count` (kOff and kFile: the
+// data worker's own index among the data workers, under kFile with its share of the "files"
+// argument; kDynamic and kData: 0 of 1, the same pipeline everywhere;
 // `dynamic`: checked as a single-pass split pipeline, no Repeat). The error of a program that
 // lacks the dataset names it.
 using DatasetBuilder = std::function<absl::StatusOr<data::Dataset>(
@@ -38,8 +39,9 @@ using DatasetLookup = std::function<absl::StatusOr<DatasetDef>(int64_t id)>;
 // (least recently used dropped) with at most `max_kept_per_stream` elements each; a dropped
 // pipeline or element is produced again when asked for.
 //
-// Job reads (kOff, kData): the job's next element from this data worker's one pass over the
-// dataset (its own shard under kData); every consumer of the job shares the pass.
+// Job reads (kOff, kFile, kData): the job's next element from this data worker's one pass over
+// the dataset (its own files under kFile, its own shard under kData); every consumer of the job
+// shares the pass.
 //
 // Thread-safe: reads of different splits and jobs run in parallel.
 class ElementServer {

@@ -22,6 +22,8 @@ absl::string_view ProcessingModeName(ProcessingMode mode) {
       return "off";
     case ProcessingMode::kDynamic:
       return "dynamic";
+    case ProcessingMode::kFile:
+      return "file";
     case ProcessingMode::kData:
       return "data";
   }
@@ -31,8 +33,9 @@ absl::string_view ProcessingModeName(ProcessingMode mode) {
 absl::StatusOr<ProcessingMode> ProcessingModeFromName(absl::string_view name) {
   if (name == "off" || name == "parallel_epochs") return ProcessingMode::kOff;
   if (name == "dynamic" || name == "distributed_epoch") return ProcessingMode::kDynamic;
+  if (name == "file") return ProcessingMode::kFile;
   if (name == "data") return ProcessingMode::kData;
-  return absl::InvalidArgumentError(absl::StrCat("unknown processing mode '", name, "' (want off, dynamic or data)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown processing mode '", name, "' (want off, dynamic, file or data)"));
 }
 
 absl::StatusOr<int64_t> RegisterDataset(const ServiceOptions& service, const std::string& name,
@@ -114,7 +117,7 @@ class SplitIterator : public data::Iterator {
   std::deque<std::shared_ptr<ServiceClient::PendingRead>> ahead_;
 };
 
-// A job's elements (kOff, kData), first come first served across its consumers: asks the data
+// A job's elements (kOff, kFile, kData), first come first served across its consumers: asks the data
 // workers in turn and ends once every data worker it knows has ended the job. With
 // ReadOptions::max_outstanding_requests n, up to n reads are in flight, spread over the data
 // workers in turn, and elements are returned in the order the reads were sent.

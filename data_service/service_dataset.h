@@ -23,7 +23,14 @@
 //             and every example is applied exactly once (beyond the guide's at-most-once).
 //   kData     static sharding by elements: data worker i of n (the cluster's data_worker list)
 //             produces source records i, i + n, ... of the dataset.
-// A restarted data worker starts kOff / kData jobs again from the beginning (the guide's rule).
+//   kFile     static sharding by files: the registered dataset's argument "files" (paths joined
+//             by commas) is divided, data worker i of n (the cluster's data_worker list)
+//             building the dataset with files i, i + n, ... only, so each file is read by
+//             exactly one data worker. Fewer files than data workers is the guide's error:
+//             InvalidArgument from the read, naming both counts; so is a dataset without
+//             "files".
+// A restarted data worker starts kOff / kFile / kData jobs again from the beginning (the
+// guide's rule).
 
 #include <cstdint>
 #include <map>
@@ -35,14 +42,14 @@
 
 namespace asyncps::data_service {
 
-enum class ProcessingMode : uint8_t { kOff = 0, kDynamic = 1, kData = 3 };
+enum class ProcessingMode : uint8_t { kOff = 0, kDynamic = 1, kFile = 2, kData = 3 };
 
 // How elements travel from data workers to consumers. kZlib deflates every tensor (zlib level
 // 1) on the data worker and inflates it on the consumer: fewer bytes on the wire for more CPU
 // on both ends (bench/data_service_bench measures both).
 enum class Compression : uint8_t { kNone = 0, kZlib = 1 };
 
-absl::string_view ProcessingModeName(ProcessingMode mode);  // "off", "dynamic", "data"
+absl::string_view ProcessingModeName(ProcessingMode mode);  // "off", "dynamic", "file", "data"
 // Also accepts the guide's legacy names "parallel_epochs" (kOff) and "distributed_epoch".
 absl::StatusOr<ProcessingMode> ProcessingModeFromName(absl::string_view name);
 

@@ -25,6 +25,7 @@ absl::StatusOr<ProcessingMode> ModeFromWire(uint8_t value) {
   switch (static_cast<ProcessingMode>(value)) {
     case ProcessingMode::kOff:
     case ProcessingMode::kDynamic:
+    case ProcessingMode::kFile:
     case ProcessingMode::kData:
       return static_cast<ProcessingMode>(value);
   }

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/cluster_spec.h"
 #include "core/process_options.h"
 #include "core/status_macros.h"
@@ -20,6 +21,15 @@ Program MakeProgram(const ProcessOptions& options) {
     ASSIGN_OR_RETURN(int64_t n, ctx.IntArg("n"));
     ASSIGN_OR_RETURN(int64_t batch, ctx.IntArg("batch"));
     return data::Dataset::Range(0, n).Shuffle(256, static_cast<uint64_t>(ctx.worker_index())).Batch(batch);
+  });
+  // FILE mode: the records of this data worker's share of `files`, each with its index.
+  program.AddDataset("svc_records", [](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
+    ASSIGN_OR_RETURN(std::string files, ctx.Arg("files"));
+    const int64_t index = ctx.worker_index();
+    return data::Dataset::TFRecord(absl::StrSplit(files, ',')).Map([index](data::Element e) -> absl::StatusOr<data::Element> {
+      e.push_back(Tensor::Scalar<int64_t>(index));
+      return e;
+    });
   });
   program.AddDataset("svc_big", [](const DatasetContext&) -> absl::StatusOr<data::Dataset> {
     return data::Dataset::FromElements({{Tensor::FromVector(std::vector<int64_t>(4096, 7))}});

@@ -10,16 +10,19 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/subprocess.h"
 #include "core/sync.h"
 #include "core/test_temp_dir.h"
+#include "data/tfrecord_writer.h"
 #include "data_service/service_dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -327,6 +330,55 @@ absl::StatusOr<data::Element> ReadOne(const data::Dataset& dataset) {
   auto it = dataset.MakeIterator();
   if (!it.ok()) return it.status();
   return (*it)->Next();
+}
+
+// FILE mode over six TFRecord files and three data workers: every record is read once, and all
+// records of a file come from one data worker (the program tags each with its index). Two
+// files for three data workers is the guide's error.
+TEST_F(DataServiceTest, FileModeReadsEachFileOnOneDataWorker) {
+  constexpr int kFiles = 6, kRecords = 40;
+  testutil::TestDir dir("data_service_files");
+  std::vector<std::string> paths;
+  for (int f = 0; f < kFiles; ++f) {
+    paths.push_back(absl::StrCat(dir.path(), "/part-", f, ".tfrecord"));
+    auto writer = data::TFRecordWriter::Open(paths.back());
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    for (int r = 0; r < kRecords; ++r) ASSERT_TRUE((*writer)->Write(absl::StrCat(f, ":", r)).ok());
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  auto id = Register("svc_records", {{"files", absl::StrJoin(paths, ",")}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  data_service::ReadOptions read;
+  read.mode = data_service::ProcessingMode::kFile;
+  read.max_outstanding_requests = 2;
+  auto it = data_service::FromDatasetId(service_, *id, read).MakeIterator();
+  ASSERT_TRUE(it.ok()) << it.status();
+  std::map<std::string, int> seen;
+  std::map<int, std::set<int64_t>> readers;  // file -> data workers that produced its records
+  while (true) {
+    auto e = (*it)->Next();
+    if (data::IsEndOfData(e.status())) break;
+    ASSERT_TRUE(e.ok()) << e.status();
+    ASSERT_EQ(e->size(), 2u);
+    const std::string record(reinterpret_cast<const char*>(e->at(0).raw_data()), e->at(0).num_bytes());
+    ++seen[record];
+    readers[std::stoi(record.substr(0, record.find(':')))].insert(e->at(1).data<int64_t>()[0]);
+  }
+  EXPECT_EQ(static_cast<int>(seen.size()), kFiles * kRecords);
+  for (const auto& [record, n] : seen) EXPECT_EQ(n, 1) << record;
+  ASSERT_EQ(static_cast<int>(readers.size()), kFiles);
+  std::set<int64_t> all;
+  for (const auto& [file, workers] : readers) {
+    EXPECT_EQ(workers.size(), 1u) << "file " << file;
+    all.insert(workers.begin(), workers.end());
+  }
+  EXPECT_EQ(static_cast<int>(all.size()), kDataWorkers);  // each data worker had its share
+
+  auto few = Register("svc_records", {{"files", absl::StrCat(paths[0], ",", paths[1])}});
+  ASSERT_TRUE(few.ok()) << few.status();
+  auto refused = ReadOne(data_service::FromDatasetId(service_, *few, read));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("2 files for 3 data workers (fewer files than data workers)"));
 }
 
 TEST_F(DataServiceTest, BadInputGetsClearErrorsAndTheServiceKeepsServing) {
