@@ -34,8 +34,8 @@ target_include_directories(asyncps_core INTERFACE $<INSTALL_INTERFACE:${CMAKE_IN
 # closed under linking), installed as asyncps::<folder>.
 set(ASYNCPS_EXPORTED_LIBS
   asyncps_core asyncps_data asyncps_metrics asyncps_net asyncps_partitioners
-  asyncps_checkpoint asyncps_update_rules asyncps_ps_base asyncps_ps_replication asyncps_ps asyncps_worker
-  asyncps_coordinator)
+  asyncps_checkpoint asyncps_update_rules asyncps_ps_base asyncps_ps_replication asyncps_ps asyncps_data_service
+  asyncps_worker asyncps_coordinator)
 foreach(lib IN LISTS ASYNCPS_EXPORTED_LIBS)
   string(REGEX REPLACE "^asyncps_" "" export_name ${lib})
   set_target_properties(${lib} PROPERTIES EXPORT_NAME ${export_name})

@@ -67,7 +67,8 @@ absl::StatusOr<PartialSpec> ParseTfConfig(absl::string_view text) {
       absl::StatusOr<TaskType> type = TaskTypeFromName(name);
       if (!type.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "TF_CONFIG cluster has unknown job '", name, "' (want chief, master, ps, worker or evaluator)"));
+            "TF_CONFIG cluster has unknown job '", name,
+            "' (want chief, master, ps, worker, evaluator, dispatcher or data_worker)"));
       }
       // "chief" and its legacy name "master" together would be two chiefs.
       if (*type == TaskType::kChief) {
@@ -139,7 +140,8 @@ absl::Status ParseSlurmCount(absl::string_view name, const std::string& value, i
 absl::StatusOr<FlagValues> ParseFlags(const std::vector<std::string>& args) {
   static constexpr absl::string_view kFlags[] = {
       "ps_hosts", "worker_hosts",  "chief_host",  "evaluator_host",  "job_name",       "task_index",
-      "slurm_ps", "slurm_workers", "slurm_chief", "slurm_evaluator", "slurm_port_base"};
+      "slurm_ps", "slurm_workers", "slurm_chief", "slurm_evaluator", "slurm_port_base", "dispatcher_host",
+      "data_worker_hosts"};
   FlagValues flags;
   PartialSpec* spec = &flags.spec;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -179,6 +181,10 @@ absl::StatusOr<FlagValues> ParseFlags(const std::vector<std::string>& args) {
       spec->jobs[TaskType::kChief] = SplitHosts(*value);
     } else if (name == "evaluator_host") {
       spec->jobs[TaskType::kEvaluator] = SplitHosts(*value);
+    } else if (name == "dispatcher_host") {
+      spec->jobs[TaskType::kDispatcher] = SplitHosts(*value);
+    } else if (name == "data_worker_hosts") {
+      spec->jobs[TaskType::kDataWorker] = SplitHosts(*value);
     } else if (name == "job_name") {
       absl::StatusOr<TaskType> type = TaskTypeFromName(*value);
       if (!type.ok()) return absl::InvalidArgumentError(absl::StrCat("--job_name: ", type.status().message()));
@@ -243,6 +249,10 @@ absl::string_view TaskTypeName(TaskType type) {
       return "worker";
     case TaskType::kEvaluator:
       return "evaluator";
+    case TaskType::kDispatcher:
+      return "dispatcher";
+    case TaskType::kDataWorker:
+      return "data_worker";
   }
   return "unknown";
 }
@@ -252,8 +262,10 @@ absl::StatusOr<TaskType> TaskTypeFromName(absl::string_view name) {
   if (name == "ps") return TaskType::kPs;
   if (name == "worker") return TaskType::kWorker;
   if (name == "evaluator") return TaskType::kEvaluator;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown task type '", name, "' (want chief, master, ps, worker or evaluator)"));
+  if (name == "dispatcher") return TaskType::kDispatcher;
+  if (name == "data_worker") return TaskType::kDataWorker;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown task type '", name, "' (want chief, master, ps, worker, evaluator, dispatcher or data_worker)"));
 }
 
 absl::Status ParseHostPort(absl::string_view address, std::string* host, int* port) {
@@ -378,6 +390,11 @@ absl::StatusOr<ClusterSpec> ClusterSpec::Create(std::map<TaskType, std::vector<s
                                                    job(TaskType::kEvaluator).size(),
                                                    " entries; a cluster has at most one evaluator"));
   }
+  if (job(TaskType::kDispatcher).size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("cluster.dispatcher has ",
+                                                   job(TaskType::kDispatcher).size(),
+                                                   " entries; a cluster has at most one dispatcher"));
+  }
 
   const std::vector<std::string>& own_job = job(task_type);
   if (evaluator_task && own_job.empty()) {
@@ -400,6 +417,8 @@ absl::StatusOr<ClusterSpec> ClusterSpec::Create(std::map<TaskType, std::vector<s
   spec.workers_ = job(TaskType::kWorker);
   if (!job(TaskType::kChief).empty()) spec.chief_ = job(TaskType::kChief)[0];
   if (!job(TaskType::kEvaluator).empty()) spec.evaluator_ = job(TaskType::kEvaluator)[0];
+  if (!job(TaskType::kDispatcher).empty()) spec.dispatcher_ = job(TaskType::kDispatcher)[0];
+  spec.data_workers_ = job(TaskType::kDataWorker);
   spec.task_type_ = task_type;
   spec.task_index_ = task_index;
   if (spec.chief_.empty() && task_type == TaskType::kWorker && task_index == 0) {
@@ -419,6 +438,10 @@ const std::string& ClusterSpec::self_address() const {
       return workers_[task_index_];
     case TaskType::kEvaluator:
       return evaluator_;
+    case TaskType::kDispatcher:
+      return dispatcher_;
+    case TaskType::kDataWorker:
+      return data_workers_[task_index_];
   }
   return chief_;
 }
@@ -429,6 +452,8 @@ std::string ClusterSpec::ToTfConfig(TaskType type, int index) const {
   cluster["ps"] = ps_;
   cluster["worker"] = workers_;
   if (!evaluator_.empty()) cluster["evaluator"] = nlohmann::json::array({evaluator_});
+  if (!dispatcher_.empty()) cluster["dispatcher"] = nlohmann::json::array({dispatcher_});
+  if (!data_workers_.empty()) cluster["data_worker"] = data_workers_;
   // Without a chief entry, the acting chief is worker 0 and must be written as such.
   if (type == TaskType::kChief && chief_.empty()) {
     type = TaskType::kWorker;
@@ -444,7 +469,8 @@ std::string ClusterSpec::ToTfConfig(TaskType type, int index) const {
 
 std::string ClusterSpec::TaskLabel() const {
   if (worker_zero_is_chief_) return "worker:0";
-  if (task_type_ == TaskType::kChief || task_type_ == TaskType::kEvaluator) {
+  if (task_type_ == TaskType::kChief || task_type_ == TaskType::kEvaluator ||
+      task_type_ == TaskType::kDispatcher) {
     return std::string(TaskTypeName(task_type_));
   }
   return absl::StrCat(TaskTypeName(task_type_), ":", task_index_);

@@ -12,12 +12,15 @@
 namespace asyncps {
 
 // Which job a process plays. "master" (legacy) parses as kChief.
-enum class TaskType { kChief, kPs, kWorker, kEvaluator };
+// kDispatcher and kDataWorker are the tf.data service's processes (data_service/): at most one
+// dispatcher, any number of data workers; neither is part of the training cluster's counts.
+enum class TaskType { kChief, kPs, kWorker, kEvaluator, kDispatcher, kDataWorker };
 
 // Environment variables by name: what FromEnvAndFlags reads instead of the real environment.
 using EnvMap = std::map<std::string, std::string, std::less<>>;
 
-absl::string_view TaskTypeName(TaskType type);  // "chief", "ps", "worker", "evaluator"
+absl::string_view TaskTypeName(TaskType type);  // "chief", "ps", "worker", "evaluator",
+                                                // "dispatcher", "data_worker"
 absl::StatusOr<TaskType> TaskTypeFromName(absl::string_view name);  // accepts "master"
 
 // The addresses of every task in a cluster plus which task this process is, in TensorFlow's
@@ -28,7 +31,7 @@ absl::StatusOr<TaskType> TaskTypeFromName(absl::string_view name);  // accepts "
 // Rules (TensorFlow / Kubeflow TFJob): "master" is the legacy name of "chief"; with no chief,
 // worker 0 is the chief (its task type reads as kChief for this process when the task is
 // worker 0, and the worker list keeps it, so `workers()` still lists it); a cluster has at least
-// one ps and one worker, at most one chief and at most one evaluator. The evaluator is not part
+// one ps and one worker, at most one chief, at most one evaluator and at most one dispatcher. The evaluator is not part
 // of the training cluster: an evaluator task also accepts a cluster without ps and workers
 // (TensorFlow's side-car form, {"evaluator": [..]}) or without an evaluator job (what Kubeflow's
 // TFJob operator injects; its self_address() is then empty). Unknown job names, a task
@@ -54,7 +57,8 @@ class ClusterSpec {
   //      e.g. `srun --ntasks=6 prog --slurm_ps=2`: rank 0 chief, ranks 1-2 ps, 3-5 workers.
   //   3. Explicit cluster flags:
   //        --ps_hosts=h:p,h:p  --worker_hosts=h:p,...  --chief_host=h:p  --evaluator_host=h:p
-  //        --job_name=ps|worker|chief|evaluator  --task_index=N
+  //        --dispatcher_host=h:p  --data_worker_hosts=h:p,...
+  //        --job_name=ps|worker|chief|evaluator|dispatcher|data_worker  --task_index=N
   // So flags beat Slurm, which beats TF_CONFIG. Both "--flag=value" and "--flag value" forms
   // are accepted; arguments after "--" and those that are not one of these flags are ignored
   // (they belong to the program) and left in `argv` untouched. Fails (InvalidArgument) when a
@@ -86,6 +90,10 @@ class ClusterSpec {
   // Empty when the cluster has no chief entry (then worker 0 acts as chief).
   const std::string& chief() const { return chief_; }
   const std::string& evaluator() const { return evaluator_; }
+  // The tf.data service: empty / no entries when the cluster lists none.
+  const std::string& dispatcher() const { return dispatcher_; }
+  const std::vector<std::string>& data_workers() const { return data_workers_; }
+  int num_data_workers() const { return static_cast<int>(data_workers_.size()); }
 
   // This task's own "host:port" (empty for an evaluator the cluster does not list).
   const std::string& self_address() const;
@@ -101,6 +109,8 @@ class ClusterSpec {
   std::vector<std::string> workers_;
   std::string chief_;
   std::string evaluator_;
+  std::string dispatcher_;
+  std::vector<std::string> data_workers_;
   TaskType task_type_ = TaskType::kWorker;
   int task_index_ = 0;
   // Set when there is no chief and this task is worker 0.

@@ -413,5 +413,34 @@ TEST(ClusterSpecTest, ToTfConfigWithoutChiefWritesWorkerZero) {
   EXPECT_EQ(back->self_address(), "w0:1");
 }
 
+TEST(ClusterSpecTest, DataServiceTasksParseAndRoundTrip) {
+  absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromTfConfig(WithTask(
+      R"({"chief":["c:1"],"ps":["p:1"],"worker":["w:1"],"dispatcher":["d:1"],"data_worker":["x0:1","x1:1"]})",
+      "data_worker", 1));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->task_type(), TaskType::kDataWorker);
+  EXPECT_EQ(spec->self_address(), "x1:1");
+  EXPECT_EQ(spec->TaskLabel(), "data_worker:1");
+  EXPECT_EQ(spec->dispatcher(), "d:1");
+  EXPECT_THAT(spec->data_workers(), ElementsAre("x0:1", "x1:1"));
+  absl::StatusOr<ClusterSpec> back = ClusterSpec::FromTfConfig(spec->ToTfConfig(TaskType::kDispatcher, 0));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->task_type(), TaskType::kDispatcher);
+  EXPECT_EQ(back->self_address(), "d:1");
+  EXPECT_EQ(back->data_workers(), spec->data_workers());
+  ExpectInvalid(WithTask(R"({"ps":["p:1"],"worker":["w:1"],"dispatcher":["d:1","e:1"]})", "worker", 0),
+                "at most one dispatcher");
+}
+
+TEST(ClusterSpecFlagsTest, DataServiceFlags) {
+  absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromTfConfigAndFlags(
+      "", {"--ps_hosts=p:1", "--worker_hosts=w:1", "--dispatcher_host=d:1", "--data_worker_hosts=x0:1,x1:1",
+           "--job_name=dispatcher"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->task_type(), TaskType::kDispatcher);
+  EXPECT_EQ(spec->self_address(), "d:1");
+  EXPECT_EQ(spec->num_data_workers(), 2);
+}
+
 }  // namespace
 }  // namespace asyncps

@@ -44,11 +44,12 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: asyncps_launch --ps N --workers M [--evaluator] [--max_restarts R] [--log_level L]\n"
-    "                      [--token T] [--file_sd PATH] [--ps_replicas K]\n"
+    "                      [--token T] [--file_sd PATH] [--ps_replicas K] [--data_workers D]\n"
     "                      [--ps_heartbeat_timeout D] -- PROGRAM [ARGS...]\n"
     "\n"
     "Starts a local cluster on 127.0.0.1: N parameter servers, M workers, one chief (and one\n"
-    "evaluator with --evaluator), each running PROGRAM with TF_CONFIG set for its task and\n"
+    "evaluator with --evaluator; a tf.data service dispatcher and D data workers with\n"
+    "--data_workers D), each running PROGRAM with TF_CONFIG set for its task and\n"
     "ASYNCPS_CLUSTER_TOKEN set to a shared token (--token, else $ASYNCPS_CLUSTER_TOKEN, else a\n"
     "random one). It prints one line per task it starts (\"started ps:0 pid 123 at ...\"); the\n"
     "tasks' output lines follow, prefixed with their task: [ps:0], [worker:1], [chief].\n"
@@ -97,6 +98,7 @@ struct LaunchArgs {
   int num_ps = 0;
   int num_workers = 0;
   bool evaluator = false;
+  int num_data_workers = 0;  // > 0: also a dispatcher
   int max_restarts = 0;
   std::string log_level;  // empty: ASYNCPS_LOG_LEVEL as inherited, else kDefaultChildLogLevel
   std::string token;
@@ -165,6 +167,9 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
       status = take_value();
       if (status.ok()) status = ParseCount("workers", value, &args.num_workers);
       have_workers = true;
+    } else if (name == "--data_workers") {
+      status = take_value();
+      if (status.ok()) status = ParseCount("data_workers", value, &args.num_data_workers);
     } else if (name == "--max_restarts") {
       status = take_value();
       if (status.ok() && (!absl::SimpleAtoi(value, &args.max_restarts) || args.max_restarts < 0 ||
@@ -285,7 +290,8 @@ class Launcher {
   };
 
   int RunCluster() {
-    const int total = 1 + args_.num_ps + args_.num_workers + (args_.evaluator ? 1 : 0);
+    const int data_service_tasks = args_.num_data_workers > 0 ? 1 + args_.num_data_workers : 0;
+    const int total = 1 + args_.num_ps + args_.num_workers + (args_.evaluator ? 1 : 0) + data_service_tasks;
     const char* metrics_env = std::getenv("ASYNCPS_METRICS_PORT");
     const bool serve_metrics = metrics_env == nullptr || std::string(metrics_env) != "-1";
     if (!serve_metrics && !args_.file_sd.empty()) {
@@ -305,6 +311,10 @@ class Launcher {
     for (int i = 0; i < args_.num_ps; ++i) jobs[TaskType::kPs].push_back(address());
     for (int i = 0; i < args_.num_workers; ++i) jobs[TaskType::kWorker].push_back(address());
     if (args_.evaluator) jobs[TaskType::kEvaluator].push_back(address());
+    if (args_.num_data_workers > 0) {
+      jobs[TaskType::kDispatcher].push_back(address());
+      for (int i = 0; i < args_.num_data_workers; ++i) jobs[TaskType::kDataWorker].push_back(address());
+    }
     absl::StatusOr<ClusterSpec> spec = ClusterSpec::Create(jobs, TaskType::kChief, 0);
     if (!spec.ok()) {
       Print("launcher", absl::StrCat("error: ", spec.status().ToString()));
@@ -333,6 +343,12 @@ class Launcher {
     for (int i = 0; i < args_.num_workers; ++i) {
       add(TaskType::kWorker, i, absl::StrCat("worker:", i),
           spec->workers()[static_cast<size_t>(i)]);
+    }
+    if (args_.num_data_workers > 0) {
+      add(TaskType::kDispatcher, 0, "dispatcher", spec->dispatcher());
+      for (int i = 0; i < args_.num_data_workers; ++i) {
+        add(TaskType::kDataWorker, i, absl::StrCat("data_worker:", i), spec->data_workers()[static_cast<size_t>(i)]);
+      }
     }
     if (args_.evaluator) {
       add(TaskType::kEvaluator, 0, "evaluator", spec->evaluator());

@@ -8,6 +8,14 @@
 //       [--stop_at_accuracy A]   (stop once an evaluation, e.g. every --eval_every epochs, reaches A)
 //       [--count_examples]       (a counter per example on the PS: fail unless each was applied
 //                                 exactly once per epoch; needs --sharding dynamic)
+//       [--augment]              (a random crop and flip of every training image)
+//       [--data_service auto|off]
+//
+// Under asyncps_launch --data_workers D (a tf.data service dispatcher and D data workers in
+// TF_CONFIG), --data_service auto (the default) moves the input pipeline, augmentation
+// included, to the data workers: the chief registers it with the dispatcher and the workers
+// read their batches split by split (dynamic sharding, implied: every example still applied
+// exactly once per epoch). --data_service off keeps each worker's own pipeline.
 //
 // Every process runs this binary; TF_CONFIG says which role it plays. Workers read their shard
 // of the 60,000 training images themselves (a per-worker dataset, rebuilt if a worker
@@ -54,6 +62,7 @@ struct Flags {
   int torch_threads = 1;
   bool ps_recovery = false;
   int closures_per_worker = 1;
+  bool data_service = true;  // --data_service auto: when the cluster has a dispatcher
 };
 
 constexpr char kUsage[] =
@@ -62,6 +71,10 @@ constexpr char kUsage[] =
     "              [--checkpoint_dir DIR] [--checkpoint_every_steps N] [--max_to_keep N]\n"
     "              [--sharding off|dynamic] [--stop_at_accuracy A] [--ps_recovery auto|off]\n"
     "              [--overlap_pull] [--closures_per_worker N] [--count_examples]\n"
+    "              [--augment] [--data_service auto|off]\n"
+    "  --augment: a random crop (of the image padded by one pixel) and flip of every image.\n"
+    "  --data_service auto: with a dispatcher in the cluster (asyncps_launch --data_workers D),\n"
+    "    the data workers run the input pipeline (implies --sharding dynamic); off: the workers.\n"
     "  --overlap_pull: pull the next step's parameters behind this step's push and free the\n"
     "    model before the push's answer (ONE STEP MORE STALENESS); pays with\n"
     "    --closures_per_worker 2 (closures running at once per worker; default 1).\n"
@@ -128,6 +141,15 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
       const bool has_value = arg.find('=') != std::string::npos;
       ok = !has_value || value == "true" || value == "false";
       flags->train.count_examples = !has_value || value == "true";
+    } else if (name == "augment") {
+      // A switch like --overlap_pull.
+      switch_flag = true;
+      const bool has_value = arg.find('=') != std::string::npos;
+      ok = !has_value || value == "true" || value == "false";
+      flags->train.augment = !has_value || value == "true";
+    } else if (name == "data_service") {
+      ok = value == "auto" || value == "off";
+      flags->data_service = value == "auto";
     } else if (name == "closures_per_worker") {
       ok = absl::SimpleAtoi(value, &flags->closures_per_worker) && flags->closures_per_worker >= 1;
     } else if (name == "max_to_keep") {
@@ -185,7 +207,7 @@ int main(int argc, char** argv) {
   if (cluster->task_type() == asyncps::TaskType::kEvaluator) {
     return asyncps::fmnist::RunEvaluator(*cluster, process, flags.train, argc, argv);
   }
-  asyncps::Program program = asyncps::fmnist::MakeProgram();
+  asyncps::Program program = asyncps::fmnist::MakeProgram(process.cluster_token);
   if (!cluster->is_chief()) return asyncps::Serve(*cluster, program, process);
 
   // The chief's wiring, each piece made here: the process (I/O loop, PS connections, /metrics
@@ -212,6 +234,13 @@ int main(int argc, char** argv) {
     coordinator_options.ps_recovery.checkpoints = checkpoints.get();
   }
   asyncps::ClusterCoordinator coordinator(strategy, program, coordinator_options);
+  if (flags.data_service && !cluster->dispatcher().empty()) {
+    flags.train.data_service = cluster->dispatcher();
+    flags.train.data_service_token = process.cluster_token;
+    flags.train.dynamic_sharding = true;
+    std::printf("input pipeline on the tf.data service: dispatcher %s, %d data workers (dynamic sharding)\n",
+                cluster->dispatcher().c_str(), cluster->num_data_workers());
+  }
   std::printf("training a %s on Fashion-MNIST: %d epochs, batch %d, %d workers, %d parameter servers\n",
               flags.train.model.c_str(), flags.train.epochs, flags.train.batch_size, cluster->num_workers(),
               cluster->num_ps());

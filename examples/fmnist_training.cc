@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "asyncps/checkpoints.h"
 #include "asyncps/coordinator.h"
+#include "asyncps/data_service.h"
 #include "asyncps/datasets.h"
 #include "asyncps/initializers.h"
 #include "asyncps/optimizers.h"
@@ -22,6 +23,7 @@
 #include "asyncps/strategy.h"
 #include "asyncps/sync.h"
 #include "asyncps/torch.h"
+#include "examples/fmnist_augment.h"
 #include "examples/training_checkpoints.h"
 
 namespace asyncps::fmnist {
@@ -140,6 +142,10 @@ absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
   data::Dataset examples = data::Dataset::Zip(std::move(sources))
                                .Shard(ctx.num_workers(), ctx.worker_index())
                                .Shuffle(10'000, static_cast<uint64_t>(seed) + static_cast<uint64_t>(ctx.worker_index()));
+  if (ctx.IntArg("augment").value_or(0) != 0) {
+    examples = Augmented(examples, kTrainExamples, ctx.num_workers(), ctx.worker_index(),
+                         static_cast<uint64_t>(seed) + static_cast<uint64_t>(ctx.worker_index()));
+  }
   if (repeat) examples = examples.Repeat();
   return examples.Batch(batch, /*drop_remainder=*/true).Prefetch(4);
 }
@@ -256,7 +262,8 @@ std::map<std::string, std::string> DatasetArgs(const Options& options, int64_t s
           // batches must hold the records they held before: the seed stays.
           {"seed", absl::StrCat(options.seed + (options.dynamic_sharding ? 0 : static_cast<uint64_t>(start_step)))},
           {"repeat", options.dynamic_sharding ? "0" : "1"},
-          {"ids", options.count_examples ? "1" : "0"}};
+          {"ids", options.count_examples ? "1" : "0"},
+          {"augment", options.augment ? "1" : "0"}};
 }
 
 absl::Status CheckOptions(const Options& options) {
@@ -270,6 +277,9 @@ absl::Status CheckOptions(const Options& options) {
         "count_examples needs dynamic sharding, a batch size that divides ", kTrainExamples,
         " (no example dropped with a partial batch) and no stop_at_accuracy; got batch size ",
         options.batch_size));
+  }
+  if (!options.data_service.empty() && !options.dynamic_sharding) {
+    return absl::InvalidArgumentError("reading through the tf.data service (data_service) needs dynamic sharding");
   }
   return absl::OkStatus();
 }
@@ -424,9 +434,18 @@ double Result::SecondsTo(double accuracy) const {
 
 void SetTorchThreads(int threads) { torch_bridge::SetNumThreads(threads); }
 
-Program MakeProgram() {
+Program MakeProgram(std::string cluster_token) {
   Program program;
   program.AddDataset("fmnist_train", TrainDataset);
+  program.AddDataset("fmnist_service", [token = std::move(cluster_token)](
+                                           const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
+    data_service::ServiceOptions service;
+    ASSIGN_OR_RETURN(service.dispatcher, ctx.Arg("dispatcher"));
+    service.token = token;
+    service.task_index = ctx.worker_index();
+    ASSIGN_OR_RETURN(int64_t id, ctx.IntArg("id"));
+    return data_service::FromDatasetId(service, id, {.mode = data_service::ProcessingMode::kDynamic});
+  });
   program.AddResource("fmnist_model", [](const ResourceContext& ctx) -> absl::StatusOr<std::unique_ptr<Resource>> {
     ASSIGN_OR_RETURN(std::string kind, ctx.Arg("model"));
     // Absent (an older chief): no overlap.
@@ -467,9 +486,21 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   // kTrainExamples / batch_size steps: one iterator per epoch, every example once.
   const int64_t records_per_split =
       options.batch_size * ((kTrainExamples + 8 * options.batch_size - 1) / (8 * options.batch_size));
+  std::string dataset_name = "fmnist_train";
+  std::map<std::string, std::string> dataset_args = DatasetArgs(options, start_step);
+  if (!options.data_service.empty()) {
+    // The data workers build the pipeline; the workers' dataset reads it split by split.
+    data_service::ServiceOptions service;
+    service.dispatcher = options.data_service;
+    service.token = options.data_service_token;
+    service.role = "chief";
+    ASSIGN_OR_RETURN(const int64_t id, data_service::RegisterDataset(service, dataset_name, dataset_args));
+    dataset_name = "fmnist_service";
+    dataset_args = {{"dispatcher", options.data_service}, {"id", absl::StrCat(id)}};
+  }
   ASSIGN_OR_RETURN(PerWorkerDataset dataset,
                    coordinator.CreatePerWorkerDataset(
-                       "fmnist_train", DatasetArgs(options, start_step),
+                       dataset_name, dataset_args,
                        options.dynamic_sharding ? ShardingPolicy::kDynamic : ShardingPolicy::kOff, records_per_split));
   const int64_t steps_per_epoch = kTrainExamples / options.batch_size;
   if (options.dynamic_sharding && !checkpoints.restored_state().empty()) {

@@ -71,6 +71,20 @@ struct Options {
   // dynamic_sharding and a batch_size that divides 60,000 (so no example is dropped with a
   // partial batch), and a run that trains every epoch (no stop_at_accuracy).
   bool count_examples = false;
+  // A random crop and flip of every training image (a 28x28 crop of the image padded by one
+  // pixel, flipped left-right with probability 1/2). Each example's draw depends on its split's
+  // shuffle seed only (a new one each epoch under dynamic sharding), so a split read again
+  // after a failure, on any worker or data worker, holds the same augmented images.
+  bool augment = false;
+  // The tf.data service (data_service/): the dispatcher's "host:port". The chief registers the
+  // training pipeline ("fmnist_train" with these options, augmentation included) with the
+  // dispatcher and the workers read their batches from the data workers, split-bound under
+  // dynamic sharding (needs dynamic_sharding): every example still applied exactly once, and
+  // the pipeline's CPU is spent on the data workers instead of the trainers. Empty: each
+  // worker runs its own pipeline.
+  std::string data_service;
+  // The cluster token the chief presents to the dispatcher (ProcessOptions::cluster_token).
+  std::string data_service_token;
   // Called on the chief after each completed step (1-based); for tests that inject failures.
   std::function<void(int64_t step)> on_step;
 };
@@ -104,8 +118,10 @@ struct Result {
 // sharded by worker, shuffled, repeated, batched, prefetched), resource "fmnist_model" (args:
 // model) holding the worker's LibTorch module, and function "fmnist_train_step" (args: an
 // iterator over fmnist_train, an fmnist_model) that pulls the parameters, runs forward and
-// backward on one batch, pushes the gradients and returns {loss, examples}.
-Program MakeProgram();
+// backward on one batch, pushes the gradients and returns {loss, examples}. Also dataset
+// "fmnist_service" (args: dispatcher, id): registered dataset `id` read from the tf.data service
+// (Options::data_service) in processing mode dynamic, authenticated with `cluster_token`.
+Program MakeProgram(std::string cluster_token = "");
 
 // The chief: creates the model's variables (Adam on the PS; placed by the strategy), the
 // per-worker datasets and models, trains options.epochs epochs of 60,000 examples with a

@@ -59,7 +59,8 @@ int ServerProcess::ServeUntilSignal() {
     spdlog::error("{}", s.ToString());
     return ExitCodeForStatus(s);
   }
-  const char* role = cluster_.task_type() == TaskType::kPs ? "parameter server" : "worker";
+  const std::string role = cluster_.task_type() == TaskType::kPs ? "parameter server"
+                                                                  : std::string(TaskTypeName(cluster_.task_type()));
   spdlog::info("{} {} ready on {} (metrics on port {})", role, cluster_.task_index(), cluster_.self_address(),
                metrics_->port());
   const int signal = WaitForTerminationSignal();

@@ -2,10 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
 #include "core/exit_code.h"
 #include "core/logging.h"
+#include "data_service/servers.h"
 #include "net/server_process.h"
 #include "ps/ps_server.h"
+#include "worker/dataset_resources.h"
 #include "worker/ps_client.h"
 #include "worker/shard_map_cache.h"
 #include "worker/worker_service.h"
@@ -41,6 +46,23 @@ int RunWorker(const ClusterSpec& cluster, const Program& program, const ProcessO
   return (*process)->ServeUntilSignal();
 }
 
+// The data worker builds datasets the way a training worker does (Program::AddDataset's
+// factory, through its dataset resource), so a program that lacks one gets the same error.
+data_service::DatasetBuilder MakeDatasetBuilder(const Program& program) {
+  return [&program](const std::string& name, const std::map<std::string, std::string>& args, int index, int count,
+                    bool dynamic) -> absl::StatusOr<data::Dataset> {
+    const ResourceFactory* factory = program.FindResource(DatasetResourceName(name));
+    if (factory == nullptr) {
+      return absl::NotFoundError(absl::StrCat("this program has no dataset '", name, "' (Program::AddDataset)"));
+    }
+    std::map<std::string, std::string> with_policy = args;
+    with_policy[kShardingArg] = ShardingArgValue(dynamic ? ShardingPolicy::kDynamic : ShardingPolicy::kOff);
+    absl::StatusOr<std::unique_ptr<Resource>> resource = (*factory)(ResourceContext(index, count, with_policy));
+    if (!resource.ok()) return resource.status();
+    return static_cast<DatasetResource&>(**resource).dataset();
+  };
+}
+
 }  // namespace
 
 int Serve(const ClusterSpec& cluster, const Program& program, const ProcessOptions& options) {
@@ -51,6 +73,12 @@ int Serve(const ClusterSpec& cluster, const Program& program, const ProcessOptio
       return ps::RunParameterServer(cluster, options);
     case TaskType::kWorker:
       return RunWorker(cluster, program, options);
+    case TaskType::kDispatcher: {
+      const char* work_dir = std::getenv("ASYNCPS_DISPATCHER_WORK_DIR");
+      return data_service::RunDispatcher(cluster, options, work_dir == nullptr ? "" : work_dir);
+    }
+    case TaskType::kDataWorker:
+      return data_service::RunDataWorker(cluster, options, MakeDatasetBuilder(program));
     case TaskType::kChief:
     case TaskType::kEvaluator:
       break;

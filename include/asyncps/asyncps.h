@@ -8,6 +8,7 @@
 #include "asyncps/chief.h"         // IWYU pragma: export
 #include "asyncps/cluster_spec.h"  // IWYU pragma: export
 #include "asyncps/coordinator.h"   // IWYU pragma: export
+#include "asyncps/data_service.h"  // IWYU pragma: export
 #include "asyncps/datasets.h"      // IWYU pragma: export
 #include "asyncps/initializers.h"  // IWYU pragma: export
 #include "asyncps/optimizers.h"    // IWYU pragma: export

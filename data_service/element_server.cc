@@ -1,0 +1,236 @@
+#include "data_service/element_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/status_macros.h"
+
+namespace asyncps::data_service {
+
+struct ElementServer::SplitStream {
+  Mutex mu;
+  std::unique_ptr<data::Iterator> iterator ABSL_GUARDED_BY(mu);
+  std::shared_ptr<std::atomic<bool>> beyond_source ABSL_GUARDED_BY(mu);
+  int64_t next ABSL_GUARDED_BY(mu) = 0;         // position of the iterator's next element
+  int64_t end_position ABSL_GUARDED_BY(mu) = -1;  // -1 until the split's end is seen
+  bool beyond ABSL_GUARDED_BY(mu) = false;
+  std::map<int64_t, data::Element> kept ABSL_GUARDED_BY(mu);
+  uint64_t last_used = 0;  // guarded by ElementServer::mu_
+};
+
+struct ElementServer::JobStream {
+  Mutex mu;
+  std::unique_ptr<data::Iterator> iterator ABSL_GUARDED_BY(mu);
+  int64_t produced ABSL_GUARDED_BY(mu) = 0;
+  bool ended ABSL_GUARDED_BY(mu) = false;
+};
+
+ElementServer::ElementServer(Options options, DatasetBuilder builder, DatasetLookup lookup)
+    : options_(options), builder_(std::move(builder)), lookup_(std::move(lookup)) {}
+
+absl::StatusOr<data::Dataset> ElementServer::DatasetFor(int64_t id, ProcessingMode mode) {
+  {
+    MutexLock lock(&mu_);
+    if (auto it = datasets_.find({id, mode}); it != datasets_.end()) return it->second;
+  }
+  const bool dynamic = mode == ProcessingMode::kDynamic;
+  const bool same_everywhere = mode != ProcessingMode::kOff && mode != ProcessingMode::kFile;
+  // Outside the lock: the lookup is an RPC and the build opens files.
+  ASSIGN_OR_RETURN(DatasetDef def, lookup_(id));
+  if (mode == ProcessingMode::kFile) {
+    auto files = def.args.find("files");
+    if (files == def.args.end() || files->second.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("processing mode file divides the dataset's \"files\" argument "
+                                                     "(paths joined by commas); dataset ", id, " ('", def.name,
+                                                     "') has none"));
+    }
+    const std::vector<std::string> all = absl::StrSplit(files->second, ',');
+    const int count = std::max(1, options_.count);
+    if (static_cast<int>(all.size()) < count) {
+      return absl::InvalidArgumentError(absl::StrCat("processing mode file: dataset ", id, " ('", def.name, "') has ",
+                                                     all.size(), " files for ", count,
+                                                     " data workers (fewer files than data workers)"));
+    }
+    std::vector<std::string> mine;
+    for (size_t i = static_cast<size_t>(options_.index); i < all.size(); i += static_cast<size_t>(count)) {
+      mine.push_back(all[i]);
+    }
+    files->second = absl::StrJoin(mine, ",");
+  }
+  const int index = same_everywhere ? 0 : options_.index;
+  const int count = same_everywhere ? 1 : std::max(1, options_.count);
+  absl::StatusOr<data::Dataset> built = builder_(def.name, def.args, index, count, dynamic);
+  if (!built.ok()) {
+    return absl::Status(built.status().code(), absl::StrCat("data worker ", options_.index, ": dataset ", id, " ('",
+                                                            def.name, "'): ", built.status().message()));
+  }
+  MutexLock lock(&mu_);
+  return datasets_.emplace(std::make_pair(id, mode), *std::move(built)).first->second;
+}
+
+absl::Status ElementServer::CheckSize(const Request& request, const data::Element& element) const {
+  uint64_t limit = options_.max_element_bytes;
+  if (request.max_element_bytes != 0) limit = std::min(limit, request.max_element_bytes);
+  uint64_t bytes = 0;
+  for (const Tensor& t : element) bytes += t.num_bytes();
+  if (bytes > limit) {
+    return absl::InvalidArgumentError(absl::StrCat("element ", request.position, " of dataset ", request.dataset_id,
+                                                   " is ", bytes, " bytes, over the limit of ", limit,
+                                                   " bytes (ReadOptions::max_element_bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ElementServer::Result> ElementServer::Get(const Request& request) {
+  if (request.bound) {
+    if (request.mode != ProcessingMode::kDynamic) {
+      return absl::InvalidArgumentError("split-bound reads need processing mode dynamic");
+    }
+    if (request.begin < 0 || request.end < request.begin || request.position < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("bad split [", request.begin, ", ", request.end, ") position ",
+                                                     request.position));
+    }
+    return GetBound(request);
+  }
+  if (request.mode == ProcessingMode::kDynamic) {
+    return absl::InvalidArgumentError(
+        "processing mode dynamic is read through a ShardingPolicy::kDynamic per-worker dataset (the coordinator's "
+        "split cursor binds each closure to its split); this iterator was not bound to a split");
+  }
+  return GetFromJob(request);
+}
+
+absl::StatusOr<ElementServer::Result> ElementServer::GetBound(const Request& request) {
+  ASSIGN_OR_RETURN(data::Dataset dataset, DatasetFor(request.dataset_id, ProcessingMode::kDynamic));
+  std::shared_ptr<SplitStream> stream;
+  {
+    MutexLock lock(&mu_);
+    const SplitKey key{request.dataset_id, request.begin, request.end, request.seed};
+    auto [it, inserted] = streams_.try_emplace(key);
+    if (inserted) it->second = std::make_shared<SplitStream>();
+    stream = it->second;
+    stream->last_used = ++uses_;
+    while (streams_.size() > options_.max_streams) {
+      auto oldest = std::min_element(streams_.begin(), streams_.end(), [](const auto& a, const auto& b) {
+        return a.second->last_used < b.second->last_used;
+      });
+      streams_.erase(oldest);
+    }
+  }
+  MutexLock lock(&stream->mu);
+  // What the consumer acknowledged is not asked for again (a re-run elsewhere rebuilds it).
+  stream->kept.erase(stream->kept.begin(), stream->kept.lower_bound(request.acked));
+  Result result;
+  result.position = request.position;
+  if (auto it = stream->kept.find(request.position); it != stream->kept.end()) {
+    result.element = it->second;
+    RETURN_IF_ERROR(CheckSize(request, result.element));
+    return result;
+  }
+  if (stream->end_position >= 0 && request.position >= stream->end_position) {
+    result.end_of_sequence = true;
+    result.beyond_source = stream->beyond;
+    return result;
+  }
+  if (stream->iterator == nullptr || request.position < stream->next) {
+    // Behind the pipeline (a re-read of a dropped element): start the split again.
+    stream->beyond_source = std::make_shared<std::atomic<bool>>(false);
+    ASSIGN_OR_RETURN(stream->iterator,
+                     dataset.MakeSinglePassSplitIterator({request.begin, request.end, 1}, request.seed,
+                                                         stream->beyond_source));
+    stream->next = 0;
+    built_.fetch_add(1);
+  }
+  while (stream->next <= request.position) {
+    absl::StatusOr<data::Element> element = stream->iterator->Next();
+    if (!element.ok()) {
+      stream->iterator.reset();
+      if (!data::IsEndOfData(element.status())) return element.status();
+      stream->end_position = stream->next;
+      stream->beyond = stream->beyond_source->load();
+      result.end_of_sequence = true;
+      result.beyond_source = stream->beyond;
+      return result;
+    }
+    const int64_t position = stream->next++;
+    if (position == request.position) {
+      result.element = *std::move(element);
+    } else if (position >= request.acked) {
+      // Skipped over for a consumer that asked further ahead: its earlier requests come next.
+      stream->kept[position] = *std::move(element);
+    }
+  }
+  stream->kept[request.position] = result.element;
+  while (stream->kept.size() > options_.max_kept_per_stream) stream->kept.erase(stream->kept.begin());
+  RETURN_IF_ERROR(CheckSize(request, result.element));
+  return result;
+}
+
+absl::StatusOr<ElementServer::Result> ElementServer::GetFromJob(const Request& request) {
+  const bool data_sharding = request.mode == ProcessingMode::kData;
+  ASSIGN_OR_RETURN(data::Dataset dataset, DatasetFor(request.dataset_id, request.mode));
+  std::shared_ptr<JobStream> job;
+  {
+    MutexLock lock(&mu_);
+    std::shared_ptr<JobStream>& slot = jobs_[request.job_id];
+    if (slot == nullptr) slot = std::make_shared<JobStream>();
+    job = slot;
+  }
+  MutexLock lock(&job->mu);
+  Result result;
+  if (job->ended) {
+    result.end_of_sequence = true;
+    return result;
+  }
+  if (job->iterator == nullptr) {
+    if (data_sharding) {
+      ASSIGN_OR_RETURN(job->iterator, dataset.MakeSplitIterator({options_.index, std::numeric_limits<int64_t>::max(),
+                                                                 std::max(1, options_.count)}));
+    } else {
+      ASSIGN_OR_RETURN(job->iterator, dataset.MakeIterator());
+    }
+    built_.fetch_add(1);
+  }
+  absl::StatusOr<data::Element> element = job->iterator->Next();
+  if (!element.ok()) {
+    if (!data::IsEndOfData(element.status())) return element.status();
+    job->ended = true;
+    job->iterator.reset();
+    result.end_of_sequence = true;
+    return result;
+  }
+  result.position = job->produced++;
+  result.element = *std::move(element);
+  Request sized = request;
+  sized.position = result.position;
+  RETURN_IF_ERROR(CheckSize(sized, result.element));
+  return result;
+}
+
+size_t ElementServer::kept_elements() const {
+  std::vector<std::shared_ptr<SplitStream>> streams;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [key, s] : streams_) streams.push_back(s);
+  }
+  size_t n = 0;
+  for (const auto& s : streams) {
+    MutexLock lock(&s->mu);
+    n += s->kept.size();
+  }
+  return n;
+}
+
+size_t ElementServer::open_streams() const {
+  MutexLock lock(&mu_);
+  return streams_.size();
+}
+
+int64_t ElementServer::pipelines_built() const { return built_.load(); }
+
+}  // namespace asyncps::data_service

@@ -1,0 +1,112 @@
+#ifndef ASYNCPS_DATA_SERVICE_ELEMENT_SERVER_H_
+#define ASYNCPS_DATA_SERVICE_ELEMENT_SERVER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "core/sync.h"
+#include "data/dataset.h"
+#include "data_service/dispatcher_state.h"
+#include "data_service/service_dataset.h"
+
+namespace asyncps::data_service {
+
+// Builds program dataset `name` with `args` as task `index` of `count` (kOff and kFile: the
+// data worker's own index among the data workers, under kFile with its share of the "files"
+// argument; kDynamic and kData: 0 of 1, the same pipeline everywhere;
+// `dynamic`: checked as a single-pass split pipeline, no Repeat). The error of a program that
+// lacks the dataset names it.
+using DatasetBuilder = std::function<absl::StatusOr<data::Dataset>(
+    const std::string& name, const std::map<std::string, std::string>& args, int index, int count, bool dynamic)>;
+// The dataset registered under an id (asks the dispatcher).
+using DatasetLookup = std::function<absl::StatusOr<DatasetDef>(int64_t id)>;
+
+// What a data worker produces, independent of the network.
+//
+// Split-bound reads (kDynamic): element `position` of the pipeline over records [begin, end) of
+// the sources, shuffles seeded by `seed` (Dataset::MakeSinglePassSplitIterator) — the same on
+// every data worker, so a consumer whose data worker died asks another for the same position.
+// Each split's pipeline is kept positioned where the last read left it, and the last elements
+// it produced are kept until the consumer acknowledges them (requests ahead of the next one,
+// from a consumer fetching ahead, fill them in), so reading a split in order costs one element
+// per element. Memory is bounded whatever consumers do: at most `max_streams` split pipelines
+// (least recently used dropped) with at most `max_kept_per_stream` elements each; a dropped
+// pipeline or element is produced again when asked for.
+//
+// Job reads (kOff, kFile, kData): the job's next element from this data worker's one pass over
+// the dataset (its own files under kFile, its own shard under kData); every consumer of the job
+// shares the pass.
+//
+// Thread-safe: reads of different splits and jobs run in parallel.
+class ElementServer {
+ public:
+  struct Options {
+    int index = 0;  // this data worker's task index
+    int count = 1;  // data workers in the cluster spec (static sharding)
+    size_t max_streams = 64;
+    size_t max_kept_per_stream = 8;
+    uint64_t max_element_bytes = uint64_t{1} << 30;  // the server's own cap
+  };
+  struct Request {
+    int64_t dataset_id = 0;
+    int64_t job_id = 0;
+    ProcessingMode mode = ProcessingMode::kOff;
+    bool bound = false;
+    int64_t begin = 0;
+    int64_t end = 0;
+    uint64_t seed = 0;
+    int64_t position = 0;
+    int64_t acked = 0;
+    uint64_t max_element_bytes = 0;  // 0: the server's cap only
+    Compression compression = Compression::kNone;  // of the answer on the wire
+  };
+  struct Result {
+    bool end_of_sequence = false;
+    bool beyond_source = false;
+    int64_t position = 0;
+    data::Element element;
+  };
+
+  ElementServer(Options options, DatasetBuilder builder, DatasetLookup lookup);
+
+  // The element asked for. Errors: NotFound (unknown dataset id), the builder's error (a
+  // program without the dataset), InvalidArgument (an element over the size limit, a request
+  // that contradicts itself), the pipeline's own error.
+  absl::StatusOr<Result> Get(const Request& request);
+
+  // Elements kept for unacknowledged reads, over every split (for tests of the bound).
+  size_t kept_elements() const;
+  size_t open_streams() const;
+  int64_t pipelines_built() const;
+
+ private:
+  struct SplitStream;
+  struct JobStream;
+  using SplitKey = std::tuple<int64_t, int64_t, int64_t, uint64_t>;
+
+  absl::StatusOr<data::Dataset> DatasetFor(int64_t id, ProcessingMode mode);
+  absl::StatusOr<Result> GetBound(const Request& request);
+  absl::StatusOr<Result> GetFromJob(const Request& request);
+  absl::Status CheckSize(const Request& request, const data::Element& element) const;
+
+  const Options options_;
+  const DatasetBuilder builder_;
+  const DatasetLookup lookup_;
+
+  mutable Mutex mu_;
+  std::map<std::pair<int64_t, ProcessingMode>, data::Dataset> datasets_ ABSL_GUARDED_BY(mu_);
+  std::map<SplitKey, std::shared_ptr<SplitStream>> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, std::shared_ptr<JobStream>> jobs_ ABSL_GUARDED_BY(mu_);
+  uint64_t uses_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> built_{0};
+};
+
+}  // namespace asyncps::data_service
+
+#endif  // ASYNCPS_DATA_SERVICE_ELEMENT_SERVER_H_

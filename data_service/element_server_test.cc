@@ -1,0 +1,138 @@
+#include "data_service/element_server.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace asyncps::data_service {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Dataset 1 is Range(0, n) batched by `batch`; anything else is unknown.
+ElementServer MakeServer(int64_t n, int64_t batch, ElementServer::Options options = {}) {
+  return ElementServer(
+      options,
+      [n, batch](const std::string& name, const std::map<std::string, std::string>&, int, int,
+                 bool) -> absl::StatusOr<data::Dataset> {
+        if (name != "range") return absl::NotFoundError(absl::StrCat("no dataset '", name, "'"));
+        return data::Dataset::Range(0, n).Batch(batch);
+      },
+      [](int64_t id) -> absl::StatusOr<DatasetDef> {
+        if (id == 1) return DatasetDef{1, "range", {}};
+        if (id == 2) return DatasetDef{2, "missing", {}};
+        return absl::NotFoundError(absl::StrCat("unknown dataset id ", id));
+      });
+}
+
+ElementServer::Request Bound(int64_t begin, int64_t end, int64_t position, int64_t acked) {
+  ElementServer::Request r;
+  r.dataset_id = 1;
+  r.mode = ProcessingMode::kDynamic;
+  r.bound = true;
+  r.begin = begin;
+  r.end = end;
+  r.position = position;
+  r.acked = acked;
+  return r;
+}
+
+int64_t First(const ElementServer::Result& r) { return r.element.at(0).data<int64_t>()[0]; }
+
+TEST(ElementServerTest, BoundReadsAreTheSplitsElementsInAnyOrder) {
+  ElementServer server = MakeServer(100, 4);
+  // A consumer fetching ahead asks for 2 before 1: both come from one pass.
+  auto e2 = server.Get(Bound(10, 30, 2, 0));
+  auto e1 = server.Get(Bound(10, 30, 1, 0));
+  auto e0 = server.Get(Bound(10, 30, 0, 0));
+  ASSERT_TRUE(e0.ok() && e1.ok() && e2.ok()) << e2.status();
+  EXPECT_EQ(First(*e0), 10);
+  EXPECT_EQ(First(*e1), 14);
+  EXPECT_EQ(First(*e2), 18);
+  EXPECT_EQ(server.pipelines_built(), 1);
+  auto last = server.Get(Bound(10, 30, 4, 4));
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(First(*last), 26);
+  auto end = server.Get(Bound(10, 30, 5, 5));
+  ASSERT_TRUE(end.ok());
+  EXPECT_TRUE(end->end_of_sequence);
+  EXPECT_FALSE(end->beyond_source);
+  // Another data worker (a fresh server) gives the same element for the same position.
+  ElementServer other = MakeServer(100, 4);
+  auto again = other.Get(Bound(10, 30, 3, 0));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(First(*again), 22);
+  auto beyond = other.Get(Bound(200, 220, 0, 0));
+  ASSERT_TRUE(beyond.ok());
+  EXPECT_TRUE(beyond->end_of_sequence);
+  EXPECT_TRUE(beyond->beyond_source);
+}
+
+TEST(ElementServerTest, MemoryStaysBoundedWhenNothingIsAcknowledged) {
+  ElementServer::Options options;
+  options.max_streams = 3;
+  options.max_kept_per_stream = 4;
+  ElementServer server = MakeServer(100'000, 1, options);
+  for (int64_t split = 0; split < 20; ++split) {
+    for (int64_t p = 0; p < 50; ++p) ASSERT_TRUE(server.Get(Bound(split * 100, split * 100 + 100, p, 0)).ok());
+  }
+  EXPECT_LE(server.open_streams(), 3u);
+  EXPECT_LE(server.kept_elements(), 12u);
+  // A dropped element is produced again when asked for.
+  auto again = server.Get(Bound(0, 100, 7, 0));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(First(*again), 7);
+}
+
+TEST(ElementServerTest, BadRequestsGetClearErrors) {
+  ElementServer server = MakeServer(100, 4);
+  ElementServer::Request unknown = Bound(0, 10, 0, 0);
+  unknown.dataset_id = 7;
+  EXPECT_EQ(server.Get(unknown).status().code(), absl::StatusCode::kNotFound);
+  ElementServer::Request missing = Bound(0, 10, 0, 0);
+  missing.dataset_id = 2;
+  auto m = server.Get(missing);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(m.status().message(), HasSubstr("'missing'"));
+  ElementServer::Request big = Bound(0, 10, 0, 0);
+  big.max_element_bytes = 8;  // a batch of 4 int64 is 32 bytes
+  auto b = server.Get(big);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(b.status().message(), HasSubstr("32 bytes, over the limit of 8"));
+  // The server keeps serving.
+  EXPECT_TRUE(server.Get(Bound(0, 10, 1, 0)).ok());
+}
+
+TEST(ElementServerTest, JobsShareOnePassAndDataShardsByIndex) {
+  ElementServer::Options options;
+  options.index = 1;
+  options.count = 3;
+  ElementServer server = MakeServer(10, 1, options);
+  ElementServer::Request off;
+  off.dataset_id = 1;
+  off.job_id = 5;
+  std::vector<int64_t> seen;
+  while (true) {
+    auto r = server.Get(off);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (r->end_of_sequence) break;
+    seen.push_back(First(*r));
+  }
+  EXPECT_EQ(seen.size(), 10u);
+  ElementServer::Request data = off;
+  data.job_id = 6;
+  data.mode = ProcessingMode::kData;
+  seen.clear();
+  while (true) {
+    auto r = server.Get(data);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (r->end_of_sequence) break;
+    seen.push_back(First(*r));
+  }
+  EXPECT_EQ(seen, (std::vector<int64_t>{1, 4, 7}));
+}
+
+}  // namespace
+}  // namespace asyncps::data_service

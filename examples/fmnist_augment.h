@@ -1,0 +1,32 @@
+#ifndef ASYNCPS_EXAMPLES_FMNIST_AUGMENT_H_
+#define ASYNCPS_EXAMPLES_FMNIST_AUGMENT_H_
+
+// The main job's data augmentation (fmnist::Options::augment): a random crop of each training
+// image padded by one pixel (a shift of -1, 0 or +1 pixels each way) and a left-right flip with
+// probability 1/2. Deterministic for a split and seed, so that a split read again after a
+// failure (on any worker or tf.data service data worker) holds the same augmented images, and
+// exactly-once training still holds. No LibTorch here.
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "asyncps/datasets.h"
+
+namespace asyncps::fmnist {
+
+// `examples` (elements {u8 [28, 28] image, label, ...} over `records` source records, shard
+// `shard` of `num_shards`, shuffled with `seed` before this) with every image augmented. Each
+// example's draw comes from a key: the element beside it in a second shuffle of the same
+// records with another seed, so it changes with the split's shuffle seed (every epoch under
+// dynamic sharding, every pass of a Repeat) and is the same wherever the split is read again,
+// unlike a draw from a generator that iterators share.
+data::Dataset Augmented(const data::Dataset& examples, int64_t records, int64_t num_shards,
+                        int64_t shard, uint64_t seed);
+
+// One example {u8 [28, 28] image, label, ..., i64 key} augmented with the draw `key` selects,
+// the key dropped. InvalidArgument for another shape.
+absl::StatusOr<data::Element> AugmentExample(data::Element example);
+
+}  // namespace asyncps::fmnist
+
+#endif  // ASYNCPS_EXAMPLES_FMNIST_AUGMENT_H_

@@ -1,0 +1,433 @@
+// The tf.data service with real processes: a dispatcher (with a work_dir journal), 3 data
+// workers and 2 training workers running data_service_test_program, the test process as chief.
+// DYNAMIC: a range of 20,000 ids read through the service under the coordinator's split
+// cursor, a step adding 1 to row `id` of a PS counter, while data workers and training workers
+// are SIGKILLed and restarted and the dispatcher is SIGKILLed and restarted from its work_dir:
+// every row ends at exactly 1. OFF with a shared job: every id is counted once per data worker.
+// Bad input gets clear errors and the service keeps serving.
+#include <signal.h>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/cluster_coordinator.h"
+#include "coordinator/parameter_server_strategy.h"
+#include "core/subprocess.h"
+#include "core/sync.h"
+#include "core/test_temp_dir.h"
+#include "data/tfrecord_writer.h"
+#include "data_service/service_dataset.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "partitioners/partitioner.h"
+#include "tests/integration/test_functions.h"
+#include "tests/testutil/local_cluster.h"
+#include "tests/testutil/worker_killer.h"
+
+namespace asyncps {
+namespace {
+
+using ::testing::HasSubstr;
+using testutil::LocalCluster;
+
+constexpr int kTrainers = 2;
+constexpr int kDataWorkers = 3;
+constexpr int64_t kIds = 20'000;
+constexpr int64_t kBatch = 50;
+constexpr int64_t kRecordsPerSplit = 1'000;
+constexpr char kProgram[] = "data_service_test_program";
+
+class DataServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LocalCluster::Options o;
+    o.num_workers = kTrainers;
+    o.num_ps = 1;
+    o.worker_binary = kProgram;
+    auto cluster = LocalCluster::Start(o);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+    auto chief = cluster_->MakeChief(*FixedShardsPartitioner::Create(1));
+    ASSERT_TRUE(chief.ok()) << chief.status();
+    chief_ = std::move(*chief);
+    auto counts = chief_->strategy().CreateVariable("counts", init::Zeros({kIds}, DType::kI64));
+    ASSERT_TRUE(counts.ok()) << counts.status();
+    counts_ = std::make_unique<ShardedVariable>(*counts);
+    coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, testutil::FastFailureDetection());
+
+    // The service's tasks join the training cluster's spec.
+    auto ports = PickUnusedPorts(1 + kDataWorkers);
+    ASSERT_TRUE(ports.ok()) << ports.status();
+    std::map<TaskType, std::vector<std::string>> jobs = {
+        {TaskType::kChief, {cluster_->chief_spec().chief()}},
+        {TaskType::kPs, cluster_->chief_spec().ps()},
+        {TaskType::kWorker, cluster_->chief_spec().workers()},
+        {TaskType::kDispatcher, {absl::StrCat("127.0.0.1:", (*ports)[0])}}};
+    for (int i = 0; i < kDataWorkers; ++i) {
+      jobs[TaskType::kDataWorker].push_back(absl::StrCat("127.0.0.1:", (*ports)[1 + i]));
+    }
+    auto spec = ClusterSpec::Create(jobs, TaskType::kChief, 0);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec_ = *spec;
+    ASSERT_TRUE(RestartDispatcher().ok());
+    data_workers_.resize(kDataWorkers);
+    for (int i = 0; i < kDataWorkers; ++i) ASSERT_TRUE(RestartDataWorker(i).ok());
+    service_.dispatcher = spec_.dispatcher();
+    service_.token = cluster_->token();
+    service_.role = "chief";
+  }
+
+  void TearDown() override {
+    coordinator_.reset();
+    counts_.reset();
+    chief_.reset();
+    data_workers_.clear();
+    dispatcher_.reset();
+    cluster_.reset();
+  }
+
+  absl::StatusOr<std::unique_ptr<Subprocess>> Launch(TaskType type, int index, const std::string& ready) {
+    Subprocess::Options o;
+    o.argv = {LocalCluster::BinaryPath(kProgram)};
+    o.env = {{"TF_CONFIG", spec_.ToTfConfig(type, index)},
+             {"ASYNCPS_CLUSTER_TOKEN", cluster_->token()},
+             {"ASYNCPS_METRICS_PORT", "-1"},
+             {"ASYNCPS_DISPATCHER_WORK_DIR", work_dir_.path()}};
+    auto process = Subprocess::Start(std::move(o));
+    if (!process.ok()) return process.status();
+    auto line = (*process)->WaitForLine(ready, absl::Seconds(60));
+    if (!line.ok()) return absl::Status(line.status().code(), (*process)->output());
+    return process;
+  }
+
+  absl::Status RestartDispatcher() {
+    dispatcher_.reset();  // SIGKILL
+    auto p = Launch(TaskType::kDispatcher, 0, "ready on");
+    if (!p.ok()) return p.status();
+    dispatcher_ = std::move(*p);
+    return absl::OkStatus();
+  }
+
+  absl::Status RestartDataWorker(int i) {
+    data_workers_[i].reset();  // SIGKILL
+    auto p = Launch(TaskType::kDataWorker, i, "registered with dispatcher");
+    if (!p.ok()) return p.status();
+    data_workers_[i] = std::move(*p);
+    return absl::OkStatus();
+  }
+
+  std::vector<int64_t> Counts() {
+    auto value = counts_->Read();
+    EXPECT_TRUE(value.ok()) << value.status();
+    if (!value.ok()) return {};
+    return std::vector<int64_t>(value->data<int64_t>(), value->data<int64_t>() + kIds);
+  }
+
+  absl::StatusOr<int64_t> Register(const std::string& name, std::map<std::string, std::string> args) {
+    return data_service::RegisterDataset(service_, name, args);
+  }
+
+  std::map<std::string, std::string> ReadArgs(int64_t id, const std::string& mode, const std::string& job = "",
+                                              int outstanding = 1) {
+    return {{"dispatcher", spec_.dispatcher()},
+            {"id", absl::StrCat(id)},
+            {"mode", mode},
+            {"job", job},
+            {"outstanding", absl::StrCat(outstanding)}};
+  }
+
+  // Runs "count_ids" closures in rounds until Join says OutOfRange (the epoch is over); returns
+  // the ids they reported. `after_round` runs at each join point.
+  int64_t RunDynamicEpoch(const PerWorkerValues& iterator, const std::function<void(int)>& after_round) {
+    int64_t counted = 0;
+    for (int round = 0; round < 1000; ++round) {
+      std::vector<RemoteValue> values;
+      for (int i = 0; i < 16; ++i) {
+        auto v = coordinator_->Schedule("count_ids", {iterator, Tensor::Scalar<int64_t>(10)});
+        EXPECT_TRUE(v.ok()) << v.status();
+        if (v.ok()) values.push_back(*v);
+      }
+      const absl::Status joined = coordinator_->Join();
+      for (const RemoteValue& v : values) {
+        auto r = v.Fetch();
+        if (r.ok()) counted += r->at(1).data<int64_t>()[0];
+      }
+      if (absl::IsOutOfRange(joined)) return counted;
+      EXPECT_TRUE(joined.ok()) << joined;
+      if (!joined.ok()) return counted;
+      after_round(round + 1);
+    }
+    ADD_FAILURE() << "the epoch did not end";
+    return counted;
+  }
+
+  // The chief's Program names what the workers' programs hold (the coordinator checks names).
+  static Program ChiefProgram() {
+    Program program = testutil::MakeTestProgram();
+    program.AddDataset("from_service", [](const DatasetContext&) -> absl::StatusOr<data::Dataset> {
+      return absl::UnimplementedError("built on the training workers");
+    });
+    return program;
+  }
+
+  testutil::TestDir work_dir_{"data_service_work_dir"};
+  Program program_ = ChiefProgram();
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<testutil::TestChief> chief_;
+  std::unique_ptr<ShardedVariable> counts_;
+  std::unique_ptr<ClusterCoordinator> coordinator_;
+  ClusterSpec spec_;
+  std::unique_ptr<Subprocess> dispatcher_;
+  std::vector<std::unique_ptr<Subprocess>> data_workers_;
+  data_service::ServiceOptions service_;
+};
+
+std::string Mismatches(const std::vector<int64_t>& rows, int64_t expected) {
+  std::string out;
+  int shown = 0;
+  for (size_t i = 0; i < rows.size() && shown < 10; ++i) {
+    if (rows[i] != expected) absl::StrAppend(&out, " row ", i, "=", rows[i]), ++shown;
+  }
+  return out;
+}
+
+TEST_F(DataServiceTest, DynamicEveryRowOnceWhileEverythingIsKilled) {
+  auto id = Register("svc_ids", {{"n", absl::StrCat(kIds)}, {"batch", absl::StrCat(kBatch)}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto again = Register("svc_ids", {{"n", absl::StrCat(kIds)}, {"batch", absl::StrCat(kBatch)}});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *id);
+  auto dataset =
+      coordinator_->CreatePerWorkerDataset("from_service", ReadArgs(*id, "dynamic"), ShardingPolicy::kDynamic,
+                                           kRecordsPerSplit);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  auto iterator = dataset->MakeIterator();
+  ASSERT_TRUE(iterator.ok()) << iterator.status();
+  std::mt19937 rng(7);
+  int data_worker_kills = 0;
+  bool dispatcher_restarted = false;
+  int64_t counted = 0;
+  {
+    testutil::WorkerKiller killer(*cluster_, kTrainers, absl::Milliseconds(700), 5);
+    counted = RunDynamicEpoch(*iterator, [&](int round) {
+      // A data worker SIGKILLed and restarted every other round; the dispatcher once.
+      if (round % 2 == 0) {
+        ASSERT_TRUE(RestartDataWorker(static_cast<int>(rng() % kDataWorkers)).ok());
+        ++data_worker_kills;
+      }
+      if (round == 5) {
+        ASSERT_TRUE(RestartDispatcher().ok());
+        dispatcher_restarted = true;
+      }
+    });
+    EXPECT_TRUE(killer.error().ok()) << killer.error();
+    EXPECT_GE(killer.kills(), 1);
+  }
+  EXPECT_EQ(counted, kIds);
+  EXPECT_GE(data_worker_kills, 3);
+  EXPECT_TRUE(dispatcher_restarted);
+  ASSERT_EQ(Mismatches(Counts(), 1), "");
+  // The restarted dispatcher recovered the registration from its journal.
+  auto after = Register("svc_ids", {{"n", absl::StrCat(kIds)}, {"batch", absl::StrCat(kBatch)}});
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*after, *id);
+}
+
+// Fetch-ahead (ReadOptions::max_outstanding_requests 4): each iterator reads four positions of
+// its split at once; with data workers SIGKILLed and restarted, every row is still exactly 1.
+TEST_F(DataServiceTest, DynamicFetchAheadEveryRowOnce) {
+  auto id = Register("svc_ids", {{"n", absl::StrCat(kIds)}, {"batch", absl::StrCat(kBatch)}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto dataset = coordinator_->CreatePerWorkerDataset("from_service", ReadArgs(*id, "dynamic", "", 4),
+                                                      ShardingPolicy::kDynamic, kRecordsPerSplit);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  auto iterator = dataset->MakeIterator();
+  ASSERT_TRUE(iterator.ok()) << iterator.status();
+  int data_worker_kills = 0;
+  const int64_t counted = RunDynamicEpoch(*iterator, [&](int round) {
+    if (round % 2 == 1) {
+      ASSERT_TRUE(RestartDataWorker(round % kDataWorkers).ok());
+      ++data_worker_kills;
+    }
+  });
+  EXPECT_EQ(counted, kIds);
+  EXPECT_GE(data_worker_kills, 1);
+  ASSERT_EQ(Mismatches(Counts(), 1), "");
+}
+
+// DATA mode read by one consumer in this process with four reads in flight over the three
+// data workers: every id exactly once (each data worker produces its own third).
+TEST_F(DataServiceTest, DataModeFetchAheadReadsEachIdOnce) {
+  auto id = Register("svc_ids", {{"n", "3000"}, {"batch", "1"}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  data_service::ReadOptions read;
+  read.mode = data_service::ProcessingMode::kData;
+  read.max_outstanding_requests = 4;
+  auto it = data_service::FromDatasetId(service_, *id, read).MakeIterator();
+  ASSERT_TRUE(it.ok()) << it.status();
+  std::vector<int64_t> seen(3000);
+  int64_t rows = 0;
+  while (true) {
+    auto e = (*it)->Next();
+    if (data::IsEndOfData(e.status())) break;
+    ASSERT_TRUE(e.ok()) << e.status();
+    for (int64_t i = 0; i < e->at(0).dim(0); ++i) {
+      const int64_t v = e->at(0).data<int64_t>()[i];
+      ASSERT_TRUE(v >= 0 && v < 3000) << v;
+      ++seen[static_cast<size_t>(v)];
+      ++rows;
+    }
+  }
+  EXPECT_EQ(rows, 3000);
+  EXPECT_EQ(Mismatches(seen, 1), "");
+  data_service::ReadOptions none = read;
+  none.max_outstanding_requests = 0;
+  auto refused = data_service::FromDatasetId(service_, *id, none).MakeIterator();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+}
+
+TEST_F(DataServiceTest, OffCountsEachIdOncePerDataWorker) {
+  auto id = Register("svc_ids", {{"n", "3000"}, {"batch", "50"}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto dataset = coordinator_->CreatePerWorkerDataset("from_service", ReadArgs(*id, "off", "shared"),
+                                                      ShardingPolicy::kOff);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  auto iterator = dataset->MakeIterator();
+  ASSERT_TRUE(iterator.ok()) << iterator.status();
+  int64_t counted = 0;
+  std::set<int64_t> ended;
+  for (int round = 0; round < 200 && static_cast<int>(ended.size()) < kTrainers; ++round) {
+    std::vector<RemoteValue> values;
+    for (int i = 0; i < 16; ++i) {
+      auto v = coordinator_->Schedule("count_ids", {*iterator, Tensor::Scalar<int64_t>(0)});
+      ASSERT_TRUE(v.ok()) << v.status();
+      values.push_back(*v);
+    }
+    ASSERT_TRUE(coordinator_->Join().ok());
+    for (const RemoteValue& v : values) {
+      auto r = v.Fetch();
+      ASSERT_TRUE(r.ok()) << r.status();
+      counted += r->at(1).data<int64_t>()[0];
+      if (r->at(1).data<int64_t>()[0] == 0) ended.insert(r->at(0).data<int64_t>()[0]);
+    }
+  }
+  ASSERT_EQ(static_cast<int>(ended.size()), kTrainers);
+  EXPECT_EQ(counted, 3000 * kDataWorkers);
+  std::vector<int64_t> rows = Counts();
+  rows.resize(3000);
+  EXPECT_EQ(Mismatches(rows, kDataWorkers), "");
+}
+
+// Reads one element in this process (a consumer like any trainer).
+absl::StatusOr<data::Element> ReadOne(const data::Dataset& dataset) {
+  auto it = dataset.MakeIterator();
+  if (!it.ok()) return it.status();
+  return (*it)->Next();
+}
+
+// FILE mode over six TFRecord files and three data workers: every record is read once, and all
+// records of a file come from one data worker (the program tags each with its index). Two
+// files for three data workers is the guide's error.
+TEST_F(DataServiceTest, FileModeReadsEachFileOnOneDataWorker) {
+  constexpr int kFiles = 6, kRecords = 40;
+  testutil::TestDir dir("data_service_files");
+  std::vector<std::string> paths;
+  for (int f = 0; f < kFiles; ++f) {
+    paths.push_back(absl::StrCat(dir.path(), "/part-", f, ".tfrecord"));
+    auto writer = data::TFRecordWriter::Open(paths.back());
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    for (int r = 0; r < kRecords; ++r) ASSERT_TRUE((*writer)->Write(absl::StrCat(f, ":", r)).ok());
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  auto id = Register("svc_records", {{"files", absl::StrJoin(paths, ",")}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  data_service::ReadOptions read;
+  read.mode = data_service::ProcessingMode::kFile;
+  read.max_outstanding_requests = 2;
+  auto it = data_service::FromDatasetId(service_, *id, read).MakeIterator();
+  ASSERT_TRUE(it.ok()) << it.status();
+  std::map<std::string, int> seen;
+  std::map<int, std::set<int64_t>> readers;  // file -> data workers that produced its records
+  while (true) {
+    auto e = (*it)->Next();
+    if (data::IsEndOfData(e.status())) break;
+    ASSERT_TRUE(e.ok()) << e.status();
+    ASSERT_EQ(e->size(), 2u);
+    const std::string record(reinterpret_cast<const char*>(e->at(0).raw_data()), e->at(0).num_bytes());
+    ++seen[record];
+    readers[std::stoi(record.substr(0, record.find(':')))].insert(e->at(1).data<int64_t>()[0]);
+  }
+  EXPECT_EQ(static_cast<int>(seen.size()), kFiles * kRecords);
+  for (const auto& [record, n] : seen) EXPECT_EQ(n, 1) << record;
+  ASSERT_EQ(static_cast<int>(readers.size()), kFiles);
+  std::set<int64_t> all;
+  for (const auto& [file, workers] : readers) {
+    EXPECT_EQ(workers.size(), 1u) << "file " << file;
+    all.insert(workers.begin(), workers.end());
+  }
+  EXPECT_EQ(static_cast<int>(all.size()), kDataWorkers);  // each data worker had its share
+
+  auto few = Register("svc_records", {{"files", absl::StrCat(paths[0], ",", paths[1])}});
+  ASSERT_TRUE(few.ok()) << few.status();
+  auto refused = ReadOne(data_service::FromDatasetId(service_, *few, read));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("2 files for 3 data workers (fewer files than data workers)"));
+}
+
+TEST_F(DataServiceTest, BadInputGetsClearErrorsAndTheServiceKeepsServing) {
+  service_.timeout_ms = 20'000;
+  data_service::ReadOptions off;
+  off.job_name = "off_job";
+  auto unknown = ReadOne(data_service::FromDatasetId(service_, 999, off));
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound) << unknown.status();
+  EXPECT_THAT(unknown.status().message(), HasSubstr("unknown dataset id 999"));
+
+  auto id = Register("svc_ids", {{"n", "100"}, {"batch", "10"}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto good = ReadOne(data_service::FromDatasetId(service_, *id, off));
+  ASSERT_TRUE(good.ok()) << good.status();
+  data_service::ReadOptions data_mode = off;
+  data_mode.mode = data_service::ProcessingMode::kData;
+  auto reused = ReadOne(data_service::FromDatasetId(service_, *id, data_mode));
+  EXPECT_EQ(reused.status().code(), absl::StatusCode::kInvalidArgument) << reused.status();
+  EXPECT_THAT(reused.status().message(), HasSubstr("job 'off_job'"));
+
+  auto missing = Register("no_such_dataset", {});
+  ASSERT_TRUE(missing.ok()) << missing.status();
+  off.job_name = "";
+  auto lacks = ReadOne(data_service::FromDatasetId(service_, *missing, off));
+  EXPECT_EQ(lacks.status().code(), absl::StatusCode::kNotFound) << lacks.status();
+  EXPECT_THAT(lacks.status().message(), HasSubstr("no dataset 'no_such_dataset'"));
+
+  auto big = Register("svc_big", {});
+  ASSERT_TRUE(big.ok()) << big.status();
+  data_service::ReadOptions small = off;
+  small.max_element_bytes = 1024;
+  auto over = ReadOne(data_service::FromDatasetId(service_, *big, small));
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument) << over.status();
+  EXPECT_THAT(over.status().message(), HasSubstr("32768 bytes, over the limit of 1024"));
+
+  // Still serving: a fresh anonymous job reads the whole dataset.
+  auto it = data_service::FromDatasetId(service_, *id, off).MakeIterator();
+  ASSERT_TRUE(it.ok()) << it.status();
+  int64_t rows = 0;
+  while (true) {
+    auto e = (*it)->Next();
+    if (data::IsEndOfData(e.status())) break;
+    ASSERT_TRUE(e.ok()) << e.status();
+    rows += e->at(0).dim(0);
+  }
+  EXPECT_EQ(rows, 100 * kDataWorkers);
+  for (int i = 0; i < kDataWorkers; ++i) EXPECT_TRUE(data_workers_[i]->running());
+  EXPECT_TRUE(dispatcher_->running());
+}
+
+}  // namespace
+}  // namespace asyncps
