@@ -155,9 +155,9 @@ absl::Status PsService::ReadIn(ShardState state, wire::ReadRequest::Reader body,
     bytes = SaturatingAdd(bytes, static_cast<uint64_t>(NumElements(v->shape())) * DTypeSize(v->dtype()));
   }
   RETURN_IF_ERROR(CheckResponseBytes("ps.Read", bytes));
-  auto body = response->InitResponseBody<wire::ReadResponse>();
-  auto out = body.initTensors(names.size());
-  auto versions = body.initVersions(names.size());
+  auto answer = response->InitResponseBody<wire::ReadResponse>();
+  auto out = answer.initTensors(names.size());
+  auto versions = answer.initVersions(names.size());
   for (unsigned i = 0; i < variables.size(); ++i) {
     int64_t version = 0;
     response->AddTensor(variables[i]->ReadVersioned(&version), out[i]);
@@ -348,9 +348,9 @@ absl::Status PsService::GatherIn(ShardState state, const net::InMessage& request
     rows.push_back(std::move(values));
     row_versions.push_back(version);
   }
-  auto body = response->InitResponseBody<wire::GatherResponse>();
-  auto out = body.initValues(lookups.size());
-  auto versions = body.initVersions(lookups.size());
+  auto answer = response->InitResponseBody<wire::GatherResponse>();
+  auto out = answer.initValues(lookups.size());
+  auto versions = answer.initVersions(lookups.size());
   for (unsigned i = 0; i < rows.size(); ++i) {
     response->AddTensor(rows[i], out[i]);
     versions.set(i, row_versions[i]);
