@@ -72,12 +72,15 @@ if [[ "${ASYNCPS_SKIP_TSAN:-0}" != "1" ]]; then
   # Everything with threads: sync primitives, RPC, the PS's striped locks, the closure queue
   # and coordinator, the worker's cancellation flags, the input pipelines' prefetch threads,
   # per-worker datasets, checkpoints (saves racing training, parallel CRC checks, a PS killed
-  # mid-save), the PS's window of applied closure updates, and the multi-process
-  # fault-tolerance, shutdown, recovery and exactly-once (dynamic sharding) scenarios.
+  # mid-save), the PS's window of applied closure updates, replication between PS and state
+  # transfer (ps_test), the staleness gate, the tf.data service's dispatcher and data workers,
+  # and the multi-process fault-tolerance, shutdown, recovery and exactly-once (dynamic
+  # sharding) scenarios.
   ASYNCPS_TARGETS="core_test data_test net_test ps_test worker_test coordinator_test fault_tolerance_test \
     per_worker_dataset_test coordinator_shutdown_test coordinator_recovery_test checkpoint_io_test \
     checkpoint_test checkpoint_cluster_test coordinator_restart_test ps_failure_test update_dedup_test \
-    exactly_once_test dynamic_sharding_test exit_codes_test metrics_test status_board_test" \
+    exactly_once_test dynamic_sharding_test exit_codes_test metrics_test status_board_test staleness_test \
+    data_service_unit_test data_service_test data_service_test_program" \
     bash scripts/build.sh build-tsan -DASYNCPS_SANITIZE=thread
   phase "TSan tests"
   echo "== tests under ThreadSanitizer =="
