@@ -24,24 +24,6 @@ struct ElementServer::SplitStream {
   uint64_t last_used = 0;  // guarded by ElementServer::mu_
 };
 
-struct ElementServer::JobStream {
-  // One round of a coordinated job: element i is consumer i's.
-  struct Round {
-    std::vector<data::Element> elements;
-    std::vector<bool> taken;
-    int taken_count = 0;
-  };
-  Mutex mu;
-  std::unique_ptr<data::Iterator> iterator ABSL_GUARDED_BY(mu);
-  int64_t produced ABSL_GUARDED_BY(mu) = 0;
-  bool ended ABSL_GUARDED_BY(mu) = false;
-  bool started ABSL_GUARDED_BY(mu) = false;
-  // Fixed by the job's first read: 0 for first-come first-served reads.
-  int32_t num_consumers ABSL_GUARDED_BY(mu) = 0;
-  int64_t rounds_made ABSL_GUARDED_BY(mu) = 0;
-  std::map<int64_t, Round> rounds ABSL_GUARDED_BY(mu);  // made and not yet taken by everyone
-};
-
 namespace {
 
 absl::Status CoordinatedEnded(int64_t job_id) {
@@ -202,35 +184,37 @@ absl::StatusOr<ElementServer::Result> ElementServer::GetFromJob(const Request& r
     if (slot == nullptr) slot = std::make_shared<JobStream>();
     job = slot;
   }
-  MutexLock lock(&job->mu);
+  // A reference, not the shared_ptr, names the lock for the thread-safety analysis.
+  JobStream& stream = *job;
+  MutexLock lock(&stream.mu);
   if (request.num_consumers < 0 ||
       (request.num_consumers > 0 && (request.consumer_index < 0 || request.consumer_index >= request.num_consumers))) {
     return absl::InvalidArgumentError(absl::StrCat("bad coordinated read: consumer ", request.consumer_index, " of ",
                                                    request.num_consumers));
   }
   Result result;
-  if (job->ended) {
+  if (stream.ended) {
     if (request.num_consumers > 0) return CoordinatedEnded(request.job_id);
     result.end_of_sequence = true;
     return result;
   }
-  if (!job->started) {
-    job->num_consumers = request.num_consumers;
-  } else if (request.num_consumers != job->num_consumers) {
+  if (!stream.started) {
+    stream.num_consumers = request.num_consumers;
+  } else if (request.num_consumers != stream.num_consumers) {
     return absl::InvalidArgumentError(absl::StrCat("job ", request.job_id, " is read with num_consumers ",
-                                                   job->num_consumers, ", not ", request.num_consumers));
+                                                   stream.num_consumers, ", not ", request.num_consumers));
   }
-  if (request.num_consumers > 0) return GetCoordinated(request, dataset, *job);
-  if (job->iterator == nullptr) RETURN_IF_ERROR(StartJob(request, dataset, *job));
-  absl::StatusOr<data::Element> element = job->iterator->Next();
+  if (request.num_consumers > 0) return GetCoordinated(request, dataset, stream);
+  if (stream.iterator == nullptr) RETURN_IF_ERROR(StartJob(request, dataset, stream));
+  absl::StatusOr<data::Element> element = stream.iterator->Next();
   if (!element.ok()) {
     if (!data::IsEndOfData(element.status())) return element.status();
-    job->ended = true;
-    job->iterator.reset();
+    stream.ended = true;
+    stream.iterator.reset();
     result.end_of_sequence = true;
     return result;
   }
-  result.position = job->produced++;
+  result.position = stream.produced++;
   result.element = *std::move(element);
   Request sized = request;
   sized.position = result.position;

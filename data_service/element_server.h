@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -101,7 +102,24 @@ class ElementServer {
 
  private:
   struct SplitStream;
-  struct JobStream;
+  // A job's pass on this data worker, shared by its consumers.
+  struct JobStream {
+    // One round of a coordinated job: element i is consumer i's.
+    struct Round {
+      std::vector<data::Element> elements;
+      std::vector<bool> taken;
+      int taken_count = 0;
+    };
+    Mutex mu;
+    std::unique_ptr<data::Iterator> iterator ABSL_GUARDED_BY(mu);
+    int64_t produced ABSL_GUARDED_BY(mu) = 0;
+    bool ended ABSL_GUARDED_BY(mu) = false;
+    bool started ABSL_GUARDED_BY(mu) = false;
+    // Fixed by the job's first read: 0 for first-come first-served reads.
+    int32_t num_consumers ABSL_GUARDED_BY(mu) = 0;
+    int64_t rounds_made ABSL_GUARDED_BY(mu) = 0;
+    std::map<int64_t, Round> rounds ABSL_GUARDED_BY(mu);  // made and not yet taken by everyone
+  };
   using SplitKey = std::tuple<int64_t, int64_t, int64_t, uint64_t>;
 
   absl::StatusOr<data::Dataset> DatasetFor(int64_t id, ProcessingMode mode);

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 
@@ -198,8 +199,9 @@ class JobIterator : public data::Iterator {
   std::deque<Pending> pending_;    // reads in flight, oldest first
 };
 
-// Consumer `consumer_index` of a coordinated job: round r from data worker r (modulo the
-// listed data workers), element consumer_index of it.
+// Consumer `consumer_index` of a coordinated job: round r from data worker r mod w of the w
+// listed data workers (ordered by address), as that data worker's round r / w; element
+// consumer_index of it.
 class CoordinatedIterator : public data::Iterator {
  public:
   CoordinatedIterator(std::shared_ptr<ServiceClient> client, std::function<absl::StatusOr<int64_t>()> dataset_id,
@@ -223,12 +225,17 @@ class CoordinatedIterator : public data::Iterator {
       if (workers.empty()) {
         last = absl::UnavailableError("no data worker is registered with the dispatcher");
       } else {
-        const std::string& address = workers[static_cast<size_t>(request_.round) % workers.size()];
+        // Every consumer orders the data workers alike, whatever order the dispatcher lists them in.
+        std::sort(workers.begin(), workers.end());
+        const auto n = static_cast<int64_t>(workers.size());
+        ElementServer::Request request = request_;
+        request.round = round_ / n;  // the data worker's own round
+        const std::string& address = workers[static_cast<size_t>(round_ % n)];
         absl::StatusOr<ElementServer::Result> result =
-            client_->GetElement(address, request_, absl::Milliseconds(client_->options().timeout_ms));
+            client_->GetElement(address, request, absl::Milliseconds(client_->options().timeout_ms));
         if (result.ok()) {
           if (result->end_of_sequence) return absl::OutOfRangeError("end of the job's data");
-          ++request_.round;
+          ++round_;
           return std::move(result->element);
         }
         // Unavailable is also a data worker holding this round until slower consumers catch up.
@@ -237,7 +244,7 @@ class CoordinatedIterator : public data::Iterator {
       }
       absl::SleepFor(absl::Milliseconds(20));
     }
-    return absl::UnavailableError(absl::StrCat("coordinated read of round ", request_.round, " of job '",
+    return absl::UnavailableError(absl::StrCat("coordinated read of round ", round_, " of job '",
                                                read_.job_name, "': ", last.ToString()));
   }
 
@@ -246,6 +253,7 @@ class CoordinatedIterator : public data::Iterator {
   const std::function<absl::StatusOr<int64_t>()> dataset_id_;
   const ReadOptions read_;
   ElementServer::Request request_;
+  int64_t round_ = 0;  // over all data workers
 };
 
 // The guide's rules for coordinated reads, checked before anything is contacted.

@@ -34,7 +34,7 @@
 //
 // Coordinated reads (ReadOptions::num_consumers n > 0, the guide's "Coordinated Data Read"):
 // the n consumers of a job read in lockstep rounds, all from the same data worker in a round
-// (round r from the r-th, modulo their number, of the data workers the dispatcher lists), and
+// (round r from data worker r mod w of the w the dispatcher lists, ordered by address), and
 // consumer i gets element i of the round's n consecutive elements, so a dataset that yields
 // rounds of n similar-sized batches gives every replica a similar batch at each step. As the
 // guide says, this needs a named job (every consumer names it) and a dataset of infinite
