@@ -28,7 +28,8 @@ namespace {
 
 absl::Status CoordinatedEnded(int64_t job_id) {
   return absl::InvalidArgumentError(absl::StrCat(
-      "job ", job_id, " ended under coordinated reads (num_consumers > 0), which need a dataset that never ends: "
+      "job ", job_id,
+      " ended under coordinated reads (num_consumers > 0), which need a dataset that never ends: "
       "add Repeat() at the end of the registered dataset"));
 }
 
@@ -188,9 +189,10 @@ absl::StatusOr<ElementServer::Result> ElementServer::GetFromJob(const Request& r
   JobStream& stream = *job;
   MutexLock lock(&stream.mu);
   if (request.num_consumers < 0 ||
-      (request.num_consumers > 0 && (request.consumer_index < 0 || request.consumer_index >= request.num_consumers))) {
-    return absl::InvalidArgumentError(absl::StrCat("bad coordinated read: consumer ", request.consumer_index, " of ",
-                                                   request.num_consumers));
+      (request.num_consumers > 0 &&
+       (request.consumer_index < 0 || request.consumer_index >= request.num_consumers))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad coordinated read: consumer ", request.consumer_index, " of ", request.num_consumers));
   }
   Result result;
   if (stream.ended) {
@@ -201,8 +203,9 @@ absl::StatusOr<ElementServer::Result> ElementServer::GetFromJob(const Request& r
   if (!stream.started) {
     stream.num_consumers = request.num_consumers;
   } else if (request.num_consumers != stream.num_consumers) {
-    return absl::InvalidArgumentError(absl::StrCat("job ", request.job_id, " is read with num_consumers ",
-                                                   stream.num_consumers, ", not ", request.num_consumers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", request.job_id, " is read with num_consumers ", stream.num_consumers,
+                     ", not ", request.num_consumers));
   }
   if (request.num_consumers > 0) return GetCoordinated(request, dataset, stream);
   if (stream.iterator == nullptr) RETURN_IF_ERROR(StartJob(request, dataset, stream));
@@ -222,10 +225,12 @@ absl::StatusOr<ElementServer::Result> ElementServer::GetFromJob(const Request& r
   return result;
 }
 
-absl::Status ElementServer::StartJob(const Request& request, const data::Dataset& dataset, JobStream& job) {
+absl::Status ElementServer::StartJob(const Request& request, const data::Dataset& dataset,
+                                     JobStream& job) {
   if (request.mode == ProcessingMode::kData) {
-    ASSIGN_OR_RETURN(job.iterator, dataset.MakeSplitIterator({options_.index, std::numeric_limits<int64_t>::max(),
-                                                              std::max(1, options_.count)}));
+    ASSIGN_OR_RETURN(job.iterator,
+                     dataset.MakeSplitIterator({options_.index, std::numeric_limits<int64_t>::max(),
+                                                std::max(1, options_.count)}));
   } else {
     ASSIGN_OR_RETURN(job.iterator, dataset.MakeIterator());
   }
@@ -235,19 +240,23 @@ absl::Status ElementServer::StartJob(const Request& request, const data::Dataset
 }
 
 absl::StatusOr<ElementServer::Result> ElementServer::GetCoordinated(const Request& request,
-                                                                    const data::Dataset& dataset, JobStream& job) {
+                                                                    const data::Dataset& dataset,
+                                                                    JobStream& job) {
   const int64_t kept = static_cast<int64_t>(std::max<size_t>(1, options_.max_kept_per_stream));
-  if (request.round < 0) return absl::InvalidArgumentError(absl::StrCat("bad round ", request.round));
+  if (request.round < 0)
+    return absl::InvalidArgumentError(absl::StrCat("bad round ", request.round));
   if (request.round < job.rounds_made && !job.rounds.contains(request.round)) {
-    return absl::FailedPreconditionError(absl::StrCat("round ", request.round, " of job ", request.job_id,
-                                                      " was taken by all its consumers and dropped"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", request.round, " of job ", request.job_id,
+                     " was taken by all its consumers and dropped"));
   }
   const int64_t oldest = job.rounds.empty() ? job.rounds_made : job.rounds.begin()->first;
   if (request.round >= oldest + kept) {
     // Holding more rounds for a consumer that lags would make memory grow without bound.
-    return absl::UnavailableError(absl::StrCat("consumer ", request.consumer_index, " asks for round ",
-                                               request.round, " of job ", request.job_id, ", more than ", kept,
-                                               " rounds ahead of round ", oldest, " not yet taken by all consumers"));
+    return absl::UnavailableError(
+        absl::StrCat("consumer ", request.consumer_index, " asks for round ", request.round,
+                     " of job ", request.job_id, ", more than ", kept, " rounds ahead of round ",
+                     oldest, " not yet taken by all consumers"));
   }
   if (job.iterator == nullptr) RETURN_IF_ERROR(StartJob(request, dataset, job));
   while (job.rounds_made <= request.round) {

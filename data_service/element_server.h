@@ -125,8 +125,8 @@ class ElementServer {
   absl::StatusOr<data::Dataset> DatasetFor(int64_t id, ProcessingMode mode);
   absl::StatusOr<Result> GetBound(const Request& request);
   absl::StatusOr<Result> GetFromJob(const Request& request);
-  absl::StatusOr<Result> GetCoordinated(const Request& request, const data::Dataset& dataset, JobStream& job)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
+  absl::StatusOr<Result> GetCoordinated(const Request& request, const data::Dataset& dataset,
+                                        JobStream& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
   absl::Status StartJob(const Request& request, const data::Dataset& dataset, JobStream& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
   absl::Status CheckSize(const Request& request, const data::Element& element) const;

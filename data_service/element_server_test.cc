@@ -153,7 +153,8 @@ TEST(ElementServerTest, CoordinatedConsumersGetDisjointRounds) {
   // Consumer i gets element i of each round of 2, whichever consumer asks first.
   std::vector<int64_t> got[2];
   for (int64_t round = 0; round < 6; ++round) {
-    for (int32_t consumer : {static_cast<int32_t>(round % 2), static_cast<int32_t>(1 - round % 2)}) {
+    for (int32_t consumer :
+         {static_cast<int32_t>(round % 2), static_cast<int32_t>(1 - round % 2)}) {
       auto r = server.Get(Coordinated(3, consumer, round));
       ASSERT_TRUE(r.ok()) << r.status();
       ASSERT_FALSE(r->end_of_sequence);
@@ -185,7 +186,8 @@ TEST(ElementServerTest, CoordinatedRoundsWaitForTheSlowestConsumer) {
   ASSERT_TRUE(now.ok()) << now.status();
   EXPECT_EQ(First(*now), 4);
   // Round 0 was taken by both and dropped.
-  EXPECT_EQ(server.Get(Coordinated(3, 1, 0)).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(server.Get(Coordinated(3, 1, 0)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(ElementServerTest, CoordinatedReadsRefuseMisuse) {

@@ -7,7 +7,6 @@
 #include <functional>
 
 #include "absl/container/flat_hash_set.h"
-
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -204,14 +203,15 @@ class JobIterator : public data::Iterator {
 // consumer_index of it.
 class CoordinatedIterator : public data::Iterator {
  public:
-  CoordinatedIterator(std::shared_ptr<ServiceClient> client, std::function<absl::StatusOr<int64_t>()> dataset_id,
-                      const ReadOptions& read)
+  CoordinatedIterator(std::shared_ptr<ServiceClient> client,
+                      std::function<absl::StatusOr<int64_t>()> dataset_id, const ReadOptions& read)
       : client_(std::move(client)), dataset_id_(std::move(dataset_id)), read_(read) {}
 
   absl::StatusOr<data::Element> Next() override {
     if (request_.job_id == 0) {
       ASSIGN_OR_RETURN(request_.dataset_id, dataset_id_());
-      ASSIGN_OR_RETURN(request_.job_id, client_->GetOrCreateJob(request_.dataset_id, read_.job_name, read_.mode));
+      ASSIGN_OR_RETURN(request_.job_id,
+                       client_->GetOrCreateJob(request_.dataset_id, read_.job_name, read_.mode));
       request_.mode = read_.mode;
       request_.max_element_bytes = read_.max_element_bytes;
       request_.compression = read_.compression;
@@ -225,14 +225,14 @@ class CoordinatedIterator : public data::Iterator {
       if (workers.empty()) {
         last = absl::UnavailableError("no data worker is registered with the dispatcher");
       } else {
-        // Every consumer orders the data workers alike, whatever order the dispatcher lists them in.
+        // Every consumer orders the data workers alike, whatever the dispatcher's order.
         std::sort(workers.begin(), workers.end());
         const auto n = static_cast<int64_t>(workers.size());
         ElementServer::Request request = request_;
         request.round = round_ / n;  // the data worker's own round
         const std::string& address = workers[static_cast<size_t>(round_ % n)];
-        absl::StatusOr<ElementServer::Result> result =
-            client_->GetElement(address, request, absl::Milliseconds(client_->options().timeout_ms));
+        absl::StatusOr<ElementServer::Result> result = client_->GetElement(
+            address, request, absl::Milliseconds(client_->options().timeout_ms));
         if (result.ok()) {
           if (result->end_of_sequence) return absl::OutOfRangeError("end of the job's data");
           ++round_;
@@ -259,7 +259,8 @@ class CoordinatedIterator : public data::Iterator {
 // The guide's rules for coordinated reads, checked before anything is contacted.
 absl::Status CheckCoordination(const ReadOptions& read) {
   if (read.num_consumers < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("ReadOptions::num_consumers is ", read.num_consumers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReadOptions::num_consumers is ", read.num_consumers));
   }
   if (read.num_consumers == 0) {
     if (read.consumer_index != 0) {
@@ -268,8 +269,9 @@ absl::Status CheckCoordination(const ReadOptions& read) {
     return absl::OkStatus();
   }
   if (read.consumer_index < 0 || read.consumer_index >= read.num_consumers) {
-    return absl::InvalidArgumentError(absl::StrCat("ReadOptions::consumer_index ", read.consumer_index,
-                                                   " is outside [0, num_consumers = ", read.num_consumers, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReadOptions::consumer_index ", read.consumer_index,
+                     " is outside [0, num_consumers = ", read.num_consumers, ")"));
   }
   if (read.job_name.empty()) {
     return absl::InvalidArgumentError(
@@ -277,7 +279,8 @@ absl::Status CheckCoordination(const ReadOptions& read) {
   }
   if (read.mode == ProcessingMode::kDynamic) {
     return absl::InvalidArgumentError(
-        "coordinated reads (ReadOptions::num_consumers) cannot use processing mode dynamic: its reads are bound "
+        "coordinated reads (ReadOptions::num_consumers) cannot use processing mode dynamic: its "
+        "reads are bound "
         "to the coordinator's splits");
   }
   return absl::OkStatus();

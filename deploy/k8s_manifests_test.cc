@@ -132,10 +132,10 @@ TEST(K8sManifestsTest, EveryStatefulSetAndJobPodGetsAConsistentTfConfig) {
   if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed (scripts/install_deps.sh installs it)";
   auto objects = ByKindAndName(Decode("statefulsets.yaml"));
   for (const char* name :
-       {"Service/fmnist-ps", "Service/fmnist-worker", "Service/fmnist-chief", "Service/fmnist-evaluator",
-        "Service/fmnist-dispatcher", "Service/fmnist-data-worker", "StatefulSet/fmnist-ps",
-        "StatefulSet/fmnist-worker", "StatefulSet/fmnist-dispatcher", "StatefulSet/fmnist-data-worker",
-        "Job/fmnist-chief", "Job/fmnist-evaluator"}) {
+       {"Service/fmnist-ps", "Service/fmnist-worker", "Service/fmnist-chief",
+        "Service/fmnist-evaluator", "Service/fmnist-dispatcher", "Service/fmnist-data-worker",
+        "StatefulSet/fmnist-ps", "StatefulSet/fmnist-worker", "StatefulSet/fmnist-dispatcher",
+        "StatefulSet/fmnist-data-worker", "Job/fmnist-chief", "Job/fmnist-evaluator"}) {
     EXPECT_TRUE(objects.count(name)) << name;
   }
   if (::testing::Test::HasFailure()) return;
@@ -198,7 +198,8 @@ TEST(K8sManifestsTest, EveryStatefulSetAndJobPodGetsAConsistentTfConfig) {
     EXPECT_EQ(spec->num_ps(), num_ps) << "ASYNCPS_NUM_PS disagrees with the ps StatefulSet";
     EXPECT_EQ(spec->num_workers(), num_workers) << "ASYNCPS_NUM_WORKERS disagrees with the worker StatefulSet";
     // Every process finds the tf.data service where its StatefulSets run it.
-    EXPECT_EQ(spec->dispatcher(), "fmnist-dispatcher-0.fmnist-dispatcher:2222") << "ASYNCPS_DISPATCHER";
+    EXPECT_EQ(spec->dispatcher(), "fmnist-dispatcher-0.fmnist-dispatcher:2222")
+        << "ASYNCPS_DISPATCHER";
     EXPECT_EQ(spec->num_data_workers(), num_data_workers)
         << "ASYNCPS_NUM_DATA_WORKERS disagrees with the data-worker StatefulSet";
     if (spec->num_data_workers() > 0) {
