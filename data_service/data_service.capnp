@@ -74,6 +74,11 @@ struct GetElementRequest {
   maxElementBytes @9 :UInt64;
   # data_service::Compression: how the answer's tensors travel.
   compression @10 :UInt8;
+  # Coordinated reads (ReadOptions::num_consumers > 0): this consumer's element of round
+  # `round` of the job on this data worker; 0 consumers is a first-come first-served read.
+  numConsumers @11 :Int32;
+  consumerIndex @12 :Int32;
+  round @13 :Int64;
 }
 
 # A tensor deflated with zlib (Compression::kZlib): its dtype and shape, and the compressed

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -23,12 +24,16 @@ struct ElementServer::SplitStream {
   uint64_t last_used = 0;  // guarded by ElementServer::mu_
 };
 
-struct ElementServer::JobStream {
-  Mutex mu;
-  std::unique_ptr<data::Iterator> iterator ABSL_GUARDED_BY(mu);
-  int64_t produced ABSL_GUARDED_BY(mu) = 0;
-  bool ended ABSL_GUARDED_BY(mu) = false;
-};
+namespace {
+
+absl::Status CoordinatedEnded(int64_t job_id) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "job ", job_id,
+      " ended under coordinated reads (num_consumers > 0), which need a dataset that never ends: "
+      "add Repeat() at the end of the registered dataset"));
+}
+
+}  // namespace
 
 ElementServer::ElementServer(Options options, DatasetBuilder builder, DatasetLookup lookup)
     : options_(options), builder_(std::move(builder)), lookup_(std::move(lookup)) {}
@@ -172,7 +177,6 @@ absl::StatusOr<ElementServer::Result> ElementServer::GetBound(const Request& req
 }
 
 absl::StatusOr<ElementServer::Result> ElementServer::GetFromJob(const Request& request) {
-  const bool data_sharding = request.mode == ProcessingMode::kData;
   ASSIGN_OR_RETURN(data::Dataset dataset, DatasetFor(request.dataset_id, request.mode));
   std::shared_ptr<JobStream> job;
   {
@@ -181,34 +185,108 @@ absl::StatusOr<ElementServer::Result> ElementServer::GetFromJob(const Request& r
     if (slot == nullptr) slot = std::make_shared<JobStream>();
     job = slot;
   }
-  MutexLock lock(&job->mu);
+  // A reference, not the shared_ptr, names the lock for the thread-safety analysis.
+  JobStream& stream = *job;
+  MutexLock lock(&stream.mu);
+  if (request.num_consumers < 0 ||
+      (request.num_consumers > 0 &&
+       (request.consumer_index < 0 || request.consumer_index >= request.num_consumers))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad coordinated read: consumer ", request.consumer_index, " of ", request.num_consumers));
+  }
   Result result;
-  if (job->ended) {
+  if (stream.ended) {
+    if (request.num_consumers > 0) return CoordinatedEnded(request.job_id);
     result.end_of_sequence = true;
     return result;
   }
-  if (job->iterator == nullptr) {
-    if (data_sharding) {
-      ASSIGN_OR_RETURN(job->iterator, dataset.MakeSplitIterator({options_.index, std::numeric_limits<int64_t>::max(),
-                                                                 std::max(1, options_.count)}));
-    } else {
-      ASSIGN_OR_RETURN(job->iterator, dataset.MakeIterator());
-    }
-    built_.fetch_add(1);
+  if (!stream.started) {
+    stream.num_consumers = request.num_consumers;
+  } else if (request.num_consumers != stream.num_consumers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", request.job_id, " is read with num_consumers ", stream.num_consumers,
+                     ", not ", request.num_consumers));
   }
-  absl::StatusOr<data::Element> element = job->iterator->Next();
+  if (request.num_consumers > 0) return GetCoordinated(request, dataset, stream);
+  if (stream.iterator == nullptr) RETURN_IF_ERROR(StartJob(request, dataset, stream));
+  absl::StatusOr<data::Element> element = stream.iterator->Next();
   if (!element.ok()) {
     if (!data::IsEndOfData(element.status())) return element.status();
-    job->ended = true;
-    job->iterator.reset();
+    stream.ended = true;
+    stream.iterator.reset();
     result.end_of_sequence = true;
     return result;
   }
-  result.position = job->produced++;
+  result.position = stream.produced++;
   result.element = *std::move(element);
   Request sized = request;
   sized.position = result.position;
   RETURN_IF_ERROR(CheckSize(sized, result.element));
+  return result;
+}
+
+absl::Status ElementServer::StartJob(const Request& request, const data::Dataset& dataset,
+                                     JobStream& job) {
+  if (request.mode == ProcessingMode::kData) {
+    ASSIGN_OR_RETURN(job.iterator,
+                     dataset.MakeSplitIterator({options_.index, std::numeric_limits<int64_t>::max(),
+                                                std::max(1, options_.count)}));
+  } else {
+    ASSIGN_OR_RETURN(job.iterator, dataset.MakeIterator());
+  }
+  job.started = true;
+  built_.fetch_add(1);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ElementServer::Result> ElementServer::GetCoordinated(const Request& request,
+                                                                    const data::Dataset& dataset,
+                                                                    JobStream& job) {
+  const int64_t kept = static_cast<int64_t>(std::max<size_t>(1, options_.max_kept_per_stream));
+  if (request.round < 0)
+    return absl::InvalidArgumentError(absl::StrCat("bad round ", request.round));
+  if (request.round < job.rounds_made && !job.rounds.contains(request.round)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", request.round, " of job ", request.job_id,
+                     " was taken by all its consumers and dropped"));
+  }
+  const int64_t oldest = job.rounds.empty() ? job.rounds_made : job.rounds.begin()->first;
+  if (request.round >= oldest + kept) {
+    // Holding more rounds for a consumer that lags would make memory grow without bound.
+    return absl::UnavailableError(
+        absl::StrCat("consumer ", request.consumer_index, " asks for round ", request.round,
+                     " of job ", request.job_id, ", more than ", kept, " rounds ahead of round ",
+                     oldest, " not yet taken by all consumers"));
+  }
+  if (job.iterator == nullptr) RETURN_IF_ERROR(StartJob(request, dataset, job));
+  while (job.rounds_made <= request.round) {
+    JobStream::Round round;
+    for (int32_t i = 0; i < job.num_consumers; ++i) {
+      absl::StatusOr<data::Element> element = job.iterator->Next();
+      if (!element.ok()) {
+        if (!data::IsEndOfData(element.status())) return element.status();
+        job.ended = true;
+        job.iterator.reset();
+        job.rounds.clear();
+        return CoordinatedEnded(request.job_id);
+      }
+      round.elements.push_back(*std::move(element));
+    }
+    round.taken.assign(static_cast<size_t>(job.num_consumers), false);
+    job.rounds.emplace(job.rounds_made++, std::move(round));
+  }
+  JobStream::Round& round = job.rounds.at(request.round);
+  const auto index = static_cast<size_t>(request.consumer_index);
+  Result result;
+  result.position = request.round * job.num_consumers + request.consumer_index;
+  result.element = round.elements[index];
+  Request sized = request;
+  sized.position = result.position;
+  RETURN_IF_ERROR(CheckSize(sized, result.element));
+  if (!round.taken[index]) {
+    round.taken[index] = true;
+    if (++round.taken_count == job.num_consumers) job.rounds.erase(request.round);
+  }
   return result;
 }
 

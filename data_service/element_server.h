@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -43,6 +44,15 @@ using DatasetLookup = std::function<absl::StatusOr<DatasetDef>(int64_t id)>;
 // the dataset (its own files under kFile, its own shard under kData); every consumer of the job
 // shares the pass.
 //
+// Coordinated job reads (Request::num_consumers n > 0, the guide's consumer_index /
+// num_consumers): the pass is cut into rounds of n consecutive elements, and consumer i gets
+// element i of each round, so the n consumers of one round get n distinct, consecutive
+// elements. A round is kept until each consumer has taken its element (asking again for one
+// not yet dropped gives the same element); a consumer may run at most `max_kept_per_stream`
+// rounds ahead of the slowest, past that the read is Unavailable (the consumer waits and asks
+// again). A job is read either coordinated with one n or not at all coordinated: anything else
+// is InvalidArgument, as is a dataset that ends (coordinated reads need a Repeat'd dataset).
+//
 // Thread-safe: reads of different splits and jobs run in parallel.
 class ElementServer {
  public:
@@ -65,6 +75,11 @@ class ElementServer {
     int64_t acked = 0;
     uint64_t max_element_bytes = 0;  // 0: the server's cap only
     Compression compression = Compression::kNone;  // of the answer on the wire
+    // Coordinated reads: consumers of the job (0: first come first served), this consumer's
+    // index among them and the round it asks for.
+    int32_t num_consumers = 0;
+    int32_t consumer_index = 0;
+    int64_t round = 0;
   };
   struct Result {
     bool end_of_sequence = false;
@@ -87,12 +102,33 @@ class ElementServer {
 
  private:
   struct SplitStream;
-  struct JobStream;
+  // A job's pass on this data worker, shared by its consumers.
+  struct JobStream {
+    // One round of a coordinated job: element i is consumer i's.
+    struct Round {
+      std::vector<data::Element> elements;
+      std::vector<bool> taken;
+      int taken_count = 0;
+    };
+    Mutex mu;
+    std::unique_ptr<data::Iterator> iterator ABSL_GUARDED_BY(mu);
+    int64_t produced ABSL_GUARDED_BY(mu) = 0;
+    bool ended ABSL_GUARDED_BY(mu) = false;
+    bool started ABSL_GUARDED_BY(mu) = false;
+    // Fixed by the job's first read: 0 for first-come first-served reads.
+    int32_t num_consumers ABSL_GUARDED_BY(mu) = 0;
+    int64_t rounds_made ABSL_GUARDED_BY(mu) = 0;
+    std::map<int64_t, Round> rounds ABSL_GUARDED_BY(mu);  // made and not yet taken by everyone
+  };
   using SplitKey = std::tuple<int64_t, int64_t, int64_t, uint64_t>;
 
   absl::StatusOr<data::Dataset> DatasetFor(int64_t id, ProcessingMode mode);
   absl::StatusOr<Result> GetBound(const Request& request);
   absl::StatusOr<Result> GetFromJob(const Request& request);
+  absl::StatusOr<Result> GetCoordinated(const Request& request, const data::Dataset& dataset,
+                                        JobStream& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
+  absl::Status StartJob(const Request& request, const data::Dataset& dataset, JobStream& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
   absl::Status CheckSize(const Request& request, const data::Element& element) const;
 
   const Options options_;

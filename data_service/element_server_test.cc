@@ -17,12 +17,14 @@ ElementServer MakeServer(int64_t n, int64_t batch, ElementServer::Options option
       options,
       [n, batch](const std::string& name, const std::map<std::string, std::string>&, int, int,
                  bool) -> absl::StatusOr<data::Dataset> {
+        if (name == "repeat") return data::Dataset::Range(0, n).Batch(batch).Repeat();
         if (name != "range") return absl::NotFoundError(absl::StrCat("no dataset '", name, "'"));
         return data::Dataset::Range(0, n).Batch(batch);
       },
       [](int64_t id) -> absl::StatusOr<DatasetDef> {
         if (id == 1) return DatasetDef{1, "range", {}};
         if (id == 2) return DatasetDef{2, "missing", {}};
+        if (id == 3) return DatasetDef{3, "repeat", {}};
         return absl::NotFoundError(absl::StrCat("unknown dataset id ", id));
       });
 }
@@ -132,6 +134,84 @@ TEST(ElementServerTest, JobsShareOnePassAndDataShardsByIndex) {
     seen.push_back(First(*r));
   }
   EXPECT_EQ(seen, (std::vector<int64_t>{1, 4, 7}));
+}
+
+ElementServer::Request Coordinated(int64_t dataset_id, int32_t consumer, int64_t round) {
+  ElementServer::Request r;
+  r.dataset_id = dataset_id;
+  r.job_id = 9;
+  r.num_consumers = 2;
+  r.consumer_index = consumer;
+  r.round = round;
+  return r;
+}
+
+TEST(ElementServerTest, CoordinatedConsumersGetDisjointRounds) {
+  ElementServer::Options options;
+  options.max_kept_per_stream = 2;
+  ElementServer server = MakeServer(7, 1, options);  // 0..6, repeated
+  // Consumer i gets element i of each round of 2, whichever consumer asks first.
+  std::vector<int64_t> got[2];
+  for (int64_t round = 0; round < 6; ++round) {
+    for (int32_t consumer :
+         {static_cast<int32_t>(round % 2), static_cast<int32_t>(1 - round % 2)}) {
+      auto r = server.Get(Coordinated(3, consumer, round));
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_FALSE(r->end_of_sequence);
+      got[consumer].push_back(First(*r));
+    }
+  }
+  EXPECT_EQ(got[0], (std::vector<int64_t>{0, 2, 4, 6, 1, 3}));
+  EXPECT_EQ(got[1], (std::vector<int64_t>{1, 3, 5, 0, 2, 4}));
+  EXPECT_EQ(server.pipelines_built(), 1);
+}
+
+TEST(ElementServerTest, CoordinatedRoundsWaitForTheSlowestConsumer) {
+  ElementServer::Options options;
+  options.max_kept_per_stream = 2;
+  ElementServer server = MakeServer(100, 1, options);
+  ASSERT_TRUE(server.Get(Coordinated(3, 0, 0)).ok());
+  ASSERT_TRUE(server.Get(Coordinated(3, 0, 1)).ok());
+  // Consumer 1 has taken nothing: a third round held for it is refused until it reads.
+  auto ahead = server.Get(Coordinated(3, 0, 2));
+  EXPECT_EQ(ahead.status().code(), absl::StatusCode::kUnavailable) << ahead.status();
+  // Asking again for a kept round gives the same element (a reply lost on the way).
+  auto again = server.Get(Coordinated(3, 0, 1));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(First(*again), 2);
+  auto slow = server.Get(Coordinated(3, 1, 0));
+  ASSERT_TRUE(slow.ok());
+  EXPECT_EQ(First(*slow), 1);
+  auto now = server.Get(Coordinated(3, 0, 2));
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(First(*now), 4);
+  // Round 0 was taken by both and dropped.
+  EXPECT_EQ(server.Get(Coordinated(3, 1, 0)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ElementServerTest, CoordinatedReadsRefuseMisuse) {
+  ElementServer server = MakeServer(3, 1);  // dataset 1 ends after 3 elements
+  ASSERT_TRUE(server.Get(Coordinated(1, 0, 0)).ok());
+  auto ended = server.Get(Coordinated(1, 0, 1));
+  EXPECT_EQ(ended.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ended.status().message(), HasSubstr("Repeat()"));
+
+  ElementServer::Request other = Coordinated(3, 0, 0);
+  other.job_id = 10;
+  ASSERT_TRUE(server.Get(other).ok());
+  other.num_consumers = 3;  // the job is read by 2
+  EXPECT_EQ(server.Get(other).status().code(), absl::StatusCode::kInvalidArgument);
+  other.num_consumers = 0;  // first come first served on a coordinated job
+  EXPECT_EQ(server.Get(other).status().code(), absl::StatusCode::kInvalidArgument);
+  other.num_consumers = 2;
+  other.consumer_index = 2;
+  EXPECT_EQ(server.Get(other).status().code(), absl::StatusCode::kInvalidArgument);
+  // The server keeps serving.
+  other.consumer_index = 1;
+  auto r = server.Get(other);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(First(*r), 1);
 }
 
 }  // namespace

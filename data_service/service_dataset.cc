@@ -2,11 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 
 #include "absl/container/flat_hash_set.h"
-
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -198,6 +198,94 @@ class JobIterator : public data::Iterator {
   std::deque<Pending> pending_;    // reads in flight, oldest first
 };
 
+// Consumer `consumer_index` of a coordinated job: round r from data worker r mod w of the w
+// listed data workers (ordered by address), as that data worker's round r / w; element
+// consumer_index of it.
+class CoordinatedIterator : public data::Iterator {
+ public:
+  CoordinatedIterator(std::shared_ptr<ServiceClient> client,
+                      std::function<absl::StatusOr<int64_t>()> dataset_id, const ReadOptions& read)
+      : client_(std::move(client)), dataset_id_(std::move(dataset_id)), read_(read) {}
+
+  absl::StatusOr<data::Element> Next() override {
+    if (request_.job_id == 0) {
+      ASSIGN_OR_RETURN(request_.dataset_id, dataset_id_());
+      ASSIGN_OR_RETURN(request_.job_id,
+                       client_->GetOrCreateJob(request_.dataset_id, read_.job_name, read_.mode));
+      request_.mode = read_.mode;
+      request_.max_element_bytes = read_.max_element_bytes;
+      request_.compression = read_.compression;
+      request_.num_consumers = read_.num_consumers;
+      request_.consumer_index = read_.consumer_index;
+    }
+    const absl::Time deadline = absl::Now() + absl::Milliseconds(client_->options().timeout_ms);
+    absl::Status last = absl::OkStatus();
+    while (absl::Now() < deadline) {
+      ASSIGN_OR_RETURN(std::vector<std::string> workers, client_->Workers(/*refresh=*/!last.ok()));
+      if (workers.empty()) {
+        last = absl::UnavailableError("no data worker is registered with the dispatcher");
+      } else {
+        // Every consumer orders the data workers alike, whatever the dispatcher's order.
+        std::sort(workers.begin(), workers.end());
+        const auto n = static_cast<int64_t>(workers.size());
+        ElementServer::Request request = request_;
+        request.round = round_ / n;  // the data worker's own round
+        const std::string& address = workers[static_cast<size_t>(round_ % n)];
+        absl::StatusOr<ElementServer::Result> result = client_->GetElement(
+            address, request, absl::Milliseconds(client_->options().timeout_ms));
+        if (result.ok()) {
+          if (result->end_of_sequence) return absl::OutOfRangeError("end of the job's data");
+          ++round_;
+          return std::move(result->element);
+        }
+        // Unavailable is also a data worker holding this round until slower consumers catch up.
+        if (!IsRetryable(result.status())) return result.status();
+        last = result.status();
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return absl::UnavailableError(absl::StrCat("coordinated read of round ", round_, " of job '",
+                                               read_.job_name, "': ", last.ToString()));
+  }
+
+ private:
+  const std::shared_ptr<ServiceClient> client_;
+  const std::function<absl::StatusOr<int64_t>()> dataset_id_;
+  const ReadOptions read_;
+  ElementServer::Request request_;
+  int64_t round_ = 0;  // over all data workers
+};
+
+// The guide's rules for coordinated reads, checked before anything is contacted.
+absl::Status CheckCoordination(const ReadOptions& read) {
+  if (read.num_consumers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReadOptions::num_consumers is ", read.num_consumers));
+  }
+  if (read.num_consumers == 0) {
+    if (read.consumer_index != 0) {
+      return absl::InvalidArgumentError("ReadOptions::consumer_index is set without num_consumers");
+    }
+    return absl::OkStatus();
+  }
+  if (read.consumer_index < 0 || read.consumer_index >= read.num_consumers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReadOptions::consumer_index ", read.consumer_index,
+                     " is outside [0, num_consumers = ", read.num_consumers, ")"));
+  }
+  if (read.job_name.empty()) {
+    return absl::InvalidArgumentError(
+        "coordinated reads (ReadOptions::num_consumers) need a job_name that every consumer names");
+  }
+  if (read.mode == ProcessingMode::kDynamic) {
+    return absl::InvalidArgumentError(
+        "coordinated reads (ReadOptions::num_consumers) cannot use processing mode dynamic: its "
+        "reads are bound "
+        "to the coordinator's splits");
+  }
+  return absl::OkStatus();
+}
+
 // A dataset read through the service. The client (an I/O thread and connections) starts with
 // the first iterator and is shared by every iterator of this node.
 class ServiceNode : public data::internal::DatasetNode {
@@ -213,6 +301,7 @@ class ServiceNode : public data::internal::DatasetNode {
     if (read_.max_outstanding_requests < 1) {
       return absl::InvalidArgumentError("ReadOptions::max_outstanding_requests must be at least 1");
     }
+    RETURN_IF_ERROR(CheckCoordination(read_));
     std::shared_ptr<ServiceClient> client = Client();
     if (ctx.split.has_value() && ctx.single_pass) {
       if (read_.mode != ProcessingMode::kDynamic) {
@@ -235,6 +324,10 @@ class ServiceNode : public data::internal::DatasetNode {
           "coordinator's split cursor binds each closure to its split)");
     }
     // Iterators may outlive the node: they share its state, not the node.
+    if (read_.num_consumers > 0) {
+      return std::make_unique<CoordinatedIterator>(
+          client, [shared = shared_, client]() { return shared->DatasetId(*client); }, read_);
+    }
     return std::make_unique<JobIterator>(
         client, [shared = shared_, client]() { return shared->DatasetId(*client); }, read_);
   }

@@ -31,6 +31,19 @@
 //             "files".
 // A restarted data worker starts kOff / kFile / kData jobs again from the beginning (the
 // guide's rule).
+//
+// Coordinated reads (ReadOptions::num_consumers n > 0, the guide's "Coordinated Data Read"):
+// the n consumers of a job read in lockstep rounds, all from the same data worker in a round
+// (round r from data worker r mod w of the w the dispatcher lists, ordered by address), and
+// consumer i gets element i of the round's n consecutive elements, so a dataset that yields
+// rounds of n similar-sized batches gives every replica a similar batch at each step. As the
+// guide says, this needs a named job (every consumer names it) and a dataset of infinite
+// cardinality (add Repeat() at its end): a job that ends fails the read with InvalidArgument.
+// A consumer runs at most ElementServer::Options::max_kept_per_stream rounds ahead of the
+// slowest one (it waits for it, up to ServiceOptions::timeout_ms). Reads of a kDynamic dataset
+// are bound to the coordinator's splits and cannot be coordinated. The iterator refuses, with
+// InvalidArgument, num_consumers < 0, consumer_index outside [0, num_consumers) (or set
+// without num_consumers), an empty job_name and processing mode dynamic.
 
 #include <cstdint>
 #include <map>
@@ -79,6 +92,10 @@ struct ReadOptions {
   uint64_t max_element_bytes = uint64_t{256} << 20;
   // Per consumer (and so per job for its reads): how elements come over the wire.
   Compression compression = Compression::kNone;
+  // Coordinated reads (see above): 0 consumers reads first come first served; with n > 0 this
+  // iterator is consumer `consumer_index` of n, and reads one element at a time.
+  int num_consumers = 0;
+  int consumer_index = 0;
 };
 
 // Registers program dataset `name` (Program::AddDataset) built with `args`; returns its id. The

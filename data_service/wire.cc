@@ -44,6 +44,9 @@ void EncodeRequest(const ElementServer::Request& r, wire::ds::GetElementRequest:
   out.setAcked(r.acked);
   out.setMaxElementBytes(r.max_element_bytes);
   out.setCompression(static_cast<uint8_t>(r.compression));
+  out.setNumConsumers(r.num_consumers);
+  out.setConsumerIndex(r.consumer_index);
+  out.setRound(r.round);
 }
 
 absl::StatusOr<ElementServer::Request> DecodeRequest(wire::ds::GetElementRequest::Reader in) {
@@ -63,6 +66,9 @@ absl::StatusOr<ElementServer::Request> DecodeRequest(wire::ds::GetElementRequest
     return absl::InvalidArgumentError(absl::StrCat("unknown compression ", compression));
   }
   r.compression = static_cast<Compression>(compression);
+  r.num_consumers = in.getNumConsumers();
+  r.consumer_index = in.getConsumerIndex();
+  r.round = in.getRound();
   return r;
 }
 

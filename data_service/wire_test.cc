@@ -79,5 +79,20 @@ TEST(WireTest, UnknownCompressionIsInvalidArgument) {
   EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument) << decoded.status();
 }
 
+TEST(WireTest, CoordinatedReadFieldsRoundTrip) {
+  net::OutMessage out;
+  ElementServer::Request request;
+  request.num_consumers = 3;
+  request.consumer_index = 2;
+  request.round = 41;
+  auto body = out.InitRequestBody<wire::ds::GetElementRequest>();
+  EncodeRequest(request, body);
+  auto decoded = DecodeRequest(body.asReader());
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->num_consumers, 3);
+  EXPECT_EQ(decoded->consumer_index, 2);
+  EXPECT_EQ(decoded->round, 41);
+}
+
 }  // namespace
 }  // namespace asyncps::data_service

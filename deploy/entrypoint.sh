@@ -10,6 +10,9 @@
 #   ASYNCPS_NUM_PS       parameter servers (required)
 #   ASYNCPS_NUM_WORKERS  workers (required)
 #   ASYNCPS_CHIEF        1 when there is a chief StatefulSet (default 1; 0: worker 0 is chief)
+#   ASYNCPS_DISPATCHER   1 when there is a tf.data service dispatcher StatefulSet (default 0)
+#   ASYNCPS_NUM_DATA_WORKERS  tf.data service data workers (default 0); their pods are named
+#                        J-data-worker-N (DNS names take no "_") and their task type is data_worker
 #   ASYNCPS_PORT         the port every task listens on (default 2222)
 #   ASYNCPS_DNS_SUFFIX   appended to each service name, e.g. ".team.svc.cluster.local" (default "")
 #   ASYNCPS_POD_NAME     the pod's name (default: $HOSTNAME, else `hostname`)
@@ -31,8 +34,12 @@ fi
 
 pod="${ASYNCPS_POD_NAME:-${HOSTNAME:-$(hostname)}}"
 # JOB-ROLE-ORDINAL; the job name may itself contain dashes.
-role_and_index=$(printf '%s\n' "$pod" | sed -n 's/^.*-\(chief\|ps\|worker\|evaluator\)-\([0-9][0-9]*\)$/\1 \2/p')
-[ -n "$role_and_index" ] || die "pod name '$pod' is not JOB-ROLE-N with ROLE chief, ps, worker or evaluator"
+# J-data-worker-N first: the general pattern would read it as worker N of job J-data.
+role_and_index=$(printf '%s\n' "$pod" | sed -n 's/^.*-\(data-worker\)-\([0-9][0-9]*\)$/\1 \2/p')
+[ -n "$role_and_index" ] || role_and_index=$(printf '%s\n' "$pod" |
+  sed -n 's/^.*-\(chief\|ps\|worker\|evaluator\|dispatcher\)-\([0-9][0-9]*\)$/\1 \2/p')
+[ -n "$role_and_index" ] ||
+  die "pod name '$pod' is not JOB-ROLE-N with ROLE chief, ps, worker, evaluator, dispatcher or data-worker"
 role=${role_and_index% *}
 index=${role_and_index#* }
 job=${pod%-"$role"-"$index"}
@@ -45,12 +52,16 @@ is_count() {
 num_ps="${ASYNCPS_NUM_PS:-}"
 num_workers="${ASYNCPS_NUM_WORKERS:-}"
 chief="${ASYNCPS_CHIEF:-1}"
+dispatcher="${ASYNCPS_DISPATCHER:-0}"
+num_data_workers="${ASYNCPS_NUM_DATA_WORKERS:-0}"
 port="${ASYNCPS_PORT:-2222}"
 suffix="${ASYNCPS_DNS_SUFFIX:-}"
 is_count "$num_ps" && [ "$num_ps" -ge 1 ] || die "ASYNCPS_NUM_PS must be a number >= 1, got '$num_ps'"
 is_count "$num_workers" && [ "$num_workers" -ge 1 ] ||
   die "ASYNCPS_NUM_WORKERS must be a number >= 1, got '$num_workers'"
 [ "$chief" = 0 ] || [ "$chief" = 1 ] || die "ASYNCPS_CHIEF must be 0 or 1, got '$chief'"
+[ "$dispatcher" = 0 ] || [ "$dispatcher" = 1 ] || die "ASYNCPS_DISPATCHER must be 0 or 1, got '$dispatcher'"
+is_count "$num_data_workers" || die "ASYNCPS_NUM_DATA_WORKERS must be a number >= 0, got '$num_data_workers'"
 is_count "$port" && [ "$port" -ge 1 ] && [ "$port" -le 65535 ] || die "ASYNCPS_PORT must be in 1..65535, got '$port'"
 case "$suffix" in
   '' | .*) ;;
@@ -63,6 +74,8 @@ case "$role" in
   worker) limit=$num_workers ;;
   chief) limit=$chief ;;
   evaluator) limit=1 ;;
+  dispatcher) limit=$dispatcher ;;
+  data-worker) limit=$num_data_workers ;;
 esac
 [ "$index" -lt "$limit" ] || die "pod '$pod' is $role $index but the job has $limit $role task(s)"
 
@@ -82,6 +95,10 @@ addresses() {
 
 cluster="\"ps\":[$(addresses ps "$num_ps")],\"worker\":[$(addresses worker "$num_workers")]"
 [ "$chief" = 0 ] || cluster="\"chief\":[$(addresses chief 1)],$cluster"
-TF_CONFIG="{\"cluster\":{$cluster},\"task\":{\"type\":\"$role\",\"index\":$index},\"environment\":\"cloud\"}"
+[ "$dispatcher" = 0 ] || cluster="$cluster,\"dispatcher\":[$(addresses dispatcher 1)]"
+[ "$num_data_workers" = 0 ] || cluster="$cluster,\"data_worker\":[$(addresses data-worker "$num_data_workers")]"
+type=$role
+[ "$role" != data-worker ] || type=data_worker
+TF_CONFIG="{\"cluster\":{$cluster},\"task\":{\"type\":\"$type\",\"index\":$index},\"environment\":\"cloud\"}"
 export TF_CONFIG
 exec "$@"

@@ -131,14 +131,19 @@ TEST(K8sManifestsTest, StorageIsSharedByChiefPsAndEvaluator) {
 TEST(K8sManifestsTest, EveryStatefulSetAndJobPodGetsAConsistentTfConfig) {
   if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed (scripts/install_deps.sh installs it)";
   auto objects = ByKindAndName(Decode("statefulsets.yaml"));
-  for (const char* name : {"Service/fmnist-ps", "Service/fmnist-worker", "Service/fmnist-chief",
-                           "Service/fmnist-evaluator", "StatefulSet/fmnist-ps", "StatefulSet/fmnist-worker",
-                           "Job/fmnist-chief", "Job/fmnist-evaluator"}) {
+  for (const char* name :
+       {"Service/fmnist-ps", "Service/fmnist-worker", "Service/fmnist-chief",
+        "Service/fmnist-evaluator", "Service/fmnist-dispatcher", "Service/fmnist-data-worker",
+        "StatefulSet/fmnist-ps", "StatefulSet/fmnist-worker", "StatefulSet/fmnist-dispatcher",
+        "StatefulSet/fmnist-data-worker", "Job/fmnist-chief", "Job/fmnist-evaluator"}) {
     EXPECT_TRUE(objects.count(name)) << name;
   }
   if (::testing::Test::HasFailure()) return;
   const int64_t num_ps = objects["StatefulSet/fmnist-ps"]["spec"]["replicas"];
   const int64_t num_workers = objects["StatefulSet/fmnist-worker"]["spec"]["replicas"];
+  const int64_t num_dispatchers = objects["StatefulSet/fmnist-dispatcher"]["spec"]["replicas"];
+  const int64_t num_data_workers = objects["StatefulSet/fmnist-data-worker"]["spec"]["replicas"];
+  EXPECT_EQ(num_dispatchers, 1) << "a cluster has at most one dispatcher";
 
   // Headless services whose selectors pick their role's pods.
   auto service_for = [&](const std::string& name, const json& pod_labels) {
@@ -159,7 +164,10 @@ TEST(K8sManifestsTest, EveryStatefulSetAndJobPodGetsAConsistentTfConfig) {
   };
   std::vector<Pod> pods;
   for (auto& [name, role, type] : std::vector<std::tuple<std::string, std::string, TaskType>>{
-           {"fmnist-ps", "ps", TaskType::kPs}, {"fmnist-worker", "worker", TaskType::kWorker}}) {
+           {"fmnist-ps", "ps", TaskType::kPs},
+           {"fmnist-worker", "worker", TaskType::kWorker},
+           {"fmnist-dispatcher", "dispatcher", TaskType::kDispatcher},
+           {"fmnist-data-worker", "data_worker", TaskType::kDataWorker}}) {
     const json& set = objects["StatefulSet/" + name];
     EXPECT_EQ(set["spec"]["serviceName"], name);
     service_for(name, set["spec"]["template"]["metadata"]["labels"]);
@@ -189,11 +197,43 @@ TEST(K8sManifestsTest, EveryStatefulSetAndJobPodGetsAConsistentTfConfig) {
     EXPECT_EQ(spec->task_index(), pod.index);
     EXPECT_EQ(spec->num_ps(), num_ps) << "ASYNCPS_NUM_PS disagrees with the ps StatefulSet";
     EXPECT_EQ(spec->num_workers(), num_workers) << "ASYNCPS_NUM_WORKERS disagrees with the worker StatefulSet";
+    // Every process finds the tf.data service where its StatefulSets run it.
+    EXPECT_EQ(spec->dispatcher(), "fmnist-dispatcher-0.fmnist-dispatcher:2222")
+        << "ASYNCPS_DISPATCHER";
+    EXPECT_EQ(spec->num_data_workers(), num_data_workers)
+        << "ASYNCPS_NUM_DATA_WORKERS disagrees with the data-worker StatefulSet";
+    if (spec->num_data_workers() > 0) {
+      EXPECT_EQ(spec->data_workers()[0], "fmnist-data-worker-0.fmnist-data-worker:2222");
+    }
     if (pod.type != TaskType::kEvaluator) {
       // The address peers dial is the pod's DNS name under its headless service.
       EXPECT_EQ(spec->self_address(), absl::StrCat(pod.hostname, ".", pod.service, ":2222"));
     }
   }
+}
+
+// The dispatcher journals to a volume, so a restarted pod recovers the service's state
+// (registrations, jobs, split assignments) instead of starting empty.
+TEST(K8sManifestsTest, DispatcherWorkDirIsOnItsVolume) {
+  if (!HaveKubectl()) GTEST_SKIP() << "kubectl not installed (scripts/install_deps.sh installs it)";
+  auto objects = ByKindAndName(Decode("statefulsets.yaml"));
+  ASSERT_TRUE(objects.count("StatefulSet/fmnist-dispatcher"));
+  const json& pod = objects["StatefulSet/fmnist-dispatcher"]["spec"]["template"]["spec"];
+  const json& container = pod["containers"][0];
+  const std::map<std::string, std::string> env = PlainEnv(container);
+  ASSERT_TRUE(env.count("ASYNCPS_DISPATCHER_WORK_DIR"));
+  const std::string work_dir = env.at("ASYNCPS_DISPATCHER_WORK_DIR");
+  std::string volume;
+  for (const json& m : container.value("volumeMounts", json::array())) {
+    const std::string path = m["mountPath"].get<std::string>();
+    if (absl::StartsWith(work_dir, path + "/") && !m.value("readOnly", false)) volume = m["name"];
+  }
+  ASSERT_FALSE(volume.empty()) << work_dir << " is on no writable volume of the pod";
+  bool persistent = false;
+  for (const json& v : pod["volumes"]) {
+    if (v["name"] == volume && v.contains("persistentVolumeClaim")) persistent = true;
+  }
+  EXPECT_TRUE(persistent) << "volume " << volume << " does not outlive the pod";
 }
 
 TEST(K8sManifestsTest, EveryManifestHereIsDecodedByKubectl) {
@@ -260,7 +300,7 @@ TEST(K8sManifestsTest, EveryPodServesMetricsWherePodMonitorScrapes) {
   };
 
   const std::vector<PodTemplate> pods = AllPodTemplates();
-  EXPECT_EQ(pods.size(), 8u);  // 4 roles without the operator, 4 under it
+  EXPECT_EQ(pods.size(), 10u);  // 6 roles without the operator, 4 under it
   for (const PodTemplate& pod : pods) {
     SCOPED_TRACE(pod.name);
     EXPECT_TRUE(selected(pod.labels)) << pod.labels.dump();

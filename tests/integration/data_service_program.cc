@@ -31,6 +31,11 @@ Program MakeProgram(const ProcessOptions& options) {
       return e;
     });
   });
+  // Coordinated reads: 0 .. n-1 forever (the guide requires a Repeat'd dataset).
+  program.AddDataset("svc_repeat", [](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
+    ASSIGN_OR_RETURN(int64_t n, ctx.IntArg("n"));
+    return data::Dataset::Range(0, n).Repeat();
+  });
   program.AddDataset("svc_big", [](const DatasetContext&) -> absl::StatusOr<data::Dataset> {
     return data::Dataset::FromElements({{Tensor::FromVector(std::vector<int64_t>(4096, 7))}});
   });

@@ -4,6 +4,7 @@
 // cursor, a step adding 1 to row `id` of a PS counter, while data workers and training workers
 // are SIGKILLed and restarted and the dispatcher is SIGKILLed and restarted from its work_dir:
 // every row ends at exactly 1. OFF with a shared job: every id is counted once per data worker.
+// Coordinated reads: two consumers of a named job get the two elements of each round.
 // Bad input gets clear errors and the service keeps serving.
 #include <signal.h>
 
@@ -427,6 +428,66 @@ TEST_F(DataServiceTest, BadInputGetsClearErrorsAndTheServiceKeepsServing) {
   EXPECT_EQ(rows, 100 * kDataWorkers);
   for (int i = 0; i < kDataWorkers; ++i) EXPECT_TRUE(data_workers_[i]->running());
   EXPECT_TRUE(dispatcher_->running());
+}
+
+// The guide's coordinated reads: 2 consumers of job "rounds" (num_consumers 2) read in
+// lockstep, each round from one data worker, consumer i taking element i of the round's 2
+// consecutive elements. Each data worker's pass over 0..5, repeated, is cut into rounds
+// (0, 1), (2, 3), (4, 5), (0, 1), ...: within every round the consumers get 2k and 2k + 1.
+TEST_F(DataServiceTest, CoordinatedConsumersGetDisjointElementsInRounds) {
+  auto id = Register("svc_repeat", {{"n", "6"}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  constexpr int kRounds = 4 * kDataWorkers;
+  std::vector<int64_t> got[2];
+  absl::Status failed[2];
+  std::vector<std::thread> consumers;
+  for (int c = 0; c < 2; ++c) {
+    consumers.emplace_back([&, c] {
+      data_service::ReadOptions read;
+      read.job_name = "rounds";
+      read.num_consumers = 2;
+      read.consumer_index = c;
+      auto it = data_service::FromDatasetId(service_, *id, read).MakeIterator();
+      if (!it.ok()) {
+        failed[c] = it.status();
+        return;
+      }
+      for (int r = 0; r < kRounds; ++r) {
+        auto e = (*it)->Next();
+        if (!e.ok()) {
+          failed[c] = e.status();
+          return;
+        }
+        got[c].push_back(e->at(0).data<int64_t>()[0]);
+      }
+    });
+  }
+  for (std::thread& t : consumers) t.join();
+  ASSERT_TRUE(failed[0].ok()) << failed[0];
+  ASSERT_TRUE(failed[1].ok()) << failed[1];
+  ASSERT_EQ(got[0].size(), static_cast<size_t>(kRounds));
+  ASSERT_EQ(got[1].size(), static_cast<size_t>(kRounds));
+  for (int r = 0; r < kRounds; ++r) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ(got[0][r] % 2, 0);
+    EXPECT_EQ(got[1][r], got[0][r] + 1);
+  }
+  // Round r is the (r / data workers)-th round of one data worker's pass.
+  for (int r = 0; r < kRounds; ++r) EXPECT_EQ(got[0][r], 2 * ((r / kDataWorkers) % 3)) << r;
+
+  // A dataset that ends breaks the lockstep: the guide's rule, as InvalidArgument.
+  auto finite = Register("svc_ids", {{"n", "3"}, {"batch", "1"}});
+  ASSERT_TRUE(finite.ok()) << finite.status();
+  data_service::ReadOptions one;
+  one.job_name = "finite_rounds";
+  one.num_consumers = 1;
+  auto it = data_service::FromDatasetId(service_, *finite, one).MakeIterator();
+  ASSERT_TRUE(it.ok()) << it.status();
+  absl::Status end = absl::OkStatus();
+  for (int i = 0; i <= 3 * kDataWorkers && end.ok(); ++i) end = (*it)->Next().status();
+  EXPECT_EQ(end.code(), absl::StatusCode::kInvalidArgument) << end;
+  EXPECT_THAT(end.message(), HasSubstr("Repeat()"));
+  for (int i = 0; i < kDataWorkers; ++i) EXPECT_TRUE(data_workers_[i]->running());
 }
 
 }  // namespace
