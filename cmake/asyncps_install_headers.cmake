@@ -40,7 +40,7 @@ foreach(header IN LISTS public_headers)
   foreach(dep IN LISTS deps)
     file(REAL_PATH "${dep}" dep BASE_DIRECTORY "${ASYNCPS_SOURCE_DIR}")
     file(RELATIVE_PATH rel "${ASYNCPS_SOURCE_DIR}" "${dep}")
-    if(NOT rel MATCHES "^(include/asyncps|[a-z_]+)/[a-z0-9_]+\\.h$")
+    if(NOT rel MATCHES "^(include/asyncps|[a-z_]+(/[a-z_]+)*)/[a-z0-9_]+\\.h$")
       message(FATAL_ERROR "asyncps install: include/asyncps/${header} reaches ${dep}, which is not "
                           "a header of one of the tree's folders")
     endif()
@@ -68,7 +68,7 @@ set(internal_count 0)
 foreach(rel IN LISTS installed)
   file(READ "${ASYNCPS_SOURCE_DIR}/${rel}" text)
   # Only quoted includes of those folders; "asyncps/..." (public), "absl/..." and <...> stay.
-  string(REGEX REPLACE "(\n[ \t]*#[ \t]*include[ \t]+\")((${folders})/[a-z0-9_]+\\.h\")"
+  string(REGEX REPLACE "(\n[ \t]*#[ \t]*include[ \t]+\")((${folders})/([a-z_]+/)*[a-z0-9_]+\\.h\")"
          "\\1asyncps/internal/\\2" text "\n${text}")
   string(REGEX REPLACE "^\n" "" text "${text}")
   if(rel MATCHES "^include/(.*)$")
