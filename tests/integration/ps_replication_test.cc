@@ -275,6 +275,17 @@ absl::Status AddToRowZero(net::RpcClient& client, int group, uint64_t generation
   return client.Call("ps.Update", std::move(m), timeout).status();
 }
 
+// The generation of group `group` in the shard map PS `client` itself holds (ps.GetShardMap);
+// 0 when it holds none or does not answer.
+uint64_t HeldGeneration(net::RpcClient& client, int group) {
+  auto r = client.Call("ps.GetShardMap", net::OutMessage(), absl::Seconds(5));
+  if (!r.ok()) return 0;
+  for (auto g : r->ResponseBody<wire::GetShardMapResponse>().getMap().getGroups()) {
+    if (static_cast<int>(g.getGroup()) == group) return g.getGeneration();
+  }
+  return 0;
+}
+
 // A primary stalled (SIGSTOP) past the heartbeat timeout is replaced; once it runs again
 // (SIGCONT) a write routed to it at the old generation is refused, naming that generation,
 // while the chief's own writes, in flight across the stall, each land exactly once.
@@ -321,6 +332,16 @@ TEST_F(PsReplicationTest, StalledPrimaryIsFencedWhenItResumes) {
   std::thread queued_write([&] { queued = AddToRowZero(*raw, 0, old_generation, absl::Seconds(60)); });
   ASSERT_TRUE(WaitFor([&] { return monitor()->map().Find(0)->primary != stalled; }))
       << monitor()->map().DebugString();
+  // The chief decides before its map reaches the PS: until the promoted backup holds the new
+  // generation it still applies the stalled primary's stream, so a write the stalled primary
+  // takes then is acknowledged (and applied once), not refused. Resume it only after.
+  {
+    const int promoted = monitor()->map().Find(0)->primary;
+    std::unique_ptr<net::RpcClient> to_promoted =
+        chief_->process().Connect(chief_->process().cluster().ps()[promoted]);
+    ASSERT_TRUE(WaitFor([&] { return HeldGeneration(*to_promoted, 0) > old_generation; }))
+        << monitor()->map().DebugString();
+  }
   const int64_t before_resume = acknowledged_now();
   cluster_->ps_process(stalled).Signal(SIGCONT);
   queued_write.join();
