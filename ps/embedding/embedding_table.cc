@@ -275,21 +275,28 @@ void EmbeddingTable::ClearStripe(Stripe& s) {
   s.free_head = -1;
 }
 
+EmbeddingTable::StripeGroups EmbeddingTable::GroupByStripe(absl::Span<const int64_t> keys) {
+  StripeGroups g;
+  g.hashes.resize(keys.size());
+  g.starts.fill(0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    g.hashes[i] = KeyHash(keys[i]);
+    ++g.starts[StripeOf(g.hashes[i]) + 1];
+  }
+  for (int s = 0; s < kStripes; ++s) g.starts[s + 1] += g.starts[s];
+  g.order.resize(keys.size());
+  std::array<uint32_t, kStripes> next;
+  std::copy(g.starts.begin(), g.starts.end() - 1, next.begin());
+  for (size_t i = 0; i < keys.size(); ++i) g.order[next[StripeOf(g.hashes[i])]++] = static_cast<uint32_t>(i);
+  return g;
+}
+
 uint64_t EmbeddingTable::Lookup(absl::Span<const int64_t> keys, bool train, float* out) {
   const int64_t dim = config_.dim;
-  std::vector<uint64_t> hashes(keys.size());
-  std::array<uint32_t, kStripes + 1> starts{};
-  for (size_t i = 0; i < keys.size(); ++i) {
-    hashes[i] = KeyHash(keys[i]);
-    ++starts[StripeOf(hashes[i]) + 1];
-  }
-  for (int s = 0; s < kStripes; ++s) starts[s + 1] += starts[s];
-  std::vector<uint32_t> order(keys.size());
-  {
-    std::array<uint32_t, kStripes> next;
-    std::copy(starts.begin(), starts.end() - 1, next.begin());
-    for (size_t i = 0; i < keys.size(); ++i) order[next[StripeOf(hashes[i])]++] = static_cast<uint32_t>(i);
-  }
+  const StripeGroups groups = GroupByStripe(keys);
+  const std::vector<uint64_t>& hashes = groups.hashes;
+  const std::array<uint32_t, kStripes + 1>& starts = groups.starts;
+  const std::vector<uint32_t>& order = groups.order;
   std::vector<uint32_t> missing;
   std::vector<std::pair<uint32_t, const float*>> found;
   for (int si = 0; si < kStripes; ++si) {
@@ -345,19 +352,10 @@ absl::StatusOr<EmbeddingTable::PushResult> EmbeddingTable::Push(absl::Span<const
   PushResult result;
   result.step = step_.fetch_add(1, std::memory_order_acq_rel) + 1;
   const int64_t dim = config_.dim;
-  std::vector<uint64_t> hashes(keys.size());
-  std::array<uint32_t, kStripes + 1> starts{};
-  for (size_t i = 0; i < keys.size(); ++i) {
-    hashes[i] = KeyHash(keys[i]);
-    ++starts[StripeOf(hashes[i]) + 1];
-  }
-  for (int s = 0; s < kStripes; ++s) starts[s + 1] += starts[s];
-  std::vector<uint32_t> order(keys.size());
-  {
-    std::array<uint32_t, kStripes> next;
-    std::copy(starts.begin(), starts.end() - 1, next.begin());
-    for (size_t i = 0; i < keys.size(); ++i) order[next[StripeOf(hashes[i])]++] = static_cast<uint32_t>(i);
-  }
+  const StripeGroups groups = GroupByStripe(keys);
+  const std::vector<uint64_t>& hashes = groups.hashes;
+  const std::array<uint32_t, kStripes + 1>& starts = groups.starts;
+  const std::vector<uint32_t>& order = groups.order;
   if (config_.ttl_steps > 0) {
     // One push claims each sweep; every stripe is swept, touched by this push or not.
     int64_t due = next_sweep_.load(std::memory_order_acquire);

@@ -165,6 +165,14 @@ class EmbeddingTable {
 
   static uint64_t KeyHash(int64_t key);
   static int StripeOf(uint64_t hash) { return static_cast<int>(hash >> 60); }
+  // The keys' hashes, and their indices ordered by stripe (counting sort): stripe s holds
+  // order[starts[s] .. starts[s + 1]), so each stripe's lock is taken once per call.
+  struct StripeGroups {
+    std::vector<uint64_t> hashes;
+    std::array<uint32_t, kStripes + 1> starts;
+    std::vector<uint32_t> order;
+  };
+  static StripeGroups GroupByStripe(absl::Span<const int64_t> keys);
   // Blocks 0..5 hold 64, 128, ..., 2048 rows (a small table stays small), the rest 4096 each
   // (an optimizer call covers many rows of one block).
   static constexpr uint32_t kFirstBlockRows = 64;
