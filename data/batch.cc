@@ -1,7 +1,9 @@
-// Batch: stacks consecutive elements, component by component, on a new axis 0.
+// Batch: stacks consecutive elements, component by component, on a new axis 0; and the
+// batching node Batch and PaddedBatch share.
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -49,12 +51,15 @@ absl::StatusOr<Element> Stack(const std::vector<Element>& rows) {
   return out;
 }
 
-class BatchIterator : public Iterator {
+class BatchingIterator : public Iterator {
  public:
-  BatchIterator(std::unique_ptr<Iterator> input, int64_t batch_size, bool drop_remainder)
+  BatchingIterator(std::unique_ptr<Iterator> input, int64_t batch_size, bool drop_remainder,
+                   std::string name, StackFn stack)
       : input_(std::move(input)),
         batch_size_(static_cast<size_t>(batch_size)),
-        drop_remainder_(drop_remainder) {}
+        drop_remainder_(drop_remainder),
+        name_(std::move(name)),
+        stack_(std::move(stack)) {}
 
   absl::StatusOr<Element> Next() override {
     std::vector<Element> rows;
@@ -70,16 +75,16 @@ class BatchIterator : public Iterator {
     if (rows.empty() || (drop_remainder_ && rows.size() < batch_size_)) {
       return absl::OutOfRangeError("end of data");
     }
-    return Stack(rows);
+    return stack_(rows);
   }
   absl::StatusOr<std::string> SaveState() const override {
     ASSIGN_OR_RETURN(std::string input, input_->SaveState());
-    StateWriter w("Batch");
+    StateWriter w(name_);
     w.Bytes(input);
     return std::move(w).Finish();
   }
   absl::Status RestoreState(absl::string_view state) override {
-    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "Batch"));
+    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, name_));
     ASSIGN_OR_RETURN(std::string input, r.Bytes());
     return input_->RestoreState(input);
   }
@@ -88,33 +93,50 @@ class BatchIterator : public Iterator {
   const std::unique_ptr<Iterator> input_;
   const size_t batch_size_;
   const bool drop_remainder_;
+  const std::string name_;
+  const StackFn stack_;
 };
 
-class BatchNode : public DatasetNode {
+class BatchingNode : public DatasetNode {
  public:
-  BatchNode(Dataset input, int64_t batch_size, bool drop_remainder)
-      : input_(std::move(input)), batch_size_(batch_size), drop_remainder_(drop_remainder) {}
+  BatchingNode(Dataset input, int64_t batch_size, bool drop_remainder, std::string name,
+               StackFn stack)
+      : input_(std::move(input)),
+        batch_size_(batch_size),
+        drop_remainder_(drop_remainder),
+        name_(std::move(name)),
+        stack_(std::move(stack)) {}
   absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(
       const IteratorContext& ctx) const override {
     if (batch_size_ < 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("Batch: batch_size must be >= 1, got ", batch_size_));
+          absl::StrCat(name_, ": batch_size must be >= 1, got ", batch_size_));
     }
     ASSIGN_OR_RETURN(auto it, MakeIteratorOf(input_, ctx));
-    return std::make_unique<BatchIterator>(std::move(it), batch_size_, drop_remainder_);
+    return std::make_unique<BatchingIterator>(std::move(it), batch_size_, drop_remainder_, name_,
+                                              stack_);
   }
 
  private:
   const Dataset input_;
   const int64_t batch_size_;
   const bool drop_remainder_;
+  const std::string name_;
+  const StackFn stack_;
 };
 
 }  // namespace
 
+std::shared_ptr<const DatasetNode> MakeBatchingNode(Dataset input, int64_t batch_size,
+                                                    bool drop_remainder, std::string name,
+                                                    StackFn stack) {
+  return std::make_shared<BatchingNode>(std::move(input), batch_size, drop_remainder,
+                                        std::move(name), std::move(stack));
+}
+
 std::shared_ptr<const DatasetNode> MakeBatchNode(Dataset input, int64_t batch_size,
                                                  bool drop_remainder) {
-  return std::make_shared<BatchNode>(std::move(input), batch_size, drop_remainder);
+  return MakeBatchingNode(std::move(input), batch_size, drop_remainder, "Batch", Stack);
 }
 
 }  // namespace asyncps::data::internal

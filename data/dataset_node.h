@@ -123,6 +123,16 @@ std::shared_ptr<const DatasetNode> MakeShuffleNode(Dataset input, int64_t buffer
 std::shared_ptr<const DatasetNode> MakeRepeatNode(Dataset input, int64_t count);
 std::shared_ptr<const DatasetNode> MakeBatchNode(Dataset input, int64_t batch_size,
                                                  bool drop_remainder);
+
+// Stacks the rows of one batch into one element; Batch and PaddedBatch differ only in this.
+using StackFn = std::function<absl::StatusOr<Element>(const std::vector<Element>& rows)>;
+// A node reading up to `batch_size` elements of `input` per output element and stacking them
+// with `stack` (never called with no rows). The last partial batch is dropped when
+// `drop_remainder`. `name` prefixes its errors and tags its saved iterator states, so it must stay
+// stable across versions.
+std::shared_ptr<const DatasetNode> MakeBatchingNode(Dataset input, int64_t batch_size,
+                                                    bool drop_remainder, std::string name,
+                                                    StackFn stack);
 std::shared_ptr<const DatasetNode> MakeShardNode(Dataset input, int64_t num_shards, int64_t index);
 std::shared_ptr<const DatasetNode> MakeTakeNode(Dataset input, int64_t n);
 std::shared_ptr<const DatasetNode> MakeSkipNode(Dataset input, int64_t n);

@@ -13,8 +13,6 @@
 namespace asyncps::data::internal {
 namespace {
 
-absl::Status EndOfData() { return absl::OutOfRangeError("end of data"); }
-
 // ---- Unbatch ----
 
 class UnbatchIterator : public Iterator {
@@ -231,70 +229,6 @@ absl::StatusOr<Element> PadAndStack(const std::vector<Element>& rows,
   return out;
 }
 
-class PaddedBatchIterator : public Iterator {
- public:
-  PaddedBatchIterator(std::unique_ptr<Iterator> input, int64_t batch_size,
-                      std::shared_ptr<const PaddedBatchOptions> options)
-      : input_(std::move(input)),
-        batch_size_(static_cast<size_t>(batch_size)),
-        options_(std::move(options)) {}
-
-  absl::StatusOr<Element> Next() override {
-    std::vector<Element> rows;
-    rows.reserve(std::min<size_t>(batch_size_, 4096));
-    while (rows.size() < batch_size_) {
-      absl::StatusOr<Element> e = input_->Next();
-      if (!e.ok()) {
-        if (!IsEndOfData(e.status())) return e.status();  // the partial batch is dropped
-        break;
-      }
-      rows.push_back(*std::move(e));
-    }
-    if (rows.empty() || (options_->drop_remainder && rows.size() < batch_size_)) {
-      return EndOfData();
-    }
-    return PadAndStack(rows, *options_);
-  }
-  absl::StatusOr<std::string> SaveState() const override {
-    ASSIGN_OR_RETURN(std::string input, input_->SaveState());
-    StateWriter w("PaddedBatch");
-    w.Bytes(input);
-    return std::move(w).Finish();
-  }
-  absl::Status RestoreState(absl::string_view state) override {
-    ASSIGN_OR_RETURN(StateReader r, StateReader::Open(state, "PaddedBatch"));
-    ASSIGN_OR_RETURN(std::string input, r.Bytes());
-    return input_->RestoreState(input);
-  }
-
- private:
-  const std::unique_ptr<Iterator> input_;
-  const size_t batch_size_;
-  const std::shared_ptr<const PaddedBatchOptions> options_;
-};
-
-class PaddedBatchNode : public DatasetNode {
- public:
-  PaddedBatchNode(Dataset input, int64_t batch_size, PaddedBatchOptions options)
-      : input_(std::move(input)),
-        batch_size_(batch_size),
-        options_(std::make_shared<const PaddedBatchOptions>(std::move(options))) {}
-  absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(
-      const IteratorContext& ctx) const override {
-    if (batch_size_ < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("PaddedBatch: batch_size must be >= 1, got ", batch_size_));
-    }
-    ASSIGN_OR_RETURN(auto it, MakeIteratorOf(input_, ctx));
-    return std::make_unique<PaddedBatchIterator>(std::move(it), batch_size_, options_);
-  }
-
- private:
-  const Dataset input_;
-  const int64_t batch_size_;
-  const std::shared_ptr<const PaddedBatchOptions> options_;
-};
-
 }  // namespace
 
 std::shared_ptr<const DatasetNode> MakeUnbatchNode(Dataset input) {
@@ -302,7 +236,12 @@ std::shared_ptr<const DatasetNode> MakeUnbatchNode(Dataset input) {
 }
 std::shared_ptr<const DatasetNode> MakePaddedBatchNode(Dataset input, int64_t batch_size,
                                                        PaddedBatchOptions options) {
-  return std::make_shared<PaddedBatchNode>(std::move(input), batch_size, std::move(options));
+  const bool drop_remainder = options.drop_remainder;
+  auto shared = std::make_shared<const PaddedBatchOptions>(std::move(options));
+  return MakeBatchingNode(std::move(input), batch_size, drop_remainder, "PaddedBatch",
+                          [shared](const std::vector<Element>& rows) {
+                            return PadAndStack(rows, *shared);
+                          });
 }
 
 }  // namespace asyncps::data::internal
