@@ -147,10 +147,13 @@ TEST(FashionMnistReplicationTest, LauncherWithReplicasRidesOutAPsKillWithoutARes
   absl::StatusOr<std::string> failover =
       launcher.WaitForLine("ps_failover: shard group 0: primary ps 0 -> ps 1", absl::Minutes(1));
   const absl::Duration to_failover = absl::Now() - killed;
-  ASSERT_TRUE(failover.ok()) << failover.status() << "\n" << launcher.output();
-  // A figure for the notes (SIGKILL to the promotion seen in the chief's output), not a check.
-  std::printf("SIGKILL of ps 0 to the chief's ps_failover event: %lld ms\n",
-              static_cast<long long>(absl::ToInt64Milliseconds(to_failover)));
+  // Not fatal: the run's end says what happened instead (without replicas, a PS recovery).
+  EXPECT_TRUE(failover.ok()) << failover.status();
+  if (failover.ok()) {
+    // A figure for the notes (SIGKILL to the promotion seen in the chief's output), not a check.
+    std::printf("SIGKILL of ps 0 to the chief's ps_failover event: %lld ms\n",
+                static_cast<long long>(absl::ToInt64Milliseconds(to_failover)));
+  }
 
   absl::StatusOr<int> code = launcher.Wait(absl::Minutes(10));
   ASSERT_TRUE(code.ok()) << code.status() << "\n" << launcher.output();
