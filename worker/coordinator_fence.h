@@ -38,6 +38,10 @@ class CoordinatorFence {
   // The incarnation served now; 0 before the first call with one.
   uint64_t current() const { return current_; }
 
+  // Whether a call of `incarnation` admitted earlier may still take effect: it is the one
+  // served now, or 0 (no claim). False once another chief was admitted since; changes nothing.
+  bool Serves(uint64_t incarnation) const { return incarnation == 0 || incarnation == current_; }
+
   static constexpr size_t kMaxRemembered = 64;
 
  private:

@@ -40,6 +40,21 @@ TEST(CoordinatorFenceTest, NoClaimChangesNothing) {
   EXPECT_EQ(fence.current(), 5u);
 }
 
+TEST(CoordinatorFenceTest, ServesOnlyTheCurrentChiefOrNoClaim) {
+  CoordinatorFence fence;
+  ASSERT_EQ(fence.Admit(11), Verdict::kCurrent);
+  EXPECT_TRUE(fence.Serves(11));
+  EXPECT_TRUE(fence.Serves(0));
+  // A call of 11 admitted before 22 took over may no longer take effect; asking changes nothing.
+  ASSERT_EQ(fence.Admit(22), Verdict::kNewCoordinator);
+  EXPECT_FALSE(fence.Serves(11));
+  EXPECT_FALSE(fence.Serves(33));  // never admitted
+  EXPECT_TRUE(fence.Serves(22));
+  EXPECT_TRUE(fence.Serves(0));
+  EXPECT_EQ(fence.current(), 22u);
+  EXPECT_EQ(fence.Admit(33), Verdict::kNewCoordinator);
+}
+
 TEST(CoordinatorFenceTest, RemembersABoundedNumberOfSupersededChiefs) {
   CoordinatorFence fence;
   const uint64_t n = CoordinatorFence::kMaxRemembered + 2;

@@ -33,19 +33,15 @@ WorkerService::WorkerService(const Program& program, int worker_index, int num_w
       metrics_(metrics) {}
 
 void WorkerService::RegisterWith(net::MethodTable& server) {
-  auto bind = [this](absl::Status (WorkerService::*method)(const net::InMessage&, net::OutMessage*)) {
+  auto bind = [this](absl::Status (WorkerService::*method)(uint64_t, const net::InMessage&, net::OutMessage*)) {
     return [this, method](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
       RETURN_IF_ERROR(AdmitCoordinator(ctx.peer.incarnation));
-      return (this->*method)(req, resp);
+      return (this->*method)(ctx.peer.incarnation, req, resp);
     };
   };
   server.Register<wire::RunRequest>("worker.Run", net::WorkerCallers(), bind(&WorkerService::Run));
-  server.Register<wire::CreateResourceRequest>(
-      "worker.CreateResource", net::WorkerCallers(),
-      [this](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
-        RETURN_IF_ERROR(AdmitCoordinator(ctx.peer.incarnation));
-        return CreateResource(ctx.peer.incarnation, req, resp);
-      });
+  server.Register<wire::CreateResourceRequest>("worker.CreateResource", net::WorkerCallers(),
+                                               bind(&WorkerService::CreateResource));
   server.Register<wire::DeleteResourceRequest>("worker.DeleteResource", net::WorkerCallers(), bind(&WorkerService::DeleteResource));
   server.Register<wire::SetDirectoryRequest>("worker.SetDirectory", net::WorkerCallers(), bind(&WorkerService::SetDirectory));
   server.Register<wire::CancelRequest>("worker.Cancel", net::WorkerCallers(), bind(&WorkerService::Cancel), net::Dispatch::kInline);
@@ -79,7 +75,14 @@ absl::Status WorkerService::AdmitCoordinator(uint64_t incarnation) {
   return absl::OkStatus();
 }
 
-absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* response) {
+absl::Status WorkerService::CheckStillServedLocked(uint64_t incarnation, absl::string_view what) const {
+  if (fence_.Serves(incarnation)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("worker ", worker_index_, " now serves coordinator ",
+                                                    fence_.current(), "; coordinator ", incarnation,
+                                                    " was replaced by it before its ", what, " took effect"));
+}
+
+absl::Status WorkerService::Run(uint64_t incarnation, const net::InMessage& request, net::OutMessage* response) {
   auto req = request.RequestBody<wire::RunRequest>();
   const std::string function_name = req.getFunction().cStr();
   const uint64_t closure_id = req.getClosureId();
@@ -124,14 +127,23 @@ absl::Status WorkerService::Run(const net::InMessage& request, net::OutMessage* 
         absl::StrCat("the split binds resource ", split_resource, ", which is not an argument of the closure"));
   }
 
-  auto body = response->InitResponseBody<wire::RunResponse>();
   const StepFunction* fn = program_.FindFunction(function_name);
+  // The closure starts only while its chief is still served: registered under mu_, it is
+  // either cancelled by a takeover's CancelAll (under mu_ too) or refused here. The resources
+  // looked up above may be a replaced chief's; then this refuses the closure as well.
+  BeforeEffect("worker.Run");
+  ClosureCancellation::Attempt attempt;
+  {
+    MutexLock lock(&mu_);
+    RETURN_IF_ERROR(CheckStillServedLocked(incarnation, absl::StrCat("closure ", closure_id)));
+    if (fn != nullptr) attempt = cancellation_.Start(closure_id);
+  }
+  auto body = response->InitResponseBody<wire::RunResponse>();
   if (fn == nullptr) {
     body.setCode(static_cast<int>(absl::StatusCode::kNotFound));
     body.setMessage(absl::StrCat("unknown function '", function_name, "'"));
     return absl::OkStatus();
   }
-  const ClosureCancellation::Attempt attempt = cancellation_.Start(closure_id);
   StepContext ctx(worker_index_, std::move(args), ps_, attempt.cancelled);
   if (req.getCoordinator() != 0) {
     ctx.TagUpdates(ps::UpdateTag{req.getCoordinator(), closure_id, /*sequence=*/0, req.getWatermark()});
@@ -173,6 +185,8 @@ absl::Status WorkerService::CreateResource(uint64_t incarnation, const net::InMe
   const uint64_t id = req.getId();
   {
     MutexLock lock(&mu_);
+    // A successor's resource of the same id is not the replaced chief's to be told about.
+    RETURN_IF_ERROR(CheckStillServedLocked(incarnation, absl::StrCat("per-worker resource ", id)));
     if (resources_.contains(id)) return absl::OkStatus();
   }
   const std::string factory_name = req.getFactory().cStr();
@@ -196,15 +210,12 @@ absl::Status WorkerService::CreateResource(uint64_t incarnation, const net::InMe
     spdlog::warn("per-worker resource {} ({}) failed: {}", id, factory_name, resource.status().ToString());
     return ResourceFactoryError(factory_name, worker_index_, resource.status());
   }
+  BeforeEffect("worker.CreateResource");
   MutexLock lock(&mu_);
   // The factory ran without the lock: a new chief may have taken over meanwhile and dropped
   // its predecessor's resources. One built for the replaced chief is not kept (its successor
   // would neither know nor delete it, and would be told it exists).
-  if (incarnation != 0 && incarnation != fence_.current()) {
-    return absl::FailedPreconditionError(absl::StrCat("worker ", worker_index_, " now serves coordinator ",
-                                                      fence_.current(), "; per-worker resource ", id,
-                                                      " was built for coordinator ", incarnation, ", which it replaced"));
-  }
+  RETURN_IF_ERROR(CheckStillServedLocked(incarnation, absl::StrCat("per-worker resource ", id)));
   resources_.try_emplace(id, *std::move(resource));
   spdlog::info("created per-worker resource {} ({})", id, factory_name);
   return absl::OkStatus();
@@ -219,14 +230,17 @@ bool IsResourceFactoryError(const absl::Status& status) {
   return !status.ok() && absl::StartsWith(status.message(), kResourceFactoryFailed);
 }
 
-absl::Status WorkerService::DeleteResource(const net::InMessage& request, net::OutMessage*) {
+absl::Status WorkerService::DeleteResource(uint64_t incarnation, const net::InMessage& request, net::OutMessage*) {
   const uint64_t id = request.RequestBody<wire::DeleteResourceRequest>().getId();
+  BeforeEffect("worker.DeleteResource");
   MutexLock lock(&mu_);
+  // Ids are the chief's: after a takeover the same id can name the successor's resource.
+  RETURN_IF_ERROR(CheckStillServedLocked(incarnation, absl::StrCat("deletion of per-worker resource ", id)));
   resources_.erase(id);
   return absl::OkStatus();
 }
 
-absl::Status WorkerService::SetDirectory(const net::InMessage& request, net::OutMessage*) {
+absl::Status WorkerService::SetDirectory(uint64_t incarnation, const net::InMessage& request, net::OutMessage*) {
   auto req = request.RequestBody<wire::SetDirectoryRequest>();
   std::vector<VariablePlacement> placements;
   for (auto v : req.getVariables()) {
@@ -250,18 +264,28 @@ absl::Status WorkerService::SetDirectory(const net::InMessage& request, net::Out
     }
     placements.push_back(std::move(p));
   }
+  BeforeEffect("worker.SetDirectory");
+  // Under mu_, like the takeover's reset: a replaced chief's directory never replaces the
+  // successor's (or the empty one its takeover left).
+  MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckStillServedLocked(incarnation, absl::StrCat("directory version ", req.getVersion())));
   directory_.Reset(std::move(placements), req.getVersion());
   return absl::OkStatus();
 }
 
-absl::Status WorkerService::Cancel(const net::InMessage& request, net::OutMessage*) {
+absl::Status WorkerService::Cancel(uint64_t incarnation, const net::InMessage& request, net::OutMessage*) {
   std::vector<uint64_t> ids;
   for (uint64_t id : request.RequestBody<wire::CancelRequest>().getClosureIds()) ids.push_back(id);
+  BeforeEffect("worker.Cancel");
+  // Closure ids are the chief's too: a replaced chief's cancel must not stop (or, remembered,
+  // cancel from the start) its successor's closures of the same ids.
+  MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckStillServedLocked(incarnation, "cancel"));
   cancellation_.Cancel(ids);
   return absl::OkStatus();
 }
 
-absl::Status WorkerService::Heartbeat(const net::InMessage&, net::OutMessage* response) {
+absl::Status WorkerService::Heartbeat(uint64_t, const net::InMessage&, net::OutMessage* response) {
   auto body = response->InitResponseBody<wire::HeartbeatResponse>();
   body.setIncarnation(ProcessIncarnation());
   body.setDirectoryVersion(directory_.version());

@@ -1,9 +1,11 @@
 #ifndef ASYNCPS_WORKER_WORKER_SERVICE_H_
 #define ASYNCPS_WORKER_WORKER_SERVICE_H_
 
+#include <functional>
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "core/sync.h"
 #include "net/method_table.h"
 #include "worker/closure_cancellation.h"
@@ -38,6 +40,13 @@ namespace asyncps {
 // resources are released by that first call (on the I/O thread when it is a Heartbeat) or by
 // the last closure still holding them, so their destructors must not block for long.
 //
+// A takeover can land while a call of the replaced chief is between its admission and its
+// effect (the Run's closure starting, the directory replaced, a resource kept or erased, ids
+// cancelled). Each effect is therefore made under the same lock as a second check that the
+// caller is still the chief served, and the takeover's drop runs under that lock too: an
+// effect lands either before the drop (and is dropped or cancelled with the rest) or not at
+// all (FailedPrecondition, as for a call that arrives after the takeover).
+//
 // Thread-safe. `program` and `ps` must outlive the server it is registered with.
 class WorkerService {
  public:
@@ -47,17 +56,33 @@ class WorkerService {
 
   void RegisterWith(net::MethodTable& server);
 
+  // Tests only: `hook` is called with the method's name ("worker.Run", "worker.SetDirectory",
+  // "worker.DeleteResource", "worker.Cancel", "worker.CreateResource") by every call of those
+  // methods after it was admitted and before its effect, without any lock held, so a test
+  // can make a new chief take over at the worst moment. Set it before the service serves.
+  void SetBeforeEffectHookForTesting(std::function<void(absl::string_view method)> hook) {
+    before_effect_hook_ = std::move(hook);
+  }
+
  private:
-  absl::Status Run(const net::InMessage& request, net::OutMessage* response);
   // `incarnation`: the calling chief's (see AdmitCoordinator).
+  absl::Status Run(uint64_t incarnation, const net::InMessage& request, net::OutMessage* response);
   absl::Status CreateResource(uint64_t incarnation, const net::InMessage& request, net::OutMessage* response);
-  absl::Status DeleteResource(const net::InMessage& request, net::OutMessage* response);
-  absl::Status SetDirectory(const net::InMessage& request, net::OutMessage* response);
-  absl::Status Cancel(const net::InMessage& request, net::OutMessage* response);
-  absl::Status Heartbeat(const net::InMessage& request, net::OutMessage* response);
+  absl::Status DeleteResource(uint64_t incarnation, const net::InMessage& request, net::OutMessage* response);
+  absl::Status SetDirectory(uint64_t incarnation, const net::InMessage& request, net::OutMessage* response);
+  absl::Status Cancel(uint64_t incarnation, const net::InMessage& request, net::OutMessage* response);
+  absl::Status Heartbeat(uint64_t incarnation, const net::InMessage& request, net::OutMessage* response);
   // Checks `incarnation` (the calling chief's) against the fence; on a new chief, drops its
   // predecessor's state before returning.
   absl::Status AdmitCoordinator(uint64_t incarnation);
+  // The second check, made under mu_ together with the effect: OK while `incarnation` is
+  // still the chief served (see CoordinatorFence::Serves), FailedPrecondition naming
+  // `what` once another chief took over since the call was admitted.
+  absl::Status CheckStillServedLocked(uint64_t incarnation, absl::string_view what) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BeforeEffect(absl::string_view method) const {
+    if (before_effect_hook_) before_effect_hook_(method);
+  }
 
   const Program& program_;
   const int worker_index_;
@@ -70,6 +95,7 @@ class WorkerService {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Resource>> resources_ ABSL_GUARDED_BY(mu_);
   CoordinatorFence fence_ ABSL_GUARDED_BY(mu_);
   ClosureCancellation cancellation_;  // one flag per attempt of each running closure
+  std::function<void(absl::string_view)> before_effect_hook_;  // set before serving; tests only
 };
 
 // The error worker.CreateResource answers when the factory itself failed: `error`'s code, a

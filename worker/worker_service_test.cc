@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -368,6 +369,11 @@ class WorkerServiceTest : public ::testing::Test {
       }
       return out;
     });
+    // Says that it ran (a closure's effect a test can see).
+    program_.AddFunction("mark", [this](StepContext&) -> absl::StatusOr<Values> {
+      ran_.fetch_add(1);
+      return Values{};
+    });
     program_.AddFunction("fail", [](StepContext&) -> absl::StatusOr<Values> {
       return absl::DataLossError("closure failed on purpose");
     });
@@ -455,6 +461,15 @@ class WorkerServiceTest : public ::testing::Test {
         kWait));
   }
 
+  // Runs `takeover` once, on the thread serving the first call of `method` (a replaced chief's),
+  // after that call was admitted and before its effect: the worst moment for a takeover.
+  void TakeOverBeforeEffectOf(const std::string& method, std::function<void()> takeover) {
+    service_->SetBeforeEffectHookForTesting([this, method, takeover](absl::string_view m) {
+      if (m != method || hook_fired_.exchange(true)) return;  // the successor's own calls pass
+      takeover();
+    });
+  }
+
   void ReleaseAll() {
     MutexLock lock(&mu_);
     released_ = true;
@@ -486,6 +501,8 @@ class WorkerServiceTest : public ::testing::Test {
   int at_barrier_ ABSL_GUARDED_BY(mu_) = 0;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int> factory_calls_{0};
+  std::atomic<int> ran_{0};
+  std::atomic<bool> hook_fired_{false};
 };
 
 TEST_F(WorkerServiceTest, RunsARegisteredClosureAndReturnsItsValues) {
@@ -684,6 +701,108 @@ TEST_F(WorkerServiceTest, ResourceOfAReplacedChiefIsNotKeptForSuccessor) {
   absl::Status created = a.Await(create).status();
   EXPECT_EQ(created.code(), absl::StatusCode::kFailedPrecondition) << created;
   // B never asked for resource 7: the worker must not report (or run closures with) A's.
+  auto heartbeat = ParseHeartbeat(b.Call("worker.Heartbeat", HeartbeatRequest()));
+  ASSERT_TRUE(heartbeat.ok()) << heartbeat.status();
+  EXPECT_TRUE(heartbeat->resources.empty());
+  EXPECT_EQ(b.CallStatus("worker.Run", RunRequest("count", 1, {uint64_t{7}})).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// The takeover lands while a call of the replaced chief is between its admission and its effect
+// (TakeOverBeforeEffectOf): the call is refused and its effect never lands, one test per method.
+
+TEST_F(WorkerServiceTest, RunAdmittedBeforeATakeoverDoesNotStartAfterIt) {
+  ChiefConnection& a = Connect(kChiefA);
+  ChiefConnection& b = Connect(kChiefB);
+  ASSERT_TRUE(a.CallStatus("worker.Heartbeat", HeartbeatRequest()).ok());
+  absl::Status takeover = absl::UnknownError("no takeover");
+  TakeOverBeforeEffectOf("worker.Run",
+                         [&] { takeover = b.CallStatus("worker.Heartbeat", HeartbeatRequest()); });
+  absl::Status run = a.CallStatus("worker.Run", RunRequest("mark", 1));
+  ASSERT_TRUE(takeover.ok()) << takeover;
+  EXPECT_EQ(run.code(), absl::StatusCode::kFailedPrecondition) << run;
+  // Started after the takeover's CancelAll, it would have run uncancelled for a replaced chief.
+  EXPECT_EQ(ran_.load(), 0);
+  // The successor's closures run.
+  auto mine = ParseRun(b.Call("worker.Run", RunRequest("mark", 1)));
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_EQ(mine->code, absl::StatusCode::kOk) << mine->message;
+  EXPECT_EQ(ran_.load(), 1);
+}
+
+TEST_F(WorkerServiceTest, SetDirectoryAdmittedBeforeATakeoverDoesNotReplaceTheSuccessors) {
+  ChiefConnection& a = Connect(kChiefA);
+  ChiefConnection& b = Connect(kChiefB);
+  ASSERT_TRUE(a.CallStatus("worker.Heartbeat", HeartbeatRequest()).ok());
+  absl::Status takeover = absl::UnknownError("no takeover");
+  TakeOverBeforeEffectOf("worker.SetDirectory", [&] {
+    takeover = b.CallStatus("worker.SetDirectory",
+                            SetDirectoryRequest(9, {{"b", 1, {2}, {{"b", 0, 0, 2}}}}));
+  });
+  absl::Status set = a.CallStatus("worker.SetDirectory",
+                                  SetDirectoryRequest(5, {{"a", 1, {2}, {{"a", 1, 0, 2}}}}));
+  ASSERT_TRUE(takeover.ok()) << takeover;
+  EXPECT_EQ(set.code(), absl::StatusCode::kFailedPrecondition) << set;
+  auto heartbeat = ParseHeartbeat(b.Call("worker.Heartbeat", HeartbeatRequest()));
+  ASSERT_TRUE(heartbeat.ok()) << heartbeat.status();
+  EXPECT_EQ(heartbeat->directory_version, 9u);
+  EXPECT_TRUE(directory_.Find("b").ok());
+  EXPECT_FALSE(directory_.Find("a").ok());
+}
+
+TEST_F(WorkerServiceTest, DeleteAdmittedBeforeATakeoverLeavesTheSuccessorsResource) {
+  ChiefConnection& a = Connect(kChiefA);
+  ChiefConnection& b = Connect(kChiefB);
+  ASSERT_TRUE(a.CallStatus("worker.CreateResource", CreateResourceRequest(1, "counter")).ok());
+  absl::Status takeover = absl::UnknownError("no takeover");
+  // The successor builds its own resource under the same id (ids are each chief's own).
+  TakeOverBeforeEffectOf("worker.DeleteResource", [&] {
+    takeover = b.CallStatus("worker.CreateResource", CreateResourceRequest(1, "counter"));
+  });
+  absl::Status deleted = a.CallStatus("worker.DeleteResource", DeleteResourceRequest(1));
+  ASSERT_TRUE(takeover.ok()) << takeover;
+  EXPECT_EQ(deleted.code(), absl::StatusCode::kFailedPrecondition) << deleted;
+  EXPECT_EQ(factory_calls_.load(), 2);
+  auto heartbeat = ParseHeartbeat(b.Call("worker.Heartbeat", HeartbeatRequest()));
+  ASSERT_TRUE(heartbeat.ok()) << heartbeat.status();
+  EXPECT_EQ(heartbeat->resources, (std::set<uint64_t>{1}));
+  auto run = ParseRun(b.Call("worker.Run", RunRequest("count", 1, {uint64_t{1}})));
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(run->code, absl::StatusCode::kOk) << run->message;
+  EXPECT_EQ(run->values.at(0).data<int64_t>()[0], 1);
+}
+
+TEST_F(WorkerServiceTest, CancelAdmittedBeforeATakeoverSparesTheSuccessorsClosure) {
+  ChiefConnection& a = Connect(kChiefA);
+  ChiefConnection& b = Connect(kChiefB);
+  ASSERT_TRUE(a.CallStatus("worker.Heartbeat", HeartbeatRequest()).ok());
+  uint64_t successors_run = 0;
+  // The successor runs its own closure 60 (closure ids are each chief's own) before the
+  // replaced chief's cancel of its closure 60 would take effect.
+  TakeOverBeforeEffectOf("worker.Cancel", [&] {
+    successors_run = b.Send("worker.Run", RunRequest("wait_for_cancel", 60));
+    AwaitStarted(1);
+  });
+  absl::Status cancel = a.CallStatus("worker.Cancel", CancelRequest({60}));
+  ASSERT_NE(successors_run, 0u);
+  EXPECT_EQ(cancel.code(), absl::StatusCode::kFailedPrecondition) << cancel;
+  ReleaseAll();
+  auto result = ParseRun(b.Await(successors_run));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->message, "never cancelled");
+  EXPECT_NE(result->code, absl::StatusCode::kCancelled);
+}
+
+TEST_F(WorkerServiceTest, ResourceBuiltWhenATakeoverLandsBeforeItIsKeptIsDropped) {
+  ChiefConnection& a = Connect(kChiefA);
+  ChiefConnection& b = Connect(kChiefB);
+  ASSERT_TRUE(a.CallStatus("worker.Heartbeat", HeartbeatRequest()).ok());
+  absl::Status takeover = absl::UnknownError("no takeover");
+  TakeOverBeforeEffectOf("worker.CreateResource",
+                         [&] { takeover = b.CallStatus("worker.Heartbeat", HeartbeatRequest()); });
+  absl::Status created = a.CallStatus("worker.CreateResource", CreateResourceRequest(7, "counter"));
+  ASSERT_TRUE(takeover.ok()) << takeover;
+  EXPECT_EQ(created.code(), absl::StatusCode::kFailedPrecondition) << created;
   auto heartbeat = ParseHeartbeat(b.Call("worker.Heartbeat", HeartbeatRequest()));
   ASSERT_TRUE(heartbeat.ok()) << heartbeat.status();
   EXPECT_TRUE(heartbeat->resources.empty());
