@@ -9,18 +9,21 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/crc32.h"  // Crc32, which the files written here carry
 
 namespace asyncps {
-
-// CRC-32 (zlib's, the one Python's zlib.crc32 computes) of `n` bytes, continuing from `crc`
-// (start with 0).
-uint32_t Crc32(uint32_t crc, const void* data, size_t n);
 
 // Writes a file so that it is either absent or complete under its final name, even if the
 // process dies or the machine loses power at any point: the bytes go to "<path>.tmp", which
 // Commit() fsyncs, renames to `path` and makes durable by fsyncing the directory. A writer
 // destroyed (or failing) before Commit() removes its temporary file. The CRC-32 and size of
 // everything written are kept on the way.
+//
+// Write-behind: each time the file passes a multiple of kWriteBehindBytes, the writer asks the
+// kernel to start writing out the interval just completed (sync_file_range SYNC_FILE_RANGE_WRITE, which does not wait), so the disk
+// works while later bytes are still being produced and Commit()'s fsync finds little left to
+// do. This changes when bytes reach the disk, never what is durable when: only Commit() (its
+// fsyncs) makes anything durable, and a crash before it leaves no file under `path`.
 //
 // Errors name the file and the system call. Not thread-safe.
 class DurableFileWriter {
@@ -32,6 +35,9 @@ class DurableFileWriter {
   DurableFileWriter(const DurableFileWriter&) = delete;
   DurableFileWriter& operator=(const DurableFileWriter&) = delete;
 
+  // The write-behind interval: pages are started on their way to disk per this many bytes.
+  static constexpr uint64_t kWriteBehindBytes = uint64_t{8} << 20;
+
   absl::Status Append(const void* data, size_t n);
   // fsync, rename into place, fsync the directory. Nothing may be appended afterwards.
   absl::Status Commit();
@@ -40,6 +46,9 @@ class DurableFileWriter {
   uint32_t crc32() const { return crc_; }
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return temp_path_; }
+  // How many write-behind requests were made: bytes() / kWriteBehindBytes, one per interval
+  // completed (for tests). A request the file system refuses still counts; it only costs speed.
+  int write_behind_requests() const { return write_behind_requests_; }
 
  private:
   DurableFileWriter(std::string path, int fd);
@@ -49,6 +58,8 @@ class DurableFileWriter {
   std::string temp_path_;
   int fd_ = -1;
   uint64_t bytes_ = 0;
+  uint64_t written_behind_ = 0;  // bytes before this offset were handed to write-behind
+  int write_behind_requests_ = 0;
   uint32_t crc_ = 0;
 };
 
