@@ -37,6 +37,7 @@
 #include "core/process_options.h"
 #include "core/subprocess.h"
 #include "core/sync.h"
+#include "deploy/blas_kernel.h"
 #include "deploy/file_sd.h"
 
 namespace asyncps {
@@ -78,7 +79,11 @@ constexpr char kUsage[] =
     "\n"
     "--ps_replicas K (1..3, at most N) and --ps_heartbeat_timeout D (\"2s\", \"500ms\") set\n"
     "ASYNCPS_PS_REPLICAS and ASYNCPS_PS_HEARTBEAT_TIMEOUT for every task: K copies of every\n"
-    "shard, a PS lost when it leaves the chief's heartbeats unanswered for D.\n";
+    "shard, a PS lost when it leaves the chief's heartbeats unanswered for D.\n"
+    "\n"
+    "Unless OPENBLAS_CORETYPE is set, every task gets the OpenBLAS kernels its CPU can run\n"
+    "(SkylakeX with AVX-512, Haswell with AVX2): Debian 12's OpenBLAS falls back to its slowest\n"
+    "kernels on CPUs newer than itself. Set it (e.g. to Prescott) to choose otherwise.\n";
 
 // Upper bound on tasks per job: a local cluster larger than this is a typo, not a plan.
 constexpr int kMaxTasksPerJob = 256;
@@ -326,6 +331,11 @@ class Launcher {
       const char* env = std::getenv("ASYNCPS_CLUSTER_TOKEN");
       token = (env != nullptr && *env != '\0') ? env : RandomToken();
     }
+    // OpenBLAS's kernels for every task, unless the environment names them (blas_kernel.h).
+    std::string blas_core;
+    if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+      blas_core = deploy::OpenBlasCoreTypeFor(deploy::ThisCpuVectorFeatures());
+    }
     // The children's log level: the flag, else what the environment already says, else quiet.
     std::string log_level = args_.log_level;
     if (log_level.empty()) {
@@ -389,6 +399,7 @@ class Launcher {
                      {"ASYNCPS_CLUSTER_TOKEN", token},
                      {"ASYNCPS_LOG_LEVEL", log_level},
                      {"ASYNCPS_LAUNCH_COMMAND", args_.command}};
+      if (!blas_core.empty()) options.env["OPENBLAS_CORETYPE"] = blas_core;
       if (!args_.ps_replicas.empty()) options.env["ASYNCPS_PS_REPLICAS"] = args_.ps_replicas;
       if (!args_.ps_heartbeat_timeout.empty()) {
         options.env["ASYNCPS_PS_HEARTBEAT_TIMEOUT"] = args_.ps_heartbeat_timeout;

@@ -14,6 +14,7 @@
 #include "core/exit_code.h"
 #include "core/subprocess.h"
 #include "core/test_temp_dir.h"
+#include "deploy/blas_kernel.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/local_cluster.h"
 
@@ -139,6 +140,24 @@ TEST(ExitCodesTest, SigtermedLauncherIsRetryable) {
   auto code = (*proc)->Wait(kTimeout);
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 143) << (*proc)->output();
+}
+
+// Each task starts with the OpenBLAS kernels its CPU runs (deploy/blas_kernel.h), unless the
+// launcher's environment names some: then that choice reaches every task unchanged.
+TEST(ExitCodesTest, LauncherNamesOpenBlasKernelsUnlessTheEnvironmentDoes) {
+  const std::vector<std::string> program =
+      LaunchScript("echo \"blas=[$OPENBLAS_CORETYPE]\"; exit 0");
+  std::vector<std::string> argv = {"/usr/bin/env", "-u", "OPENBLAS_CORETYPE", Bin("asyncps_launch"),
+                                   "--ps", "1", "--workers", "1", "--"};
+  argv.insert(argv.end(), program.begin(), program.end());
+  std::string out;
+  ASSERT_EQ(RunToEnd(argv, {}, &out), 0) << out;
+  const std::string chosen = deploy::OpenBlasCoreTypeFor(deploy::ThisCpuVectorFeatures());
+  EXPECT_NE(out.find(absl::StrCat("[chief] blas=[", chosen, "]")), std::string::npos) << out;
+
+  argv.erase(argv.begin(), argv.begin() + 3);  // the launcher itself, with the variable set
+  ASSERT_EQ(RunToEnd(argv, {{"OPENBLAS_CORETYPE", "Prescott"}}, &out), 0) << out;
+  EXPECT_NE(out.find("[chief] blas=[Prescott]"), std::string::npos) << out;
 }
 
 }  // namespace
