@@ -130,7 +130,21 @@ class ClusterPsRepair : public PsRecovery::Repair {
   // having acknowledged it.
   void MarkRestored() {
     PsMonitor* monitor = strategy_.process().ps_monitor();
-    if (monitor != nullptr && !pending_.empty()) monitor->Restored(pending_);
+    if (monitor == nullptr || pending_.empty()) return;
+    monitor->Restored(pending_);
+    // The monitor pushes the map without waiting; the restored primaries get it here before
+    // dispatch resumes, or a closure sent at once would still find them restoring, fail, and
+    // start another (empty) recovery. Best effort: a PS that misses it gets it next heartbeat.
+    const ps::ShardMap map = monitor->map();
+    for (const PsMonitor::PendingRestore& p : pending_) {
+      const ps::GroupEntry* g = map.Find(static_cast<uint32_t>(p.group));
+      if (g == nullptr || g->primary < 0) continue;
+      net::OutMessage m;
+      ps::ShardMapToWire(map, m.InitRequestBody<wire::SetShardMapRequest>().initMap());
+      absl::Status s = strategy_.process().ps_rpc(g->primary).Call("ps.SetShardMap", std::move(m),
+                                                                    strategy_.process().options().rpc_timeout).status();
+      if (!s.ok()) spdlog::warn("restored shard map not taken by ps {}: {}", g->primary, s.ToString());
+    }
     pending_.clear();
   }
 
