@@ -348,7 +348,8 @@ PsRecovery::Result PsRecovery::Recover(const absl::Status& reason, absl::Time st
         absl::FormatDuration(event.paused));
   } else {
     spdlog::warn(
-        "PS recovery done in {}: ps {} had lost its variables; {}; {}{} completed closure(s) lost; "
+        "PS recovery done in {}: ps {} had lost its variables (with replicated shards: the shard "
+        "groups that lost every copy); {}; {}{} completed closure(s) lost; "
         "closures that failed meanwhile run again",
         absl::FormatDuration(event.paused), absl::StrJoin(event.lost_ps, ", "),
         event.reinitialized
