@@ -54,6 +54,9 @@ absl::StatusOr<std::unique_ptr<ChiefProcess>> ChiefProcess::Create(const Cluster
   if (replicated) {
     p->shard_map_ = std::make_unique<ShardMapCache>(ptrs, ShardMapCache::Options());
     client_options.shard_map = p->shard_map_.get();
+    // The chief's own writes (variables assigned, updated outside closures) ride out a
+    // failover like closures' writes, applied once.
+    client_options.tag_own_writes = true;
   }
   p->ps_client_ = std::make_unique<PsClient>(ptrs, p->directory_, client_options);
   if (replicated) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/closure_outcome.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/ps_monitor.h"
 #include "coordinator/worker_handle.h"
 #include "core/incarnation.h"
 #include "core/status_macros.h"
@@ -68,6 +69,11 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
         queue_,
         PsRecovery::MakeClusterPsRepair(strategy, options_.ps_recovery.checkpoints, cursor_rollback_.get()),
         metrics_.get(), options_.ps_recovery);
+    if (PsMonitor* monitor = strategy.process().ps_monitor(); monitor != nullptr) {
+      // Replicated shards: a group that lost every copy is restored at once, not when its
+      // closures fail at their deadline.
+      monitor->SetRestoreListener([this](const absl::Status& why) { ps_recovery_->OnPsFailure(why); });
+    }
   }
   metrics::StatusBoard& board = strategy_.process().status_board();
   for (auto& w : workers_) board.SetMember("worker", w->index(), w->address(), "starting", 0);
@@ -91,6 +97,9 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
 }
 
 ClusterCoordinator::~ClusterCoordinator() {
+  if (PsMonitor* monitor = strategy_.process().ps_monitor(); monitor != nullptr && ps_recovery_ != nullptr) {
+    monitor->SetRestoreListener(nullptr);
+  }
   if (ps_recovery_ != nullptr) ps_recovery_->Stop();  // a repair in progress stops at its next step
   // Waits for a status request reading this coordinator; later ones see no values.
   strategy_.process().status_board().ClearValuesSource();

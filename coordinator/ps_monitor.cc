@@ -85,7 +85,7 @@ struct PsMonitor::Gauges {
     auto& counters = prometheus::BuildCounter()
                          .Name("asyncps_ps_failover_events_total")
                          .Help("The chief's shard-map decisions, by kind (failover, ps_lost, "
-                               "state_transfer, rebuilt, no_live_copy)")
+                               "state_transfer, rebuilt, no_live_copy, restored)")
                          .Labels(labels)
                          .Register(m.registry());
     failovers = &counters.Add({{"kind", "failover"}});
@@ -93,6 +93,7 @@ struct PsMonitor::Gauges {
     transfers = &counters.Add({{"kind", "state_transfer"}});
     rebuilt = &counters.Add({{"kind", "rebuilt"}});
     no_live_copy = &counters.Add({{"kind", "no_live_copy"}});
+    restored = &counters.Add({{"kind", "restored"}});
     bytes = &prometheus::BuildGauge()
                  .Name("asyncps_ps_state_transfer_bytes")
                  .Help("State transfer bytes copied to rebuilding copies (finished and running)")
@@ -110,6 +111,7 @@ struct PsMonitor::Gauges {
   prometheus::Counter* transfers;
   prometheus::Counter* rebuilt;
   prometheus::Counter* no_live_copy;
+  prometheus::Counter* restored;
   prometheus::Gauge* bytes;
 };
 
@@ -147,6 +149,43 @@ PsMonitor::Stats PsMonitor::stats() const {
 ps::ShardMap PsMonitor::map() const {
   MutexLock lock(&mu_);
   return owner_ != nullptr ? owner_->map() : ps::ShardMap();
+}
+
+std::vector<PsMonitor::PendingRestore> PsMonitor::RestoresPending() const {
+  MutexLock lock(&mu_);
+  std::vector<PendingRestore> out;
+  if (owner_ == nullptr) return out;
+  for (const ps::GroupEntry& g : owner_->map().groups) {
+    if (!g.restore_pending) continue;
+    auto token = restore_tokens_.find(static_cast<int>(g.group));
+    out.push_back({static_cast<int>(g.group), g.primary, token == restore_tokens_.end() ? 0 : token->second});
+  }
+  return out;
+}
+
+void PsMonitor::Restored(const std::vector<PendingRestore>& restored) {
+  MutexLock lock(&mu_);
+  if (owner_ == nullptr) return;
+  const ps::ShardMap before = owner_->map();
+  std::vector<int> changed;
+  for (const PendingRestore& r : restored) {
+    auto token = restore_tokens_.find(r.group);
+    if ((token == restore_tokens_.end() ? 0 : token->second) != r.token) continue;  // lost again since
+    for (int g : owner_->Restored(r.group)) {
+      changed.push_back(g);
+      ++stats_.restored;
+      gauges_->restored->Increment();
+      Event("ps_restored", absl::StrCat("shard group ", g, " restored from the checkpoint on ps ",
+                                        owner_->map().Find(static_cast<uint32_t>(g))->primary, ": it serves again"));
+    }
+  }
+  Changed(before, changed, "restored from the checkpoint");
+  Publish();
+}
+
+void PsMonitor::SetRestoreListener(std::function<void(const absl::Status&)> listener) {
+  MutexLock lock(&mu_);
+  restore_listener_ = std::move(listener);
 }
 
 void PsMonitor::Event(const std::string& kind, const std::string& text) {
@@ -273,6 +312,16 @@ void PsMonitor::Loop() {
       }
     }
     Publish();
+    if (restore_listener_) {
+      std::vector<std::string> awaiting;
+      for (const ps::GroupEntry& g : owner_->map().groups) {
+        if (g.restore_pending) awaiting.push_back(absl::StrCat(g.group));
+      }
+      if (!awaiting.empty()) {
+        restore_listener_(absl::UnavailableError(absl::StrCat("shard group(s) ", absl::StrJoin(awaiting, ", "),
+                                                              " lost every copy and await a restore")));
+      }
+    }
     // Not a sleep as synchronisation: the heartbeat period, cut short by the destructor.
     mu_.AwaitWithTimeout(
         absl::Condition(+[](PsMonitor* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return m->stopping_; }, this),
@@ -316,7 +365,7 @@ void PsMonitor::Handle(int ps, const Answer& a) {
       ++stats_.no_live_copy;
       gauges_->no_live_copy->Increment();
       Event("no_live_copy", absl::StrCat("shard group ", g, " lost every copy; ps ", ps,
-                                         " serves it empty until checkpoint recovery restores it"));
+                                         " holds it empty and serves only its restore from the checkpoint"));
     }
     Changed(before, changed, absl::StrCat("ps ", ps, " returned"));
   }
@@ -330,8 +379,12 @@ void PsMonitor::Handle(int ps, const Answer& a) {
       Changed(map, owner_->NeedsRebuild(ps, c.group), absl::StrCat("ps ", ps, " needs a rebuild of group ", c.group));
       continue;
     }
-    // Only a primary at the map's generation speaks for the group's copies.
-    if (c.role != wire::CopyRole::PRIMARY || g->primary != ps || c.generation != g->generation) continue;
+    // Only a primary at the map's generation speaks for the group's copies (a restoring one
+    // too: its copies rebuild from it while it takes the restore).
+    if ((c.role != wire::CopyRole::PRIMARY && c.role != wire::CopyRole::RESTORING) || g->primary != ps ||
+        c.generation != g->generation) {
+      continue;
+    }
     for (const Answer::Backup& b : c.backups) {
       const bool rebuilding = std::find(g->rebuilding.begin(), g->rebuilding.end(), b.ps) != g->rebuilding.end();
       const bool backup = std::find(g->backups.begin(), g->backups.end(), b.ps) != g->backups.end();
@@ -362,6 +415,7 @@ void PsMonitor::Changed(const ps::ShardMap& before, const std::vector<int>& grou
     const ps::GroupEntry* was = before.Find(static_cast<uint32_t>(group));
     const ps::GroupEntry* now = map.Find(static_cast<uint32_t>(group));
     if (was == nullptr || now == nullptr) continue;
+    if (now->restore_pending && !was->restore_pending) restore_tokens_[group] = next_restore_token_++;
     if (was->primary >= 0 && now->primary >= 0 && was->primary != now->primary) {
       ++stats_.failovers;
       gauges_->failovers->Increment();

@@ -2,6 +2,8 @@
 #define ASYNCPS_COORDINATOR_PS_MONITOR_H_
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,7 +37,11 @@ class RpcClient;
 //   * a lost PS that answers again (restarted, or resumed after a stall) rebuilds its ring
 //     groups by state transfer (rebuilding) and becomes a backup when its primary reports it in
 //     sync; a backup that refused its stream goes back to rebuilding;
-//   * a PS whose map is older than the chief's gets it again (a push it missed).
+//   * a PS whose map is older than the chief's gets it again (a push it missed);
+//   * a group that lost every copy is marked restore_pending: the first of its ring PS to
+//     return becomes its empty primary, which takes only the chief's restore. While any group
+//     awaits one, the restore listener (automatic PS recovery) is told at every heartbeat
+//     round; once it restored the groups (Restored) they serve again in a new map.
 // Each PS's state (up, down, rebuilding), each group's primary, backups, generation and
 // replication lag, failovers, state transfers and bytes copied are shown on the status board
 // and exported as metrics; every decision is an event on the board and a log line.
@@ -73,10 +79,29 @@ class PsMonitor {
     int64_t rebuilt = 0;          // rebuilding copies that became backups
     int64_t no_live_copy = 0;     // groups left without any copy
     int64_t bytes_copied = 0;     // bytes of finished state transfers, as their primaries reported
+    int64_t restored = 0;         // groups that lost every copy and were restored (ps_restored)
   };
   Stats stats() const;
   // The map the chief holds now.
   ps::ShardMap map() const;
+
+  // A group awaiting a restore from a checkpoint (GroupEntry::restore_pending).
+  struct PendingRestore {
+    int group = -1;
+    int primary = -1;    // -1: no copy came back yet (nothing can be restored)
+    uint64_t token = 0;  // which loss of every copy (a group may lose them again later)
+  };
+  std::vector<PendingRestore> RestoresPending() const;
+  // The groups of `restored` (as RestoresPending gave them) hold the checkpoint now: each that
+  // still awaits that same restore (same token) is cleared in a new map, pushed to every PS,
+  // with an event ps_restored. Restoring is the caller's: call only after every group's
+  // primary acknowledged the restore.
+  void Restored(const std::vector<PendingRestore>& restored);
+  // `listener` (empty: none) is called at every heartbeat round while a group awaits a
+  // restore, with an Unavailable status naming the groups; on the monitor's thread, under its
+  // lock: it must not call the monitor (PsRecovery::OnPsFailure only pauses dispatch and
+  // wakes its own thread). Once this returns the previous listener is not running.
+  void SetRestoreListener(std::function<void(const absl::Status&)> listener);
 
  private:
   struct PsView;
@@ -104,6 +129,10 @@ class PsMonitor {
   std::vector<PsView> views_ ABSL_GUARDED_BY(mu_);
   std::vector<Answer> inbox_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  // Per group, which loss of every copy it awaits a restore for (PendingRestore::token).
+  std::map<int, uint64_t> restore_tokens_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_restore_token_ ABSL_GUARDED_BY(mu_) = 1;
+  std::function<void(const absl::Status&)> restore_listener_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

@@ -13,9 +13,11 @@
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/parameter_server_strategy.h"
+#include "coordinator/ps_monitor.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
 #include "ps/ps.capnp.h"
+#include "ps/replication/shard_map.h"
 #include "net/rpc_client.h"
 
 namespace asyncps {
@@ -28,6 +30,17 @@ class ClusterPsRepair : public PsRecovery::Repair {
       : strategy_(strategy), checkpoints_(checkpoints), state_(state) {}
 
   absl::Status ProbeAll(absl::Duration timeout) override {
+    if (PsMonitor* monitor = strategy_.process().ps_monitor(); monitor != nullptr) {
+      // Replicated shards: what a restore needs is a primary for every group (a PS that stays
+      // away while its groups are served elsewhere does not hold it up).
+      for (const ps::GroupEntry& g : monitor->map().groups) {
+        if (g.primary < 0) {
+          return absl::UnavailableError(absl::StrCat("shard group ", g.group, " has no copy yet"));
+        }
+        RETURN_IF_ERROR(strategy_.process().ps().Health(g.primary, timeout, /*wait_for_ready=*/true));
+      }
+      return absl::OkStatus();
+    }
     for (int i = 0; i < strategy_.cluster().num_ps(); ++i) {
       RETURN_IF_ERROR(strategy_.process().ps().Health(i, timeout, /*wait_for_ready=*/true));
     }
@@ -35,6 +48,22 @@ class ClusterPsRepair : public PsRecovery::Repair {
   }
 
   absl::StatusOr<std::vector<int>> PsMissingVariables() override {
+    if (PsMonitor* monitor = strategy_.process().ps_monitor(); monitor != nullptr) {
+      // Replicated shards: a copy that lost its state is rebuilt from another copy by the
+      // monitor; only the groups that lost every copy (restore_pending) need the checkpoint.
+      pending_ = monitor->RestoresPending();
+      std::vector<int> groups;
+      for (const PsMonitor::PendingRestore& p : pending_) {
+        if (p.primary < 0) {
+          return absl::UnavailableError(absl::StrCat("shard group ", p.group, " has no copy to restore yet"));
+        }
+        groups.push_back(p.group);
+      }
+      if (!groups.empty()) {
+        spdlog::warn("shard group(s) {} lost every copy: restoring the checkpoint", absl::StrJoin(groups, ", "));
+      }
+      return groups;
+    }
     const int num_ps = strategy_.cluster().num_ps();
     std::vector<absl::flat_hash_set<std::string>> expected(static_cast<size_t>(num_ps));
     for (const auto& placement : strategy_.process().directory().All()) {
@@ -69,10 +98,15 @@ class ClusterPsRepair : public PsRecovery::Repair {
     return checkpoints_->Latest();
   }
 
+  // With replicated shards the checkpoint is restored onto every group, not only the ones that
+  // lost every copy: the closures completed since it are trained again (the cursor rolls
+  // back), and a group that kept their updates would apply them twice (the closures that
+  // train them again have other ids). One cut of every group, as without replication.
   absl::StatusOr<PsRecovery::Restored> Restore(const std::string& path) override {
     PsRecovery::Restored restored;
     if (state_ == nullptr) {
       ASSIGN_OR_RETURN(restored.step, checkpoints_->Restore(path));
+      MarkRestored();
       return restored;
     }
     // The cursor is checked before any variable changes, and rolled back only once they all
@@ -81,15 +115,43 @@ class ClusterPsRepair : public PsRecovery::Repair {
     RETURN_IF_ERROR(state_->CheckRollBack(manifest.coordinator_state));
     ASSIGN_OR_RETURN(restored.step, checkpoints_->Restore(path));
     state_->RollBack(manifest.coordinator_state, &restored);
+    MarkRestored();
     return restored;
   }
 
-  absl::Status Reinitialize() override { return strategy_.RecreateVariables(); }
+  absl::Status Reinitialize() override {
+    RETURN_IF_ERROR(strategy_.RecreateVariables());
+    MarkRestored();
+    return absl::OkStatus();
+  }
 
  private:
+  // The groups awaiting a restore serve again (replicated shards), all of their primaries
+  // having acknowledged it.
+  void MarkRestored() {
+    PsMonitor* monitor = strategy_.process().ps_monitor();
+    if (monitor == nullptr || pending_.empty()) return;
+    monitor->Restored(pending_);
+    // The monitor pushes the map without waiting; the restored primaries get it here before
+    // dispatch resumes, or a closure sent at once would still find them restoring, fail, and
+    // start another (empty) recovery. Best effort: a PS that misses it gets it next heartbeat.
+    const ps::ShardMap map = monitor->map();
+    for (const PsMonitor::PendingRestore& p : pending_) {
+      const ps::GroupEntry* g = map.Find(static_cast<uint32_t>(p.group));
+      if (g == nullptr || g->primary < 0) continue;
+      net::OutMessage m;
+      ps::ShardMapToWire(map, m.InitRequestBody<wire::SetShardMapRequest>().initMap());
+      absl::Status s = strategy_.process().ps_rpc(g->primary).Call("ps.SetShardMap", std::move(m),
+                                                                    strategy_.process().options().rpc_timeout).status();
+      if (!s.ok()) spdlog::warn("restored shard map not taken by ps {}: {}", g->primary, s.ToString());
+    }
+    pending_.clear();
+  }
+
   ParameterServerStrategy& strategy_;
   CheckpointManager* const checkpoints_;
   PsRecovery::CoordinatorState* const state_;
+  std::vector<PsMonitor::PendingRestore> pending_;  // as PsMissingVariables found them
 };
 
 // Failures worth retrying: a PS that is (again) unreachable.
@@ -286,7 +348,8 @@ PsRecovery::Result PsRecovery::Recover(const absl::Status& reason, absl::Time st
         absl::FormatDuration(event.paused));
   } else {
     spdlog::warn(
-        "PS recovery done in {}: ps {} had lost its variables; {}; {}{} completed closure(s) lost; "
+        "PS recovery done in {}: ps {} had lost its variables (with replicated shards: the shard "
+        "groups that lost every copy); {}; {}{} completed closure(s) lost; "
         "closures that failed meanwhile run again",
         absl::FormatDuration(event.paused), absl::StrJoin(event.lost_ps, ", "),
         event.reinitialized

@@ -48,6 +48,17 @@ class ParameterServerStrategy;
 //      logged as a warning: that PS's part of the model restarts from scratch.
 //   5. Dispatch resumes. The recovery is logged, counted (asyncps_coordinator_ps_recoveries_total)
 //      and its lost work reported (see Stats; asyncps_coordinator_ps_recovery_steps_lost_total).
+// With replicated shards (ps_replicas >= 2, a PsMonitor on the chief) a lost PS is not a
+// recovery's business: its groups fail over and its copies are rebuilt. Only a group that lost
+// every copy is: the monitor marks it restore_pending (its returning copy serves nothing but
+// the restore) and calls the coordinator's listener at once, which starts a recovery as a
+// failed closure would (step 1; closures that reach the group meanwhile are refused with
+// ps::RestorePendingError and put back). Step 2 waits until every group has a primary; step
+// 3 finds the groups awaiting a restore (Event::lost_ps then names groups, not PS); step 4
+// restores the checkpoint onto every group and rolls the cursors back (one cut: restoring the
+// lost groups alone would apply the redone batches twice on the others), and the monitor
+// clears restore_pending in a new map (event ps_restored) before dispatch resumes.
+//
 // A failed step is retried (every `probe_interval`) until `timeout` has passed since the
 // failure; then recovery gives up: dispatch resumes, the closures fail with Unavailable as in
 // the default mode, and automatic recovery stays off for the rest of the coordinator's life
@@ -101,7 +112,8 @@ class PsRecovery {
   struct Event {
     absl::Time time;
     std::string reason;        // the closure error that started it
-    std::vector<int> lost_ps;  // PS that had lost variables (empty: only unreachable)
+    std::vector<int> lost_ps;  // PS that had lost variables (empty: only unreachable); with
+                               // replicated shards, the groups that lost every copy
     std::string checkpoint;    // restored checkpoint directory; empty when none was restored
     int64_t checkpoint_step = -1;
     bool reinitialized = false;  // lost variables re-created from their initializers

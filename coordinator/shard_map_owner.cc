@@ -38,7 +38,11 @@ std::vector<int> ShardMapOwner::Lost(int ps) {
         g.primary = g.backups.front();
         g.backups.erase(g.backups.begin());
       } else {
+        // Every copy is lost: whichever copy comes back starts empty and is restored from a
+        // checkpoint before it serves (a promoted backup of a group still being restored
+        // is no better: the flag stays until Restored).
         g.primary = -1;
+        g.restore_pending = true;
       }
     }
     if (touched) {
@@ -86,6 +90,16 @@ std::vector<int> ShardMapOwner::NeedsRebuild(int ps, int group) {
   for (ps::GroupEntry& g : map_.groups) {
     if (static_cast<int>(g.group) != group || !Remove(g.backups, ps)) continue;
     g.rebuilding.push_back(ps);
+    Bump(g);
+    return {group};
+  }
+  return {};
+}
+
+std::vector<int> ShardMapOwner::Restored(int group) {
+  for (ps::GroupEntry& g : map_.groups) {
+    if (static_cast<int>(g.group) != group || !g.restore_pending || g.primary < 0) continue;
+    g.restore_pending = false;
     Bump(g);
     return {group};
   }

@@ -16,12 +16,15 @@ namespace asyncps {
 //
 // Rules:
 //   * Lost(ps): every group whose primary was `ps` gets its first backup as primary (or no
-//     primary, -1, when it had none: a group with no live copy); `ps` leaves every group's
-//     backups and rebuilding lists.
+//     primary, -1, when it had none: a group with no live copy, which is then marked
+//     restore_pending); `ps` leaves every group's backups and rebuilding lists.
 //   * Returned(ps): `ps` is added as rebuilding to each group whose ring places a copy on it
 //     (group g's ring is g, g+1, ..., g+k-1 mod n) and that lacks it, and to any group with
 //     fewer than k copies; a group with no primary at all takes `ps` as its (empty) primary
-//     instead, which is the caller's cue for checkpoint recovery (see NoLiveCopy).
+//     instead, still restore_pending: it serves nothing but the chief's restore (see
+//     TakeNoLiveCopy).
+//   * Restored(group): the chief restored the group from a checkpoint: restore_pending is
+//     cleared and its primary serves again (nothing changes while it has no primary).
 //   * InSync(ps, group): a rebuilding copy the primary reports caught up becomes a backup.
 //   * NeedsRebuild(ps, group): a backup that refused the stream (gap, out of order) goes back to
 //     rebuilding, so the primary sends it a fresh state transfer.
@@ -42,6 +45,7 @@ class ShardMapOwner {
   std::vector<int> Returned(int ps);
   std::vector<int> InSync(int ps, int group);
   std::vector<int> NeedsRebuild(int ps, int group);
+  std::vector<int> Restored(int group);
 
   // Groups that were left without any live copy and were given an empty primary since the
   // last call (the caller restores them from a checkpoint), then forgets them.

@@ -79,5 +79,28 @@ TEST(ShardMapOwnerTest, GroupWithNoLiveCopyGetsAnEmptyPrimaryForRecovery) {
   EXPECT_TRUE(owner.map().Validate(3).ok());
 }
 
+// A group that lost every copy stays restore_pending through its return (its primary serves
+// only the restore) until the chief restored it; a group with no primary cannot be restored.
+TEST(ShardMapOwnerTest, GroupThatLostEveryCopyAwaitsItsRestore) {
+  ShardMapOwner owner = ThreePsTwoCopies();
+  owner.Lost(0);
+  EXPECT_FALSE(owner.map().groups[0].restore_pending) << "a backup took over";
+  owner.Lost(1);
+  EXPECT_TRUE(owner.map().groups[0].restore_pending);
+  EXPECT_FALSE(owner.map().groups[1].restore_pending) << "group 1 failed over to ps 2";
+  EXPECT_TRUE(owner.Restored(0).empty()) << "no copy to restore yet";
+  owner.Returned(1);
+  EXPECT_EQ(owner.map().groups[0].primary, 1);
+  EXPECT_TRUE(owner.map().groups[0].restore_pending);
+  owner.Returned(0);  // rebuilds from the restoring primary
+  EXPECT_EQ(owner.map().groups[0].rebuilding, std::vector<int32_t>{0});
+  const uint64_t before = owner.map().generation;
+  EXPECT_EQ(owner.Restored(0), std::vector<int>{0});
+  EXPECT_FALSE(owner.map().groups[0].restore_pending);
+  EXPECT_GT(owner.map().groups[0].generation, before);
+  EXPECT_TRUE(owner.Restored(0).empty()) << "restored once";
+  EXPECT_TRUE(owner.map().Validate(3).ok());
+}
+
 }  // namespace
 }  // namespace asyncps

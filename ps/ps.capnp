@@ -227,6 +227,8 @@ struct GroupEntry {
   primary @2 :Int32;           # PS index; -1: no live copy
   backups @3 :List(Int32);     # in sync, counted for acks
   rebuilding @4 :List(Int32);  # receiving a state transfer, not counted for acks
+  restorePending @5 :Bool;     # every copy was lost: the primary (when >= 0) is empty and serves
+                               # nothing but the chief's restore until a map clears this
 }
 
 struct SetShardMapRequest {
@@ -246,6 +248,8 @@ enum CopyRole {
   rebuilding @2;               # receiving a state transfer (or waiting for one); never serves
   needsRebuild @3;             # refused a gap / out-of-order stream or lost a transfer; never serves
   fenced @4;                   # a primary whose backups refused its generation; serves nothing
+  restoring @5;                # the primary of a group that lost every copy: takes only the
+                               # chief's ps.RestoreCheckpoint / ps.CreateVariable until restored
 }
 
 struct BackupStatus {

@@ -40,7 +40,6 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   replication.ps_index = cluster.task_index();
   replication.num_ps = cluster.num_ps();
   replication.replicas = static_cast<int>(options.ps_replicas);
-  replication.max_variable_bytes = options.ps_max_variable_bytes;
   replication.dedup_max_entries = static_cast<uint64_t>(options.ps_dedup_max_entries);
   replication.metrics = &metrics;
   replication.checkpoints = &checkpoints;

@@ -24,7 +24,23 @@ VariableStore::Reservation::~Reservation() {
   if (store_ != nullptr) store_->Release(bytes_);
 }
 
+VariableStore::VariableStore(VariableStore* budget) : budget_(budget), max_bytes_(budget->max_bytes()) {}
+
+VariableStore::~VariableStore() {
+  if (budget_ != nullptr) budget_->Release(bytes_);
+}
+
 absl::StatusOr<VariableStore::Reservation> VariableStore::Reserve(const std::string& name, uint64_t bytes) {
+  if (budget_ != nullptr) {
+    // Charged to the shared budget (its cap and its message); held here as well so that the
+    // bytes go back to it when released here or when this store goes.
+    absl::StatusOr<Reservation> shared = budget_->Reserve(name, bytes);
+    if (!shared.ok()) return shared.status();
+    shared->store_ = nullptr;
+    MutexLock lock(&mu_);
+    bytes_ += bytes;
+    return Reservation(this, bytes);
+  }
   MutexLock lock(&mu_);
   if (bytes > max_bytes_ - bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat("variable '", name, "' needs ", bytes,
@@ -37,8 +53,11 @@ absl::StatusOr<VariableStore::Reservation> VariableStore::Reserve(const std::str
 }
 
 void VariableStore::Release(uint64_t bytes) {
-  MutexLock lock(&mu_);
-  bytes_ -= bytes;
+  {
+    MutexLock lock(&mu_);
+    bytes_ -= bytes;
+  }
+  if (budget_ != nullptr) budget_->Release(bytes);
 }
 
 absl::StatusOr<bool> VariableStore::Insert(std::unique_ptr<Variable> variable) {

@@ -42,6 +42,14 @@ class VariableStore {
   };
 
   explicit VariableStore(uint64_t max_bytes = std::numeric_limits<uint64_t>::max()) : max_bytes_(max_bytes) {}
+  // A store whose bytes are also charged to `budget` (not owned; must outlive this store), so
+  // that several stores of one process share budget's cap (the copies of the shard groups a
+  // replicated PS holds: ps/replication). Its own cap is budget's; bytes() counts its own.
+  // Destroying it returns its bytes to `budget`.
+  explicit VariableStore(VariableStore* budget);
+  ~VariableStore();
+  VariableStore(const VariableStore&) = delete;
+  VariableStore& operator=(const VariableStore&) = delete;
 
   // Reserves `bytes` for variable `name`. ResourceExhausted, naming the variable, the bytes
   // asked, those held and the cap, when the total would exceed the cap.
@@ -68,6 +76,7 @@ class VariableStore {
  private:
   void Release(uint64_t bytes);
 
+  VariableStore* const budget_ = nullptr;
   const uint64_t max_bytes_;
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Variable>> variables_ ABSL_GUARDED_BY(mu_);

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <latch>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -103,6 +104,32 @@ TEST(VariableStoreTest, ConcurrentReservationsNeverPassTheCap) {
   EXPECT_GT(granted.load(), 0);
   EXPECT_LE(peak.load(), 1000u);
   EXPECT_EQ(store.bytes(), 0u);
+}
+
+// Stores over one budget (the copies of the shard groups a replicated PS holds) share its cap:
+// what one holds is charged to the budget, and a store that goes gives its bytes back.
+TEST(VariableStoreTest, StoresOverABudgetShareItsCap) {
+  VariableStore budget(/*max_bytes=*/10000);
+  auto copy = std::make_unique<VariableStore>(&budget);
+  EXPECT_EQ(copy->max_bytes(), 10000u);
+  ASSERT_TRUE(budget.Reserve("own", 3000).ok());  // dropped at once: nothing held
+  auto held = copy->Insert(MakeVariable("v", {1000}));  // 4000 bytes and its name
+  ASSERT_TRUE(held.ok()) << held.status();
+  const uint64_t v_bytes = copy->bytes();
+  EXPECT_GE(v_bytes, 4000u);
+  EXPECT_EQ(budget.bytes(), v_bytes) << "charged to the budget too";
+  VariableStore other(&budget);
+  auto refused = other.Reserve("w", 10000 - v_bytes + 1);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(other.bytes(), 0u);
+  {
+    auto fits = other.Reserve("w", 10000 - v_bytes);
+    ASSERT_TRUE(fits.ok()) << fits.status();
+    EXPECT_EQ(budget.bytes(), 10000u);
+  }
+  EXPECT_EQ(budget.bytes(), v_bytes) << "a dropped reservation goes back to the budget";
+  copy.reset();
+  EXPECT_EQ(budget.bytes(), 0u) << "a store that goes gives its variables' bytes back";
 }
 
 }  // namespace

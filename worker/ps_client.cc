@@ -4,11 +4,13 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <type_traits>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/incarnation.h"
 #include "core/sync.h"
 #include "core/status_macros.h"
 #include "net/rpc_client.h"
@@ -252,8 +254,43 @@ bool IsPsUnreachable(const absl::Status& status) {
          status.code() == absl::StatusCode::kDeadlineExceeded;
 }
 
+// The closure ids this client gives its own writes, and those still in flight (the lowest is
+// the watermark: every lower id has completed and is never sent again).
+struct PsClient::OwnWrites {
+  OwnWrites() : coordinator((RandomId() >> 2) | 1), next(coordinator) {}
+  const uint64_t coordinator;
+  Mutex mu;
+  uint64_t next ABSL_GUARDED_BY(mu);
+  std::set<uint64_t> in_flight ABSL_GUARDED_BY(mu);
+};
+
 PsClient::PsClient(std::vector<net::RpcClient*> ps, const VariableDirectory& directory, Options options)
-    : ps_(std::move(ps)), directory_(directory), options_(options) {}
+    : ps_(std::move(ps)),
+      directory_(directory),
+      options_(options),
+      own_writes_(options_.tag_own_writes && options_.shard_map != nullptr ? std::make_shared<OwnWrites>()
+                                                                           : nullptr) {}
+
+ps::UpdateTag PsClient::TagOwnWrite(const ps::UpdateTag& tag, PsCallback<void>* done) {
+  if (tag.tagged() || own_writes_ == nullptr) return tag;
+  ps::UpdateTag own;
+  own.coordinator = own_writes_->coordinator;
+  own.sequence = 1;
+  {
+    MutexLock lock(&own_writes_->mu);
+    own.closure = own_writes_->next++;
+    own_writes_->in_flight.insert(own.closure);
+    own.watermark = *own_writes_->in_flight.begin();
+  }
+  *done = [writes = own_writes_, id = own.closure, done = std::move(*done)](absl::Status s) {
+    {
+      MutexLock lock(&writes->mu);
+      writes->in_flight.erase(id);
+    }
+    done(std::move(s));
+  };
+  return own;
+}
 
 absl::StatusOr<std::vector<Tensor>> PsClient::Read(const std::vector<std::string>& names) {
   return ReadAsync(names).Get();
@@ -540,7 +577,8 @@ void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallb
 }
 
 void PsClient::UpdateAsync(const std::vector<VariableUpdate>& updates, PsCallback<void> done,
-                           const ps::UpdateTag& tag) {
+                           const ps::UpdateTag& given_tag) {
+  const ps::UpdateTag tag = TagOwnWrite(given_tag, &done);
   std::map<int, std::vector<ShardPiece>> by_ps;
   for (const VariableUpdate& u : updates) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(u.name);
@@ -552,7 +590,8 @@ void PsClient::UpdateAsync(const std::vector<VariableUpdate>& updates, PsCallbac
 }
 
 void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, PsCallback<void> done,
-                                  const ps::UpdateTag& tag, const ShardVersions& base) {
+                                  const ps::UpdateTag& given_tag, const ShardVersions& base) {
+  const ps::UpdateTag tag = TagOwnWrite(given_tag, &done);
   std::map<int, std::vector<ShardPiece>> by_ps;
   for (const GradientUpdate& g : gradients) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(g.name);

@@ -1,6 +1,7 @@
 #ifndef ASYNCPS_WORKER_PS_CLIENT_H_
 #define ASYNCPS_WORKER_PS_CLIENT_H_
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -87,6 +88,12 @@ class PsClient {
     // shard): each request goes to the PS the placement names, as always. Not owned; must
     // outlive this client and its operations.
     ShardMapCache* shard_map = nullptr;
+    // With `shard_map`: every untagged Update and PushGradients (the chief's own writes) is
+    // given a tag of this client's own — its identity a random id like a coordinator's, one
+    // closure id per call, the watermark the oldest call still in flight — so that, like a
+    // closure's writes, it is resent across a failover and applied once (the replicated update
+    // window). Off: such a write whose primary is lost is that call's Unavailable.
+    bool tag_own_writes = false;
   };
 
   PsClient(std::vector<net::RpcClient*> ps, const VariableDirectory& directory, Options options);
@@ -165,9 +172,16 @@ class PsClient {
   absl::Status Health(int ps, absl::Duration timeout, bool wait_for_ready = false);
 
  private:
+  // The tag an untagged write gets (Options::tag_own_writes) and what ends it: `done` wrapped
+  // so that the call leaves the in-flight set when it completes. Unchanged when not tagging.
+  struct OwnWrites;
+  ps::UpdateTag TagOwnWrite(const ps::UpdateTag& tag, PsCallback<void>* done);
+
   const std::vector<net::RpcClient*> ps_;
   const VariableDirectory& directory_;
   const Options options_;
+  // Shared with the completions of calls in flight, which may outlive this client.
+  const std::shared_ptr<OwnWrites> own_writes_;
 };
 
 // True when `status` says a PS could not be reached (as opposed to the PS rejecting a request).

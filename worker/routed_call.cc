@@ -120,6 +120,11 @@ void Try(std::shared_ptr<GroupCall> call) {
                         return;
                       }
                       const absl::Status& s = r.status();
+                      if (ps::IsRestorePending(s)) {
+                        // Not ridden out: the restore waits for this call's closure to end.
+                        call->done(route.primary, Address(*call, route.primary), std::move(r));
+                        return;
+                      }
                       const bool refused = ps::IsStaleShardMap(s) || s.code() == absl::StatusCode::kNotFound;
                       const bool lost = s.code() == absl::StatusCode::kUnavailable;
                       if (refused || (lost && call->repeatable)) {

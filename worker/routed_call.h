@@ -28,6 +28,8 @@ using RoutedCallback = std::function<void(int ps, const std::string* address, ab
 // been applied (its primary dropped the connection) is sent again only when it carries an
 // update tag (the replicated dedup window applies it once) or creates a variable (idempotent);
 // an untagged ps.Update or ps.PushGradients whose primary became unreachable gets that error.
+// A group that lost every copy and awaits its restore (ps::IsRestorePending) is answered at
+// once: automatic PS recovery restores it only once no closure runs.
 // Any other method goes to PS `group` as it is, once.
 //
 // `done` runs exactly once, on an RPC loop thread or on the cache's fetching thread (never on

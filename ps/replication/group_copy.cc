@@ -16,6 +16,8 @@ const char* CopyRoleName(CopyRole role) {
       return "needs_rebuild";
     case CopyRole::kFenced:
       return "fenced";
+    case CopyRole::kRestoring:
+      return "restoring";
   }
   return "unknown";
 }
@@ -32,6 +34,8 @@ wire::CopyRole CopyRoleToWire(CopyRole role) {
       return wire::CopyRole::NEEDS_REBUILD;
     case CopyRole::kFenced:
       return wire::CopyRole::FENCED;
+    case CopyRole::kRestoring:
+      return wire::CopyRole::RESTORING;
   }
   return wire::CopyRole::NEEDS_REBUILD;
 }
@@ -39,6 +43,12 @@ wire::CopyRole CopyRoleToWire(CopyRole role) {
 GroupCopy::GroupCopy(uint32_t group, uint64_t max_variable_bytes, const UpdateDedup::Options& dedup_options)
     : group(group),
       owned_store(std::make_unique<VariableStore>(max_variable_bytes)),
+      owned_dedup(std::make_unique<UpdateDedup>(dedup_options)),
+      state{owned_store.get(), owned_dedup.get()} {}
+
+GroupCopy::GroupCopy(uint32_t group, VariableStore* budget, const UpdateDedup::Options& dedup_options)
+    : group(group),
+      owned_store(std::make_unique<VariableStore>(budget)),
       owned_dedup(std::make_unique<UpdateDedup>(dedup_options)),
       state{owned_store.get(), owned_dedup.get()} {}
 

@@ -2,8 +2,10 @@
 #define ASYNCPS_PS_REPLICATION_GROUP_COPY_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -27,6 +29,10 @@ enum class CopyRole {
   kNeedsRebuild,  // refused a gap or out-of-order stream, or its transfer was cut: serves
                   // nothing until a new map makes it rebuilding and a transfer completes
   kFenced,        // a primary whose stream was refused for its generation: serves nothing
+  kRestoring,     // the primary of a group that lost every copy (GroupEntry::restore_pending):
+                  // takes only the chief's restore (ps.RestoreCheckpoint, ps.CreateVariable),
+                  // streamed to the other copies like any write, and refuses everything else
+                  // (RestorePendingError) until a map clears restore_pending
 };
 const char* CopyRoleName(CopyRole role);
 wire::CopyRole CopyRoleToWire(CopyRole role);
@@ -53,6 +59,9 @@ struct PendingVariable {
 struct GroupCopy {
   // A copy with its own (new, empty) store and window.
   GroupCopy(uint32_t group, uint64_t max_variable_bytes, const UpdateDedup::Options& dedup_options);
+  // A copy with its own (new, empty) store and window whose variable bytes count against
+  // `budget`'s cap (not owned; outlives the copy): the copies of one PS share its cap.
+  GroupCopy(uint32_t group, VariableStore* budget, const UpdateDedup::Options& dedup_options);
   // A copy over the PS's default store and window (not owned; they outlive it).
   GroupCopy(uint32_t group, PsService::ShardState shared);
   ~GroupCopy();  // stops the streams
@@ -73,6 +82,12 @@ struct GroupCopy {
   std::string why_not_serving ABSL_GUARDED_BY(mu);  // for needs_rebuild / fenced
   // A primary's streams to the other copies of the group.
   std::vector<std::unique_ptr<BackupStream>> streams ABSL_GUARDED_BY(mu);
+
+  // A backup's last applied stream entries (sequence, digest of method and body), newest last,
+  // at most kRecentDigests: a ps.Replicate resent after its reply was lost repeats sequences
+  // already applied, which are acknowledged without applying them again when they match.
+  static constexpr size_t kRecentDigests = 1024;
+  std::deque<std::pair<uint64_t, uint64_t>> recent_digests ABSL_GUARDED_BY(write_mu);
 
   // A copy receiving a state transfer (ps.InstallState), guarded by write_mu.
   struct Receive {

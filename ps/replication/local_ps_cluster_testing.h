@@ -1,6 +1,8 @@
 #ifndef ASYNCPS_PS_REPLICATION_LOCAL_PS_CLUSTER_TESTING_H_
 #define ASYNCPS_PS_REPLICATION_LOCAL_PS_CLUSTER_TESTING_H_
 
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,10 +28,12 @@ class LocalPsCluster {
  public:
   static constexpr char kToken[] = "replication-test-token";
 
-  // `base` supplies the replication options (ps_index, num_ps and connect are set here).
-  LocalPsCluster(int num_ps, ReplicatedPs::Options base = ReplicatedPs::Options()) {
+  // `base` supplies the replication options (ps_index, num_ps and connect are set here); each
+  // PS's variables (every copy it holds) are capped at `max_variable_bytes`.
+  explicit LocalPsCluster(int num_ps, ReplicatedPs::Options base = ReplicatedPs::Options(),
+                          uint64_t max_variable_bytes = std::numeric_limits<uint64_t>::max()) {
     for (int i = 0; i < num_ps; ++i) {
-      auto n = std::make_unique<Node>();
+      auto n = std::make_unique<Node>(max_variable_bytes);
       n->service = std::make_unique<PsService>(n->store);
       net::RpcServer::Options so;
       so.role = "ps";
@@ -104,6 +108,7 @@ class LocalPsCluster {
 
  private:
   struct Node {
+    explicit Node(uint64_t max_variable_bytes) : store(max_variable_bytes) {}
     net::EventLoop loop;
     net::EventLoop peer_loop;
     VariableStore store;

@@ -1,10 +1,14 @@
 #include "ps/replication/replicated_ps.h"
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/incarnation.h"
@@ -23,6 +27,17 @@ bool Contains(const std::vector<int32_t>& list, int32_t ps) {
 
 capnp::AnyPointer::Reader RequestBodyPointer(const net::InMessage& request) {
   return request.envelope().getRequest().getBody();
+}
+
+// What identifies a stream entry for a resend: its method and body (tensor references
+// included: a resend starts at the same sequence, so they number the same payloads).
+uint64_t EntryDigest(wire::ReplicatedEntry::Reader entry) {
+  capnp::MallocMessageBuilder copy;
+  copy.getRoot<capnp::AnyPointer>().set(entry.getBody());
+  kj::Array<capnp::word> flat = capnp::messageToFlatArray(copy);
+  const kj::ArrayPtr<const kj::byte> bytes = flat.asBytes();
+  return absl::HashOf(std::string_view(entry.getMethod().cStr()),
+                      std::string_view(reinterpret_cast<const char*>(bytes.begin()), bytes.size()));
 }
 
 }  // namespace
@@ -59,7 +74,8 @@ std::shared_ptr<GroupCopy> ReplicatedPs::NewCopy(uint32_t group) const {
   UpdateDedup::Options dedup;
   dedup.max_entries = options_.dedup_max_entries;
   dedup.metrics = options_.metrics;
-  return std::make_shared<GroupCopy>(group, options_.max_variable_bytes, dedup);
+  // Every copy's variables count against the PS's one cap (its default store's).
+  return std::make_shared<GroupCopy>(group, service_.default_state().store, dedup);
 }
 
 std::shared_ptr<GroupCopy> ReplicatedPs::CopyOf(uint32_t group) const {
@@ -160,7 +176,12 @@ void ReplicatedPs::RegisterWith(net::MethodTable& server) {
 
 // ---- Routing and fencing -------------------------------------------------------------------
 
-absl::Status ReplicatedPs::CheckServing(const GroupCopy& copy, uint64_t generation) const {
+absl::Status ReplicatedPs::CheckServing(const GroupCopy& copy, uint64_t generation, const char* method,
+                                        bool restore_write) const {
+  if (copy.role == CopyRole::kRestoring && (generation == 0 || generation == copy.generation)) {
+    if (restore_write) return absl::OkStatus();
+    return RestorePendingError(copy.group, options_.ps_index, method);
+  }
   if (copy.role == CopyRole::kPrimary && (generation == 0 || generation == copy.generation)) {
     return absl::OkStatus();
   }
@@ -207,7 +228,7 @@ absl::Status ReplicatedPs::ReadAt(bool has_route, wire::Route::Reader route, con
   if (r.copy == nullptr) return read(service_.default_state());
   {
     MutexLock lock(&r.copy->mu);
-    RETURN_IF_ERROR(CheckServing(*r.copy, r.generation));
+    RETURN_IF_ERROR(CheckServing(*r.copy, r.generation, method, /*restore_write=*/false));
   }
   return read(r.copy->state);
 }
@@ -222,8 +243,11 @@ absl::Status ReplicatedPs::Write(const net::RequestContext& context, const char*
   {
     MutexLock write(&copy.write_mu);
     {
+      // What restores a group that lost every copy: the chief's restore and creations.
+      const bool restore_write = context.peer.role == "chief" && (std::strcmp(method, "ps.RestoreCheckpoint") == 0 ||
+                                                                  std::strcmp(method, "ps.CreateVariable") == 0);
       MutexLock lock(&copy.mu);
-      RETURN_IF_ERROR(CheckServing(copy, r.generation));
+      RETURN_IF_ERROR(CheckServing(copy, r.generation, method, restore_write));
     }
     RETURN_IF_ERROR(apply(copy.state));
     absl::StatusOr<std::shared_ptr<const LoggedWrite>> logged =
@@ -245,15 +269,19 @@ absl::Status ReplicatedPs::Write(const net::RequestContext& context, const char*
   }
   const absl::Time deadline = std::min(context.deadline, absl::Now() + options_.write_timeout);
   MutexLock lock(&copy.mu);
-  auto acknowledged = [&copy, sequence]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) {
-    if (copy.role != CopyRole::kPrimary) return true;
+  // A restoring primary's restore waits for its copies like any write.
+  auto serves = [&copy]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) {
+    return copy.role == CopyRole::kPrimary || copy.role == CopyRole::kRestoring;
+  };
+  auto acknowledged = [&copy, &serves, sequence]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) {
+    if (!serves()) return true;
     for (const auto& s : copy.streams) {
       if (s->counted && s->acked < sequence) return false;
     }
     return true;
   };
   const bool done = copy.mu.AwaitWithDeadline(absl::Condition(&acknowledged), deadline);
-  if (copy.role != CopyRole::kPrimary) {
+  if (!serves()) {
     return StaleShardMapError(copy.group, copy.generation, copy.generation, -1);
   }
   if (!done) {
@@ -302,13 +330,23 @@ absl::Status ReplicatedPs::SetShardMap(const net::InMessage& request) {
       MutexLock lock(&copy->mu);
       if (copy->role != CopyRole::kRebuilding) copy = nullptr;
     }
+    // The primary of a group that lost every copy starts empty and takes the chief's restore;
+    // whatever an earlier copy here held is not the group's state (a copy being restored
+    // already is kept).
+    const bool restoring = e.primary == self && e.restore_pending;
+    if (copy != nullptr && restoring) {
+      MutexLock lock(&copy->mu);
+      if (copy->role != CopyRole::kRestoring) copy = nullptr;
+    }
     if (copy == nullptr) {
       copy = NewCopy(e.group);
       MutexLock lock(&copy->mu);
       // A new backup starts empty at sequence 0, which is right only when the primary has
       // applied nothing yet (a map installed before any variable): otherwise the first
       // ps.Replicate shows a gap and the copy is rebuilt.
-      if (e.primary == self) {
+      if (restoring) {
+        copy->role = CopyRole::kRestoring;
+      } else if (e.primary == self) {
         copy->role = CopyRole::kNeedsRebuild;
         copy->why_not_serving = "made primary without a copy of the group";
       } else {
@@ -325,9 +363,11 @@ absl::Status ReplicatedPs::SetShardMap(const net::InMessage& request) {
           // A backup promoted, or the primary confirmed; a copy without the group's state never serves.
           if (copy->role == CopyRole::kBackup || copy->role == CopyRole::kPrimary || copy->role == CopyRole::kFenced) {
             copy->role = CopyRole::kPrimary;
+          } else if (copy->role == CopyRole::kRestoring && !e.restore_pending) {
+            copy->role = CopyRole::kPrimary;  // the chief restored it
           }
         } else if (Contains(e.backups, self)) {
-          if (copy->role == CopyRole::kPrimary || copy->role == CopyRole::kFenced) {
+          if (copy->role == CopyRole::kPrimary || copy->role == CopyRole::kFenced || copy->role == CopyRole::kRestoring) {
             // A demoted primary may hold writes no backup acknowledged: it must be rebuilt.
             copy->role = CopyRole::kNeedsRebuild;
             copy->why_not_serving = "demoted primary";
@@ -519,24 +559,46 @@ absl::Status ReplicatedPs::Replicate(const net::InMessage& request, net::OutMess
     applied = copy->sequence;
   }
   const uint64_t first = req.getFirstSequence();
-  if (first != applied + 1) {
+  auto entries = req.getEntries();
+  // A batch resent after its reply was lost (the primary keeps a batch until it is
+  // acknowledged) starts at or below what is applied here: the entries applied already are
+  // skipped once they match what was applied at their sequence (same primary, same
+  // generation: one sequence names one write), and the rest applied.
+  uint64_t repeated = 0;
+  if (first <= applied) {
+    repeated = std::min<uint64_t>(applied - first + 1, entries.size());
+    for (uint64_t i = 0; i < repeated; ++i) {
+      const uint64_t sequence = first + i;
+      const auto& recent = copy->recent_digests;
+      auto it = std::find_if(recent.begin(), recent.end(), [sequence](const auto& d) { return d.first == sequence; });
+      if (it == recent.end() || it->second != EntryDigest(entries[static_cast<unsigned>(i)])) {
+        return NeedsRebuild(*copy, absl::StrCat("ps.Replicate of group ", copy->group, " from ps ", req.getFromPs(),
+                                                " starts at sequence ", first, " but ", applied,
+                                                " is the last applied (out of order: sequence ", sequence,
+                                                " was applied ", it == recent.end() ? "too long ago to compare" : "as another write",
+                                                "); nothing applied"));
+      }
+    }
+  } else if (first != applied + 1) {
     return NeedsRebuild(*copy, absl::StrCat("ps.Replicate of group ", copy->group, " from ps ", req.getFromPs(),
                                             " starts at sequence ", first, " but ", applied,
-                                            " is the last applied (", first > applied + 1 ? "a gap" : "out of order",
-                                            "); nothing applied"));
+                                            " is the last applied (a gap); nothing applied"));
   }
   uint64_t n = 0;
-  for (auto entry : req.getEntries()) {
+  for (unsigned i = static_cast<unsigned>(repeated); i < entries.size(); ++i) {
+    auto entry = entries[i];
     absl::Status s = ApplyEntry(*copy, request, entry);
     if (!s.ok()) {
       {
         MutexLock lock(&copy->mu);
         copy->sequence = applied + n;
       }
-      return NeedsRebuild(*copy, absl::StrCat("ps.Replicate of group ", copy->group, ": sequence ", first + n,
+      return NeedsRebuild(*copy, absl::StrCat("ps.Replicate of group ", copy->group, ": sequence ", applied + n + 1,
                                               " failed to apply: ", s.message()));
     }
     ++n;
+    copy->recent_digests.emplace_back(applied + n, EntryDigest(entry));
+    if (copy->recent_digests.size() > GroupCopy::kRecentDigests) copy->recent_digests.pop_front();
   }
   MutexLock lock(&copy->mu);
   copy->sequence = applied + n;

@@ -53,7 +53,6 @@ class ReplicatedPs {
     // ps_replicas: above 1, writes always run on the handler pool, since they wait for the
     // backups' acknowledgements (at 1 they are dispatched as PsService dispatches them).
     int replicas = 1;
-    uint64_t max_variable_bytes = kDefaultPsMaxVariableBytes;
     uint64_t dedup_max_entries = UpdateDedup::kDefaultMaxEntries;
     absl::Duration write_timeout = absl::Seconds(30);
     uint64_t max_batch_bytes = uint64_t{64} << 20;
@@ -70,7 +69,8 @@ class ReplicatedPs {
   };
 
   // `service` (its default store is group ps_index's copy until a map says otherwise) must
-  // outlive this object.
+  // outlive this object. Every copy's variables count against the default store's cap
+  // (--ps_max_variable_bytes is per process, shared by the copies it holds).
   ReplicatedPs(PsService& service, Options options);
   ~ReplicatedPs();
 
@@ -90,8 +90,10 @@ class ReplicatedPs {
   };
   absl::StatusOr<Routed> Route(bool has_route, wire::Route::Reader route, const char* method);
   // Under copy.mu: the stale-map refusal unless the copy is this group's serving primary at
-  // `generation` (0: unchecked).
-  absl::Status CheckServing(const GroupCopy& copy, uint64_t generation) const ABSL_SHARED_LOCKS_REQUIRED(copy.mu);
+  // `generation` (0: unchecked). A restoring primary serves only `restore_write`s (the chief's
+  // ps.RestoreCheckpoint / ps.CreateVariable) and refuses the rest with RestorePendingError.
+  absl::Status CheckServing(const GroupCopy& copy, uint64_t generation, const char* method,
+                            bool restore_write) const ABSL_SHARED_LOCKS_REQUIRED(copy.mu);
 
   using WriteFn = std::function<absl::Status(PsService::ShardState)>;
   absl::Status Write(const net::RequestContext& context, const char* method, const net::InMessage& request,

@@ -453,5 +453,114 @@ TEST_F(ReplicationTest, CheckpointFromThePrimaryRestoredOnEveryCopy) {
   EXPECT_EQ((*v)->restores(), 1u);
 }
 
+// A ps.Replicate with `values` as PushGradients entries of "v" ([4] each), from `first`.
+net::OutMessage ReplicateRequestFor(uint64_t first, const std::vector<float>& values) {
+  net::OutMessage req;
+  auto body = req.InitRequestBody<wire::ReplicateRequest>();
+  body.setGroup(0);
+  body.setGeneration(1);
+  body.setFirstSequence(first);
+  body.setFromPs(0);
+  auto entries = body.initEntries(static_cast<unsigned>(values.size()));
+  for (unsigned i = 0; i < values.size(); ++i) {
+    entries[i].setMethod("ps.PushGradients");
+    auto g = entries[i].getBody().initAs<wire::PushGradientsRequest>().initGradients(1)[0];
+    g.setName("v");
+    req.AddTensor(Filled({4}, values[i]), g.initValue());
+  }
+  return req;
+}
+
+uint64_t AppliedSequence(const absl::StatusOr<net::InMessage>& reply) {
+  return reply.ok() ? reply->ResponseBody<wire::ReplicateResponse>().getAppliedSequence() : 0;
+}
+
+// A batch resent after its reply was lost repeats sequences the backup applied: acknowledged,
+// not applied again, and not a reason to rebuild; entries past them (the batch grew while it
+// was resent) are applied once. A different write at an applied sequence is still refused.
+TEST_F(ReplicationTest, ResentReplicateAfterALostReplyIsAcknowledgedOnce) {
+  Start(2, 2);
+  ASSERT_TRUE(CreateAdam(0, "v", {4}, 0, 1).ok());  // sequence 1 on both copies
+  auto first = cluster_->Call(1, "ps", "ps.Replicate", ReplicateRequestFor(2, {1.0f}));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(AppliedSequence(first), 2u);
+  const std::string once = CopyBytes(*cluster_, 1, 0);
+  auto resent = cluster_->Call(1, "ps", "ps.Replicate", ReplicateRequestFor(2, {1.0f}));
+  ASSERT_TRUE(resent.ok()) << resent.status();
+  EXPECT_EQ(AppliedSequence(resent), 2u);
+  EXPECT_TRUE(CopyBytes(*cluster_, 1, 0) == once) << "the repeat was applied again";
+  EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kBackup);
+
+  auto grown = cluster_->Call(1, "ps", "ps.Replicate", ReplicateRequestFor(2, {1.0f, 2.0f}));
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_EQ(AppliedSequence(grown), 3u);
+  EXPECT_FALSE(CopyBytes(*cluster_, 1, 0) == once) << "sequence 3 was not applied";
+  const std::string twice = CopyBytes(*cluster_, 1, 0);
+
+  auto forged = cluster_->Call(1, "ps", "ps.Replicate", ReplicateRequestFor(3, {5.0f}));
+  EXPECT_EQ(forged.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(forged.status().message(), HasSubstr("out of order"));
+  EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kNeedsRebuild);
+  EXPECT_TRUE(CopyBytes(*cluster_, 1, 0) == twice);
+}
+
+// A group that lost every copy: its primary in a restore_pending map starts empty, refuses
+// workers' writes and reads (RestorePendingError, which clients do not ride out), takes the
+// chief's creation, and serves again once a map clears restore_pending.
+TEST_F(ReplicationTest, RestoringPrimaryServesOnlyTheChiefsRestore) {
+  Start(2, 2);
+  ASSERT_TRUE(CreateAdam(0, "v", {4}, 0, 1).ok());
+  ShardMap lost = map_;
+  lost.groups[0] = GroupEntry{0, 2, 0, {}, {1}, /*restore_pending=*/true};
+  lost.generation = 2;
+  ASSERT_TRUE(cluster_->SetMapEverywhere(lost).ok());
+  EXPECT_EQ(RoleOf(*cluster_, 0, 0), CopyRole::kRestoring);
+  EXPECT_TRUE(cluster_->replicated(0).CopyOf(0)->state.store->List().empty()) << "a restoring copy starts empty";
+  auto push = Push(0, "v", Filled({4}, 1), std::nullopt, 1, 0, 2);
+  EXPECT_TRUE(IsRestorePending(push.status())) << push.status();
+  net::OutMessage read = ReadRequestFor({"v"});
+  SetRoute(read.envelope().getRequest().getBody().getAs<wire::ReadRequest>().initRoute(), 0, 2);
+  auto refused_read = cluster_->Call(0, "worker", "ps.Read", std::move(read));
+  EXPECT_TRUE(IsRestorePending(refused_read.status())) << refused_read.status();
+  net::InMessage holder;
+  auto status = Status(*cluster_, 0, &holder);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->getCopies()[0].getRole(), wire::CopyRole::RESTORING);
+
+  ASSERT_TRUE(CreateAdam(0, "v", {4}, 0, 2).ok()) << "the chief restores";
+  EXPECT_EQ(cluster_->replicated(0).CopyOf(0)->state.store->List().size(), 1u);
+  // The rebuilding copy follows the restoring primary.
+  EXPECT_TRUE(Eventually([&] { return static_cast<bool>(SameCopies(*cluster_, 0, 1, 0)); }));
+
+  ShardMap restored = lost;
+  restored.groups[0] = GroupEntry{0, 3, 0, {}, {1}};
+  restored.generation = 3;
+  ASSERT_TRUE(cluster_->SetMapEverywhere(restored).ok());
+  EXPECT_EQ(RoleOf(*cluster_, 0, 0), CopyRole::kPrimary);
+  auto serves = Push(0, "v", Filled({4}, 1), std::nullopt, 1, 0, 3);
+  EXPECT_TRUE(serves.ok()) << serves.status();
+}
+
+// --ps_max_variable_bytes is per process: the copies a PS holds share its cap. Each PS holds a
+// copy of both groups (k = 2 of 2), so a variable that fits a group alone is refused once the
+// PS holds another group's copy that fills the rest.
+TEST_F(ReplicationTest, CopiesOfAPsShareItsByteCap) {
+  const uint64_t cap = 100'000;
+  ReplicatedPs::Options options;
+  options.replicas = 2;
+  cluster_ = std::make_unique<LocalPsCluster>(2, options, cap);
+  ASSERT_TRUE(cluster_->started());
+  map_ = *ShardMap::Initial(2, 2);
+  ASSERT_TRUE(cluster_->SetMapEverywhere(map_).ok());
+  // Adam: value and two slots, about 60 KB; on both PS (group 0: PS 0, backup PS 1).
+  ASSERT_TRUE(CreateAdam(0, "a", {5000}, 0, 1).ok());
+  // Another 60 KB in group 1 would put PS 1 (and PS 0) past the cap.
+  const absl::Status refused = CreateAdam(1, "b", {5000}, 1, 1);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("--ps_max_variable_bytes"));
+  EXPECT_TRUE(CreateAdam(1, "c", {1000}, 1, 1).ok()) << "what fits the rest is taken";
+  EXPECT_EQ(RoleOf(*cluster_, 0, 1), CopyRole::kBackup) << "the backup took it too";
+}
+
 }  // namespace
 }  // namespace asyncps::ps

@@ -11,6 +11,7 @@ namespace asyncps::ps {
 
 namespace {
 constexpr char kStaleShardMap[] = "stale shard map";
+constexpr char kAwaitsRestore[] = "awaits a restore";
 }  // namespace
 
 bool GroupEntry::Holds(int32_t ps) const {
@@ -20,7 +21,7 @@ bool GroupEntry::Holds(int32_t ps) const {
 
 bool operator==(const GroupEntry& a, const GroupEntry& b) {
   return a.group == b.group && a.generation == b.generation && a.primary == b.primary && a.backups == b.backups &&
-         a.rebuilding == b.rebuilding;
+         a.rebuilding == b.rebuilding && a.restore_pending == b.restore_pending;
 }
 
 bool operator==(const ShardMap& a, const ShardMap& b) {
@@ -114,6 +115,7 @@ std::string ShardMap::DebugString() const {
     std::string s = absl::StrCat("g", e.group, " gen ", e.generation, ": ", e.primary, " | ",
                                  e.backups.empty() ? "-" : absl::StrJoin(e.backups, ","));
     if (!e.rebuilding.empty()) absl::StrAppend(&s, " rebuilding ", absl::StrJoin(e.rebuilding, ","));
+    if (e.restore_pending) absl::StrAppend(&s, " restore pending");
     parts.push_back(std::move(s));
   }
   return absl::StrCat("gen ", generation, " k=", replicas, " [", absl::StrJoin(parts, " ; "), "]");
@@ -132,6 +134,7 @@ void ShardMapToWire(const ShardMap& map, wire::ShardMap::Builder out) {
     for (unsigned j = 0; j < e.backups.size(); ++j) b.set(j, e.backups[j]);
     auto r = groups[i].initRebuilding(static_cast<unsigned>(e.rebuilding.size()));
     for (unsigned j = 0; j < e.rebuilding.size(); ++j) r.set(j, e.rebuilding[j]);
+    groups[i].setRestorePending(e.restore_pending);
   }
 }
 
@@ -147,6 +150,7 @@ absl::StatusOr<ShardMap> ShardMapFromWire(wire::ShardMap::Reader in, int num_ps)
     e.primary = g.getPrimary();
     for (int32_t ps : g.getBackups()) e.backups.push_back(ps);
     for (int32_t ps : g.getRebuilding()) e.rebuilding.push_back(ps);
+    e.restore_pending = g.getRestorePending();
     map.groups.push_back(std::move(e));
   }
   std::sort(map.groups.begin(), map.groups.end(),
@@ -164,6 +168,15 @@ absl::Status StaleShardMapError(uint32_t group, uint64_t sent, uint64_t held, in
 
 bool IsStaleShardMap(const absl::Status& status) {
   return status.code() == absl::StatusCode::kFailedPrecondition && absl::StrContains(status.message(), kStaleShardMap);
+}
+
+absl::Status RestorePendingError(uint32_t group, int32_t ps, const char* method) {
+  return absl::UnavailableError(absl::StrCat("shard group ", group, " lost every copy and ", kAwaitsRestore,
+                                             " from the checkpoint (ps ", ps, ", ", method, ")"));
+}
+
+bool IsRestorePending(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable && absl::StrContains(status.message(), kAwaitsRestore);
 }
 
 }  // namespace asyncps::ps

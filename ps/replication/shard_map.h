@@ -21,6 +21,9 @@ struct GroupEntry {
   int32_t primary = -1;              // PS index; -1: no live copy
   std::vector<int32_t> backups;      // in sync, counted for acks
   std::vector<int32_t> rebuilding;   // receiving a state transfer, not counted for acks
+  // Every copy of the group was lost: its primary (when one is named) holds nothing and serves
+  // only the chief's restore (CopyRole::kRestoring) until the chief clears this in a new map.
+  bool restore_pending = false;
 
   // True when `ps` holds a copy of this group in any role.
   bool Holds(int32_t ps) const;
@@ -65,6 +68,16 @@ absl::Status StaleShardMapError(uint32_t group, uint64_t sent, uint64_t held, in
 // True for a status made by StaleShardMapError (or relayed from one): the client should fetch
 // the shard map again (ps.GetShardMap) and retry at the group's current primary.
 bool IsStaleShardMap(const absl::Status& status);
+
+// The refusal of a request to the primary of a group that lost every copy and awaits the
+// chief's restore from a checkpoint: Unavailable whose message contains "awaits a restore", e.g.
+//   "shard group 1 lost every copy and awaits a restore from the checkpoint (ps 2, ps.Update)".
+// A routed call does not ride it out (ShardMapCache waits would last until the restore, which
+// waits for the closures to end): the closure fails as a PS failure and automatic PS recovery,
+// which the chief starts for exactly this, runs it again after the restore.
+absl::Status RestorePendingError(uint32_t group, int32_t ps, const char* method);
+// True for a status made by RestorePendingError (or relayed from one).
+bool IsRestorePending(const absl::Status& status);
 
 }  // namespace asyncps::ps
 

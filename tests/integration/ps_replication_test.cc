@@ -9,8 +9,10 @@
 // writes routed to it at the old generation are refused naming that generation, that the
 // chief's writes across the stall each land once, and that every copy holds the same values.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <set>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/checkpoint_manager.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "coordinator/ps_monitor.h"
@@ -82,6 +85,8 @@ class PsReplicationTest : public ::testing::Test {
 
   void TearDown() override {
     coordinator_.reset();
+    checkpoints_.reset();  // after the coordinator, which restores from it
+    if (!checkpoint_dir_.empty()) std::filesystem::remove_all(checkpoint_dir_);
     counts_.reset();
     chief_.reset();
     cluster_.reset();
@@ -134,6 +139,10 @@ class PsReplicationTest : public ::testing::Test {
   std::unique_ptr<testutil::TestChief> chief_;
   std::unique_ptr<ShardedVariable> counts_;
   std::unique_ptr<ClusterCoordinator> coordinator_;
+  std::unique_ptr<CheckpointManager> checkpoints_;
+  std::string checkpoint_dir_;
+
+  void LoseEveryCopyOfGroupZeroPastACheckpoint(bool stay_down);
 };
 
 TEST_F(PsReplicationTest, FiveKillsInOneEpochLoseNoUpdate) {
@@ -391,6 +400,183 @@ TEST_F(PsReplicationTest, StalledPrimaryIsFencedWhenItResumes) {
     ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
   }
   EXPECT_EQ(compared.size(), static_cast<size_t>(kPs));
+}
+
+// Both copies of one group SIGKILLed together past a checkpoint (k = 2, 3 PS): the chief marks
+// the group restore_pending, the returning copy serves nothing but the restore, and automatic
+// PS recovery starts at once (told by the monitor, not by closures failing at their deadline):
+// it restores the checkpoint onto every group and rolls the split cursor back, so the batches
+// completed since are trained again, once. Every counter ends at exactly 1 and no closure fails.
+// The kill comes once 16 closures completed past a checkpoint; with `stay_down` the two PS are
+// restarted only once the chief has declared both lost (the group has no copy meanwhile),
+// else at once (the chief sees them restarted).
+void PsReplicationTest::LoseEveryCopyOfGroupZeroPastACheckpoint(bool stay_down) {
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  checkpoint_dir_ = absl::StrCat(::testing::TempDir(), "/ps_replication_restore_", getpid());
+  std::filesystem::remove_all(checkpoint_dir_);
+  checkpoints_ = std::make_unique<CheckpointManager>(chief_->strategy(), checkpoint_dir_, /*max_to_keep=*/2);
+  CheckpointManager& checkpoints = *checkpoints_;
+  ClusterCoordinator::Options options = testutil::FastFailureDetection();
+  options.ps_recovery.enabled = true;
+  options.ps_recovery.checkpoints = &checkpoints;
+  options.ps_recovery.timeout = absl::Seconds(60);  // a failed repair fails the test, not hangs it
+  coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, options);
+  auto dataset = coordinator_->CreatePerWorkerDataset(
+      "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kDynamic,
+      kRecordsPerSplit);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  auto iterator = dataset->MakeIterator();
+  ASSERT_TRUE(iterator.ok()) << iterator.status();
+
+  Mutex mu;
+  int64_t saved = 0, completed_at = 0, completed = 0, counted = 0, failed = 0;
+  bool done = false;
+  std::string first_failure;
+  std::thread trainer([&] {
+    for (int round = 1; round < 1000; ++round) {
+      std::vector<RemoteValue> values;
+      for (int i = 0; i < kRound; ++i) {
+        auto v = coordinator_->Schedule("count_ids", {*iterator, Tensor::Scalar<int64_t>(10)});
+        EXPECT_TRUE(v.ok()) << v.status();
+        if (v.ok()) values.push_back(*v);
+      }
+      const absl::Status joined = coordinator_->Join();
+      {
+        MutexLock lock(&mu);
+        for (const RemoteValue& v : values) {
+          auto r = v.Fetch();
+          if (r.ok()) {
+            counted += r->at(1).data<int64_t>()[0];
+            ++completed;
+          } else if (r.status().code() != absl::StatusCode::kOutOfRange) {
+            if (failed++ == 0) first_failure = r.status().ToString();
+          }
+        }
+        if (!joined.ok() && !absl::IsOutOfRange(joined) && failed++ == 0) first_failure = joined.ToString();
+      }
+      if (!joined.ok()) break;
+      // A join point: nothing in flight, so the variables and the cursor are one cut. A save
+      // that a kill interrupts is not committed.
+      if (round % 3 == 0 && checkpoints.Save(round, coordinator_->SplitCursorState()).ok()) {
+        MutexLock lock(&mu);
+        ++saved;
+        completed_at = completed;
+      }
+    }
+    MutexLock lock(&mu);
+    done = true;
+  });
+  // Once enough closures completed past a checkpoint, both copies of group 0 go at once.
+  auto past_a_checkpoint = [&] {
+    MutexLock lock(&mu);
+    return done || (saved > 0 && completed >= completed_at + 16);
+  };
+  const bool past = WaitFor(past_a_checkpoint, absl::Seconds(120)) && [&] {
+    MutexLock lock(&mu);
+    return !done;
+  }();
+  EXPECT_TRUE(past) << "the epoch ended (or stalled) before a kill past a checkpoint";
+  const ps::GroupEntry group = *monitor()->map().Find(0);
+  EXPECT_EQ(group.backups.size(), 1u) << monitor()->map().DebugString();
+  if (past && group.backups.size() == 1) {
+    const int64_t lost = monitor()->stats().ps_lost;
+    for (int ps : {group.primary, group.backups[0]}) EXPECT_TRUE(cluster_->KillPs(ps).ok());
+    if (stay_down) {
+      EXPECT_TRUE(WaitFor([&] { return monitor()->stats().ps_lost >= lost + 2; }));
+      EXPECT_EQ(monitor()->map().Find(0)->primary, -1) << monitor()->map().DebugString();
+      EXPECT_TRUE(monitor()->map().Find(0)->restore_pending) << monitor()->map().DebugString();
+    }
+    for (int ps : {group.primary, group.backups[0]}) EXPECT_TRUE(cluster_->RestartPs(ps).ok());
+  }
+  trainer.join();
+  ASSERT_TRUE(past);
+
+  EXPECT_EQ(failed, 0) << "first failure: " << first_failure;
+  const PsRecovery::Stats recovery = coordinator_->ps_recovery_stats();
+  EXPECT_FALSE(recovery.gave_up);
+  EXPECT_EQ(recovery.recoveries, 1);
+  PsRecovery::Event event;
+  for (const PsRecovery::Event& e : recovery.events) {
+    if (!e.lost_ps.empty()) event = e;
+  }
+  EXPECT_EQ(event.lost_ps, std::vector<int>{0}) << "the group that lost every copy";
+  EXPECT_TRUE(event.cursors_missing.empty());
+  EXPECT_EQ(counted - kIds, event.batches_redone * kBatch) << "each batch since the checkpoint trained once more";
+  EXPECT_GE(monitor()->stats().restored, 1);
+  EXPECT_FALSE(monitor()->map().Find(0)->restore_pending) << monitor()->map().DebugString();
+  const std::vector<int64_t> counts = Counts();
+  ASSERT_EQ(counts.size(), static_cast<size_t>(kIds));
+  std::string wrong;
+  int64_t wrong_count = 0;
+  for (int64_t i = 0; i < kIds; ++i) {
+    if (counts[i] != 1 && wrong_count++ < 10) absl::StrAppend(&wrong, " id ", i, "=", counts[i]);
+  }
+  EXPECT_EQ(wrong_count, 0) << wrong;
+}
+
+TEST_F(PsReplicationTest, EveryCopyOfAGroupLostIsRestoredFromTheCheckpointExactlyOnce) {
+  LoseEveryCopyOfGroupZeroPastACheckpoint(/*stay_down=*/false);
+}
+
+// The same with the group left without any copy until the chief declared both PS lost: the
+// recovery starts then and waits for a copy to come back.
+TEST_F(PsReplicationTest, GroupWithoutACopyForAWhileIsRestoredExactlyOnce) {
+  LoseEveryCopyOfGroupZeroPastACheckpoint(/*stay_down=*/true);
+}
+
+// The chief's own writes (untagged by the caller) to group 0, back to back, while its primary
+// is SIGKILLed and restarted: the write in flight at the kill and those sent to the dead
+// primary until the failover ride it out (tagged by the chief's client, so resent and applied
+// once) and none is reported failed. (Writes to one group only: a write that also reached a
+// group whose backup was the killed PS would wait there for the failover and never be sent
+// to the dead primary.) Without the tags the first of them fails Unavailable.
+TEST_F(PsReplicationTest, ChiefWritesRideOutAPrimaryKilledAndLandOnce) {
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  Mutex mu;
+  bool stop = false;
+  int64_t acknowledged = 0;
+  absl::Status write_error;
+  const std::vector<int64_t> ids = {0, 1, 2};  // rows of group 0's shard
+  std::thread writer([&] {
+    const Tensor rows = Tensor::FromVector(ids);
+    const Tensor ones = Tensor::FromVector(std::vector<int64_t>(ids.size(), 1));
+    while (true) {
+      {
+        MutexLock lock(&mu);
+        if (stop) return;
+      }
+      absl::Status s = chief_->process().ps().Update({{"counts", UpdateKind::kAdd, ones, rows}});
+      MutexLock lock(&mu);
+      if (!s.ok()) {
+        write_error = s;
+        return;
+      }
+      ++acknowledged;
+    }
+  });
+  auto acknowledged_now = [&] {
+    MutexLock lock(&mu);
+    return acknowledged;
+  };
+  auto failed_now = [&] {
+    MutexLock lock(&mu);
+    return !write_error.ok();
+  };
+  ASSERT_TRUE(WaitFor([&] { return acknowledged_now() >= 20 || failed_now(); }));
+  const int primary = monitor()->map().Find(0)->primary;
+  KillUntilLostAndRestart(primary);
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated() || failed_now(); })) << monitor()->map().DebugString();
+  const int64_t rebuilt_at = acknowledged_now();
+  ASSERT_TRUE(WaitFor([&] { return acknowledged_now() >= rebuilt_at + 20 || failed_now(); }));
+  {
+    MutexLock lock(&mu);
+    stop = true;
+  }
+  writer.join();
+  EXPECT_TRUE(write_error.ok()) << write_error;
+  const std::vector<int64_t> counts = Counts();
+  ASSERT_EQ(counts.size(), static_cast<size_t>(kIds));
+  for (int64_t id : ids) EXPECT_EQ(counts[id], acknowledged) << "row " << id;
 }
 
 }  // namespace
