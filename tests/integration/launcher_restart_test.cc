@@ -129,7 +129,6 @@ TEST(LauncherRestartTest, WithoutMaxRestartsADeadWorkerIsLeftToTheChief) {
   EXPECT_EQ(launcher.output().find("restarted worker:0"), std::string::npos) << launcher.output();
 }
 
-
 // The tf.data service's tasks (--data_workers 1: a dispatcher and a data worker) are servers
 // the job needs back like a PS: SIGKILLed, each is started again at its address.
 TEST(LauncherRestartTest, DeadDispatcherAndDataWorkerAreRestarted) {
