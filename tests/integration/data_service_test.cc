@@ -31,6 +31,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "metrics/http_test_client.h"
+#include "metrics/process_metrics.h"
 #include "partitioners/partitioner.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testutil/local_cluster.h"
@@ -79,13 +80,16 @@ class DataServiceTest : public ::testing::Test {
     auto spec = ClusterSpec::Create(jobs, TaskType::kChief, 0);
     ASSERT_TRUE(spec.ok()) << spec.status();
     spec_ = *spec;
-    ASSERT_TRUE(StartChief().ok());
+    const absl::Status chief = StartChief();
+    ASSERT_TRUE(chief.ok()) << chief;
     auto counts = chief_->strategy().CreateVariable("counts", init::Zeros({kIds}, DType::kI64));
     ASSERT_TRUE(counts.ok()) << counts.status();
     counts_ = std::make_unique<ShardedVariable>(*counts);
     coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, testutil::FastFailureDetection());
 
-    if (!DispatcherInChief()) ASSERT_TRUE(RestartDispatcher().ok());
+    if (!DispatcherInChief()) {
+      ASSERT_TRUE(RestartDispatcher().ok());
+    }
     data_workers_.resize(kDataWorkers);
     for (int i = 0; i < kDataWorkers; ++i) ASSERT_TRUE(RestartDataWorker(i).ok());
     service_.dispatcher = spec_.data_service_dispatcher();
@@ -557,7 +561,7 @@ TEST_F(DataServiceTest, FileModeWaitsForEveryListedDataWorker) {
   ASSERT_TRUE(id.ok()) << id.status();
   // Data worker 2 gone, and no longer listed by the dispatcher.
   data_workers_[2].reset();
-  ASSERT_TRUE(WaitForDataWorkersListed(2).ok());
+  ASSERT_EQ(WaitForDataWorkersListed(2), absl::OkStatus());
 
   Mutex mu;
   std::map<std::string, int> seen;
@@ -729,9 +733,9 @@ TEST_F(DataServiceInChiefTest, ChiefRestartedWithoutJournalStartsANewGeneration)
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, 0);
 
-  ASSERT_TRUE(RestartChief().ok());
+  ASSERT_EQ(RestartChief(), absl::OkStatus());
   // OFF reads every data worker listed: wait until all heartbeat to the new dispatcher.
-  ASSERT_TRUE(WaitForDataWorkersListed(kDataWorkers).ok());
+  ASSERT_EQ(WaitForDataWorkersListed(kDataWorkers), absl::OkStatus());
   auto id2 = Register("svc_ids", {{"n", "300"}, {"batch", "50"}});
   ASSERT_TRUE(id2.ok()) << id2.status();
   EXPECT_EQ(*id2, *id);  // in memory: ids start over
@@ -746,8 +750,8 @@ TEST_F(DataServiceInChiefTest, ChiefRestartedWithoutJournalStartsANewGeneration)
 TEST_F(DataServiceInChiefTest, ChiefRestartedWithJournalKeepsItsJobs) {
   testutil::TestDir journal("data_service_chief_journal");
   chief_work_dir_ = journal.path();
-  ASSERT_TRUE(RestartChief().ok());
-  ASSERT_TRUE(WaitForDataWorkersListed(kDataWorkers).ok());
+  ASSERT_EQ(RestartChief(), absl::OkStatus());
+  ASSERT_EQ(WaitForDataWorkersListed(kDataWorkers), absl::OkStatus());
   auto id = Register("svc_ids", {{"n", "300"}, {"batch", "50"}});
   ASSERT_TRUE(id.ok()) << id.status();
   auto unrelated = Register("svc_ids", {{"n", "7"}, {"batch", "1"}});
@@ -756,8 +760,8 @@ TEST_F(DataServiceInChiefTest, ChiefRestartedWithJournalKeepsItsJobs) {
   ASSERT_TRUE(rows.ok()) << rows.status();
   EXPECT_EQ(*rows, 300 * kDataWorkers);
 
-  ASSERT_TRUE(RestartChief().ok());
-  ASSERT_TRUE(WaitForDataWorkersListed(kDataWorkers).ok());
+  ASSERT_EQ(RestartChief(), absl::OkStatus());
+  ASSERT_EQ(WaitForDataWorkersListed(kDataWorkers), absl::OkStatus());
   auto id2 = Register("svc_ids", {{"n", "7"}, {"batch", "1"}});
   ASSERT_TRUE(id2.ok()) << id2.status();
   EXPECT_EQ(*id2, *unrelated);  // recovered, not registered anew
