@@ -637,8 +637,9 @@ TEST_F(DataServiceStatusTest, StatusPageAndMetricsShowTheService) {
         up += w["state"] == "up" ? 1 : 0;
         jobs_kept += w["jobs"].get<int64_t>();
       }
-      // The job read above shows on the data worker that served it (from its next heartbeat).
-      if (up == kDataWorkers && jobs_kept == 1 && doc["data_service"]["num_jobs"].get<int64_t>() >= 1) break;
+      // The job read above shows on the data workers it was read from (from their next
+      // heartbeat; the iterator reads one element ahead).
+      if (up == kDataWorkers && jobs_kept >= 1 && doc["data_service"]["num_jobs"].get<int64_t>() >= 1) break;
     }
     absl::SleepFor(absl::Milliseconds(200));  // polling a page, not synchronising
   }
@@ -655,7 +656,7 @@ TEST_F(DataServiceStatusTest, StatusPageAndMetricsShowTheService) {
     EXPECT_EQ(ds["data_workers"][i]["state"], "up") << ds.dump();
     EXPECT_EQ(ds["data_workers"][i]["address"], spec_.data_workers()[static_cast<size_t>(i)]);
   }
-  EXPECT_EQ(jobs_kept, 1) << ds.dump();
+  EXPECT_GE(jobs_kept, 1) << ds.dump();
   ASSERT_GE(ds["jobs"].size(), 1u);
   EXPECT_EQ(ds["jobs"].back()["name"], "shown");
   EXPECT_EQ(ds["jobs"].back()["mode"], "off");
