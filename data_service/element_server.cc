@@ -310,7 +310,8 @@ absl::StatusOr<ElementServer::Result> ElementServer::GetCoordinated(const Reques
 
 absl::Status ElementServer::CheckGeneration(const Request& request) {
   if (request.generation == 0) return absl::OkStatus();
-  AdoptGeneration(request.generation);
+  // A consumer may learn of a new dispatcher before this data worker's next heartbeat does.
+  if (request.generation > generation()) AdoptGeneration(request.generation);
   MutexLock lock(&mu_);
   if (request.generation < generation_) {
     return absl::FailedPreconditionError(absl::StrCat(
