@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/ps_monitor.h"
+#include "data_service/servers.h"
+#include "data_service/status_watch.h"
 #include "metrics/process_metrics.h"
 #include "metrics/rpc_metrics.h"
 #include "metrics/status_board.h"
@@ -68,6 +70,17 @@ absl::StatusOr<std::unique_ptr<ChiefProcess>> ChiefProcess::Create(const Cluster
                                                  *p->status_board_, monitor);
     if (absl::Status started = p->ps_monitor_->Start(); !started.ok()) return started;
   }
+  if (cluster.dispatcher_in_chief()) {
+    auto dispatcher =
+        data_service::InChiefDispatcher::Start(cluster, process, *p->loop_, *p->metrics_, p->rpc_metrics_.get());
+    if (!dispatcher.ok()) return dispatcher.status();
+    p->dispatcher_ = std::move(*dispatcher);
+  }
+  if (!cluster.data_service_dispatcher().empty()) {
+    p->data_service_client_ = p->Connect(cluster.data_service_dispatcher());
+    p->data_service_watch_ = std::make_unique<data_service::StatusWatch>(
+        *p->data_service_client_, cluster.data_service_dispatcher(), *p->status_board_);
+  }
   return p;
 }
 
@@ -75,6 +88,9 @@ ChiefProcess::ChiefProcess(const ClusterSpec& cluster, Options options)
     : cluster_(cluster), options_(std::move(options)) {}
 
 ChiefProcess::~ChiefProcess() {
+  data_service_watch_.reset();
+  data_service_client_.reset();
+  dispatcher_.reset();
   ps_monitor_.reset();
   ps_client_.reset();
   shard_map_.reset();

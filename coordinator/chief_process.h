@@ -27,6 +27,10 @@ namespace net {
 class EventLoop;
 class RpcClient;
 }  // namespace net
+namespace data_service {
+class InChiefDispatcher;
+class StatusWatch;
+}  // namespace data_service
 
 // What the chief (the process that runs the training program) sets up around its
 // ParameterServerStrategy and ClusterCoordinator, in one place — the chief's counterpart of
@@ -50,8 +54,9 @@ class ChiefProcess {
   // Plain settings; nothing here reads flags or the environment (main does, and passes them).
   struct Options {
     // The cluster token presented to every PS and worker, the /metrics port (-1: no HTTP
-    // endpoint; 0: any free port) and its HTTP limits. The ps_* and rpc_* server limits do
-    // not apply: the chief serves no RPC.
+    // endpoint; 0: any free port) and its HTTP limits. The ps_* limits do not apply; the
+    // rpc_* server limits and dispatcher_work_dir only to a dispatcher the chief runs (the
+    // chief serves no other RPC).
     ProcessOptions process;
     // Deadline of each call PsClient (ps()) makes to a parameter server, and of the calls
     // automatic PS recovery makes.
@@ -69,6 +74,11 @@ class ChiefProcess {
   //     port in use is an error, never a silent fallback to no endpoint);
   //   InvalidArgument / Unavailable from PsMonitor::Start with ps_replicas >= 2 (more copies
   //     than PS; a PS that did not take the first map within rpc_timeout).
+  // With a tf.data service in the cluster (ClusterSpec::data_service_dispatcher) the status
+  // page shows it (data_service::StatusWatch polls the dispatcher). When the cluster lists data
+  // workers but no dispatcher, the chief runs the dispatcher itself on its cluster address
+  // (data_service::InChiefDispatcher, journaled in options.process.dispatcher_work_dir);
+  // errors then also: DataLoss (a corrupt journal), Unavailable (the address cannot be bound).
   static absl::StatusOr<std::unique_ptr<ChiefProcess>> Create(const ClusterSpec& cluster, Options options);
 
   // Closes the PS connections (operations still in flight on them complete with Cancelled,
@@ -140,6 +150,10 @@ class ChiefProcess {
   std::unique_ptr<ShardMapCache> shard_map_;  // ps_replicas >= 2 only
   std::unique_ptr<PsClient> ps_client_;
   std::unique_ptr<PsMonitor> ps_monitor_;  // ps_replicas >= 2 only; stopped first
+  // The tf.data service, when the cluster has one; destroyed before the loop.
+  std::unique_ptr<data_service::InChiefDispatcher> dispatcher_;  // no dispatcher task only
+  std::unique_ptr<net::RpcClient> data_service_client_;
+  std::unique_ptr<data_service::StatusWatch> data_service_watch_;  // stopped first
 };
 
 }  // namespace asyncps

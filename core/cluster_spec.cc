@@ -446,6 +446,13 @@ const std::string& ClusterSpec::self_address() const {
   return chief_;
 }
 
+const std::string& ClusterSpec::data_service_dispatcher() const {
+  if (!dispatcher_in_chief()) return dispatcher_;
+  if (!chief_.empty()) return chief_;
+  // An evaluator's side-car spec may list no workers: then there is no chief to name.
+  return workers_.empty() ? dispatcher_ : workers_[0];
+}
+
 std::string ClusterSpec::ToTfConfig(TaskType type, int index) const {
   nlohmann::json cluster = nlohmann::json::object();
   if (!chief_.empty()) cluster["chief"] = nlohmann::json::array({chief_});

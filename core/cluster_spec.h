@@ -94,6 +94,13 @@ class ClusterSpec {
   const std::string& dispatcher() const { return dispatcher_; }
   const std::vector<std::string>& data_workers() const { return data_workers_; }
   int num_data_workers() const { return static_cast<int>(data_workers_.size()); }
+  // Where the tf.data service's dispatcher serves: the dispatcher task when the cluster lists
+  // one; else, when it lists data workers, the chief's own address (the chief runs the
+  // dispatcher, TensorFlow's "the dispatcher may run in the coordinator"; worker 0's address
+  // when worker 0 is the chief); else empty (no service).
+  const std::string& data_service_dispatcher() const;
+  // True when the chief runs the dispatcher (data workers listed, no dispatcher task).
+  bool dispatcher_in_chief() const { return dispatcher_.empty() && !data_workers_.empty(); }
 
   // This task's own "host:port" (empty for an evaluator the cluster does not list).
   const std::string& self_address() const;

@@ -432,6 +432,31 @@ TEST(ClusterSpecTest, DataServiceTasksParseAndRoundTrip) {
                 "at most one dispatcher");
 }
 
+// TensorFlow's "the dispatcher may run in the coordinator": data workers and no dispatcher
+// task put the dispatcher at the chief's address (worker 0's when it is the chief).
+TEST(ClusterSpecTest, DispatcherInTheChiefWhenNoneIsListed) {
+  absl::StatusOr<ClusterSpec> listed = ClusterSpec::FromTfConfig(WithTask(
+      R"({"chief":["c:1"],"ps":["p:1"],"worker":["w:1"],"dispatcher":["d:1"],"data_worker":["x0:1"]})", "chief", 0));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_FALSE(listed->dispatcher_in_chief());
+  EXPECT_EQ(listed->data_service_dispatcher(), "d:1");
+  absl::StatusOr<ClusterSpec> in_chief = ClusterSpec::FromTfConfig(
+      WithTask(R"({"chief":["c:1"],"ps":["p:1"],"worker":["w:1"],"data_worker":["x0:1"]})", "data_worker", 0));
+  ASSERT_TRUE(in_chief.ok()) << in_chief.status();
+  EXPECT_TRUE(in_chief->dispatcher_in_chief());
+  EXPECT_EQ(in_chief->dispatcher(), "");
+  EXPECT_EQ(in_chief->data_service_dispatcher(), "c:1");
+  absl::StatusOr<ClusterSpec> worker_zero = ClusterSpec::FromTfConfig(
+      WithTask(R"({"ps":["p:1"],"worker":["w0:1","w1:1"],"data_worker":["x0:1"]})", "worker", 1));
+  ASSERT_TRUE(worker_zero.ok()) << worker_zero.status();
+  EXPECT_EQ(worker_zero->data_service_dispatcher(), "w0:1");
+  absl::StatusOr<ClusterSpec> none =
+      ClusterSpec::FromTfConfig(WithTask(R"({"chief":["c:1"],"ps":["p:1"],"worker":["w:1"]})", "chief", 0));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->dispatcher_in_chief());
+  EXPECT_EQ(none->data_service_dispatcher(), "");
+}
+
 TEST(ClusterSpecFlagsTest, DataServiceFlags) {
   absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromTfConfigAndFlags(
       "", {"--ps_hosts=p:1", "--worker_hosts=w:1", "--dispatcher_host=d:1", "--data_worker_hosts=x0:1,x1:1",

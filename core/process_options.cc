@@ -170,7 +170,7 @@ static bool DanglingFlag(int argc, char** argv, std::string_view name) {
 absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
   for (std::string_view flag : {"cluster_token", "metrics_port", "metrics_bind_address", "log_level",
                                 "ps_max_variable_bytes", "ps_max_response_bytes", "ps_replicas",
-                                "ps_heartbeat_timeout"}) {
+                                "ps_heartbeat_timeout", "dispatcher_work_dir"}) {
     if (DanglingFlag(argc, argv, flag)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", absl::string_view(flag.data(), flag.size()), " needs a value"));
@@ -217,6 +217,9 @@ absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
   RETURN_IF_ERROR(IntOption(argc, argv, "ps_replicas", "ASYNCPS_PS_REPLICAS", 1, 3, &o.ps_replicas));
   RETURN_IF_ERROR(DurationOption(argc, argv, "ps_heartbeat_timeout", "ASYNCPS_PS_HEARTBEAT_TIMEOUT",
                                  &o.ps_heartbeat_timeout));
+  if (Setting s = FlagOrEnv(argc, argv, "dispatcher_work_dir", "ASYNCPS_DISPATCHER_WORK_DIR"); s.value != nullptr) {
+    o.dispatcher_work_dir = s.value;
+  }
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_max_connections", "ASYNCPS_RPC_MAX_CONNECTIONS", 1, 1 << 20, &o.rpc_max_connections));
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_handshake_timeout_ms", "ASYNCPS_RPC_HANDSHAKE_TIMEOUT_MS", 1, 3600000, &o.rpc_handshake_timeout_ms));
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_handshake_max_bytes", "ASYNCPS_RPC_HANDSHAKE_MAX_BYTES", 256, 1 << 20, &o.rpc_handshake_max_bytes));

@@ -42,6 +42,11 @@ inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 
 //   --ps_heartbeat_timeout=D       ASYNCPS_PS_HEARTBEAT_TIMEOUT       how long the chief waits
 //                                  for a PS's heartbeat answer before it counts the PS as lost
 //                                  ("2s", "500ms"; at most 1h) (2s)
+// The tf.data service (data_service/):
+//   --dispatcher_work_dir=D        ASYNCPS_DISPATCHER_WORK_DIR        the directory where the
+//                                  dispatcher (its own task, or the chief when the cluster lists
+//                                  data workers but no dispatcher) journals registrations and
+//                                  jobs, and recovers them from when restarted ("": in memory)
 // Byte sizes are a positive integer with an optional binary suffix: K, M, G, T, KiB, MiB,
 // GiB or TiB ("8GiB", "512M"). Booleans: the bare flag, or 1/0/true/false.
 // Limits of every RPC server (ps, worker), each refusal logged and counted in
@@ -70,6 +75,7 @@ struct ProcessOptions {
   int64_t ps_dedup_max_entries = int64_t{1} << 20;
   int64_t ps_replicas = 1;
   absl::Duration ps_heartbeat_timeout = absl::Seconds(2);
+  std::string dispatcher_work_dir;
 
   int64_t rpc_max_connections = 1024;
   int64_t rpc_handshake_timeout_ms = 5000;

@@ -43,6 +43,7 @@ class ProcessOptionsTest : public ::testing::Test {
     unsetenv("ASYNCPS_METRICS_THREADS");
     unsetenv("ASYNCPS_PS_REPLICAS");
     unsetenv("ASYNCPS_PS_HEARTBEAT_TIMEOUT");
+    unsetenv("ASYNCPS_DISPATCHER_WORK_DIR");
   }
 };
 
@@ -251,6 +252,25 @@ TEST_F(ProcessOptionsTest, PsHeartbeatTimeoutIsADuration) {
   setenv("ASYNCPS_PS_HEARTBEAT_TIMEOUT", "nope", 1);
   auto env_bad = ProcessOptions::Parse(none.argc(), none.argv());
   EXPECT_THAT(env_bad.status().message(), HasSubstr("ASYNCPS_PS_HEARTBEAT_TIMEOUT"));
+}
+
+TEST_F(ProcessOptionsTest, DispatcherWorkDirFromFlagOrEnvironment) {
+  Argv none({});
+  auto d = ProcessOptions::Parse(none.argc(), none.argv());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->dispatcher_work_dir, "");
+  setenv("ASYNCPS_DISPATCHER_WORK_DIR", "/tmp/from_env", 1);
+  auto e = ProcessOptions::Parse(none.argc(), none.argv());
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->dispatcher_work_dir, "/tmp/from_env");
+  Argv flag({"--dispatcher_work_dir", "/tmp/from_flag"});
+  auto f = ProcessOptions::Parse(flag.argc(), flag.argv());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->dispatcher_work_dir, "/tmp/from_flag");  // the flag beats the environment
+  Argv dangling({"--dispatcher_work_dir"});
+  auto bad = ProcessOptions::Parse(dangling.argc(), dangling.argv());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_THAT(bad.status().message(), HasSubstr("--dispatcher_work_dir needs a value"));
 }
 
 }  // namespace

@@ -38,12 +38,24 @@ struct GetOrCreateJobRequest {
 
 struct GetOrCreateJobResponse {
   jobId @0 :Int64;
+  # The dispatcher's generation the job id belongs to (see GetElementRequest.generation).
+  generation @1 :UInt64;
 }
 
-# A data worker's registration and heartbeat (the first one registers it).
+# A data worker's registration and heartbeat (the first one registers it), with what it holds
+# (shown on the chief's status page).
 struct HeartbeatRequest {
   address @0 :Text;
   taskIndex @1 :Int32;
+  jobs @2 :Int64;          # jobs with a pass in progress
+  splitStreams @3 :Int64;  # split pipelines kept (DYNAMIC)
+  elements @4 :Int64;      # elements served since it started
+}
+
+struct HeartbeatResponse {
+  # The dispatcher's generation: new whenever it starts without a journal to recover from. A
+  # data worker that sees a newer one drops its datasets and jobs (their ids mean others now).
+  generation @0 :UInt64;
 }
 
 struct DataWorkerInfo {
@@ -53,6 +65,39 @@ struct DataWorkerInfo {
 
 struct GetWorkersResponse {
   workers @0 :List(DataWorkerInfo);
+  # Data workers the cluster spec lists: FILE and DATA reads end only once that many ended
+  # the job (each holds its own share of the data).
+  numDataWorkers @1 :Int32;
+  generation @2 :UInt64;
+}
+
+# dispatcher.GetStatus (the chief's status page).
+struct DataWorkerStatus {
+  address @0 :Text;
+  taskIndex @1 :Int32;
+  state @2 :Text;  # "up"; "lost" (stopped heartbeating); "absent" (listed, never heard from)
+  secondsSinceHeartbeat @3 :Float64;  # -1 when never heard from
+  jobs @4 :Int64;
+  splitStreams @5 :Int64;
+  elements @6 :Int64;
+}
+
+struct JobStatus {
+  id @0 :Int64;
+  name @1 :Text;
+  datasetId @2 :Int64;
+  mode @3 :Text;
+}
+
+struct GetStatusResponse {
+  address @0 :Text;
+  generation @1 :UInt64;
+  inChief @2 :Bool;
+  journal @3 :Text;  # "" when in memory only
+  datasets @4 :Int64;
+  numJobs @5 :Int64;
+  jobs @6 :List(JobStatus);  # the most recent ones (at most 100)
+  dataWorkers @7 :List(DataWorkerStatus);
 }
 
 # One element. Split-bound reads (DYNAMIC under the coordinator's split cursor) name the split
@@ -79,6 +124,10 @@ struct GetElementRequest {
   numConsumers @11 :Int32;
   consumerIndex @12 :Int32;
   round @13 :Int64;
+  # The dispatcher generation datasetId and jobId come from (0: unknown, not checked). A data
+  # worker refuses an older one than it knows (FailedPrecondition) and, for a newer one, drops
+  # what the ids named before.
+  generation @14 :UInt64;
 }
 
 # A tensor deflated with zlib (Compression::kZlib): its dtype and shape, and the compressed

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "core/durable_file.h"
 #include "core/status_macros.h"
 
@@ -23,15 +26,40 @@ constexpr uint64_t kMaxJournalBytes = uint64_t{256} << 20;
 
 }  // namespace
 
+namespace {
+
+// A new generation: the time in µs, so a dispatcher started later has a larger one (what data
+// workers compare), and larger than any made before in this process; never 0 (which means
+// "unknown" on the wire).
+uint64_t NewGeneration() {
+  static std::atomic<uint64_t> last{0};
+  const auto now = static_cast<uint64_t>(std::max<int64_t>(1, absl::ToUnixMicros(absl::Now())));
+  uint64_t prev = last.load();
+  uint64_t next;
+  do {
+    next = std::max(now, prev + 1);
+  } while (!last.compare_exchange_weak(prev, next));
+  return next;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<DispatcherState>> DispatcherState::Open(const std::string& work_dir) {
-  if (work_dir.empty()) return std::unique_ptr<DispatcherState>(new DispatcherState(""));
+  if (work_dir.empty()) {
+    std::unique_ptr<DispatcherState> state(new DispatcherState(""));
+    state->generation_ = NewGeneration();
+    return state;
+  }
   if (::mkdir(work_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::FailedPreconditionError(
         absl::StrCat("dispatcher work_dir '", work_dir, "': mkdir: ", std::strerror(errno)));
   }
   std::unique_ptr<DispatcherState> state(new DispatcherState(absl::StrCat(work_dir, "/dispatcher_journal")));
   absl::StatusOr<std::string> text = ReadFileToString(state->path_, kMaxJournalBytes);
-  if (absl::IsNotFound(text.status())) return state;
+  if (absl::IsNotFound(text.status())) {
+    state->generation_ = NewGeneration();
+    return state;
+  }
   if (!text.ok()) return text.status();
   MutexLock lock(&state->mu_);
   if (absl::Status s = state->Parse(*text); !s.ok()) {
@@ -99,6 +127,12 @@ size_t DispatcherState::num_jobs() const {
   return jobs_.size();
 }
 
+std::vector<JobDef> DispatcherState::RecentJobs(size_t max) const {
+  MutexLock lock(&mu_);
+  const size_t first = jobs_.size() > max ? jobs_.size() - max : 0;
+  return std::vector<JobDef>(jobs_.begin() + static_cast<std::ptrdiff_t>(first), jobs_.end());
+}
+
 std::string DispatcherState::Serialize() const {
   nlohmann::json datasets = nlohmann::json::array();
   for (const DatasetDef& d : datasets_) datasets.push_back({{"id", d.id}, {"name", d.name}, {"args", d.args}});
@@ -106,7 +140,8 @@ std::string DispatcherState::Serialize() const {
   for (const JobDef& j : jobs_) {
     jobs.push_back({{"id", j.id}, {"name", j.name}, {"dataset", j.dataset_id}, {"mode", static_cast<int>(j.mode)}});
   }
-  const std::string body = nlohmann::json{{"datasets", datasets}, {"jobs", jobs}}.dump();
+  const std::string body =
+      nlohmann::json{{"generation", generation_}, {"datasets", datasets}, {"jobs", jobs}}.dump();
   return absl::StrFormat("%s %d %08x %d\n%s", kMagic, kVersion, Crc32(0, body.data(), body.size()), body.size(),
                          body);
 }
@@ -134,6 +169,9 @@ absl::Status DispatcherState::Parse(const std::string& text) {
   // Written by Serialize and CRC-checked: a shape error here is a bug or tampering, caught all
   // the same rather than thrown.
   try {
+    // Journals from before generations have none: one fixed generation stands for them.
+    generation_ = doc.contains("generation") ? doc.at("generation").get<uint64_t>() : 1;
+    if (generation_ == 0) return absl::InvalidArgumentError("generation 0");
     for (const auto& d : doc.at("datasets")) {
       datasets_.push_back({d.at("id").get<int64_t>(), d.at("name").get<std::string>(),
                            d.at("args").get<std::map<std::string, std::string>>()});

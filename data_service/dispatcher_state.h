@@ -49,6 +49,13 @@ class DispatcherState {
 
   size_t num_datasets() const;
   size_t num_jobs() const;
+  // The `max` most recent jobs, oldest first.
+  std::vector<JobDef> RecentJobs(size_t max) const;
+
+  // This state's incarnation: the dispatcher's start time in µs when it started without a
+  // journal to recover (in memory, or a work_dir with none yet), else the journal's. Data
+  // workers and consumers compare it: ids of another generation name other datasets and jobs.
+  uint64_t generation() const { return generation_; }
 
   // The journal's path ("" without a work_dir).
   const std::string& journal_path() const { return path_; }
@@ -60,6 +67,7 @@ class DispatcherState {
   absl::Status Persist() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
+  uint64_t generation_ = 0;  // set by Open, then constant
   mutable Mutex mu_;
   std::vector<DatasetDef> datasets_ ABSL_GUARDED_BY(mu_);  // id i + 1 at [i]
   std::vector<JobDef> jobs_ ABSL_GUARDED_BY(mu_);          // id i + 1 at [i]

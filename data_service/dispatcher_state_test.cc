@@ -42,9 +42,12 @@ TEST(DispatcherStateTest, JournalRecoversAndCorruptJournalRefusesToOpen) {
   testutil::TestDir dir("dispatcher_state");
   int64_t id = 0;
   int64_t job = 0;
+  uint64_t generation = 0;
   {
     auto state = DispatcherState::Open(dir.path());
     ASSERT_TRUE(state.ok()) << state.status();
+    generation = (*state)->generation();
+    EXPECT_NE(generation, 0u);
     ASSERT_TRUE((*state)->RegisterDataset("first", {}).ok());
     id = *(*state)->RegisterDataset("range", {{"n", "20000"}});
     job = *(*state)->GetOrCreateJob(id, "shared", ProcessingMode::kDynamic);
@@ -56,6 +59,10 @@ TEST(DispatcherStateTest, JournalRecoversAndCorruptJournalRefusesToOpen) {
     EXPECT_EQ(*(*state)->RegisterDataset("range", {{"n", "20000"}}), id);
     EXPECT_EQ(*(*state)->GetOrCreateJob(id, "shared", ProcessingMode::kDynamic), job);
     EXPECT_EQ((*state)->GetDataset(id)->args.at("n"), "20000");
+    // Recovered: the same generation (data workers keep what the ids name).
+    EXPECT_EQ((*state)->generation(), generation);
+    ASSERT_EQ((*state)->RecentJobs(10).size(), 1u);
+    EXPECT_EQ((*state)->RecentJobs(10)[0].name, "shared");
   }
   const std::string path = dir.path() + "/dispatcher_journal";
   std::string text = *ReadFileToString(path, 1 << 20);
@@ -66,6 +73,19 @@ TEST(DispatcherStateTest, JournalRecoversAndCorruptJournalRefusesToOpen) {
   EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(corrupt.status().message(), HasSubstr("dispatcher_journal"));
   EXPECT_THAT(corrupt.status().message(), HasSubstr("CRC mismatch"));
+}
+
+// Without a journal every start is a new generation, later ones larger.
+TEST(DispatcherStateTest, InMemoryStatesAreNewGenerations) {
+  auto first = DispatcherState::Open("");
+  auto second = DispatcherState::Open("");
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_GT((*second)->generation(), (*first)->generation());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE((*first)->GetOrCreateJob(*(*first)->RegisterDataset("d", {}), "", ProcessingMode::kOff).ok());
+  const std::vector<JobDef> recent = (*first)->RecentJobs(2);
+  ASSERT_EQ(recent.size(), 2u);
+  EXPECT_EQ(recent[0].id, 4);
+  EXPECT_EQ(recent[1].id, 5);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -92,6 +93,7 @@ absl::Status ElementServer::CheckSize(const Request& request, const data::Elemen
 }
 
 absl::StatusOr<ElementServer::Result> ElementServer::Get(const Request& request) {
+  RETURN_IF_ERROR(CheckGeneration(request));
   if (request.bound) {
     if (request.mode != ProcessingMode::kDynamic) {
       return absl::InvalidArgumentError("split-bound reads need processing mode dynamic");
@@ -181,9 +183,23 @@ absl::StatusOr<ElementServer::Result> ElementServer::GetFromJob(const Request& r
   std::shared_ptr<JobStream> job;
   {
     MutexLock lock(&mu_);
-    std::shared_ptr<JobStream>& slot = jobs_[request.job_id];
+    if (IsEnded(request.job_id)) {
+      if (request.num_consumers > 0) return CoordinatedEnded(request.job_id);
+      Result ended;
+      ended.end_of_sequence = true;
+      return ended;
+    }
+    auto& [slot, last_used] = jobs_[request.job_id];
     if (slot == nullptr) slot = std::make_shared<JobStream>();
+    last_used = ++uses_;
     job = slot;
+    // A job past the bound that no consumer read for longest goes (its pass with it).
+    while (jobs_.size() > std::max<size_t>(1, options_.max_jobs)) {
+      auto oldest = std::min_element(jobs_.begin(), jobs_.end(), [](const auto& a, const auto& b) {
+        return a.second.second < b.second.second;
+      });
+      jobs_.erase(oldest);
+    }
   }
   // A reference, not the shared_ptr, names the lock for the thread-safety analysis.
   JobStream& stream = *job;
@@ -214,6 +230,7 @@ absl::StatusOr<ElementServer::Result> ElementServer::GetFromJob(const Request& r
     if (!data::IsEndOfData(element.status())) return element.status();
     stream.ended = true;
     stream.iterator.reset();
+    JobEnded(request.job_id);
     result.end_of_sequence = true;
     return result;
   }
@@ -268,6 +285,7 @@ absl::StatusOr<ElementServer::Result> ElementServer::GetCoordinated(const Reques
         job.ended = true;
         job.iterator.reset();
         job.rounds.clear();
+        JobEnded(request.job_id);
         return CoordinatedEnded(request.job_id);
       }
       round.elements.push_back(*std::move(element));
@@ -288,6 +306,82 @@ absl::StatusOr<ElementServer::Result> ElementServer::GetCoordinated(const Reques
     if (++round.taken_count == job.num_consumers) job.rounds.erase(request.round);
   }
   return result;
+}
+
+absl::Status ElementServer::CheckGeneration(const Request& request) {
+  if (request.generation == 0) return absl::OkStatus();
+  // A consumer may learn of a new dispatcher before this data worker's next heartbeat does.
+  if (request.generation > generation()) AdoptGeneration(request.generation);
+  MutexLock lock(&mu_);
+  if (request.generation < generation_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dataset ", request.dataset_id, ", job ", request.job_id, " are of dispatcher generation ",
+        request.generation, "; the dispatcher restarted without its journal since (generation ", generation_,
+        ") and forgot them: register the dataset and start the job again"));
+  }
+  return absl::OkStatus();
+}
+
+bool ElementServer::AdoptGeneration(uint64_t generation) {
+  // Moved out and destroyed after the lock is released: pipelines may hold files and threads.
+  std::map<std::pair<int64_t, ProcessingMode>, data::Dataset> datasets;
+  std::map<SplitKey, std::shared_ptr<SplitStream>> streams;
+  absl::flat_hash_map<int64_t, std::pair<std::shared_ptr<JobStream>, uint64_t>> jobs;
+  {
+    MutexLock lock(&mu_);
+    if (generation <= generation_) return false;
+    generation_ = generation;
+    datasets.swap(datasets_);
+    streams.swap(streams_);
+    jobs.swap(jobs_);
+    ended_.clear();
+  }
+  return true;
+}
+
+uint64_t ElementServer::generation() const {
+  MutexLock lock(&mu_);
+  return generation_;
+}
+
+void ElementServer::JobEnded(int64_t job_id) {
+  MutexLock lock(&mu_);
+  jobs_.erase(job_id);
+  if (IsEnded(job_id)) return;
+  // Joins the range ending at job_id and the one starting at job_id + 1, when there are such.
+  auto next = ended_.upper_bound(job_id);
+  int64_t begin = job_id;
+  int64_t end = job_id + 1;
+  if (next != ended_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->second == job_id) {
+      begin = prev->first;
+      ended_.erase(prev);
+    }
+  }
+  if (next != ended_.end() && next->first == job_id + 1) {
+    end = next->second;
+    ended_.erase(next);
+  }
+  ended_[begin] = end;
+  // Ids grow: the lowest ranges are the oldest jobs.
+  while (ended_.size() > std::max<size_t>(1, options_.max_ended_ranges)) ended_.erase(ended_.begin());
+}
+
+bool ElementServer::IsEnded(int64_t job_id) const {
+  auto it = ended_.upper_bound(job_id);
+  if (it == ended_.begin()) return false;
+  return job_id < std::prev(it)->second;
+}
+
+size_t ElementServer::job_records() const {
+  MutexLock lock(&mu_);
+  return jobs_.size();
+}
+
+size_t ElementServer::ended_job_ranges() const {
+  MutexLock lock(&mu_);
+  return ended_.size();
 }
 
 size_t ElementServer::kept_elements() const {

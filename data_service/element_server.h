@@ -53,6 +53,18 @@ using DatasetLookup = std::function<absl::StatusOr<DatasetDef>(int64_t id)>;
 // again). A job is read either coordinated with one n or not at all coordinated: anything else
 // is InvalidArgument, as is a dataset that ends (coordinated reads need a Repeat'd dataset).
 //
+// Job records are bounded too: at most `max_jobs` jobs keep a pass (least recently read
+// dropped first: a job no consumer reads any more, as a consumer that gave up leaves it); a job
+// whose pass ended keeps no pass, only its id, in at most `max_ended_ranges` ranges of
+// consecutive ended ids (the lowest, oldest, dropped first). A dropped job read again starts
+// from the beginning, as after a restart of the data worker.
+//
+// Dispatcher generations: the ids of datasets and jobs mean something only for the dispatcher
+// that gave them out. A dispatcher that restarts without its journal starts a new generation
+// (Request::generation, 0 when unknown) and gives the same ids out again for other jobs;
+// AdoptGeneration with a newer one drops every dataset, split pipeline and job this server
+// holds, and a read of an older generation than the server's is FailedPrecondition.
+//
 // Thread-safe: reads of different splits and jobs run in parallel.
 class ElementServer {
  public:
@@ -62,6 +74,8 @@ class ElementServer {
     size_t max_streams = 64;
     size_t max_kept_per_stream = 8;
     uint64_t max_element_bytes = uint64_t{1} << 30;  // the server's own cap
+    size_t max_jobs = 256;
+    size_t max_ended_ranges = 4096;
   };
   struct Request {
     int64_t dataset_id = 0;
@@ -80,6 +94,8 @@ class ElementServer {
     int32_t num_consumers = 0;
     int32_t consumer_index = 0;
     int64_t round = 0;
+    // The dispatcher generation the dataset and job ids come from (0: unknown, not checked).
+    uint64_t generation = 0;
   };
   struct Result {
     bool end_of_sequence = false;
@@ -95,10 +111,19 @@ class ElementServer {
   // that contradicts itself), the pipeline's own error.
   absl::StatusOr<Result> Get(const Request& request);
 
+  // Moves to dispatcher generation `generation` when it is newer than the server's: drops
+  // every dataset, split pipeline and job record (reads in progress finish on what they hold).
+  // Returns true when it did.
+  bool AdoptGeneration(uint64_t generation);
+  uint64_t generation() const;
+
   // Elements kept for unacknowledged reads, over every split (for tests of the bound).
   size_t kept_elements() const;
   size_t open_streams() const;
   int64_t pipelines_built() const;
+  // Jobs that keep a pass (read and not ended), and the ranges of ended job ids remembered.
+  size_t job_records() const;
+  size_t ended_job_ranges() const;
 
  private:
   struct SplitStream;
@@ -130,6 +155,10 @@ class ElementServer {
   absl::Status StartJob(const Request& request, const data::Dataset& dataset, JobStream& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(job.mu);
   absl::Status CheckSize(const Request& request, const data::Element& element) const;
+  absl::Status CheckGeneration(const Request& request);
+  // Forgets `job_id`'s pass and remembers that it ended.
+  void JobEnded(int64_t job_id);
+  bool IsEnded(int64_t job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   const DatasetBuilder builder_;
@@ -138,7 +167,11 @@ class ElementServer {
   mutable Mutex mu_;
   std::map<std::pair<int64_t, ProcessingMode>, data::Dataset> datasets_ ABSL_GUARDED_BY(mu_);
   std::map<SplitKey, std::shared_ptr<SplitStream>> streams_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<int64_t, std::shared_ptr<JobStream>> jobs_ ABSL_GUARDED_BY(mu_);
+  // Jobs read and not ended, with the use count of their last read (for LRU).
+  absl::flat_hash_map<int64_t, std::pair<std::shared_ptr<JobStream>, uint64_t>> jobs_ ABSL_GUARDED_BY(mu_);
+  // Ended job ids: [first, second) ranges by first.
+  std::map<int64_t, int64_t> ended_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t uses_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> built_{0};
 };

@@ -214,5 +214,81 @@ TEST(ElementServerTest, CoordinatedReadsRefuseMisuse) {
   EXPECT_EQ(First(*r), 1);
 }
 
+// Reads job `job_id` (kOff) of dataset 1 to its end; the number of elements read.
+int64_t ReadJobToEnd(ElementServer& server, int64_t job_id, uint64_t generation = 0) {
+  ElementServer::Request r;
+  r.dataset_id = 1;
+  r.job_id = job_id;
+  r.generation = generation;
+  int64_t n = 0;
+  while (true) {
+    auto e = server.Get(r);
+    EXPECT_TRUE(e.ok()) << e.status();
+    if (!e.ok() || e->end_of_sequence) return n;
+    ++n;
+  }
+}
+
+// A consumer that reads many jobs, or leaves them unfinished, cannot grow the data worker's
+// records: ended jobs keep only their ids, in a bounded number of ranges, and unfinished ones
+// past the bound go least recently read first.
+TEST(ElementServerTest, JobRecordsStayBounded) {
+  ElementServer::Options options;
+  options.max_jobs = 4;
+  options.max_ended_ranges = 3;
+  ElementServer server = MakeServer(5, 1, options);
+  for (int64_t job = 2; job <= 40; job += 2) {  // ids apart: one range each
+    EXPECT_EQ(ReadJobToEnd(server, job), 5) << job;
+    EXPECT_EQ(server.job_records(), 0u);
+    EXPECT_LE(server.ended_job_ranges(), 3u);
+  }
+  EXPECT_EQ(server.ended_job_ranges(), 3u);
+  // The latest ended job still ends at once, without building a pipeline.
+  const int64_t built = server.pipelines_built();
+  EXPECT_EQ(ReadJobToEnd(server, 40), 0);
+  EXPECT_EQ(server.pipelines_built(), built);
+  // The oldest was forgotten: it is read again from the start (as after a restart).
+  EXPECT_EQ(ReadJobToEnd(server, 2), 5);
+  // Consecutive ids share one range.
+  for (int64_t job = 100; job < 200; ++job) ASSERT_EQ(ReadJobToEnd(server, job), 5) << job;
+  EXPECT_LE(server.ended_job_ranges(), 3u);
+  EXPECT_EQ(ReadJobToEnd(server, 150), 0);
+  // Jobs left after one element each: at most 4 kept, the most recently read among them.
+  for (int64_t job = 300; job < 310; ++job) {
+    ElementServer::Request r;
+    r.dataset_id = 1;
+    r.job_id = job;
+    ASSERT_TRUE(server.Get(r).ok());
+    EXPECT_LE(server.job_records(), 4u);
+  }
+  EXPECT_EQ(server.job_records(), 4u);
+  EXPECT_EQ(ReadJobToEnd(server, 309), 4);  // kept: its pass goes on
+}
+
+// A dispatcher that restarted without its journal gives job ids out again: a newer generation
+// drops what the old ids named, and reads of the old generation are refused.
+TEST(ElementServerTest, NewerDispatcherGenerationDropsJobs) {
+  ElementServer server = MakeServer(5, 1);
+  EXPECT_EQ(ReadJobToEnd(server, 1, /*generation=*/10), 5);
+  EXPECT_EQ(server.generation(), 10u);
+  EXPECT_EQ(ReadJobToEnd(server, 1, 10), 0);  // the same job: ended
+  EXPECT_EQ(ReadJobToEnd(server, 1, 11), 5);  // job 1 of the new dispatcher: a new pass
+  EXPECT_EQ(server.generation(), 11u);
+  ElementServer::Request old;
+  old.dataset_id = 1;
+  old.job_id = 1;
+  old.generation = 10;
+  auto refused = server.Get(old);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("restarted without its journal"));
+  EXPECT_FALSE(server.AdoptGeneration(11));
+  ElementServer::Request unchecked = old;
+  unchecked.generation = 0;  // no generation: not checked
+  EXPECT_TRUE(server.Get(unchecked).ok());
+  EXPECT_TRUE(server.AdoptGeneration(12));  // from a heartbeat: drops everything
+  EXPECT_EQ(server.job_records(), 0u);
+  EXPECT_EQ(server.ended_job_ranges(), 0u);
+}
+
 }  // namespace
 }  // namespace asyncps::data_service

@@ -88,7 +88,7 @@ absl::StatusOr<int64_t> ServiceClient::RegisterDataset(const std::string& name,
 }
 
 absl::StatusOr<int64_t> ServiceClient::GetOrCreateJob(int64_t dataset_id, const std::string& job_name,
-                                                      ProcessingMode mode) {
+                                                      ProcessingMode mode, uint64_t* generation) {
   int64_t id = 0;
   RETURN_IF_ERROR(RetryUnavailable([&]() -> absl::Status {
     net::OutMessage request;
@@ -104,7 +104,9 @@ absl::StatusOr<int64_t> ServiceClient::GetOrCreateJob(int64_t dataset_id, const 
     ASSIGN_OR_RETURN(net::InMessage response,
                      client->Call("dispatcher.GetOrCreateJob", std::move(request), kDispatcherCallTimeout));
     return net::CatchDecodeErrors([&]() {
-      id = response.ResponseBody<wire::ds::GetOrCreateJobResponse>().getJobId();
+      auto body = response.ResponseBody<wire::ds::GetOrCreateJobResponse>();
+      id = body.getJobId();
+      if (generation != nullptr) *generation = body.getGeneration();
       return absl::OkStatus();
     });
   }));
@@ -122,12 +124,13 @@ absl::StatusOr<std::vector<std::string>> ServiceClient::Workers(bool refresh) {
   request.InitRequestBody<wire::Empty>();
   absl::StatusOr<net::InMessage> response = client->Call("dispatcher.GetWorkers", std::move(request), kDispatcherCallTimeout);
   std::vector<std::string> workers;
+  int listed = 0;
   absl::Status s = response.status();
   if (s.ok()) {
     s = net::CatchDecodeErrors([&]() {
-      for (auto w : response->ResponseBody<wire::ds::GetWorkersResponse>().getWorkers()) {
-        workers.emplace_back(w.getAddress().cStr());
-      }
+      auto body = response->ResponseBody<wire::ds::GetWorkersResponse>();
+      for (auto w : body.getWorkers()) workers.emplace_back(w.getAddress().cStr());
+      listed = body.getNumDataWorkers();
       return absl::OkStatus();
     });
   }
@@ -138,8 +141,14 @@ absl::StatusOr<std::vector<std::string>> ServiceClient::Workers(bool refresh) {
     return s;
   }
   workers_ = std::move(workers);
+  listed_workers_ = listed;
   workers_at_ = absl::Now();
   return workers_;
+}
+
+int ServiceClient::listed_workers() {
+  MutexLock lock(&mu_);
+  return listed_workers_;
 }
 
 absl::StatusOr<ElementServer::Result> ServiceClient::GetElement(const std::string& address,

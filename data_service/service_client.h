@@ -32,11 +32,17 @@ class ServiceClient {
   const ServiceOptions& options() const { return options_; }
 
   absl::StatusOr<int64_t> RegisterDataset(const std::string& name, const std::map<std::string, std::string>& args);
-  absl::StatusOr<int64_t> GetOrCreateJob(int64_t dataset_id, const std::string& job_name, ProcessingMode mode);
+  // The job's id; `*generation` (when not null) the dispatcher generation it belongs to, for
+  // ElementServer::Request::generation.
+  absl::StatusOr<int64_t> GetOrCreateJob(int64_t dataset_id, const std::string& job_name, ProcessingMode mode,
+                                         uint64_t* generation = nullptr);
 
   // The data workers the dispatcher saw heartbeat lately, by address. `refresh` false answers
   // from the last list when there is one. While the dispatcher is unreachable, the last list.
   absl::StatusOr<std::vector<std::string>> Workers(bool refresh);
+  // The number of data workers the cluster spec lists, as the dispatcher last said (0 before
+  // Workers got an answer, or from a dispatcher that does not say).
+  int listed_workers();
 
   // One read from the data worker at `address`.
   absl::StatusOr<ElementServer::Result> GetElement(const std::string& address, const ElementServer::Request& request,
@@ -78,6 +84,7 @@ class ServiceClient {
   Mutex mu_;
   std::map<std::string, std::unique_ptr<net::RpcClient>> clients_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> workers_ ABSL_GUARDED_BY(mu_);
+  int listed_workers_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time workers_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 

@@ -130,7 +130,8 @@ class JobIterator : public data::Iterator {
   absl::StatusOr<data::Element> Next() override {
     if (request_.job_id == 0) {
       ASSIGN_OR_RETURN(request_.dataset_id, dataset_id_());
-      ASSIGN_OR_RETURN(request_.job_id, client_->GetOrCreateJob(request_.dataset_id, read_.job_name, read_.mode));
+      ASSIGN_OR_RETURN(request_.job_id, client_->GetOrCreateJob(request_.dataset_id, read_.job_name, read_.mode,
+                                                                &request_.generation));
       request_.mode = read_.mode;
       request_.max_element_bytes = read_.max_element_bytes;
       request_.compression = read_.compression;
@@ -144,7 +145,19 @@ class JobIterator : public data::Iterator {
         for (const std::string& w : workers) {
           if (!finished_.contains(w)) open_.push_back(w);
         }
-        if (open_.empty() && !finished_.empty()) return absl::OutOfRangeError("end of the job's data");
+        if (open_.empty() && !finished_.empty()) {
+          // FILE and DATA: each data worker holds its own share, so the job ends only once every
+          // data worker of the cluster spec ended it, including any not registered yet.
+          const bool sharded = read_.mode == ProcessingMode::kFile || read_.mode == ProcessingMode::kData;
+          const int listed = client_->listed_workers();
+          if (!sharded || static_cast<int>(finished_.size()) >= listed) {
+            return absl::OutOfRangeError("end of the job's data");
+          }
+          last = absl::UnavailableError(absl::StrCat("waiting for data workers to register: ", finished_.size(),
+                                                     " of the ", listed, " listed ended the job"));
+          absl::SleepFor(absl::Milliseconds(50));
+          continue;
+        }
         if (open_.empty()) {
           last = absl::UnavailableError("no data worker is registered with the dispatcher");
           absl::SleepFor(absl::Milliseconds(50));
@@ -210,8 +223,8 @@ class CoordinatedIterator : public data::Iterator {
   absl::StatusOr<data::Element> Next() override {
     if (request_.job_id == 0) {
       ASSIGN_OR_RETURN(request_.dataset_id, dataset_id_());
-      ASSIGN_OR_RETURN(request_.job_id,
-                       client_->GetOrCreateJob(request_.dataset_id, read_.job_name, read_.mode));
+      ASSIGN_OR_RETURN(request_.job_id, client_->GetOrCreateJob(request_.dataset_id, read_.job_name, read_.mode,
+                                                                &request_.generation));
       request_.mode = read_.mode;
       request_.max_element_bytes = read_.max_element_bytes;
       request_.compression = read_.compression;

@@ -47,6 +47,7 @@ void EncodeRequest(const ElementServer::Request& r, wire::ds::GetElementRequest:
   out.setNumConsumers(r.num_consumers);
   out.setConsumerIndex(r.consumer_index);
   out.setRound(r.round);
+  out.setGeneration(r.generation);
 }
 
 absl::StatusOr<ElementServer::Request> DecodeRequest(wire::ds::GetElementRequest::Reader in) {
@@ -69,6 +70,7 @@ absl::StatusOr<ElementServer::Request> DecodeRequest(wire::ds::GetElementRequest
   r.num_consumers = in.getNumConsumers();
   r.consumer_index = in.getConsumerIndex();
   r.round = in.getRound();
+  r.generation = in.getGeneration();
   return r;
 }
 

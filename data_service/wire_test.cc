@@ -85,6 +85,7 @@ TEST(WireTest, CoordinatedReadFieldsRoundTrip) {
   request.num_consumers = 3;
   request.consumer_index = 2;
   request.round = 41;
+  request.generation = 1'234'567'890'123ULL;
   auto body = out.InitRequestBody<wire::ds::GetElementRequest>();
   EncodeRequest(request, body);
   auto decoded = DecodeRequest(body.asReader());
@@ -92,6 +93,7 @@ TEST(WireTest, CoordinatedReadFieldsRoundTrip) {
   EXPECT_EQ(decoded->num_consumers, 3);
   EXPECT_EQ(decoded->consumer_index, 2);
   EXPECT_EQ(decoded->round, 41);
+  EXPECT_EQ(decoded->generation, 1'234'567'890'123ULL);
 }
 
 }  // namespace

@@ -59,8 +59,9 @@ constexpr char kUsage[] =
     "failure is then the launcher's exit code). SIGINT or SIGTERM stops every task and exits with\n"
     "128 + the signal (130, 143).\n"
     "\n"
-    "--max_restarts R (default 0): a parameter server or worker that exits abnormally (a code\n"
-    "other than 0, or killed by a signal) is started again with the same address and TF_CONFIG\n"
+    "--max_restarts R (default 0): a parameter server, worker, tf.data service dispatcher or\n"
+    "data worker that exits abnormally (a code other than 0, or killed by a signal) is started\n"
+    "again with the same address and TF_CONFIG\n"
     "(a new process: a new incarnation), up to R times per task (not per job as torchrun counts:\n"
     "one crash-looping task cannot use up the others' restarts), after 0.5 s doubling to at most\n"
     "8 s. When a task fails with its restarts used up, every task is stopped and the launcher\n"
@@ -474,12 +475,16 @@ class Launcher {
                             : absl::StrCat("exited with code ", exit_code);
   }
 
-  // Runs on a per-task thread: notices the task's exit and, for a parameter server or worker
-  // that failed while the job runs, starts it again (--max_restarts). Returns once the task
-  // has exited for good.
+  // Runs on a per-task thread: notices the task's exit and, for a parameter server, worker,
+  // dispatcher or data worker that failed while the job runs, starts it again
+  // (--max_restarts). Returns once the task has exited for good.
   void WatchTask(size_t t) {
     const Task& task = tasks_[t];
-    const bool restartable_role = task.type == TaskType::kPs || task.type == TaskType::kWorker;
+    // The chief and the evaluator decide the job's end; every other task is a server the job
+    // needs back (a restarted dispatcher recovers from its journal, or starts a new generation
+    // that the data workers follow).
+    const bool restartable_role = task.type == TaskType::kPs || task.type == TaskType::kWorker ||
+                                  task.type == TaskType::kDispatcher || task.type == TaskType::kDataWorker;
     while (true) {
       Subprocess* proc = nullptr;
       {

@@ -234,12 +234,13 @@ int main(int argc, char** argv) {
     coordinator_options.ps_recovery.checkpoints = checkpoints.get();
   }
   asyncps::ClusterCoordinator coordinator(strategy, program, coordinator_options);
-  if (flags.data_service && !cluster->dispatcher().empty()) {
-    flags.train.data_service = cluster->dispatcher();
+  // The dispatcher task, or the chief itself when the cluster lists data workers only.
+  if (flags.data_service && !cluster->data_service_dispatcher().empty()) {
+    flags.train.data_service = cluster->data_service_dispatcher();
     flags.train.data_service_token = process.cluster_token;
     flags.train.dynamic_sharding = true;
     std::printf("input pipeline on the tf.data service: dispatcher %s, %d data workers (dynamic sharding)\n",
-                cluster->dispatcher().c_str(), cluster->num_data_workers());
+                cluster->data_service_dispatcher().c_str(), cluster->num_data_workers());
   }
   std::printf("training a %s on Fashion-MNIST: %d epochs, batch %d, %d workers, %d parameter servers\n",
               flags.train.model.c_str(), flags.train.epochs, flags.train.batch_size, cluster->num_workers(),

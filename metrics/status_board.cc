@@ -113,6 +113,12 @@ void StatusBoard::SetShardGroups(std::vector<ShardGroup> groups, std::map<std::s
   replication_ = std::move(counters);
 }
 
+void StatusBoard::SetDataService(DataServiceStatus status) {
+  MutexLock lock(&mu_);
+  has_data_service_ = true;
+  data_service_ = std::move(status);
+}
+
 std::string StatusBoard::Json() {
   nlohmann::json doc;
   doc["role"] = metrics_.role();
@@ -150,6 +156,33 @@ std::string StatusBoard::Json() {
     }
     doc["shard_groups"] = groups;
     doc["replication"] = replication_;
+  }
+  if (has_data_service_) {
+    const DataServiceStatus& d = data_service_;
+    nlohmann::json workers = nlohmann::json::array();
+    for (const auto& w : d.data_workers) {
+      workers.push_back({{"index", w.index},
+                         {"address", w.address},
+                         {"state", w.state},
+                         {"seconds_since_heartbeat", w.seconds_since_heartbeat},
+                         {"jobs", w.jobs},
+                         {"split_streams", w.split_streams},
+                         {"elements", w.elements}});
+    }
+    nlohmann::json jobs = nlohmann::json::array();
+    for (const auto& j : d.jobs) {
+      jobs.push_back({{"id", j.id}, {"name", j.name}, {"dataset", j.dataset_id}, {"mode", j.mode}});
+    }
+    doc["data_service"] = {{"dispatcher", d.dispatcher},
+                           {"state", d.dispatcher_state},
+                           {"in_chief", d.in_chief},
+                           {"journal", d.journal},
+                           // Hex, as incarnations: 64 bits do not survive JavaScript's doubles.
+                           {"generation", d.generation == 0 ? "" : absl::StrCat(absl::Hex(d.generation))},
+                           {"datasets", d.datasets},
+                           {"num_jobs", d.num_jobs},
+                           {"jobs", jobs},
+                           {"data_workers", workers}};
   }
   nlohmann::json series = nlohmann::json::object();
   for (const auto& [name, points] : series_) {

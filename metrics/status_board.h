@@ -77,6 +77,36 @@ class StatusBoard {
   };
   void SetShardGroups(std::vector<ShardGroup> groups, std::map<std::string, double> counters);
 
+  // The tf.data service (data_service/status_watch.h polls its dispatcher): shown in
+  // /status.json as "data_service" and on the page as a section. Replaces what was set before.
+  struct DataServiceStatus {
+    struct DataWorker {
+      int index = 0;
+      std::string address;
+      std::string state;  // "up", "lost", "absent"
+      double seconds_since_heartbeat = -1;
+      int64_t jobs = 0;
+      int64_t split_streams = 0;
+      int64_t elements = 0;
+    };
+    struct Job {
+      int64_t id = 0;
+      std::string name;
+      int64_t dataset_id = 0;
+      std::string mode;
+    };
+    std::string dispatcher;        // host:port
+    std::string dispatcher_state;  // "up", "unreachable"
+    bool in_chief = false;
+    std::string journal;  // "" in memory
+    uint64_t generation = 0;
+    int64_t datasets = 0;
+    int64_t num_jobs = 0;
+    std::vector<Job> jobs;  // the most recent
+    std::vector<DataWorker> data_workers;
+  };
+  void SetDataService(DataServiceStatus status);
+
   // The JSON document /status.json returns.
   std::string Json();
 
@@ -107,6 +137,8 @@ class StatusBoard {
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
   std::vector<ShardGroup> shard_groups_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, double> replication_ ABSL_GUARDED_BY(mu_);
+  bool has_data_service_ ABSL_GUARDED_BY(mu_) = false;
+  DataServiceStatus data_service_ ABSL_GUARDED_BY(mu_);
   // Points (step, value) per scalar name.
   std::map<std::string, std::vector<std::pair<int64_t, double>>> series_ ABSL_GUARDED_BY(mu_);
 };

@@ -93,5 +93,35 @@ TEST(StatusBoardTest, PageIsSelfContained) {
   EXPECT_EQ(page.find("<script src"), std::string::npos);
 }
 
+TEST(StatusBoardTest, DataServiceSectionOnlyOnceSet) {
+  auto metrics = ProcessMetrics::Create("chief", 0, "");
+  ASSERT_TRUE(metrics.ok());
+  StatusBoard board(**metrics);
+  EXPECT_FALSE(nlohmann::json::parse(board.Json()).contains("data_service"));
+  StatusBoard::DataServiceStatus status;
+  status.dispatcher = "127.0.0.1:9";
+  status.dispatcher_state = "up";
+  status.in_chief = true;
+  status.generation = 0x1234;
+  status.datasets = 2;
+  status.num_jobs = 3;
+  status.jobs.push_back({3, "shared", 2, "off"});
+  status.data_workers.push_back({0, "127.0.0.1:10", "up", 0.2, 1, 4, 500});
+  status.data_workers.push_back({1, "127.0.0.1:11", "absent", -1, 0, 0, 0});
+  board.SetDataService(status);
+  const auto doc = nlohmann::json::parse(board.Json());
+  const auto& d = doc["data_service"];
+  EXPECT_EQ(d["dispatcher"], "127.0.0.1:9");
+  EXPECT_EQ(d["in_chief"], true);
+  EXPECT_EQ(d["generation"], "1234");
+  EXPECT_EQ(d["num_jobs"], 3);
+  ASSERT_EQ(d["jobs"].size(), 1u);
+  EXPECT_EQ(d["jobs"][0]["name"], "shared");
+  ASSERT_EQ(d["data_workers"].size(), 2u);
+  EXPECT_EQ(d["data_workers"][0]["split_streams"], 4);
+  EXPECT_EQ(d["data_workers"][1]["state"], "absent");
+  EXPECT_NE(std::string(StatusPageHtml()).find("data_service"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace asyncps::metrics

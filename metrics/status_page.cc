@@ -50,6 +50,14 @@ const char* StatusPageHtml() {
 <tbody></tbody></table>
 <p id="replication-counters"></p>
 </div>
+<div id="data-service" hidden>
+<h2>tf.data service</h2>
+<p id="ds-summary"></p>
+<table id="ds-workers"><thead><tr><th>data worker</th><th>address</th><th>state</th><th>last heartbeat</th><th>jobs</th><th>split streams</th><th>elements</th></tr></thead>
+<tbody></tbody></table>
+<table id="ds-jobs"><thead><tr><th>job</th><th>name</th><th>dataset</th><th>mode</th></tr></thead>
+<tbody></tbody></table>
+</div>
 <h2>Scalars</h2>
 <div class="plots" id="plots"></div>
 <h2>Recent events</h2>
@@ -139,6 +147,35 @@ function render(s) {
     }
     const r = s.replication || {};
     text("replication-counters", Object.keys(r).sort().map(k => k + " " + fmt(r[k])).join(" \u00b7 "));
+  }
+
+  if (s.data_service) {
+    const d = s.data_service;
+    document.getElementById("data-service").hidden = false;
+    text("ds-summary", "dispatcher " + d.dispatcher + (d.in_chief ? " (in the chief)" : "") + ": " + d.state +
+         " \u00b7 " + fmt(d.datasets) + " datasets \u00b7 " + fmt(d.num_jobs) + " jobs \u00b7 " +
+         (d.journal ? "journal " + d.journal : "no journal") + (d.generation ? " \u00b7 generation " + d.generation : ""));
+    const wbody = document.querySelector("#ds-workers tbody");
+    wbody.replaceChildren();
+    for (const w of d.data_workers) {
+      const tr = el("tr", {class: "data-worker", "data-state": w.state}, wbody);
+      el("td", {}, tr).textContent = w.index;
+      el("td", {}, tr).textContent = w.address;
+      el("td", {class: "state-" + w.state}, tr).textContent = w.state;
+      el("td", {}, tr).textContent = w.seconds_since_heartbeat < 0 ? "never" : w.seconds_since_heartbeat.toFixed(1) + " s ago";
+      el("td", {}, tr).textContent = fmt(w.jobs);
+      el("td", {}, tr).textContent = fmt(w.split_streams);
+      el("td", {}, tr).textContent = fmt(w.elements);
+    }
+    const jbody = document.querySelector("#ds-jobs tbody");
+    jbody.replaceChildren();
+    for (const j of d.jobs.slice().reverse()) {
+      const tr = el("tr", {class: "ds-job"}, jbody);
+      el("td", {}, tr).textContent = j.id;
+      el("td", {}, tr).textContent = j.name || "(anonymous)";
+      el("td", {}, tr).textContent = j.dataset;
+      el("td", {}, tr).textContent = j.mode;
+    }
   }
 
   const plots = document.getElementById("plots");

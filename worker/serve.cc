@@ -73,10 +73,8 @@ int Serve(const ClusterSpec& cluster, const Program& program, const ProcessOptio
       return ps::RunParameterServer(cluster, options);
     case TaskType::kWorker:
       return RunWorker(cluster, program, options);
-    case TaskType::kDispatcher: {
-      const char* work_dir = std::getenv("ASYNCPS_DISPATCHER_WORK_DIR");
-      return data_service::RunDispatcher(cluster, options, work_dir == nullptr ? "" : work_dir);
-    }
+    case TaskType::kDispatcher:
+      return data_service::RunDispatcher(cluster, options);
     case TaskType::kDataWorker:
       return data_service::RunDataWorker(cluster, options, MakeDatasetBuilder(program));
     case TaskType::kChief:

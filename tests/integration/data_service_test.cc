@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/cluster_coordinator.h"
@@ -24,9 +26,12 @@
 #include "core/sync.h"
 #include "core/test_temp_dir.h"
 #include "data/tfrecord_writer.h"
+#include "data_service/service_client.h"
 #include "data_service/service_dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "metrics/http_test_client.h"
+#include "metrics/process_metrics.h"
 #include "partitioners/partitioner.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testutil/local_cluster.h"
@@ -47,6 +52,11 @@ constexpr char kProgram[] = "data_service_test_program";
 
 class DataServiceTest : public ::testing::Test {
  protected:
+  // The variants below: the dispatcher in the chief (no dispatcher task), and the chief's and
+  // the data workers' metrics endpoints served.
+  virtual bool DispatcherInChief() const { return false; }
+  virtual bool ServeMetrics() const { return false; }
+
   void SetUp() override {
     LocalCluster::Options o;
     o.num_workers = kTrainers;
@@ -55,32 +65,34 @@ class DataServiceTest : public ::testing::Test {
     auto cluster = LocalCluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
-    auto chief = cluster_->MakeChief(*FixedShardsPartitioner::Create(1));
-    ASSERT_TRUE(chief.ok()) << chief.status();
-    chief_ = std::move(*chief);
+
+    // The service's tasks join the training cluster's spec.
+    auto ports = PickUnusedPorts(1 + 2 * kDataWorkers);
+    ASSERT_TRUE(ports.ok()) << ports.status();
+    std::map<TaskType, std::vector<std::string>> jobs = {{TaskType::kChief, {cluster_->chief_spec().chief()}},
+                                                         {TaskType::kPs, cluster_->chief_spec().ps()},
+                                                         {TaskType::kWorker, cluster_->chief_spec().workers()}};
+    if (!DispatcherInChief()) jobs[TaskType::kDispatcher] = {absl::StrCat("127.0.0.1:", (*ports)[0])};
+    for (int i = 0; i < kDataWorkers; ++i) {
+      jobs[TaskType::kDataWorker].push_back(absl::StrCat("127.0.0.1:", (*ports)[1 + i]));
+      if (ServeMetrics()) data_worker_metrics_ports_.push_back((*ports)[1 + kDataWorkers + i]);
+    }
+    auto spec = ClusterSpec::Create(jobs, TaskType::kChief, 0);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec_ = *spec;
+    const absl::Status chief = StartChief();
+    ASSERT_TRUE(chief.ok()) << chief;
     auto counts = chief_->strategy().CreateVariable("counts", init::Zeros({kIds}, DType::kI64));
     ASSERT_TRUE(counts.ok()) << counts.status();
     counts_ = std::make_unique<ShardedVariable>(*counts);
     coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, testutil::FastFailureDetection());
 
-    // The service's tasks join the training cluster's spec.
-    auto ports = PickUnusedPorts(1 + kDataWorkers);
-    ASSERT_TRUE(ports.ok()) << ports.status();
-    std::map<TaskType, std::vector<std::string>> jobs = {
-        {TaskType::kChief, {cluster_->chief_spec().chief()}},
-        {TaskType::kPs, cluster_->chief_spec().ps()},
-        {TaskType::kWorker, cluster_->chief_spec().workers()},
-        {TaskType::kDispatcher, {absl::StrCat("127.0.0.1:", (*ports)[0])}}};
-    for (int i = 0; i < kDataWorkers; ++i) {
-      jobs[TaskType::kDataWorker].push_back(absl::StrCat("127.0.0.1:", (*ports)[1 + i]));
+    if (!DispatcherInChief()) {
+      ASSERT_TRUE(RestartDispatcher().ok());
     }
-    auto spec = ClusterSpec::Create(jobs, TaskType::kChief, 0);
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    spec_ = *spec;
-    ASSERT_TRUE(RestartDispatcher().ok());
     data_workers_.resize(kDataWorkers);
     for (int i = 0; i < kDataWorkers; ++i) ASSERT_TRUE(RestartDataWorker(i).ok());
-    service_.dispatcher = spec_.dispatcher();
+    service_.dispatcher = spec_.data_service_dispatcher();
     service_.token = cluster_->token();
     service_.role = "chief";
   }
@@ -94,12 +106,35 @@ class DataServiceTest : public ::testing::Test {
     cluster_.reset();
   }
 
+  // The in-process chief on spec_ (which lists the service's tasks), so that with no
+  // dispatcher task it runs the dispatcher; journaled in chief_work_dir_ when set.
+  absl::Status StartChief() {
+    ChiefProcess::Options options = cluster_->ChiefOptions();
+    options.process.metrics_port = ServeMetrics() ? 0 : -1;
+    options.process.dispatcher_work_dir = chief_work_dir_;
+    auto process = ChiefProcess::Create(spec_, options);
+    if (!process.ok()) return process.status();
+    auto partitioner = FixedShardsPartitioner::Create(1);
+    if (!partitioner.ok()) return partitioner.status();
+    chief_ = std::make_unique<testutil::TestChief>(std::move(*process), std::move(*partitioner));
+    return absl::OkStatus();
+  }
+
+  // The chief (and with it the dispatcher it runs) stopped and started again.
+  absl::Status RestartChief() {
+    coordinator_.reset();
+    counts_.reset();
+    chief_.reset();
+    return StartChief();
+  }
+
   absl::StatusOr<std::unique_ptr<Subprocess>> Launch(TaskType type, int index, const std::string& ready) {
     Subprocess::Options o;
     o.argv = {LocalCluster::BinaryPath(kProgram)};
+    const bool metrics = type == TaskType::kDataWorker && !data_worker_metrics_ports_.empty();
     o.env = {{"TF_CONFIG", spec_.ToTfConfig(type, index)},
              {"ASYNCPS_CLUSTER_TOKEN", cluster_->token()},
-             {"ASYNCPS_METRICS_PORT", "-1"},
+             {"ASYNCPS_METRICS_PORT", metrics ? absl::StrCat(data_worker_metrics_ports_[index]) : "-1"},
              {"ASYNCPS_DISPATCHER_WORK_DIR", work_dir_.path()}};
     auto process = Subprocess::Start(std::move(o));
     if (!process.ok()) return process.status();
@@ -124,6 +159,23 @@ class DataServiceTest : public ::testing::Test {
     return absl::OkStatus();
   }
 
+  // Waits until the dispatcher lists `n` data workers (it drops one a few seconds after its
+  // last heartbeat, and lists one from its first).
+  absl::Status WaitForDataWorkersListed(size_t n) {
+    data_service::ServiceClient client(service_);
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    size_t listed = 0;
+    while (absl::Now() < deadline) {
+      auto workers = client.Workers(/*refresh=*/true);
+      if (workers.ok()) {
+        listed = workers->size();
+        if (listed == n) return absl::OkStatus();
+      }
+      absl::SleepFor(absl::Milliseconds(100));  // polling the dispatcher's list, not synchronising
+    }
+    return absl::DeadlineExceededError(absl::StrCat("the dispatcher lists ", listed, " data workers, not ", n));
+  }
+
   std::vector<int64_t> Counts() {
     auto value = counts_->Read();
     EXPECT_TRUE(value.ok()) << value.status();
@@ -137,7 +189,7 @@ class DataServiceTest : public ::testing::Test {
 
   std::map<std::string, std::string> ReadArgs(int64_t id, const std::string& mode, const std::string& job = "",
                                               int outstanding = 1) {
-    return {{"dispatcher", spec_.dispatcher()},
+    return {{"dispatcher", spec_.data_service_dispatcher()},
             {"id", absl::StrCat(id)},
             {"mode", mode},
             {"job", job},
@@ -179,6 +231,8 @@ class DataServiceTest : public ::testing::Test {
   }
 
   testutil::TestDir work_dir_{"data_service_work_dir"};
+  std::string chief_work_dir_;  // the dispatcher's in the chief ("": in memory)
+  std::vector<int> data_worker_metrics_ports_;  // by data worker; empty: no endpoints
   Program program_ = ChiefProgram();
   std::unique_ptr<LocalCluster> cluster_;
   std::unique_ptr<testutil::TestChief> chief_;
@@ -488,6 +542,233 @@ TEST_F(DataServiceTest, CoordinatedConsumersGetDisjointElementsInRounds) {
   EXPECT_EQ(end.code(), absl::StatusCode::kInvalidArgument) << end;
   EXPECT_THAT(end.message(), HasSubstr("Repeat()"));
   for (int i = 0; i < kDataWorkers; ++i) EXPECT_TRUE(data_workers_[i]->running());
+}
+
+// FILE mode started while one of the three data workers is not registered: the read waits for
+// it instead of ending after the other two's files (each data worker holds its own files).
+TEST_F(DataServiceTest, FileModeWaitsForEveryListedDataWorker) {
+  constexpr int kFiles = 6, kRecords = 40;
+  testutil::TestDir dir("data_service_late_files");
+  std::vector<std::string> paths;
+  for (int f = 0; f < kFiles; ++f) {
+    paths.push_back(absl::StrCat(dir.path(), "/part-", f, ".tfrecord"));
+    auto writer = data::TFRecordWriter::Open(paths.back());
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    for (int r = 0; r < kRecords; ++r) ASSERT_TRUE((*writer)->Write(absl::StrCat(f, ":", r)).ok());
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  auto id = Register("svc_records", {{"files", absl::StrJoin(paths, ",")}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  // Data worker 2 gone, and no longer listed by the dispatcher.
+  data_workers_[2].reset();
+  ASSERT_EQ(WaitForDataWorkersListed(2), absl::OkStatus());
+
+  Mutex mu;
+  std::map<std::string, int> seen;
+  int64_t read = 0;
+  bool done = false;
+  absl::Status failed;
+  std::thread consumer([&] {
+    data_service::ReadOptions options;
+    options.mode = data_service::ProcessingMode::kFile;
+    auto it = data_service::FromDatasetId(service_, *id, options).MakeIterator();
+    absl::Status status = it.status();
+    while (status.ok()) {
+      auto e = (*it)->Next();
+      if (data::IsEndOfData(e.status())) break;
+      status = e.status();
+      if (!status.ok()) break;
+      MutexLock lock(&mu);
+      ++seen[std::string(reinterpret_cast<const char*>(e->at(0).raw_data()), e->at(0).num_bytes())];
+      ++read;
+    }
+    MutexLock lock(&mu);
+    failed = status;
+    done = true;
+  });
+  {
+    // Data workers 0 and 1 hold files 0, 3 and 1, 4.
+    MutexLock lock(&mu);
+    auto two_shares = [&]() { return done || read >= 4 * kRecords; };
+    EXPECT_TRUE(mu.AwaitWithTimeout(absl::Condition(&two_shares), absl::Seconds(60)));
+  }
+  ASSERT_TRUE(RestartDataWorker(2).ok());
+  consumer.join();
+  ASSERT_TRUE(failed.ok()) << failed;
+  EXPECT_EQ(read, kFiles * kRecords);
+  EXPECT_EQ(static_cast<int>(seen.size()), kFiles * kRecords);
+  for (const auto& [record, n] : seen) EXPECT_EQ(n, 1) << record;
+}
+
+// The tf.data service in the chief's /status.json and on its page, and the service's metrics:
+// the dispatcher's (in the chief's registry) and each data worker's.
+class DataServiceStatusTest : public DataServiceTest {
+ protected:
+  bool DispatcherInChief() const override { return true; }
+  bool ServeMetrics() const override { return true; }
+};
+
+std::string HttpBody(int port, const std::string& path) {
+  const std::string response = metrics::test_client::Get("127.0.0.1", port, path);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+TEST_F(DataServiceStatusTest, StatusPageAndMetricsShowTheService) {
+  auto id = Register("svc_ids", {{"n", "300"}, {"batch", "50"}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  data_service::ReadOptions read;
+  read.job_name = "shown";
+  auto it = data_service::FromDatasetId(service_, *id, read).MakeIterator();
+  ASSERT_TRUE(it.ok()) << it.status();
+  ASSERT_TRUE((*it)->Next().ok());  // the job exists and is being read
+
+  const int port = chief_->process().process_metrics().port();
+  ASSERT_GT(port, 0);
+  // The watch polls the dispatcher every second: wait for a view with every data worker up.
+  nlohmann::json doc;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline) {
+    doc = nlohmann::json::parse(HttpBody(port, "/status.json"), nullptr, /*allow_exceptions=*/false);
+    if (doc.is_object() && doc.contains("data_service")) {
+      int up = 0;
+      int64_t jobs_kept = 0;
+      for (const auto& w : doc["data_service"]["data_workers"]) {
+        up += w["state"] == "up" ? 1 : 0;
+        jobs_kept += w["jobs"].get<int64_t>();
+      }
+      // The job read above shows on the data workers it was read from (from their next
+      // heartbeat; the iterator reads one element ahead).
+      if (up == kDataWorkers && jobs_kept >= 1 && doc["data_service"]["num_jobs"].get<int64_t>() >= 1) break;
+    }
+    absl::SleepFor(absl::Milliseconds(200));  // polling a page, not synchronising
+  }
+  ASSERT_TRUE(doc.is_object() && doc.contains("data_service")) << doc.dump();
+  const auto& ds = doc["data_service"];
+  EXPECT_EQ(ds["dispatcher"], spec_.chief());
+  EXPECT_EQ(ds["in_chief"], true);
+  EXPECT_EQ(ds["state"], "up");
+  EXPECT_EQ(ds["datasets"], 1);
+  ASSERT_EQ(ds["data_workers"].size(), static_cast<size_t>(kDataWorkers)) << ds.dump();
+  int64_t jobs_kept = 0;
+  for (int i = 0; i < kDataWorkers; ++i) {
+    jobs_kept += ds["data_workers"][i]["jobs"].get<int64_t>();
+    EXPECT_EQ(ds["data_workers"][i]["state"], "up") << ds.dump();
+    EXPECT_EQ(ds["data_workers"][i]["address"], spec_.data_workers()[static_cast<size_t>(i)]);
+  }
+  EXPECT_GE(jobs_kept, 1) << ds.dump();
+  ASSERT_GE(ds["jobs"].size(), 1u);
+  EXPECT_EQ(ds["jobs"].back()["name"], "shown");
+  EXPECT_EQ(ds["jobs"].back()["mode"], "off");
+  std::set<std::string> roles;
+  for (const auto& m : doc["members"]) roles.insert(m["role"].get<std::string>());
+  EXPECT_TRUE(roles.contains("dispatcher")) << doc["members"].dump();
+  EXPECT_TRUE(roles.contains("data_worker")) << doc["members"].dump();
+  EXPECT_NE(HttpBody(port, "/status").find("tf.data service"), std::string::npos);
+
+  const std::string chief_metrics = HttpBody(port, "/metrics");
+  EXPECT_THAT(chief_metrics, HasSubstr("asyncps_dispatcher_jobs"));
+  EXPECT_THAT(chief_metrics, HasSubstr("asyncps_dispatcher_datasets"));
+  for (int i = 0; i < kDataWorkers; ++i) {
+    const std::string text = HttpBody(data_worker_metrics_ports_[static_cast<size_t>(i)], "/metrics");
+    EXPECT_THAT(text, HasSubstr("asyncps_data_worker_jobs")) << i;
+    EXPECT_THAT(text, HasSubstr("asyncps_data_worker_split_streams")) << i;
+  }
+}
+
+// No dispatcher task: the chief runs the dispatcher on its own address, and the service works
+// through it.
+class DataServiceInChiefTest : public DataServiceTest {
+ protected:
+  bool DispatcherInChief() const override { return true; }
+};
+
+TEST_F(DataServiceInChiefTest, DynamicEveryRowOnceThroughTheChiefsDispatcher) {
+  ASSERT_TRUE(spec_.dispatcher().empty());
+  ASSERT_EQ(spec_.data_service_dispatcher(), spec_.chief());
+  auto id = Register("svc_ids", {{"n", absl::StrCat(kIds)}, {"batch", absl::StrCat(kBatch)}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto dataset = coordinator_->CreatePerWorkerDataset("from_service", ReadArgs(*id, "dynamic", "", 2),
+                                                      ShardingPolicy::kDynamic, kRecordsPerSplit);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  auto iterator = dataset->MakeIterator();
+  ASSERT_TRUE(iterator.ok()) << iterator.status();
+  int data_worker_kills = 0;
+  const int64_t counted = RunDynamicEpoch(*iterator, [&](int round) {
+    if (round % 2 == 1) {
+      ASSERT_TRUE(RestartDataWorker(round % kDataWorkers).ok());
+      ++data_worker_kills;
+    }
+  });
+  EXPECT_EQ(counted, kIds);
+  EXPECT_GE(data_worker_kills, 1);
+  ASSERT_EQ(Mismatches(Counts(), 1), "");
+}
+
+// Reads job `job` (OFF) of dataset `id` to its end in this process; the rows read.
+absl::StatusOr<int64_t> ReadJobRows(const data_service::ServiceOptions& service, int64_t id, const std::string& job) {
+  data_service::ReadOptions read;
+  read.job_name = job;
+  auto it = data_service::FromDatasetId(service, id, read).MakeIterator();
+  if (!it.ok()) return it.status();
+  int64_t rows = 0;
+  while (true) {
+    auto e = (*it)->Next();
+    if (data::IsEndOfData(e.status())) return rows;
+    if (!e.ok()) return e.status();
+    rows += e->at(0).dim(0);
+  }
+}
+
+// The chief, and with it its dispatcher, restarted without a journal: the new dispatcher gives
+// the same ids out again (dataset 1, job 1) for what may be other data. Its new generation
+// makes the data workers drop the old job 1 (which had ended): the new job 1 is read in full
+// instead of ending at once.
+TEST_F(DataServiceInChiefTest, ChiefRestartedWithoutJournalStartsANewGeneration) {
+  auto id = Register("svc_ids", {{"n", "300"}, {"batch", "50"}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto rows = ReadJobRows(service_, *id, "shared");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(*rows, 300 * kDataWorkers);
+  auto again = ReadJobRows(service_, *id, "shared");  // the same job: ended
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, 0);
+
+  ASSERT_EQ(RestartChief(), absl::OkStatus());
+  // OFF reads every data worker listed: wait until all heartbeat to the new dispatcher.
+  ASSERT_EQ(WaitForDataWorkersListed(kDataWorkers), absl::OkStatus());
+  auto id2 = Register("svc_ids", {{"n", "300"}, {"batch", "50"}});
+  ASSERT_TRUE(id2.ok()) << id2.status();
+  EXPECT_EQ(*id2, *id);  // in memory: ids start over
+  auto fresh = ReadJobRows(service_, *id2, "shared");
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(*fresh, 300 * kDataWorkers);
+  for (int i = 0; i < kDataWorkers; ++i) EXPECT_TRUE(data_workers_[i]->running());
+}
+
+// With --dispatcher_work_dir the chief's dispatcher journals: restarted, it keeps its
+// registrations and its generation, and job "shared" is still the one that ended.
+TEST_F(DataServiceInChiefTest, ChiefRestartedWithJournalKeepsItsJobs) {
+  testutil::TestDir journal("data_service_chief_journal");
+  chief_work_dir_ = journal.path();
+  ASSERT_EQ(RestartChief(), absl::OkStatus());
+  ASSERT_EQ(WaitForDataWorkersListed(kDataWorkers), absl::OkStatus());
+  auto id = Register("svc_ids", {{"n", "300"}, {"batch", "50"}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto unrelated = Register("svc_ids", {{"n", "7"}, {"batch", "1"}});
+  ASSERT_TRUE(unrelated.ok()) << unrelated.status();
+  auto rows = ReadJobRows(service_, *id, "shared");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(*rows, 300 * kDataWorkers);
+
+  ASSERT_EQ(RestartChief(), absl::OkStatus());
+  ASSERT_EQ(WaitForDataWorkersListed(kDataWorkers), absl::OkStatus());
+  auto id2 = Register("svc_ids", {{"n", "7"}, {"batch", "1"}});
+  ASSERT_TRUE(id2.ok()) << id2.status();
+  EXPECT_EQ(*id2, *unrelated);  // recovered, not registered anew
+  auto after = ReadJobRows(service_, *id, "shared");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*after, 0);  // the same job, ended on every data worker
 }
 
 }  // namespace

@@ -129,6 +129,32 @@ TEST(LauncherRestartTest, WithoutMaxRestartsADeadWorkerIsLeftToTheChief) {
   EXPECT_EQ(launcher.output().find("restarted worker:0"), std::string::npos) << launcher.output();
 }
 
+// The tf.data service's tasks (--data_workers 1: a dispatcher and a data worker) are servers
+// the job needs back like a PS: SIGKILLed, each is started again at its address.
+TEST(LauncherRestartTest, DeadDispatcherAndDataWorkerAreRestarted) {
+  auto started = StartSleepingCluster({"--max_restarts", "1", "--data_workers", "1"});
+  ASSERT_TRUE(started.ok()) << started.status();
+  Subprocess& launcher = **started;
+  const pid_t dispatcher = PidFrom(launcher, "started dispatcher pid", kTimeout);
+  ASSERT_GT(dispatcher, 1);
+  ASSERT_EQ(kill(dispatcher, SIGKILL), 0);
+  const pid_t dispatcher2 = PidFrom(launcher, "restarted dispatcher (restart 1/1)", kTimeout);
+  EXPECT_NE(dispatcher2, dispatcher);
+  const pid_t data_worker = PidFrom(launcher, "started data_worker:0 pid", kTimeout);
+  ASSERT_GT(data_worker, 1);
+  ASSERT_EQ(kill(data_worker, SIGKILL), 0);
+  const pid_t data_worker2 = PidFrom(launcher, "restarted data_worker:0 (restart 1/1)", kTimeout);
+  EXPECT_NE(data_worker2, data_worker);
+  EXPECT_TRUE(launcher.running()) << launcher.output();
+  launcher.Signal(SIGTERM);
+  auto code = launcher.Wait(kTimeout);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 128 + SIGTERM) << launcher.output();
+  const std::string out = launcher.output();
+  EXPECT_NE(out.find("[launcher] dispatcher killed by SIGKILL; restart 1/1 in 0.5 s"), std::string::npos) << out;
+  EXPECT_NE(out.find("[launcher] data_worker:0 killed by SIGKILL; restart 1/1 in 0.5 s"), std::string::npos)
+      << out;
+}
 #ifdef ASYNCPS_TEST_FASHION_MNIST
 // The lines of `text` that contain `needle`.
 std::vector<std::string> LinesWith(const std::string& text, absl::string_view needle) {
