@@ -302,10 +302,12 @@ Costs Measure(const Snapshot& a, const Snapshot& b, double elements) {
 
 // The scaling model's names for its roles, in this bench's.
 std::string Role(const std::string& binding) {
-  static const auto* const kNames = new std::map<std::string, std::string>{
-      {"workers", "data workers"},  {"PS", "dispatcher"},
-      {"chief", "consumer"},        {"PS queue", "dispatcher queue"},
-      {"chief queue", "consumer queue"}};
+  static const auto* const kNames =
+      new std::map<std::string, std::string>{{"workers", "data workers"},
+                                             {"PS", "dispatcher"},
+                                             {"chief", "consumer"},
+                                             {"PS queue", "dispatcher queue"},
+                                             {"chief queue", "consumer queue"}};
   auto it = kNames->find(binding);
   return it == kNames->end() ? binding : it->second;
 }
@@ -325,9 +327,8 @@ void ReportScaling(const std::map<int, Costs>& runs, double in_process, double c
   bench::Machine big;
   big.cores = cores;
   big.latency_per_unit =
-      base != runs.end()
-          ? bench::FitLatency(base->second.model, base->second.elements_per_second())
-          : 0;
+      base != runs.end() ? bench::FitLatency(base->second.model, base->second.elements_per_second())
+                         : 0;
   bench::Machine here = big;
   here.cores = std::max(1u, std::thread::hardware_concurrency());
   std::printf(
@@ -351,15 +352,15 @@ void ReportScaling(const std::map<int, Costs>& runs, double in_process, double c
                      const std::string& costs_note) {
     const bench::Prediction p = bench::Predict(c, big);
     const bench::Prediction q = bench::Predict(c, no_wait);
-    report.Add({.name = absl::StrFormat("heavy map %s model, %.0f cores (simulated)", label,
-                                        big.cores),
-                .value = p.units_per_second,
-                .unit = "elements/s",
-                .reference = "in-process, 1 / its CPU per element",
-                .reference_value = in_process,
-                .note = absl::StrFormat("binds: %s; without the fitted wait %.0f (%s); %s",
-                                        Role(p.binding), q.units_per_second, Role(q.binding),
-                                        costs_note)});
+    report.Add(
+        {.name = absl::StrFormat("heavy map %s model, %.0f cores (simulated)", label, big.cores),
+         .value = p.units_per_second,
+         .unit = "elements/s",
+         .reference = "in-process, 1 / its CPU per element",
+         .reference_value = in_process,
+         .note =
+             absl::StrFormat("binds: %s; without the fitted wait %.0f (%s); %s", Role(p.binding),
+                             q.units_per_second, Role(q.binding), costs_note)});
     return absl::StrFormat("%16.0f  %11.2f  %-14s [no wait: %.0f, %.2fx, %s]", p.units_per_second,
                            p.units_per_second / in_process, Role(p.binding), q.units_per_second,
                            q.units_per_second / in_process, Role(q.binding));
@@ -406,8 +407,8 @@ void ReportScaling(const std::map<int, Costs>& runs, double in_process, double c
   if (largest > 1) {
     bench::MeasuredCosts c = m.model;
     c.workers = 2 * largest;
-    const std::string on_big = add_big(
-        absl::StrFormat("D=%d (costs of D=%d)", c.workers, largest), c, "extrapolated");
+    const std::string on_big =
+        add_big(absl::StrFormat("D=%d (costs of D=%d)", c.workers, largest), c, "extrapolated");
     std::printf("   %d | from the costs of D=%d%*s| %s\n", c.workers, largest, 129, "",
                 on_big.c_str());
   }
@@ -573,19 +574,19 @@ int Main(bool quick, bench::Report& report) {
     for (int r = 0; r < rounds; ++r) {
       std::optional<Snapshot> begin, end;
       absl::Status snapshots;
-      const Pass pass = Run(
-          data_service::FromDatasetId((*service)->options(), *id,
-                                      {.mode = data_service::ProcessingMode::kData,
-                                       .max_outstanding_requests = 2 * workers}),
-          [&](int64_t elements) {
-            if (elements != window_begin && elements != window_end) return;
-            absl::StatusOr<Snapshot> snapshot = TakeSnapshot(**service);
-            if (!snapshot.ok()) {
-              snapshots = snapshot.status();
-              return;
-            }
-            (elements == window_begin ? begin : end) = *std::move(snapshot);
-          });
+      const Pass pass =
+          Run(data_service::FromDatasetId((*service)->options(), *id,
+                                          {.mode = data_service::ProcessingMode::kData,
+                                           .max_outstanding_requests = 2 * workers}),
+              [&](int64_t elements) {
+                if (elements != window_begin && elements != window_end) return;
+                absl::StatusOr<Snapshot> snapshot = TakeSnapshot(**service);
+                if (!snapshot.ok()) {
+                  snapshots = snapshot.status();
+                  return;
+                }
+                (elements == window_begin ? begin : end) = *std::move(snapshot);
+              });
       if (pass.elements != n) {
         std::fprintf(stderr, "heavy map through %d data workers: %lld elements, want %lld\n",
                      workers, static_cast<long long>(pass.elements), static_cast<long long>(n));
