@@ -11,6 +11,7 @@
 #include "core/tensor.h"
 #include "ps/ps.capnp.h"
 #include "ps/ps_service.h"
+#include "ps/replication/copy_extension.h"
 #include "ps/update_dedup.h"
 #include "ps/variable.h"
 #include "ps/variable_store.h"
@@ -51,10 +52,12 @@ struct PendingVariable {
 // replication state below and is what writers wait on for acknowledgements. Lock order:
 // write_mu, then mu, then a stream's own lock.
 struct GroupCopy {
-  // A copy with its own (new, empty) store and window.
-  GroupCopy(uint32_t group, uint64_t max_variable_bytes, const UpdateDedup::Options& dedup_options);
+  // A copy with its own (new, empty) store and window, and `extension` (may be null: the
+  // state beside the variables, e.g. embedding tables; state.extension points at it).
+  GroupCopy(uint32_t group, uint64_t max_variable_bytes, const UpdateDedup::Options& dedup_options,
+            std::shared_ptr<CopyExtensionState> extension = nullptr);
   // A copy over the PS's default store and window (not owned; they outlive it).
-  GroupCopy(uint32_t group, PsService::ShardState shared);
+  GroupCopy(uint32_t group, PsService::ShardState shared, std::shared_ptr<CopyExtensionState> extension = nullptr);
   ~GroupCopy();  // stops the streams
   GroupCopy(const GroupCopy&) = delete;
   GroupCopy& operator=(const GroupCopy&) = delete;
@@ -62,6 +65,7 @@ struct GroupCopy {
   const uint32_t group;
   const std::unique_ptr<VariableStore> owned_store;
   const std::unique_ptr<UpdateDedup> owned_dedup;
+  const std::shared_ptr<CopyExtensionState> extension;
   const PsService::ShardState state;
 
   Mutex write_mu ABSL_ACQUIRED_BEFORE(mu);
