@@ -94,7 +94,7 @@ absl::Status ParameterServerStrategy::RecreateVariables() {
     MutexLock lock(&mu_);
     for (const auto& [name, config] : tables_) tables.push_back(config);
   }
-  EmbeddingClient embeddings(process_.ps().connections(), process_.ps().timeout());
+  EmbeddingClient embeddings(process_.ps().connections(), process_.ps().timeout(), process_.shard_map());
   for (const ps::EmbeddingTableConfig& config : tables) {
     RETURN_IF_ERROR(embeddings.CreateTable(config, /*wait_for_ready=*/false));
   }
@@ -113,7 +113,7 @@ absl::Status ParameterServerStrategy::CreateEmbeddingTable(const std::string& na
   config.admission = options.admission;
   config.ttl_steps = options.ttl_steps;
   config.memory_cap_bytes = options.memory_cap_bytes;
-  EmbeddingClient embeddings(process_.ps().connections(), process_.ps().timeout());
+  EmbeddingClient embeddings(process_.ps().connections(), process_.ps().timeout(), process_.shard_map());
   RETURN_IF_ERROR(embeddings.CreateTable(config, /*wait_for_ready=*/true));
   MutexLock lock(&mu_);
   tables_.insert_or_assign(name, std::move(config));
@@ -121,7 +121,7 @@ absl::Status ParameterServerStrategy::CreateEmbeddingTable(const std::string& na
 }
 
 absl::StatusOr<Tensor> ParameterServerStrategy::LookupEmbeddings(const std::string& name, const Tensor& keys) const {
-  return EmbeddingClient(process_.ps().connections(), process_.ps().timeout()).Lookup(name, keys, /*train=*/false);
+  return EmbeddingClient(process_.ps().connections(), process_.ps().timeout(), process_.shard_map()).Lookup(name, keys, /*train=*/false);
 }
 
 absl::StatusOr<ShardedVariable> ParameterServerStrategy::GetVariable(const std::string& name) const {
