@@ -1,5 +1,7 @@
 #include "coordinator/parameter_server_strategy.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "partitioners/div_partition.h"
@@ -118,6 +120,16 @@ absl::Status ParameterServerStrategy::CreateEmbeddingTable(const std::string& na
   MutexLock lock(&mu_);
   tables_.insert_or_assign(name, std::move(config));
   return absl::OkStatus();
+}
+
+std::vector<std::string> ParameterServerStrategy::EmbeddingTableNames() const {
+  std::vector<std::string> names;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [name, config] : tables_) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 absl::StatusOr<Tensor> ParameterServerStrategy::LookupEmbeddings(const std::string& name, const Tensor& keys) const {
