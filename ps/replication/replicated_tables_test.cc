@@ -182,6 +182,9 @@ TEST_F(ReplicatedTablesTest, StateTransferCarriesTablesAndLaterEvictionsAgree) {
   alone.groups[0].backups = {};
   ASSERT_TRUE(cluster_->SetMapEverywhere(alone).ok());
   ASSERT_TRUE(Create(0, 0, 1).ok());
+  EmbeddingTableConfig empty = Config();
+  empty.name = "empty";  // transferred with no row
+  ASSERT_TRUE(Create(0, 0, 1, empty).ok());
   std::mt19937_64 rng(5);
   // Fill past the cap so rows are evicted and their places reused: the rebuilt copy lays its
   // rows out in another order than the primary.
@@ -244,6 +247,9 @@ TEST_F(ReplicatedTablesTest, StateTransferCarriesTablesAndLaterEvictionsAgree) {
   const std::string want = Bytes(0, 0);
   EXPECT_GT(want.size(), 1000u);
   EXPECT_TRUE(Bytes(1, 0) == want) << "rebuilt copy differs from the primary";
+  auto rebuilt_empty = cluster_->Tables(1, 0).store->Find("empty");
+  ASSERT_TRUE(rebuilt_empty.ok()) << rebuilt_empty.status();
+  EXPECT_EQ((*rebuilt_empty)->Stats().rows, 0u);
 }
 
 // The cap's choice among rows updated at the same step goes by key, not by where the rows sit:
