@@ -1,5 +1,7 @@
 #include "coordinator/parameter_server_strategy.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "partitioners/div_partition.h"
@@ -94,7 +96,7 @@ absl::Status ParameterServerStrategy::RecreateVariables() {
     MutexLock lock(&mu_);
     for (const auto& [name, config] : tables_) tables.push_back(config);
   }
-  EmbeddingClient embeddings(process_.ps().connections(), process_.ps().timeout());
+  EmbeddingClient embeddings(process_.ps().connections(), process_.ps().timeout(), process_.shard_map());
   for (const ps::EmbeddingTableConfig& config : tables) {
     RETURN_IF_ERROR(embeddings.CreateTable(config, /*wait_for_ready=*/false));
   }
@@ -113,15 +115,25 @@ absl::Status ParameterServerStrategy::CreateEmbeddingTable(const std::string& na
   config.admission = options.admission;
   config.ttl_steps = options.ttl_steps;
   config.memory_cap_bytes = options.memory_cap_bytes;
-  EmbeddingClient embeddings(process_.ps().connections(), process_.ps().timeout());
+  EmbeddingClient embeddings(process_.ps().connections(), process_.ps().timeout(), process_.shard_map());
   RETURN_IF_ERROR(embeddings.CreateTable(config, /*wait_for_ready=*/true));
   MutexLock lock(&mu_);
   tables_.insert_or_assign(name, std::move(config));
   return absl::OkStatus();
 }
 
+std::vector<std::string> ParameterServerStrategy::EmbeddingTableNames() const {
+  std::vector<std::string> names;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [name, config] : tables_) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 absl::StatusOr<Tensor> ParameterServerStrategy::LookupEmbeddings(const std::string& name, const Tensor& keys) const {
-  return EmbeddingClient(process_.ps().connections(), process_.ps().timeout()).Lookup(name, keys, /*train=*/false);
+  return EmbeddingClient(process_.ps().connections(), process_.ps().timeout(), process_.shard_map()).Lookup(name, keys, /*train=*/false);
 }
 
 absl::StatusOr<ShardedVariable> ParameterServerStrategy::GetVariable(const std::string& name) const {

@@ -81,6 +81,10 @@ class ParameterServerStrategy {
   absl::Status CreateEmbeddingTable(const std::string& name, int64_t dim, const EmbeddingInitializer& initializer,
                                     const OptimizerConfig& optimizer, const EmbeddingTableOptions& options = {});
 
+  // The names of every embedding table this strategy created (each on every PS), sorted.
+  // Automatic PS recovery checks that every PS still holds them.
+  std::vector<std::string> EmbeddingTableNames() const;
+
   // Rows of `keys` (i64 [n], duplicates allowed) of table `name` as f32 [n, dim], for
   // evaluation on the chief: nothing is counted or inserted, and a key without a row reads its
   // initial value, so evaluation sees exactly the model training would use for that key.
@@ -99,7 +103,7 @@ class ParameterServerStrategy {
 
   ChiefProcess& process_;
   const std::shared_ptr<const Partitioner> partitioner_;
-  Mutex mu_;  // serialises placement decisions and claims names
+  mutable Mutex mu_;  // serialises placement decisions and claims names
   int next_ps_ ABSL_GUARDED_BY(mu_) = 0;
   // Names whose creation is in progress (claimed under mu_, created on the PS without it).
   absl::flat_hash_set<std::string> creating_ ABSL_GUARDED_BY(mu_);

@@ -4,6 +4,7 @@
 #include <prometheus/gauge.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -16,6 +17,8 @@
 #include "coordinator/ps_monitor.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
+#include "ps/embedding/embedding.capnp.h"
+#include "ps/embedding/embedding_wire.h"
 #include "ps/ps.capnp.h"
 #include "ps/replication/shard_map.h"
 #include "net/rpc_client.h"
@@ -70,6 +73,7 @@ class ClusterPsRepair : public PsRecovery::Repair {
       for (const auto& shard : placement->shards)
         expected[static_cast<size_t>(shard.ps)].insert(shard.name);
     }
+    const std::vector<std::string> tables = strategy_.EmbeddingTableNames();  // sorted
     std::vector<int> missing;
     for (int i = 0; i < num_ps; ++i) {
       net::RpcClient& client = strategy_.process().ps_rpc(i);
@@ -87,9 +91,34 @@ class ClusterPsRepair : public PsRecovery::Repair {
         spdlog::warn("ps {} ({}, incarnation {:x}) holds {} of its {} variable shard(s)", i,
                      client.address(), client.peer().incarnation, held, want);
         missing.push_back(i);
+        continue;
+      }
+      // Every embedding table lives on every PS (its part of the keys).
+      ASSIGN_OR_RETURN(size_t tables_held, TablesHeld(client, tables));
+      if (tables_held != tables.size()) {
+        spdlog::warn("ps {} ({}, incarnation {:x}) holds {} of the {} embedding table(s)", i, client.address(),
+                     client.peer().incarnation, tables_held, tables.size());
+        missing.push_back(i);
       }
     }
     return missing;
+  }
+
+  // How many of `tables` the PS of `client` holds (ps.EmbeddingStats of every table it has).
+  absl::StatusOr<size_t> TablesHeld(net::RpcClient& client, const std::vector<std::string>& tables) {
+    if (tables.empty()) return 0;
+    net::OutMessage request;
+    ps::BuildEmbeddingStatsRequest({}, request);
+    ASSIGN_OR_RETURN(net::InMessage response, client.Call(ps::kEmbeddingStatsMethod, std::move(request),
+                                                          strategy_.process().options().rpc_timeout));
+    size_t held = 0;
+    RETURN_IF_ERROR(net::CatchDecodeErrors([&] {
+      for (auto t : response.ResponseBody<wire::EmbeddingStatsResponse>().getTables()) {
+        held += std::binary_search(tables.begin(), tables.end(), std::string(t.getName().cStr())) ? 1 : 0;
+      }
+      return absl::OkStatus();
+    }));
+    return held;
   }
 
   absl::StatusOr<std::string> LatestCheckpoint() override {

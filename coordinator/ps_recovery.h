@@ -31,7 +31,8 @@ class ParameterServerStrategy;
 //      closure that fails the same way meanwhile. They run again after the repair: closures
 //      lost to the PS failure are re-run, not reported as errors.
 //   2. Once no closure is running, recovery waits until every PS answers (the lost one comes
-//      back at the same address as a new incarnation) and asks each which variables it holds.
+//      back at the same address as a new incarnation) and asks each which variables and
+//      embedding tables it holds.
 //   3. When every PS still holds all of its variables, the PS was only unreachable for a
 //      while: dispatch resumes with nothing restored.
 //   4. Otherwise the latest good checkpoint of `checkpoints` is restored onto every PS (the
@@ -168,7 +169,8 @@ class PsRecovery {
     virtual ~Repair() = default;
     // OK once every PS answers within `timeout`.
     virtual absl::Status ProbeAll(absl::Duration timeout) = 0;
-    // The PS that no longer hold every variable the strategy placed on them.
+    // The PS that no longer hold every variable the strategy placed on them, or every
+    // embedding table it created (ParameterServerStrategy::EmbeddingTableNames).
     virtual absl::StatusOr<std::vector<int>> PsMissingVariables() = 0;
     // The newest good checkpoint's directory; NotFound when there is none.
     virtual absl::StatusOr<std::string> LatestCheckpoint() = 0;

@@ -332,4 +332,6 @@ struct InstallStateRequest {
   last @7 :Bool;
   bytesTotal @8 :UInt64;       # tensor bytes of the whole transfer
   fromPs @9 :Int32;
+  extension @10 :AnyPointer;   # state beside the variables (embedding tables: an
+                               # EmbeddingStateChunk), in chunks after the variables' ones
 }

@@ -12,6 +12,7 @@
 #include "ps/embedding/embedding_store.h"
 #include "ps/ps_service.h"
 #include "ps/replication/replicated_ps.h"
+#include "ps/replication/replicated_tables.h"
 #include "ps/variable_store.h"
 
 namespace asyncps::ps {
@@ -34,26 +35,6 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   service.RegisterWith((*process)->server().methods());
   CheckpointService checkpoints(store, CheckpointService::OptionsFromEnv());
   checkpoints.RegisterWith((*process)->server().methods());
-  // Replication serves the same methods over per-group copies once the chief installs a shard
-  // map; until then (and always with ps_replicas = 1) every request reaches `service` as above.
-  ReplicatedPs::Options replication;
-  replication.ps_index = cluster.task_index();
-  replication.num_ps = cluster.num_ps();
-  replication.replicas = static_cast<int>(options.ps_replicas);
-  replication.dedup_max_entries = static_cast<uint64_t>(options.ps_dedup_max_entries);
-  replication.metrics = &metrics;
-  replication.checkpoints = &checkpoints;
-  net::ServerProcess& server_process = **process;
-  const std::vector<std::string> peers = cluster.ps();
-  net::EventLoop peer_loop;  // see ReplicatedPs::Options::connect
-  replication.connect = [&server_process, &peer_loop, peers](int32_t index) {
-    return std::make_unique<net::RpcClient>(peer_loop, server_process.ClientOptions(peers.at(index)));
-  };
-  ReplicatedPs replicated(service, std::move(replication));
-  replicated.RegisterWith((*process)->server().methods());
-  spdlog::info("limits: {} variable bytes, {} response bytes, non-finite gradients {}, {} update-window keys",
-               options.ps_max_variable_bytes, options.ps_max_response_bytes,
-               options.allow_nonfinite_gradients ? "allowed" : "refused", options.ps_dedup_max_entries);
   EmbeddingStore embedding_tables;
   EmbeddingMetrics embedding_metrics((*process)->process_metrics());
   EmbeddingService::Options embedding_options;
@@ -64,6 +45,30 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   embedding_options.metrics = &embedding_metrics;
   EmbeddingService embeddings(embedding_tables, embedding_options);
   embeddings.RegisterWith((*process)->server().methods());
+  // With ps_replicas >= 2 the tables are part of every group copy like its variables.
+  ReplicatedTables replicated_tables(embeddings);
+  // Replication serves the same methods over per-group copies once the chief installs a shard
+  // map; until then (and always with ps_replicas = 1) every request reaches `service` as above.
+  ReplicatedPs::Options replication;
+  replication.ps_index = cluster.task_index();
+  replication.num_ps = cluster.num_ps();
+  replication.replicas = static_cast<int>(options.ps_replicas);
+  replication.dedup_max_entries = static_cast<uint64_t>(options.ps_dedup_max_entries);
+  replication.metrics = &metrics;
+  replication.checkpoints = &checkpoints;
+  if (options.ps_replicas > 1) replication.extension = &replicated_tables;
+  net::ServerProcess& server_process = **process;
+  const std::vector<std::string> peers = cluster.ps();
+  net::EventLoop peer_loop;  // see ReplicatedPs::Options::connect
+  replication.connect = [&server_process, &peer_loop, peers](int32_t index) {
+    return std::make_unique<net::RpcClient>(peer_loop, server_process.ClientOptions(peers.at(index)));
+  };
+  ReplicatedPs replicated(service, std::move(replication));
+  replicated.RegisterWith((*process)->server().methods());
+  if (options.ps_replicas > 1) replicated_tables.RegisterWith((*process)->server().methods(), replicated);
+  spdlog::info("limits: {} variable bytes, {} response bytes, non-finite gradients {}, {} update-window keys",
+               options.ps_max_variable_bytes, options.ps_max_response_bytes,
+               options.allow_nonfinite_gradients ? "allowed" : "refused", options.ps_dedup_max_entries);
   return (*process)->ServeUntilSignal();
 }
 

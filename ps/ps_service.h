@@ -43,6 +43,8 @@ namespace asyncps::ps {
 // requests (the chief's own updates) are applied every time.
 //
 // `store` (and `options.metrics`) must outlive the server the service is registered with.
+class CopyExtensionState;
+
 class PsService {
  public:
   // The state one copy of a shard group holds: its variables and its window of applied
@@ -50,6 +52,9 @@ class PsService {
   struct ShardState {
     VariableStore* store = nullptr;
     UpdateDedup* dedup = nullptr;
+    // What the copy holds beside its variables (a replicated group copy's embedding tables,
+    // ps/replication/copy_extension.h); PsService never uses it. Not owned; may be null.
+    CopyExtensionState* extension = nullptr;
   };
 
   struct Options {

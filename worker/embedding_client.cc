@@ -1,5 +1,6 @@
 #include "worker/embedding_client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -14,6 +15,7 @@
 #include "ps/embedding/embedding_wire.h"
 #include "ps/embedding/key_partition.h"
 #include "worker/ps_client.h"
+#include "worker/routed_call.h"
 
 namespace asyncps {
 namespace {
@@ -28,9 +30,10 @@ using CallResults = std::vector<absl::StatusOr<net::InMessage>>;
 // Sends every call at once; `on_all` gets the results in call order once the last is in.
 // (PsClient's fan-out, without its variable-directory reading of NotFound: a table name comes
 // from the caller, so NotFound stays the caller's unknown table.)
+// With `shard_map`, a call's `ps` is a shard group, sent to its primary (routed_call.h).
 void CallAllAsync(const std::vector<net::RpcClient*>& ps, const char* method,
                   std::vector<Outgoing> calls, const net::RpcClient::CallOptions& options,
-                  std::function<void(CallResults)> on_all) {
+                  std::function<void(CallResults)> on_all, ShardMapCache* shard_map) {
   if (calls.empty()) {
     on_all(CallResults());
     return;
@@ -46,6 +49,20 @@ void CallAllAsync(const std::vector<net::RpcClient*>& ps, const char* method,
   auto state = std::make_shared<State>(calls.size(), std::move(on_all));
   for (size_t i = 0; i < calls.size(); ++i) {
     const int p = calls[i].ps;
+    if (shard_map != nullptr) {
+      CallGroupAsync(ps, *shard_map, method, p, std::move(calls[i].message), options,
+                     [state, i, p, method](int at, const std::string* address, absl::StatusOr<net::InMessage> r) {
+                       if (!r.ok()) {
+                         r = absl::Status(r.status().code(),
+                                          absl::StrCat(method, " for shard group ", p, " on ps ", at, " (",
+                                                       address != nullptr ? *address : "", "): ", r.status().message()));
+                       }
+                       state->results[i] = std::move(r);
+                       if (state->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1)
+                         state->on_all(std::move(state->results));
+                     });
+      continue;
+    }
     ps[static_cast<size_t>(p)]->CallAsync(
         method, std::move(calls[i].message), options,
         [state, i, p, method,
@@ -113,6 +130,50 @@ Routing Route(const Tensor& keys, int num_ps) {
   return r;
 }
 
+bool IsUnknownTable(const absl::StatusOr<net::InMessage>& r) {
+  return !r.ok() && r.status().code() == absl::StatusCode::kNotFound &&
+         r.status().message().find("no embedding table") != absl::string_view::npos;
+}
+
+// A PS answering "no embedding table" for a table another PS holds lost it (it restarted
+// empty): that answer becomes PsStateLostError, which the coordinator's PS recovery acts on.
+// Whether another PS holds it: one answered this call, else PS `probe` is asked
+// (ps.EmbeddingStats) before `then` runs. With one PS nothing tells a lost table from an
+// unknown one: NotFound stays.
+void MarkLostTables(const std::vector<net::RpcClient*>& clients, const std::string& table, std::vector<int> call_ps,
+                    CallResults results, absl::Duration timeout, std::function<void(CallResults)> then) {
+  bool unknown = false, answered = false;
+  for (const auto& r : results) {
+    unknown = unknown || IsUnknownTable(r);
+    answered = answered || r.ok();
+  }
+  if (!unknown || clients.size() < 2) return then(std::move(results));
+  auto mark = [clients, call_ps](CallResults results) {
+    for (size_t c = 0; c < results.size(); ++c) {
+      if (!IsUnknownTable(results[c])) continue;
+      const int p = call_ps[c];
+      results[c] = PsStateLostError(p, clients[static_cast<size_t>(p)]->address(), results[c].status().message());
+    }
+    return results;
+  };
+  if (answered) return then(mark(std::move(results)));
+  // Ask a PS this call did not reach, or any other than the first that said NotFound.
+  int probe = -1;
+  for (int q = 0; q < static_cast<int>(clients.size()) && probe < 0; ++q) {
+    if (std::find(call_ps.begin(), call_ps.end(), q) == call_ps.end()) probe = q;
+  }
+  if (probe < 0) probe = call_ps.empty() ? 0 : (call_ps[0] + 1) % static_cast<int>(clients.size());
+  net::OutMessage stats;
+  const std::string name = table;
+  ps::BuildEmbeddingStatsRequest({&name, 1}, stats);
+  auto held = std::make_shared<CallResults>(std::move(results));
+  clients[static_cast<size_t>(probe)]->CallAsync(
+      ps::kEmbeddingStatsMethod, std::move(stats), {timeout, std::nullopt},
+      [held, mark, then = std::move(then)](absl::StatusOr<net::InMessage> r) mutable {
+        then(r.ok() ? mark(std::move(*held)) : std::move(*held));
+      });
+}
+
 // Fills `out` (f32 [n, dim], allocated here once dim is known) from the per-PS answers.
 absl::StatusOr<Tensor> FinishLookup(const std::string& table, const Routing& routing,
                                     const std::vector<int>& call_ps, CallResults results) {
@@ -149,8 +210,8 @@ absl::StatusOr<Tensor> FinishLookup(const std::string& table, const Routing& rou
 
 }  // namespace
 
-EmbeddingClient::EmbeddingClient(std::vector<net::RpcClient*> ps, absl::Duration timeout)
-    : ps_(std::move(ps)), timeout_(timeout) {}
+EmbeddingClient::EmbeddingClient(std::vector<net::RpcClient*> ps, absl::Duration timeout, ShardMapCache* shard_map)
+    : ps_(std::move(ps)), timeout_(timeout), shard_map_(shard_map) {}
 
 absl::Status EmbeddingClient::CreateTable(const ps::EmbeddingTableConfig& config,
                                           bool wait_for_ready) {
@@ -162,7 +223,7 @@ absl::Status EmbeddingClient::CreateTable(const ps::EmbeddingTableConfig& config
   }
   auto [future, complete] = PsFuture<CallResults>::Make();
   CallAllAsync(ps_, ps::kCreateEmbeddingTableMethod, std::move(calls), {timeout_, wait_for_ready},
-               [complete = std::move(complete)](CallResults r) { complete(std::move(r)); });
+               [complete = std::move(complete)](CallResults r) { complete(std::move(r)); }, shard_map_);
   return FirstError(*future.Get());
 }
 
@@ -185,14 +246,20 @@ void EmbeddingClient::LookupAsync(const std::string& table, const Tensor& keys, 
   }
   CallAllAsync(
       ps_, ps::kEmbeddingLookupMethod, std::move(calls), {timeout_, std::nullopt},
-      [table, routing, call_ps = std::move(call_ps), done = std::move(done)](CallResults results) {
-        absl::StatusOr<Tensor> out;
-        absl::Status decoded = net::CatchDecodeErrors([&]() -> absl::Status {
-          out = FinishLookup(table, *routing, call_ps, std::move(results));
-          return absl::OkStatus();
-        });
-        done(decoded.ok() ? std::move(out) : absl::StatusOr<Tensor>(decoded));
-      });
+      [clients = ps_, timeout = timeout_, table, routing, call_ps = std::move(call_ps),
+       done = std::move(done)](CallResults results) mutable {
+        std::vector<int> probed = call_ps;
+        MarkLostTables(clients, table, std::move(probed), std::move(results), timeout,
+                       [table, routing, call_ps, done = std::move(done)](CallResults results) {
+                         absl::StatusOr<Tensor> out;
+                         absl::Status decoded = net::CatchDecodeErrors([&]() -> absl::Status {
+                           out = FinishLookup(table, *routing, call_ps, std::move(results));
+                           return absl::OkStatus();
+                         });
+                         done(decoded.ok() ? std::move(out) : absl::StatusOr<Tensor>(decoded));
+                       });
+      },
+      shard_map_);
 }
 
 void EmbeddingClient::PushAsync(const std::string& table, const Tensor& keys,
@@ -224,14 +291,21 @@ void EmbeddingClient::PushAsync(const std::string& table, const Tensor& keys,
     for (size_t d = 0; d < row; ++d) dst[d] += src[d];
   }
   std::vector<Outgoing> calls;
+  std::vector<int> call_ps;
   for (size_t p = 0; p < ps_.size(); ++p) {
     if (routing.keys_by_ps[p].empty()) continue;
+    call_ps.push_back(static_cast<int>(p));
     calls.push_back({static_cast<int>(p), net::OutMessage()});
     const ps::EmbeddingGradients push{table, Tensor::FromVector(routing.keys_by_ps[p]), sums[p]};
     ps::BuildEmbeddingPushRequest({&push, 1}, tag, calls.back().message);
   }
   CallAllAsync(ps_, ps::kEmbeddingPushMethod, std::move(calls), {timeout_, std::nullopt},
-               [done = std::move(done)](CallResults results) { done(FirstError(results)); });
+               [clients = ps_, timeout = timeout_, table, call_ps = std::move(call_ps),
+                done = std::move(done)](CallResults results) mutable {
+                 MarkLostTables(clients, table, std::move(call_ps), std::move(results), timeout,
+                                [done = std::move(done)](CallResults results) { done(FirstError(results)); });
+               },
+               shard_map_);
 }
 
 absl::StatusOr<Tensor> EmbeddingClient::Lookup(const std::string& table, const Tensor& keys,

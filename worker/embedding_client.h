@@ -15,6 +15,7 @@ namespace asyncps {
 namespace net {
 class RpcClient;
 }  // namespace net
+class ShardMapCache;
 
 // Looks up and updates rows of hash-keyed embedding tables (ps/embedding/) on whichever
 // parameter servers own their keys.
@@ -27,7 +28,10 @@ class RpcClient;
 // row per key; the PS applies it through the table's optimizer, creating the row of an admitted
 // key and dropping the gradient of a key not admitted yet.
 //
-// Errors from a PS keep their code and name the PS (a table the PS does not know: NotFound;
+// A PS that answers "no embedding table" for a table another PS holds (it restarted empty)
+// gives PsStateLostError (worker/ps_client.h), which the coordinator's PS recovery acts on; a
+// table no PS holds stays NotFound (with one PS the two cannot be told apart: NotFound).
+// Other errors from a PS keep their code and name the PS (a table the PS does not know: NotFound;
 // bad shapes: InvalidArgument); a PS that cannot be reached gives Unavailable or
 // DeadlineExceeded naming it (IsPsUnreachable). Inputs are validated before anything is sent,
 // so a bad key tensor or gradient never reaches one PS and not another. An answer that does not
@@ -38,7 +42,10 @@ class RpcClient;
 class EmbeddingClient {
  public:
   // `ps[i]` is the connection to PS i: the order PsForKey routes by, the cluster's PS order.
-  EmbeddingClient(std::vector<net::RpcClient*> ps, absl::Duration timeout);
+  // With `shard_map` (replicated shards, ps_replicas >= 2; not owned, outlives the client and
+  // its calls) the keys PsForKey gives PS g are shard group g's, and each request goes to the
+  // group's primary with its route, riding out failovers as PsClient's do (worker/routed_call.h).
+  EmbeddingClient(std::vector<net::RpcClient*> ps, absl::Duration timeout, ShardMapCache* shard_map = nullptr);
 
   int num_ps() const { return static_cast<int>(ps_.size()); }
 
@@ -73,6 +80,7 @@ class EmbeddingClient {
  private:
   const std::vector<net::RpcClient*> ps_;
   const absl::Duration timeout_;
+  ShardMapCache* const shard_map_;
 };
 
 }  // namespace asyncps

@@ -105,6 +105,8 @@ class PsClient {
   // the PS's other services (EmbeddingClient) that share them.
   const std::vector<net::RpcClient*>& connections() const { return ps_; }
   absl::Duration timeout() const { return options_.timeout; }
+  // The shard map requests are routed by (null: one copy per shard).
+  ShardMapCache* shard_map() const { return options_.shard_map; }
 
   // Current values of `names`, in order (a sharded variable comes back whole).
   absl::StatusOr<std::vector<Tensor>> Read(const std::vector<std::string>& names);

@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "ps/embedding/embedding.capnp.h"
+#include "ps/embedding/embedding_wire.h"
 #include "ps/ps.capnp.h"
 #include "ps/replication/shard_map.h"
 #include "worker/shard_map_cache.h"
@@ -39,6 +41,18 @@ bool SetRoute(const std::string& method, net::OutMessage& m, uint32_t group, uin
     SetRouteAs<wire::SaveCheckpointRequest>(m, group, generation);
   } else if (method == "ps.RestoreCheckpoint") {
     SetRouteAs<wire::RestoreCheckpointRequest>(m, group, generation);
+  } else if (method == ps::kEmbeddingLookupMethod) {
+    SetRouteAs<wire::EmbeddingLookupRequest>(m, group, generation);
+  } else if (method == ps::kEmbeddingPushMethod) {
+    SetRouteAs<wire::EmbeddingPushRequest>(m, group, generation);
+  } else if (method == ps::kCreateEmbeddingTableMethod) {
+    SetRouteAs<wire::CreateEmbeddingTableRequest>(m, group, generation);
+  } else if (method == ps::kEmbeddingStatsMethod) {
+    SetRouteAs<wire::EmbeddingStatsRequest>(m, group, generation);
+  } else if (method == "ps.SaveEmbeddingTables") {
+    SetRouteAs<wire::SaveEmbeddingTablesRequest>(m, group, generation);
+  } else if (method == "ps.RestoreEmbeddingTables") {
+    SetRouteAs<wire::RestoreEmbeddingTablesRequest>(m, group, generation);
   } else {
     return false;
   }
@@ -51,7 +65,12 @@ bool RepeatableAfterLoss(const std::string& method, net::OutMessage& m) {
   if (method == "ps.PushGradients") {
     return m.envelope().getRequest().getBody().getAs<wire::PushGradientsRequest>().hasTag();
   }
-  return true;  // reads; creation and checkpoints are idempotent
+  if (method == ps::kEmbeddingPushMethod) {
+    return m.envelope().getRequest().getBody().getAs<wire::EmbeddingPushRequest>().hasTag();
+  }
+  // Reads; creation and checkpoints are idempotent; a training lookup sent again may count its
+  // keys towards admission twice (an admission one occurrence early), never change a row.
+  return true;
 }
 
 struct GroupCall {

@@ -18,7 +18,8 @@ class ShardMapCache;
 using RoutedCallback = std::function<void(int ps, const std::string* address, absl::StatusOr<net::InMessage>)>;
 
 // Sends `request` (a ps.Read, ps.Gather, ps.Update, ps.PushGradients, ps.CreateVariable,
-// ps.SaveCheckpoint or ps.RestoreCheckpoint body) for shard group `group` to that group's
+// ps.SaveCheckpoint or ps.RestoreCheckpoint body, or one of the embedding methods': lookup, push
+// (repeated like ps.PushGradients), create, stats, save, restore) for shard group `group` to that group's
 // primary in `cache`, with the route {group, generation} set in the body, and rides out a
 // failover: when the PS refuses it as a stale shard map (ps::IsStaleShardMap), answers
 // NotFound (a copy that restarted empty and lost its role), or cannot be reached, it waits

@@ -178,7 +178,7 @@ class StepContext {
   std::vector<BoundArg> args_;
   PsClient& ps_;
   std::shared_ptr<const std::atomic<bool>> cancelled_;
-  EmbeddingClient embeddings_{ps_.connections(), ps_.timeout()};
+  EmbeddingClient embeddings_{ps_.connections(), ps_.timeout(), ps_.shard_map()};
   const std::shared_ptr<Failures> failures_ = std::make_shared<Failures>();
   const std::shared_ptr<Pulled> pulled_ = std::make_shared<Pulled>();
   ps::UpdateTag closure_;  // sequence: the calls made so far

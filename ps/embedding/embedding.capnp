@@ -43,6 +43,8 @@ struct CreateEmbeddingTableRequest {
   admission @5 :EmbeddingAdmission;
   ttlSteps @6 :Int64;          # 0: off; else rows not updated in this many table steps go
   memoryCapBytes @7 :UInt64;   # 0: off; else rows least recently updated go to stay under it
+  route @8 :Ps.Route;          # replicated shard groups: the key partition's group and the
+                               # generation (ps/ps.capnp Route); absent: this PS's own group
 }
 
 struct CreateEmbeddingTableResponse {
@@ -56,6 +58,8 @@ struct EmbeddingLookupRequest {
     table @0 :Text;
     keys @1 :TensorRef;        # i64 [n], distinct, each owned by this PS (PsForKey)
   }
+  route @2 :Ps.Route;          # replicated shard groups: the key partition's group and the
+                               # generation (ps/ps.capnp Route); absent: this PS's own group
 }
 
 struct EmbeddingLookupResponse {
@@ -71,6 +75,8 @@ struct EmbeddingPushRequest {
     keys @1 :TensorRef;        # i64 [n], distinct (a repeated key's gradients are summed)
     gradients @2 :TensorRef;   # f32 [n, dim]
   }
+  route @2 :Ps.Route;          # replicated shard groups: the key partition's group and the
+                               # generation (ps/ps.capnp Route); absent: this PS's own group
 }
 
 struct EmbeddingPushResponse {
@@ -81,6 +87,8 @@ struct EmbeddingPushResponse {
 
 struct EmbeddingStatsRequest {
   tables @0 :List(Text);       # empty: every table
+  route @1 :Ps.Route;          # replicated shard groups: the key partition's group and the
+                               # generation (ps/ps.capnp Route); absent: this PS's own group
 }
 
 struct EmbeddingTableStats {
@@ -111,6 +119,8 @@ struct SaveEmbeddingTablesRequest {
   step @3 :Int64;
   numPs @4 :UInt32;            # recorded beside the key partition's name
   psIndex @5 :UInt32;
+  route @6 :Ps.Route;          # replicated shard groups: the key partition's group and the
+                               # generation (ps/ps.capnp Route); absent: this PS's own group
 }
 
 struct SaveEmbeddingTablesResponse {
@@ -125,9 +135,34 @@ struct RestoreEmbeddingTablesRequest {
   files @1 :List(Text);        # every file of the checkpoint (all PS that saved it)
   numPs @2 :UInt32;            # the job being restored: this PS keeps the keys
   psIndex @3 :UInt32;          # with PsForKey(key, numPs) == psIndex
+  route @4 :Ps.Route;          # replicated shard groups: the key partition's group and the
+                               # generation (ps/ps.capnp Route); absent: this PS's own group
 }
 
 struct RestoreEmbeddingTablesResponse {
   tables @0 :UInt32;
   rows @1 :UInt64;             # rows this PS holds after the restore
+}
+
+# State transfer of a group copy's tables to a rebuilding copy (ps/replication/
+# replicated_tables.h): carried as InstallStateRequest.extension, after the chunks of the
+# group's variables. A table's rows come in pieces (rowBegin 0 first); the last chunk of the
+# transfer holds the tables' update window.
+struct EmbeddingStateChunk {
+  pieces @0 :List(Piece);
+  dedup @1 :List(Ps.DedupSpace);  # in the last chunk
+  struct Piece {
+    config @0 :CreateEmbeddingTableRequest;   # with the first piece of a table
+    rowBegin @1 :Int64;
+    rowsTotal @2 :Int64;
+    keys @3 :TensorRef;        # i64 [m]
+    lastUpdate @4 :TensorRef;  # i64 [m]
+    values @5 :TensorRef;      # f32 [m, dim]
+    slots @6 :List(TensorRef); # f32 [m, dim] each
+    sketch @7 :TensorRef;      # with the first piece, when the table has a sketch
+    hasSketch @8 :Bool;
+    step @9 :Int64;
+    restores @10 :UInt64;
+    nextSweep @11 :Int64;
+  }
 }

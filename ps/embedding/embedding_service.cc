@@ -73,10 +73,10 @@ absl::Status EmbeddingService::Reject(RejectReason reason, absl::Status status) 
   return status;
 }
 
-void EmbeddingService::PublishMetrics() const {
+void EmbeddingService::PublishMetrics(const EmbeddingStore& store) const {
   if (options_.metrics == nullptr) return;
   EmbeddingTableStats total;
-  for (const EmbeddingTable* t : store_.List()) {
+  for (const EmbeddingTable* t : store.List()) {
     const EmbeddingTableStats s = t->Stats();
     total.rows += s.rows;
     total.admitted += s.admitted;
@@ -89,9 +89,14 @@ void EmbeddingService::PublishMetrics() const {
 }
 
 absl::Status EmbeddingService::CreateTable(const net::InMessage& request, net::OutMessage* response) {
+  return CreateTableIn(default_shard(), request, request.envelope().getRequest().getBody(), response);
+}
+
+absl::Status EmbeddingService::CreateTableIn(Shard shard, const net::InMessage& /*request*/, capnp::AnyPointer::Reader request_body,
+                                      net::OutMessage* response) {
   ASSIGN_OR_RETURN(EmbeddingTableConfig config,
-                   EmbeddingTableConfigFromWire(request.RequestBody<wire::CreateEmbeddingTableRequest>()));
-  ASSIGN_OR_RETURN(auto table, store_.Create(config));
+                   EmbeddingTableConfigFromWire(request_body.getAs<wire::CreateEmbeddingTableRequest>()));
+  ASSIGN_OR_RETURN(auto table, shard.store->Create(config));
   if (table.second) {
     spdlog::info("embedding table '{}' created: dim {}, {} optimizer, memory cap {}", config.name, config.dim,
                  OptimizerKindName(config.optimizer.kind),
@@ -101,18 +106,23 @@ absl::Status EmbeddingService::CreateTable(const net::InMessage& request, net::O
                                     table.first->max_rows_per_stripe(), " rows)"));
   }
   response->InitResponseBody<wire::CreateEmbeddingTableResponse>().setCreated(table.second);
-  PublishMetrics();
+  PublishMetrics(*shard.store);
   return absl::OkStatus();
 }
 
 absl::Status EmbeddingService::Lookup(const net::InMessage& request, net::OutMessage* response) {
-  auto req = request.RequestBody<wire::EmbeddingLookupRequest>();
+  return LookupIn(default_shard(), request, request.envelope().getRequest().getBody(), response);
+}
+
+absl::Status EmbeddingService::LookupIn(Shard shard, const net::InMessage& request, capnp::AnyPointer::Reader request_body,
+                                      net::OutMessage* response) {
+  auto req = request_body.getAs<wire::EmbeddingLookupRequest>();
   auto lookups = req.getLookups();
   std::vector<std::pair<EmbeddingTable*, Tensor>> resolved;
   uint64_t bytes = 0;
   for (auto l : lookups) {
     const std::string name = l.getTable().cStr();
-    ASSIGN_OR_RETURN(EmbeddingTable * table, store_.Find(name));
+    ASSIGN_OR_RETURN(EmbeddingTable * table, shard.store->Find(name));
     ASSIGN_OR_RETURN(Tensor keys, Keys(request, l.getKeys(), name));
     bytes += static_cast<uint64_t>(keys.num_elements()) * static_cast<uint64_t>(table->dim()) * sizeof(float);
     resolved.emplace_back(table, std::move(keys));
@@ -140,7 +150,12 @@ absl::Status EmbeddingService::Lookup(const net::InMessage& request, net::OutMes
 }
 
 absl::Status EmbeddingService::Push(const net::InMessage& request, net::OutMessage* response) {
-  auto req = request.RequestBody<wire::EmbeddingPushRequest>();
+  return PushIn(default_shard(), request, request.envelope().getRequest().getBody(), response);
+}
+
+absl::Status EmbeddingService::PushIn(Shard shard, const net::InMessage& request, capnp::AnyPointer::Reader request_body,
+                                      net::OutMessage* response) {
+  auto req = request_body.getAs<wire::EmbeddingPushRequest>();
   struct Prepared {
     EmbeddingTable* table;
     Tensor keys;
@@ -149,7 +164,7 @@ absl::Status EmbeddingService::Push(const net::InMessage& request, net::OutMessa
   std::vector<Prepared> prepared;
   for (auto p : req.getPushes()) {
     const std::string name = p.getTable().cStr();
-    ASSIGN_OR_RETURN(EmbeddingTable * table, store_.Find(name));
+    ASSIGN_OR_RETURN(EmbeddingTable * table, shard.store->Find(name));
     ASSIGN_OR_RETURN(Tensor keys, Keys(request, p.getKeys(), name));
     auto gradients = request.TensorAt(p.getGradients());
     if (!gradients.ok()) return Named(name, gradients.status());
@@ -178,7 +193,7 @@ absl::Status EmbeddingService::Push(const net::InMessage& request, net::OutMessa
     if (tag.tagged()) {
       std::vector<UpdateDedup::Target> targets;
       for (const Prepared& p : prepared) targets.push_back({p.table->name(), p.table->restores()});
-      auto admitted = dedup_.Admit(tag, targets);
+      auto admitted = shard.dedup->Admit(tag, targets);
       if (!admitted.ok()) {
         if (admitted.status().code() == absl::StatusCode::kResourceExhausted) {
           return Reject(RejectReason::kDedupWindowFull, admitted.status());
@@ -202,18 +217,23 @@ absl::Status EmbeddingService::Push(const net::InMessage& request, net::OutMessa
   body.setAlreadyApplied(admission.already_applied());
   body.setCreated(created);
   body.setDropped(dropped);
-  PublishMetrics();
+  PublishMetrics(*shard.store);
   return absl::OkStatus();
 }
 
 absl::Status EmbeddingService::Stats(const net::InMessage& request, net::OutMessage* response) {
+  return StatsIn(default_shard(), request, request.envelope().getRequest().getBody(), response);
+}
+
+absl::Status EmbeddingService::StatsIn(Shard shard, const net::InMessage& /*request*/, capnp::AnyPointer::Reader request_body,
+                                      net::OutMessage* response) {
   std::vector<EmbeddingTable*> tables;
-  auto names = request.RequestBody<wire::EmbeddingStatsRequest>().getTables();
+  auto names = request_body.getAs<wire::EmbeddingStatsRequest>().getTables();
   if (names.size() == 0) {
-    tables = store_.List();
+    tables = shard.store->List();
   } else {
     for (auto n : names) {
-      ASSIGN_OR_RETURN(EmbeddingTable * t, store_.Find(n.cStr()));
+      ASSIGN_OR_RETURN(EmbeddingTable * t, shard.store->Find(n.cStr()));
       tables.push_back(t);
     }
   }
@@ -231,15 +251,20 @@ absl::Status EmbeddingService::Stats(const net::InMessage& request, net::OutMess
     out[i].setMemoryBytes(s.memory_bytes);
     out[i].setMemoryCapBytes(tables[i]->config().memory_cap_bytes);
   }
-  PublishMetrics();
+  PublishMetrics(*shard.store);
   return absl::OkStatus();
 }
 
 absl::Status EmbeddingService::Save(const net::InMessage& request, net::OutMessage* response) {
-  auto req = request.RequestBody<wire::SaveEmbeddingTablesRequest>();
+  return SaveIn(default_shard(), request, request.envelope().getRequest().getBody(), response);
+}
+
+absl::Status EmbeddingService::SaveIn(Shard shard, const net::InMessage& /*request*/, capnp::AnyPointer::Reader request_body,
+                                      net::OutMessage* response) {
+  auto req = request_body.getAs<wire::SaveEmbeddingTablesRequest>();
   std::vector<std::string> tables;
   for (auto t : req.getTables()) tables.emplace_back(t.cStr());
-  auto saved = SaveEmbeddingTables(store_, req.getDirectory().cStr(), req.getFileName().cStr(), tables, req.getStep(),
+  auto saved = SaveEmbeddingTables(*shard.store, req.getDirectory().cStr(), req.getFileName().cStr(), tables, req.getStep(),
                                    static_cast<int>(req.getNumPs()), static_cast<int>(req.getPsIndex()));
   if (!saved.ok()) {
     spdlog::error("embedding checkpoint save of step {} failed: {}", req.getStep(), saved.status().ToString());
@@ -254,19 +279,24 @@ absl::Status EmbeddingService::Save(const net::InMessage& request, net::OutMessa
 }
 
 absl::Status EmbeddingService::Restore(const net::InMessage& request, net::OutMessage* response) {
-  auto req = request.RequestBody<wire::RestoreEmbeddingTablesRequest>();
+  return RestoreIn(default_shard(), request, request.envelope().getRequest().getBody(), response);
+}
+
+absl::Status EmbeddingService::RestoreIn(Shard shard, const net::InMessage& /*request*/, capnp::AnyPointer::Reader request_body,
+                                      net::OutMessage* response) {
+  auto req = request_body.getAs<wire::RestoreEmbeddingTablesRequest>();
   std::vector<std::string> files;
   for (auto f : req.getFiles()) files.emplace_back(f.cStr());
-  auto rows = RestoreEmbeddingTables(store_, req.getDirectory().cStr(), files, static_cast<int>(req.getNumPs()),
+  auto rows = RestoreEmbeddingTables(*shard.store, req.getDirectory().cStr(), files, static_cast<int>(req.getNumPs()),
                                      static_cast<int>(req.getPsIndex()));
   if (!rows.ok()) {
     spdlog::error("embedding checkpoint restore failed: {}", rows.status().ToString());
     return rows.status();
   }
   auto out = response->InitResponseBody<wire::RestoreEmbeddingTablesResponse>();
-  out.setTables(static_cast<uint32_t>(store_.List().size()));
+  out.setTables(static_cast<uint32_t>(shard.store->List().size()));
   out.setRows(*rows);
-  PublishMetrics();
+  PublishMetrics(*shard.store);
   return absl::OkStatus();
 }
 

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include <capnp/any.h>
+
 #include "core/process_options.h"
 #include "net/method_table.h"
 #include "ps/embedding/embedding_metrics.h"
@@ -60,11 +62,35 @@ class EmbeddingService {
   absl::Status Save(const net::InMessage& request, net::OutMessage* response);
   absl::Status Restore(const net::InMessage& request, net::OutMessage* response);
 
+  // The tables and update window a request runs against: the service's own (default_shard()),
+  // or a replicated group copy's (ps/replication/replicated_tables.h), which calls the *In
+  // handlers below with its copy's shard. Both must outlive the call. `body` is the method's
+  // request body, read from `request` (its tensors' frame: the request itself, or the
+  // ps.Replicate frame that carries a replicated entry).
+  struct Shard {
+    EmbeddingStore* store = nullptr;
+    UpdateDedup* dedup = nullptr;
+  };
+  Shard default_shard() { return {&store_, &dedup_}; }
+  absl::Status CreateTableIn(Shard shard, const net::InMessage& request, capnp::AnyPointer::Reader body,
+                      net::OutMessage* response);
+  absl::Status LookupIn(Shard shard, const net::InMessage& request, capnp::AnyPointer::Reader body,
+                      net::OutMessage* response);
+  absl::Status PushIn(Shard shard, const net::InMessage& request, capnp::AnyPointer::Reader body,
+                      net::OutMessage* response);
+  absl::Status StatsIn(Shard shard, const net::InMessage& request, capnp::AnyPointer::Reader body,
+                      net::OutMessage* response);
+  absl::Status SaveIn(Shard shard, const net::InMessage& request, capnp::AnyPointer::Reader body,
+                      net::OutMessage* response);
+  absl::Status RestoreIn(Shard shard, const net::InMessage& request, capnp::AnyPointer::Reader body,
+                      net::OutMessage* response);
+
+  const Options& options() const { return options_; }
   const UpdateDedup& dedup() const { return dedup_; }
 
  private:
   absl::Status Reject(RejectReason reason, absl::Status status) const;
-  void PublishMetrics() const;
+  void PublishMetrics(const EmbeddingStore& store) const;
 
   EmbeddingStore& store_;
   const Options options_;

@@ -250,16 +250,25 @@ void EmbeddingTable::EvictLeastRecent(Stripe& s, int64_t protect_step) {
     threshold = lasts[target - 1];
   }
   uint32_t evicted = 0;
-  // Strictly older first, then rows of the threshold step until the target is met.
-  for (int pass = 0; pass < 2 && evicted < target; ++pass) {
-    for (uint32_t row = 0; row < s.used && evicted < target; ++row) {
-      const int64_t last = LastAt(s, row);
-      if (last < 0 || last == protect_step) continue;
-      if (pass == 0 ? last < threshold : last == threshold) {
-        Evict(s, row);
-        ++evicted;
-      }
+  // Strictly older first, then rows of the threshold step by key until the target is met: the
+  // order is (last update step, key), never the rows' places in memory, so copies of a table
+  // built in another order (a replica rebuilt by state transfer) evict the same rows.
+  std::vector<std::pair<int64_t, uint32_t>> ties;
+  for (uint32_t row = 0; row < s.used; ++row) {
+    const int64_t last = LastAt(s, row);
+    if (last < 0 || last == protect_step) continue;
+    if (last < threshold) {
+      Evict(s, row);
+      ++evicted;
+    } else if (last == threshold) {
+      ties.emplace_back(KeyAt(s, row), row);
     }
+  }
+  if (evicted < target && !ties.empty()) {
+    const size_t want = std::min<size_t>(ties.size(), target - evicted);
+    std::nth_element(ties.begin(), ties.begin() + static_cast<std::ptrdiff_t>(want - 1), ties.end());
+    for (size_t i = 0; i < want; ++i) Evict(s, ties[i].second);
+    evicted += static_cast<uint32_t>(want);
   }
   evicted_cap_.fetch_add(evicted, std::memory_order_relaxed);
 }
@@ -552,6 +561,11 @@ absl::Status EmbeddingTable::Import(absl::Span<const EmbeddingTableState* const>
   restores_.fetch_add(1, std::memory_order_acq_rel);
   for (int si = kStripes - 1; si >= 0; --si) stripes_[si].mu.Unlock();
   return absl::OkStatus();
+}
+
+void EmbeddingTable::SetReplicaCounters(uint64_t restores, int64_t next_sweep) {
+  restores_.store(restores, std::memory_order_release);
+  next_sweep_.store(next_sweep, std::memory_order_release);
 }
 
 }  // namespace asyncps::ps

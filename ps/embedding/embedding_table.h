@@ -55,7 +55,8 @@ struct EmbeddingTableState {
 //   * Eviction: a row not updated for more than ttl_steps steps is evicted (every stripe is
 //     swept by the push whose step is due, every max(1, ttl_steps / 8) steps); with a memory cap,
 //     inserting into a full stripe first evicts its 1/16 least recently updated rows (the
-//     rows of the push itself are never evicted by it). A push whose keys of one stripe are
+//     rows of the push itself are never evicted by it; ties at the oldest step go by key, so
+//     the choice never depends on where rows sit in memory). A push whose keys of one stripe are
 //     more than the stripe can hold under the cap is refused (ResourceExhausted) whole.
 //   * An update for a key evicted meanwhile re-creates the row from its initial value (if the
 //     key is still admitted, which a key once admitted by count stays: the sketch only grows)
@@ -114,6 +115,13 @@ class EmbeddingTable {
   bool HasRow(int64_t key) const;
   // How many times the table was restored (the generation UpdateDedup keys updates by).
   uint64_t restores() const { return restores_.load(std::memory_order_acquire); }
+  // Whether training lookups change the table (they count keys in an admission sketch).
+  bool counts_lookups() const { return sketch_ != nullptr; }
+  // The step of the next TTL sweep (with restores(), what a replica needs beside Export() to
+  // evolve exactly as this table does).
+  int64_t next_sweep() const { return next_sweep_.load(std::memory_order_acquire); }
+  // Sets restores() and next_sweep() to a primary's (a replica rebuilt by Import).
+  void SetReplicaCounters(uint64_t restores, int64_t next_sweep);
   // Rows a stripe may hold under the memory cap (UINT32_MAX - 1 without a cap).
   uint32_t max_rows_per_stripe() const { return max_rows_per_stripe_; }
 

@@ -191,12 +191,16 @@ void BackupStream::CheckInSync() {
 absl::Status BackupStream::Transfer() {
   std::vector<SnapshotVariable> snapshot;
   std::vector<UpdateDedup::ExportedSpace> dedup;
+  std::unique_ptr<CopyExtensionSnapshot> extension;  // the tables beside the variables
   uint64_t sequence = 0;
   uint64_t generation = 0;
   {
     MutexLock write(&copy_.write_mu);
     for (auto& v : copy_.state.store->List()) snapshot.push_back({v, v->CheckpointState()});
     dedup = copy_.state.dedup->Export();
+    if (options_.extension != nullptr && copy_.state.extension != nullptr) {
+      extension = options_.extension->Snapshot(*copy_.state.extension);
+    }
     MutexLock lock(&copy_.mu);
     sequence = copy_.sequence;
     generation = copy_.generation;
@@ -210,6 +214,7 @@ absl::Status BackupStream::Transfer() {
             [](const SnapshotVariable& a, const SnapshotVariable& b) { return a.variable->name() < b.variable->name(); });
   uint64_t total = 0;
   for (const auto& s : snapshot) total += s.state.value.num_bytes() * (1 + s.state.slots.size());
+  if (extension != nullptr) total += extension->bytes();
   {
     MutexLock lock(&copy_.mu);
     bytes_copied = 0;
@@ -246,8 +251,11 @@ absl::Status BackupStream::Transfer() {
     } while (begin < rows);
   }
   if (chunks.size() > 1 && chunks.back().empty()) chunks.pop_back();
+  // The extension's chunks follow the variables' ones.
+  const size_t extension_chunks = extension != nullptr ? extension->Chunks(options_.transfer_chunk_bytes) : 0;
+  const size_t total_chunks = chunks.size() + extension_chunks;
 
-  for (size_t c = 0; c < chunks.size(); ++c) {
+  for (size_t c = 0; c < total_chunks; ++c) {
     {
       MutexLock lock(&queue_mu_);
       if (stop_) return absl::CancelledError("stream stopped");
@@ -261,11 +269,15 @@ absl::Status BackupStream::Transfer() {
     body.setSequence(sequence);
     body.setBytesTotal(total);
     body.setFromPs(options_.from_ps);
-    const bool last = c + 1 == chunks.size();
+    const bool last = c + 1 == total_chunks;
     body.setLast(last);
-    auto vars = body.initVariables(static_cast<unsigned>(chunks[c].size()));
     uint64_t sent = 0;
-    for (unsigned i = 0; i < chunks[c].size(); ++i) {
+    if (c >= chunks.size()) {
+      sent += extension->WriteChunk(c - chunks.size(), body.initExtension(), request);
+    }
+    const size_t pieces = c < chunks.size() ? chunks[c].size() : 0;
+    auto vars = body.initVariables(static_cast<unsigned>(pieces));
+    for (unsigned i = 0; i < pieces; ++i) {
       const Piece& p = chunks[c][i];
       const Variable& v = *p.var->variable;
       auto out = vars[i];

@@ -36,6 +36,7 @@ class BackupStream {
     uint64_t max_batch_bytes = uint64_t{64} << 20;
     uint64_t transfer_chunk_bytes = uint64_t{16} << 20;
     PsMetrics* metrics = nullptr;  // optional; not owned
+    CopyExtension* extension = nullptr;  // optional; not owned: its state is transferred too
   };
 
   // Streams `copy`'s writes after `start_after` (ignored with `transfer`) to PS `target`

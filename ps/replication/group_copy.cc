@@ -40,19 +40,26 @@ wire::CopyRole CopyRoleToWire(CopyRole role) {
   return wire::CopyRole::NEEDS_REBUILD;
 }
 
-GroupCopy::GroupCopy(uint32_t group, uint64_t max_variable_bytes, const UpdateDedup::Options& dedup_options)
+GroupCopy::GroupCopy(uint32_t group, uint64_t max_variable_bytes, const UpdateDedup::Options& dedup_options,
+                     std::shared_ptr<CopyExtensionState> extension)
     : group(group),
       owned_store(std::make_unique<VariableStore>(max_variable_bytes)),
       owned_dedup(std::make_unique<UpdateDedup>(dedup_options)),
-      state{owned_store.get(), owned_dedup.get()} {}
+      extension(std::move(extension)),
+      state{owned_store.get(), owned_dedup.get(), this->extension.get()} {}
 
-GroupCopy::GroupCopy(uint32_t group, VariableStore* budget, const UpdateDedup::Options& dedup_options)
+GroupCopy::GroupCopy(uint32_t group, VariableStore* budget, const UpdateDedup::Options& dedup_options,
+                     std::shared_ptr<CopyExtensionState> extension)
     : group(group),
       owned_store(std::make_unique<VariableStore>(budget)),
       owned_dedup(std::make_unique<UpdateDedup>(dedup_options)),
-      state{owned_store.get(), owned_dedup.get()} {}
+      extension(std::move(extension)),
+      state{owned_store.get(), owned_dedup.get(), this->extension.get()} {}
 
-GroupCopy::GroupCopy(uint32_t group, PsService::ShardState shared) : group(group), state(shared) {}
+GroupCopy::GroupCopy(uint32_t group, PsService::ShardState shared, std::shared_ptr<CopyExtensionState> extension)
+    : group(group),
+      extension(std::move(extension)),
+      state{shared.store, shared.dedup, this->extension != nullptr ? this->extension.get() : shared.extension} {}
 
 GroupCopy::~GroupCopy() {
   std::vector<std::unique_ptr<BackupStream>> stopping;

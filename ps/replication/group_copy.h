@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 #include "ps/ps.capnp.h"
 #include "ps/ps_service.h"
+#include "ps/replication/copy_extension.h"
 #include "ps/update_dedup.h"
 #include "ps/variable.h"
 #include "ps/variable_store.h"
@@ -30,7 +31,8 @@ enum class CopyRole {
                   // nothing until a new map makes it rebuilding and a transfer completes
   kFenced,        // a primary whose stream was refused for its generation: serves nothing
   kRestoring,     // the primary of a group that lost every copy (GroupEntry::restore_pending):
-                  // takes only the chief's restore (ps.RestoreCheckpoint, ps.CreateVariable),
+                  // takes only the chief's restore (ps.RestoreCheckpoint, ps.CreateVariable and
+                  // their embedding-table twins),
                   // streamed to the other copies like any write, and refuses everything else
                   // (RestorePendingError) until a map clears restore_pending
 };
@@ -57,13 +59,16 @@ struct PendingVariable {
 // replication state below and is what writers wait on for acknowledgements. Lock order:
 // write_mu, then mu, then a stream's own lock.
 struct GroupCopy {
-  // A copy with its own (new, empty) store and window.
-  GroupCopy(uint32_t group, uint64_t max_variable_bytes, const UpdateDedup::Options& dedup_options);
-  // A copy with its own (new, empty) store and window whose variable bytes count against
-  // `budget`'s cap (not owned; outlives the copy): the copies of one PS share its cap.
-  GroupCopy(uint32_t group, VariableStore* budget, const UpdateDedup::Options& dedup_options);
+  // A copy with its own (new, empty) store and window, and `extension` (may be null: the
+  // state beside the variables, e.g. embedding tables; state.extension points at it).
+  GroupCopy(uint32_t group, uint64_t max_variable_bytes, const UpdateDedup::Options& dedup_options,
+            std::shared_ptr<CopyExtensionState> extension = nullptr);
+  // The same, with variable bytes counting against `budget`'s cap (not owned; outlives the
+  // copy): the copies of one PS share its cap.
+  GroupCopy(uint32_t group, VariableStore* budget, const UpdateDedup::Options& dedup_options,
+            std::shared_ptr<CopyExtensionState> extension = nullptr);
   // A copy over the PS's default store and window (not owned; they outlive it).
-  GroupCopy(uint32_t group, PsService::ShardState shared);
+  GroupCopy(uint32_t group, PsService::ShardState shared, std::shared_ptr<CopyExtensionState> extension = nullptr);
   ~GroupCopy();  // stops the streams
   GroupCopy(const GroupCopy&) = delete;
   GroupCopy& operator=(const GroupCopy&) = delete;
@@ -71,6 +76,7 @@ struct GroupCopy {
   const uint32_t group;
   const std::unique_ptr<VariableStore> owned_store;
   const std::unique_ptr<UpdateDedup> owned_dedup;
+  const std::shared_ptr<CopyExtensionState> extension;
   const PsService::ShardState state;
 
   Mutex write_mu ABSL_ACQUIRED_BEFORE(mu);

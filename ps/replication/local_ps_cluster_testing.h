@@ -15,7 +15,10 @@
 #include "net/rpc_server.h"
 #include "ps/checkpoint_service.h"
 #include "ps/ps_service.h"
+#include "ps/embedding/embedding_service.h"
+#include "ps/embedding/embedding_store.h"
 #include "ps/replication/replicated_ps.h"
+#include "ps/replication/replicated_tables.h"
 #include "ps/replication/shard_map.h"
 #include "ps/variable_store.h"
 
@@ -28,12 +31,18 @@ class LocalPsCluster {
  public:
   static constexpr char kToken[] = "replication-test-token";
 
-  // `base` supplies the replication options (ps_index, num_ps and connect are set here); each
+  // `base` supplies the replication options (ps_index, num_ps and connect are set here).
+  // `with_tables`: every PS also serves embedding tables, replicated (ReplicatedTables). Each
   // PS's variables (every copy it holds) are capped at `max_variable_bytes`.
   explicit LocalPsCluster(int num_ps, ReplicatedPs::Options base = ReplicatedPs::Options(),
+                          bool with_tables = false,
                           uint64_t max_variable_bytes = std::numeric_limits<uint64_t>::max()) {
     for (int i = 0; i < num_ps; ++i) {
       auto n = std::make_unique<Node>(max_variable_bytes);
+      if (with_tables) {
+        n->embeddings = std::make_unique<EmbeddingService>(n->embedding_store, EmbeddingService::Options());
+        n->tables = std::make_unique<ReplicatedTables>(*n->embeddings);
+      }
       n->service = std::make_unique<PsService>(n->store);
       net::RpcServer::Options so;
       so.role = "ps";
@@ -56,8 +65,10 @@ class LocalPsCluster {
         co.token = kToken;
         return std::make_unique<net::RpcClient>(node->peer_loop, co);
       };
+      o.extension = n->tables.get();
       n->replicated = std::make_unique<ReplicatedPs>(*n->service, std::move(o));
       n->replicated->RegisterWith(n->server->methods());
+      if (with_tables) n->tables->RegisterWith(n->server->methods(), *n->replicated);
       nodes_.push_back(std::move(n));
     }
     for (auto& n : nodes_) started_ = started_ && n->server->Start().ok();
@@ -74,6 +85,12 @@ class LocalPsCluster {
   int size() const { return static_cast<int>(nodes_.size()); }
   ReplicatedPs& replicated(int ps) { return *nodes_.at(ps)->replicated; }
   int port(int ps) const { return nodes_.at(ps)->server->port(); }
+  // The tables of PS `ps`'s copy of `group` (with_tables; a null store when no copy is held).
+  EmbeddingService::Shard Tables(int ps, uint32_t group) {
+    auto copy = replicated(ps).CopyOf(group);
+    if (copy == nullptr || copy->state.extension == nullptr) return {};
+    return ReplicatedTables::ShardOf(*copy->state.extension);
+  }
 
   // A client of PS `ps` authenticated as `role` (one per pair, kept).
   net::RpcClient& Client(int ps, const std::string& role) {
@@ -112,6 +129,9 @@ class LocalPsCluster {
     net::EventLoop loop;
     net::EventLoop peer_loop;
     VariableStore store;
+    EmbeddingStore embedding_store;
+    std::unique_ptr<EmbeddingService> embeddings;
+    std::unique_ptr<ReplicatedTables> tables;
     std::unique_ptr<PsService> service;
     std::unique_ptr<CheckpointService> checkpoints;
     std::unique_ptr<net::RpcServer> server;

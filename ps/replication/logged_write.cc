@@ -40,11 +40,12 @@ bool IsReplicatedWrite(const std::string& method) {
 
 absl::StatusOr<std::shared_ptr<const LoggedWrite>> LoggedWrite::Make(const std::string& method,
                                                                      const net::InMessage& frame,
-                                                                     capnp::AnyPointer::Reader body) {
+                                                                     capnp::AnyPointer::Reader body,
+                                                                     const CopyExtension* extension) {
   std::shared_ptr<LoggedWrite> write(new LoggedWrite());
   write->method_ = method;
   absl::Status bad;
-  absl::Status walked = ForEachTensorRef(method, body, [&](wire::TensorRef::Reader ref) {
+  auto collect = [&](wire::TensorRef::Reader ref) {
     if (!bad.ok()) return;
     absl::StatusOr<Tensor> t = frame.TensorAt(ref);
     if (!t.ok()) {
@@ -53,7 +54,14 @@ absl::StatusOr<std::shared_ptr<const LoggedWrite>> LoggedWrite::Make(const std::
     }
     write->bytes_ += t->num_bytes();
     write->tensors_.push_back(*std::move(t));
-  });
+  };
+  absl::Status walked;
+  if (extension != nullptr && extension->IsWrite(method)) {
+    write->extension_ = extension;
+    walked = extension->ForEachTensorRef(method, body, collect);
+  } else {
+    walked = ForEachTensorRef(method, body, collect);
+  }
   if (!walked.ok()) return walked;
   if (!bad.ok()) return bad;
   capnp::MallocMessageBuilder copy;
@@ -69,8 +77,12 @@ void LoggedWrite::AppendTo(wire::ReplicatedEntry::Builder entry, net::OutMessage
   entry.getBody().set(reader.getRoot<capnp::AnyPointer>());
   size_t next = 0;
   // The body was walked once in Make: the same method and body visit the same references.
-  (void)ForEachTensorRef(method_, entry.getBody(),
-                         [&](wire::TensorRef::Builder ref) { message.AddTensor(tensors_[next++], ref); });
+  auto add = [&](wire::TensorRef::Builder ref) { message.AddTensor(tensors_[next++], ref); };
+  if (extension_ != nullptr) {
+    extension_->ForEachTensorRef(method_, entry.getBody(), add);
+  } else {
+    (void)ForEachTensorRef(method_, entry.getBody(), add);
+  }
 }
 
 }  // namespace asyncps::ps

@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 #include "net/message.h"
 #include "ps/ps.capnp.h"
+#include "ps/replication/copy_extension.h"
 
 namespace asyncps::ps {
 
@@ -22,11 +23,13 @@ namespace asyncps::ps {
 class LoggedWrite {
  public:
   // The write `method` ("ps.CreateVariable", "ps.Update", "ps.PushGradients",
-  // "ps.RestoreCheckpoint") whose request `body` was read from `frame`. InvalidArgument for
-  // another method or a tensor reference the frame does not hold.
+  // "ps.RestoreCheckpoint", or a write of `extension`, which must then outlive the result)
+  // whose request `body` was read from `frame`. InvalidArgument for another method or a
+  // tensor reference the frame does not hold.
   static absl::StatusOr<std::shared_ptr<const LoggedWrite>> Make(const std::string& method,
                                                                  const net::InMessage& frame,
-                                                                 capnp::AnyPointer::Reader body);
+                                                                 capnp::AnyPointer::Reader body,
+                                                                 const CopyExtension* extension = nullptr);
 
   const std::string& method() const { return method_; }
   // Tensor bytes plus body bytes (what a ps.Replicate carrying it sends).
@@ -38,6 +41,7 @@ class LoggedWrite {
  private:
   LoggedWrite() = default;
   std::string method_;
+  const CopyExtension* extension_ = nullptr;  // set for an extension's write
   kj::Array<capnp::word> body_;  // a flat message whose root is the request struct
   std::vector<Tensor> tensors_;  // in the order ForEachTensorRef visits their references
   uint64_t bytes_ = 0;

@@ -49,8 +49,9 @@ ReplicatedPs::ReplicatedPs(PsService& service, Options options)
       update_check_(capnp::Schema::from<wire::UpdateRequest>()),
       push_check_(capnp::Schema::from<wire::PushGradientsRequest>()),
       restore_check_(capnp::Schema::from<wire::RestoreCheckpointRequest>()) {
+  if (options_.extension != nullptr) default_extension_ = options_.extension->DefaultState();
   // Until a map arrives, the PS's own group is its default store, served as PsService serves it.
-  auto own = std::make_shared<GroupCopy>(static_cast<uint32_t>(options_.ps_index), service_.default_state());
+  auto own = std::make_shared<GroupCopy>(static_cast<uint32_t>(options_.ps_index), DefaultState());
   {
     MutexLock lock(&own->mu);
     own->role = CopyRole::kPrimary;
@@ -75,7 +76,25 @@ std::shared_ptr<GroupCopy> ReplicatedPs::NewCopy(uint32_t group) const {
   dedup.max_entries = options_.dedup_max_entries;
   dedup.metrics = options_.metrics;
   // Every copy's variables count against the PS's one cap (its default store's).
-  return std::make_shared<GroupCopy>(group, service_.default_state().store, dedup);
+  return std::make_shared<GroupCopy>(group, service_.default_state().store, dedup,
+                                     options_.extension != nullptr ? options_.extension->NewState(group) : nullptr);
+}
+
+PsService::ShardState ReplicatedPs::DefaultState() const {
+  PsService::ShardState s = service_.default_state();
+  s.extension = default_extension_.get();
+  return s;
+}
+
+absl::Status ReplicatedPs::RoutedWrite(const net::RequestContext& context, const char* method,
+                                       const net::InMessage& request, bool has_route, wire::Route::Reader route,
+                                       const StateFn& apply) {
+  return Write(context, method, request, has_route, route, apply);
+}
+
+absl::Status ReplicatedPs::RoutedRead(bool has_route, wire::Route::Reader route, const char* method,
+                                      const StateFn& read) {
+  return ReadAt(has_route, route, method, read);
 }
 
 std::shared_ptr<GroupCopy> ReplicatedPs::CopyOf(uint32_t group) const {
@@ -225,7 +244,7 @@ absl::StatusOr<ReplicatedPs::Routed> ReplicatedPs::Route(bool has_route, wire::R
 absl::Status ReplicatedPs::ReadAt(bool has_route, wire::Route::Reader route, const char* method,
                                   const ReadFn& read) {
   ASSIGN_OR_RETURN(Routed r, Route(has_route, route, method));
-  if (r.copy == nullptr) return read(service_.default_state());
+  if (r.copy == nullptr) return read(DefaultState());
   {
     MutexLock lock(&r.copy->mu);
     RETURN_IF_ERROR(CheckServing(*r.copy, r.generation, method, /*restore_write=*/false));
@@ -237,21 +256,25 @@ absl::Status ReplicatedPs::Write(const net::RequestContext& context, const char*
                                  const net::InMessage& request, bool has_route, wire::Route::Reader route,
                                  const WriteFn& apply) {
   ASSIGN_OR_RETURN(Routed r, Route(has_route, route, method));
-  if (r.copy == nullptr) return apply(service_.default_state());
+  if (r.copy == nullptr) return apply(DefaultState());
   GroupCopy& copy = *r.copy;
   uint64_t sequence = 0;
   {
     MutexLock write(&copy.write_mu);
     {
-      // What restores a group that lost every copy: the chief's restore and creations.
-      const bool restore_write = context.peer.role == "chief" && (std::strcmp(method, "ps.RestoreCheckpoint") == 0 ||
-                                                                  std::strcmp(method, "ps.CreateVariable") == 0);
+      // What restores a group that lost every copy: the chief's restores and creations, of
+      // variables and of embedding tables.
+      const bool restore_write =
+          context.peer.role == "chief" &&
+          (std::strcmp(method, "ps.RestoreCheckpoint") == 0 || std::strcmp(method, "ps.CreateVariable") == 0 ||
+           std::strcmp(method, "ps.RestoreEmbeddingTables") == 0 ||
+           std::strcmp(method, "ps.CreateEmbeddingTable") == 0);
       MutexLock lock(&copy.mu);
       RETURN_IF_ERROR(CheckServing(copy, r.generation, method, restore_write));
     }
     RETURN_IF_ERROR(apply(copy.state));
     absl::StatusOr<std::shared_ptr<const LoggedWrite>> logged =
-        LoggedWrite::Make(method, request, RequestBodyPointer(request));
+        LoggedWrite::Make(method, request, RequestBodyPointer(request), options_.extension);
     MutexLock lock(&copy.mu);
     sequence = ++copy.sequence;
     if (!logged.ok()) {
@@ -420,6 +443,7 @@ void ReplicatedPs::ReconcileStreams(GroupCopy& copy, const GroupEntry& entry,
   o.max_batch_bytes = options_.max_batch_bytes;
   o.transfer_chunk_bytes = options_.transfer_chunk_bytes;
   o.metrics = options_.metrics;
+  o.extension = options_.extension;
   auto streams_to = [&copy](int32_t ps) ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) {
     for (auto& s : copy.streams) {
       if (s->target() == ps) return true;
@@ -627,6 +651,9 @@ absl::Status ReplicatedPs::ApplyEntry(GroupCopy& copy, const net::InMessage& fra
     RETURN_IF_ERROR(restore_check_.Check(body));
     return options_.checkpoints->RestoreIn(*copy.state.store, body.getAs<wire::RestoreCheckpointRequest>());
   }
+  if (options_.extension != nullptr && options_.extension->IsWrite(method) && copy.state.extension != nullptr) {
+    return options_.extension->ApplyReplicated(*copy.state.extension, method, frame, body);
+  }
   return absl::InvalidArgumentError(absl::StrCat("'", method, "' is not a replicated write"));
 }
 
@@ -749,8 +776,17 @@ absl::Status ReplicatedPs::InstallChunk(GroupCopy& copy, const net::InMessage& f
       spaces.push_back(std::move(e));
     }
     copy.state.dedup->Import(spaces);
-    r.complete = true;
   }
+  if (req.hasExtension() || (req.getLast() && options_.extension != nullptr)) {
+    if (options_.extension == nullptr || copy.state.extension == nullptr) {
+      return NeedsRebuild(copy, "ps.InstallState carries extension state this PS does not hold");
+    }
+    absl::Status s = options_.extension->Install(*copy.state.extension, frame, req.getExtension(), req.getLast());
+    if (!s.ok()) {
+      return NeedsRebuild(copy, absl::StrCat("ps.InstallState of group ", copy.group, ": ", s.message()));
+    }
+  }
+  if (req.getLast()) r.complete = true;
   MutexLock lock(&copy.mu);
   copy.receive_bytes_copied = r.bytes_copied;
   copy.receive_bytes_total = r.bytes_total;

@@ -15,6 +15,7 @@
 #include "ps/checkpoint_service.h"
 #include "ps/ps_metrics.h"
 #include "ps/ps_service.h"
+#include "ps/replication/copy_extension.h"
 #include "ps/replication/group_copy.h"
 #include "ps/replication/shard_map.h"
 
@@ -66,6 +67,10 @@ class ReplicatedPs {
     // loop should not be the server's: a write answered on the I/O thread would then block
     // the loop that delivers its acknowledgement until the write times out.
     std::function<std::unique_ptr<net::RpcClient>(int32_t index)> connect;
+    // Optional (not owned, outlives this object): state every copy holds beside its variables
+    // (the PS's embedding tables, ReplicatedTables), replicated with them: its writes go
+    // through RoutedWrite, its state through the state transfer.
+    CopyExtension* extension = nullptr;
   };
 
   // `service` (its default store is group ps_index's copy until a map says otherwise) must
@@ -81,6 +86,16 @@ class ReplicatedPs {
   std::shared_ptr<GroupCopy> CopyOf(uint32_t group) const;
   // The map held (generation 0: none).
   ShardMap map() const;
+
+  // For the methods of Options::extension (which registers them): `apply` runs against the
+  // state of the copy `route` names (state.extension set) exactly as the variables' writes
+  // and reads do — fenced by generation, a write applied at the primary under the copy's write
+  // lock, logged (the extension's IsWrite methods only) and answered once every backup applied
+  // it; without a map, against the PS's default state.
+  using StateFn = std::function<absl::Status(PsService::ShardState)>;
+  absl::Status RoutedWrite(const net::RequestContext& context, const char* method, const net::InMessage& request,
+                           bool has_route, wire::Route::Reader route, const StateFn& apply);
+  absl::Status RoutedRead(bool has_route, wire::Route::Reader route, const char* method, const StateFn& read);
 
  private:
   // The copy a request for `route` goes to, and the generation it was routed with (0: none).
@@ -126,8 +141,12 @@ class ReplicatedPs {
   std::shared_ptr<GroupCopy> NewCopy(uint32_t group) const;
   void PublishCopyMetrics(const GroupCopy& copy);
 
+  // The service's default state, with the extension's default state.
+  PsService::ShardState DefaultState() const;
+
   PsService& service_;
   const Options options_;
+  std::shared_ptr<CopyExtensionState> default_extension_;
   const net::WireChecker create_check_, update_check_, push_check_, restore_check_;
 
   // Serialises map installs (which create and drop copies and streams).

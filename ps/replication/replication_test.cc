@@ -548,7 +548,7 @@ TEST_F(ReplicationTest, CopiesOfAPsShareItsByteCap) {
   const uint64_t cap = 100'000;
   ReplicatedPs::Options options;
   options.replicas = 2;
-  cluster_ = std::make_unique<LocalPsCluster>(2, options, cap);
+  cluster_ = std::make_unique<LocalPsCluster>(2, options, /*with_tables=*/false, cap);
   ASSERT_TRUE(cluster_->started());
   map_ = *ShardMap::Initial(2, 2);
   ASSERT_TRUE(cluster_->SetMapEverywhere(map_).ok());

@@ -13,6 +13,7 @@
 #include "coordinator/parameter_server_strategy.h"
 #include "gtest/gtest.h"
 #include "metrics/process_metrics.h"
+#include "ps/embedding/key_partition.h"
 #include "tests/integration/embedding_counter.h"
 #include "tests/testutil/local_cluster.h"
 #include "tests/testutil/worker_killer.h"
@@ -146,6 +147,73 @@ TEST_F(EmbeddingExactlyOnceTest, WithoutDeduplicationReRunsApplyTwice) {
   }
   EXPECT_TRUE(killer.error().ok()) << killer.error();
   EXPECT_TRUE(duplicated) << "no key above 1 after " << killer.kills() << " kills";
+}
+
+// A PS killed and restarted empty mid-epoch loses its part of the table (and its update
+// window). Automatic PS recovery (no checkpoint: re-initialisation) must notice the lost table
+// — not only lost variables — create it again, and re-run the closures that failed on it: no
+// closure fails, every key of the PS that kept its table is counted exactly once, and every key
+// of the restarted PS is counted at most once (the rows it held before the loss are gone; the
+// closures that ran after count once).
+TEST_F(EmbeddingExactlyOnceTest, PsThatLostItsTableIsRebuiltByRecovery) {
+  const std::string table = "counts";
+  EmbeddingInitializer zeros;
+  zeros.kind = EmbeddingInitializer::Kind::kZeros;
+  ASSERT_TRUE(chief_->strategy().CreateEmbeddingTable(table, kDim, zeros, opt::SGD(1.0f)).ok());
+  ASSERT_EQ(chief_->strategy().EmbeddingTableNames(), std::vector<std::string>{table});
+  std::mt19937_64 rng(20261127);
+  absl::flat_hash_set<int64_t> seen;
+  std::vector<int64_t> keys;
+  while (keys.size() < static_cast<size_t>(kClosures * kKeysPerClosure)) {
+    const int64_t key = static_cast<int64_t>(rng());
+    if (seen.insert(key).second) keys.push_back(key);
+  }
+  ClusterCoordinator::Options options = testutil::FastFailureDetection();
+  options.ps_recovery.enabled = true;
+  options.ps_recovery.timeout = absl::Seconds(60);  // a failed repair fails the test, not hangs it
+  ClusterCoordinator coordinator(chief_->strategy(), program_, options);
+  std::vector<RemoteValue> values;
+  for (int i = 0; i < kClosures; ++i) {
+    std::vector<int64_t> mine(keys.begin() + i * kKeysPerClosure, keys.begin() + (i + 1) * kKeysPerClosure);
+    auto v = coordinator.Schedule("count_keys", {Tensor::FromVector(mine), Tensor::Scalar<int64_t>(kWorkAfterPushMs)});
+    ASSERT_TRUE(v.ok()) << v.status();
+    values.push_back(*v);
+  }
+  // Some closures have pushed; PS 1 goes and comes back empty.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  auto done = [&] {
+    int n = 0;
+    for (const RemoteValue& v : values) n += v.done() ? 1 : 0;
+    return n;
+  };
+  while (done() < kClosures / 4 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE(cluster_->KillPs(1).ok());
+  ASSERT_TRUE(cluster_->RestartPs(1).ok());
+  const absl::Status joined = coordinator.Join();
+  EXPECT_TRUE(joined.ok()) << joined;
+  for (const RemoteValue& v : values) EXPECT_TRUE(v.Fetch().ok()) << v.Fetch().status();
+  const PsRecovery::Stats stats = coordinator.ps_recovery_stats();
+  ASSERT_GE(stats.recoveries, 1) << "the lost table was not noticed";
+  bool lost_ps1 = false;
+  for (const auto& e : stats.events) {
+    for (int p : e.lost_ps) lost_ps1 = lost_ps1 || p == 1;
+  }
+  EXPECT_TRUE(lost_ps1);
+  auto rows = chief_->strategy().LookupEmbeddings(table, Tensor::FromVector(keys));
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  int64_t ps0_wrong = 0, ps1_wrong = 0, ps1_counted = 0;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const float count = rows->data<float>()[k * kDim];
+    if (ps::PsForKey(keys[k], 2) == 0) {
+      ps0_wrong += count == 1.0f ? 0 : 1;
+    } else {
+      ps1_wrong += (count == 0.0f || count == 1.0f) ? 0 : 1;
+      ps1_counted += count == 1.0f ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(ps0_wrong, 0);
+  EXPECT_EQ(ps1_wrong, 0);
+  EXPECT_GT(ps1_counted, 0) << "the rebuilt table took no push";
 }
 
 }  // namespace

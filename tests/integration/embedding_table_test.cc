@@ -78,14 +78,17 @@ TEST_F(EmbeddingTableTest, RecreateVariablesGivesTheTableBackToARestartedPs) {
   ASSERT_TRUE(cluster_->RestartPs(1).ok());
   const Tensor keys = Tensor::FromVector(std::vector<int64_t>{KeyOn(1)});
   // Once the chief's connection is back (it reconnects by itself; polled with a deadline), the
-  // restarted PS answers that it does not know the table.
+  // restarted PS answers that it does not know the table, which PS 0 holds: the PS lost it
+  // (PsStateLostError, what automatic PS recovery acts on), not an unknown table.
   absl::Status lost = strategy().LookupEmbeddings("e", keys).status();
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (IsPsUnreachable(lost) && absl::Now() < deadline) {
+  while (IsPsUnreachable(lost) && !IsPsStateLost(lost) && absl::Now() < deadline) {
     Notification().WaitForNotificationWithTimeout(absl::Milliseconds(20));  // poll pacing
     lost = strategy().LookupEmbeddings("e", keys).status();
   }
-  EXPECT_TRUE(absl::IsNotFound(lost)) << lost;
+  EXPECT_TRUE(IsPsStateLost(lost)) << lost;
+  // A table no PS holds stays NotFound.
+  EXPECT_TRUE(absl::IsNotFound(strategy().LookupEmbeddings("never_created", keys).status()));
   ASSERT_TRUE(strategy().RecreateVariables().ok());
   auto rows = strategy().LookupEmbeddings("e", keys);
   ASSERT_TRUE(rows.ok()) << rows.status();
