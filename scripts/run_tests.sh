@@ -48,7 +48,7 @@ if [[ -z "${OPENBLAS_CORETYPE+set}" ]]; then
   elif has_flags avx2 fma; then
     export OPENBLAS_CORETYPE=Haswell
   fi
-  echo "== OpenBLAS kernels: ${OPENBLAS_CORETYPE:-OpenBLAS's own choice} =="
+  echo "== OpenBLAS kernels: ${OPENBLAS_CORETYPE:-as OpenBLAS picks them} =="
 fi
 
 # Runs "$@" with TMPDIR pointing at a fresh directory of its own and, once it ends, fails
