@@ -16,10 +16,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "core/incarnation.h"
+#include "core/sync.h"
 #include "core/test_temp_dir.h"
 #include "gtest/gtest.h"
 #include "net/frame_codec.h"
@@ -178,7 +181,17 @@ TEST(CoordinatorRestartTest, WorkerDropsThePredecessorsStateAndRefusesIt) {
   ASSERT_TRUE(now.ok()) << now.status();
   ASSERT_EQ(Code(*now), 0);
   EXPECT_EQ(Resources(*now), std::vector<uint64_t>{counter->id()});
-  const std::string log = (*cluster)->worker_output(0);
+  // The worker logs after acting, and its output reaches us through a pipe: wait for both lines.
+  const auto logged_both = [&](const std::string& text) {
+    return text.find("a new coordinator (incarnation") != std::string::npos &&
+           text.find("dropped its predecessor's 1 per-worker resource(s)") != std::string::npos;
+  };
+  std::string log = (*cluster)->worker_output(0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!logged_both(log) && absl::Now() < deadline) {
+    Notification().WaitForNotificationWithTimeout(absl::Milliseconds(10));  // poll pacing
+    log = (*cluster)->worker_output(0);
+  }
   EXPECT_NE(log.find("a new coordinator (incarnation"), std::string::npos) << log;
   EXPECT_NE(log.find("dropped its predecessor's 1 per-worker resource(s)"), std::string::npos)
       << log;
