@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -94,6 +95,13 @@ struct GroupCopy {
   // already applied, which are acknowledged without applying them again when they match.
   static constexpr size_t kRecentDigests = 1024;
   std::deque<std::pair<uint64_t, uint64_t>> recent_digests ABSL_GUARDED_BY(write_mu);
+  // The digest recorded for `sequence`, or nullopt when it is not among the recent ones.
+  std::optional<uint64_t> RecentDigest(uint64_t sequence) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu) {
+    for (const std::pair<uint64_t, uint64_t>& d : recent_digests) {
+      if (d.first == sequence) return d.second;
+    }
+    return std::nullopt;
+  }
 
   // A copy receiving a state transfer (ps.InstallState), guarded by write_mu.
   struct Receive {

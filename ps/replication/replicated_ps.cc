@@ -593,13 +593,12 @@ absl::Status ReplicatedPs::Replicate(const net::InMessage& request, net::OutMess
     repeated = std::min<uint64_t>(applied - first + 1, entries.size());
     for (uint64_t i = 0; i < repeated; ++i) {
       const uint64_t sequence = first + i;
-      const auto& recent = copy->recent_digests;
-      auto it = std::find_if(recent.begin(), recent.end(), [sequence](const auto& d) { return d.first == sequence; });
-      if (it == recent.end() || it->second != EntryDigest(entries[static_cast<unsigned>(i)])) {
+      const std::optional<uint64_t> recent = copy->RecentDigest(sequence);
+      if (!recent.has_value() || *recent != EntryDigest(entries[static_cast<unsigned>(i)])) {
         return NeedsRebuild(*copy, absl::StrCat("ps.Replicate of group ", copy->group, " from ps ", req.getFromPs(),
                                                 " starts at sequence ", first, " but ", applied,
-                                                " is the last applied (out of order: sequence ", sequence,
-                                                " was applied ", it == recent.end() ? "too long ago to compare" : "as another write",
+                                                " is the last applied (out of order: sequence ", sequence, " was applied ",
+                                                recent.has_value() ? "as another write" : "too long ago to compare",
                                                 "); nothing applied"));
       }
     }
