@@ -18,7 +18,8 @@
 #   ASYNCPS_POD_NAME     the pod's name (default: $HOSTNAME, else `hostname`)
 # The evaluator ("J-evaluator-0") is given the training cluster without itself, as the operator
 # does. Bad settings exit 2 (permanent under restartPolicy ExitCode); the program's own exit
-# code is the container's (exec), and signals go straight to it.
+# code is the container's (exec), and signals go straight to it. OPENBLAS_CORETYPE, unless set,
+# names the OpenBLAS kernels the CPU runs (see below).
 set -eu
 
 die() {
@@ -27,6 +28,23 @@ die() {
 }
 
 [ "$#" -ge 1 ] || die "usage: entrypoint.sh PROGRAM [ARGS...]"
+
+# Debian 12's OpenBLAS falls back to its slowest (Prescott) kernels on CPUs newer than itself:
+# name the family this CPU runs, as asyncps_launch does (deploy/blas_kernel.h), unless the pod
+# names one. OpenBLAS reads it once, when the program loads it.
+if [ -z "${OPENBLAS_CORETYPE+set}" ] && [ -r /proc/cpuinfo ]; then
+  cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo || true) "
+  has_flags() {
+    for f in "$@"; do
+      case "$cpu_flags" in *" $f "*) ;; *) return 1 ;; esac
+    done
+  }
+  if has_flags avx512f avx512bw avx512cd avx512dq avx512vl; then
+    export OPENBLAS_CORETYPE=SkylakeX
+  elif has_flags avx2 fma; then
+    export OPENBLAS_CORETYPE=Haswell
+  fi
+fi
 
 if [ -n "${TF_CONFIG:-}" ]; then
   exec "$@"

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cluster_spec.h"
 #include "core/subprocess.h"
+#include "deploy/blas_kernel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -107,6 +108,29 @@ TEST(EntrypointTest, OperatorsTfConfigPassesThroughUntouched) {
   Outcome out = RunEntrypoint(env);
   EXPECT_EQ(out.code, 0) << out.output;
   EXPECT_EQ(out.output.substr(0, out.output.find('\n')), injected);
+}
+
+// Each pod's program starts with the OpenBLAS kernels its CPU runs (deploy/blas_kernel.h), as
+// under asyncps_launch, unless the pod's environment names some: then they reach it unchanged.
+TEST(EntrypointTest, ProgramGetsTheOpenBlasKernelsOfItsCpuUnlessThePodNamesThem) {
+  const auto kernels_seen = [](std::map<std::string, std::string> env) {
+    Subprocess::Options o;
+    // env -u: the test's own environment may name kernels already (run_tests.sh exports them).
+    o.argv = {"/usr/bin/env", "-u", "OPENBLAS_CORETYPE", kEntrypoint, "/bin/sh", "-c",
+              "echo \"blas=[${OPENBLAS_CORETYPE-unset}]\""};
+    if (env.count("OPENBLAS_CORETYPE") > 0) o.argv.erase(o.argv.begin(), o.argv.begin() + 3);
+    o.env = std::move(env);
+    o.env.emplace("TF_CONFIG", R"({"cluster":{"ps":["a:1"],"worker":["b:1"]},"task":{"type":"ps","index":0}})");
+    auto proc = Subprocess::Start(std::move(o));
+    EXPECT_TRUE(proc.ok()) << proc.status();
+    if (!proc.ok()) return std::string();
+    auto code = (*proc)->Wait(absl::Seconds(30));
+    EXPECT_TRUE(code.ok() && *code == 0) << (*proc)->output();
+    return (*proc)->output();
+  };
+  const std::string chosen = deploy::OpenBlasCoreTypeFor(deploy::ThisCpuVectorFeatures());
+  EXPECT_THAT(kernels_seen({}), HasSubstr(absl::StrCat("blas=[", chosen.empty() ? "unset" : chosen, "]")));
+  EXPECT_THAT(kernels_seen({{"OPENBLAS_CORETYPE", "Prescott"}}), HasSubstr("blas=[Prescott]"));
 }
 
 TEST(EntrypointTest, BadSettingsArePermanentFailuresNamingTheProblem) {
