@@ -25,27 +25,6 @@ namespace asyncps {
 namespace fmnist_replication_test_internal {
 namespace {
 
-// The lines of `text` that contain `needle`.
-std::vector<std::string> LinesWith(const std::string& text, absl::string_view needle) {
-  std::vector<std::string> lines;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (absl::StrContains(line, needle)) lines.emplace_back(line);
-  }
-  return lines;
-}
-
-// The chief's final test accuracy ("[chief] test accuracy A"); -1 when it printed none.
-double FinalAccuracy(const std::string& text) {
-  const std::string prefix = "[chief] test accuracy ";
-  const std::vector<std::string> lines = LinesWith(text, prefix);
-  double value = -1;
-  if (lines.size() != 1 ||
-      !absl::SimpleAtod(lines[0].substr(lines[0].find(prefix) + prefix.size()), &value)) {
-    return -1;
-  }
-  return value;
-}
-
 // The same job as a person runs it: asyncps_launch --ps_replicas 2 (every task gets
 // ASYNCPS_PS_REPLICAS from the launcher, nothing else), --max_restarts 1 so the launcher
 // restarts the killed PS (empty, same address, before the heartbeat timeout: the chief sees a
@@ -95,20 +74,20 @@ TEST(FashionMnistReplicationTest, LauncherWithReplicasRidesOutAPsKillWithoutARes
   // What a reader of a CI log wants to see of the failure: the kill, the chief's events.
   for (const char* needle : {"[launcher] ps:0 ", "[launcher] restarted ps:0", "ps_down:", "ps_up:",
                              "ps_failover:", "ps_rebuilt:", "[chief] trained ", "[chief] test accuracy"}) {
-    for (const std::string& line : LinesWith(out, needle)) std::printf("%s\n", line.c_str());
+    for (const std::string& line : testutil::LinesWith(out, needle)) std::printf("%s\n", line.c_str());
   }
   EXPECT_EQ(*code, 0) << out;
   EXPECT_EQ(testutil::NumberAfter(out, "[chief] trained "), kEpochs * (60'000 / 128)) << out;
-  EXPECT_GE(FinalAccuracy(out), 0.88) << out;
+  EXPECT_GE(testutil::FinalAccuracy(out), 0.88) << out;
   // The kill and the restart were real, and the restarted PS became a copy again.
-  EXPECT_EQ(LinesWith(out, "[launcher] restarted ps:0 (restart 1/1)").size(), 1u) << out;
+  EXPECT_EQ(testutil::LinesWith(out, "[launcher] restarted ps:0 (restart 1/1)").size(), 1u) << out;
   for (int group : {0, 1}) {
-    EXPECT_FALSE(LinesWith(out, absl::StrCat("ps_rebuilt: ps 0 holds group ", group, " in sync")).empty())
+    EXPECT_FALSE(testutil::LinesWith(out, absl::StrCat("ps_rebuilt: ps 0 holds group ", group, " in sync")).empty())
         << "group " << group << "\n" << out;
   }
   // No closure failed for the PS: PS recovery never paused the job, let alone restored.
-  EXPECT_TRUE(LinesWith(out, "dispatch paused for automatic PS recovery").empty()) << out;
-  EXPECT_TRUE(LinesWith(out, "a parameter server was lost and recovered").empty()) << out;
+  EXPECT_TRUE(testutil::LinesWith(out, "dispatch paused for automatic PS recovery").empty()) << out;
+  EXPECT_TRUE(testutil::LinesWith(out, "a parameter server was lost and recovered").empty()) << out;
 }
 
 }  // namespace

@@ -156,26 +156,6 @@ TEST(LauncherRestartTest, DeadDispatcherAndDataWorkerAreRestarted) {
       << out;
 }
 #ifdef ASYNCPS_TEST_FASHION_MNIST
-// The lines of `text` that contain `needle`.
-std::vector<std::string> LinesWith(const std::string& text, absl::string_view needle) {
-  std::vector<std::string> lines;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (absl::StrContains(line, needle)) lines.emplace_back(line);
-  }
-  return lines;
-}
-
-// The chief's final test accuracy ("[chief] test accuracy A"); -1 when it printed none.
-double FinalAccuracy(const std::string& text) {
-  const std::string prefix = "[chief] test accuracy ";
-  const std::vector<std::string> lines = LinesWith(text, prefix);
-  double value = -1;
-  if (lines.size() != 1 ||
-      !absl::SimpleAtod(lines[0].substr(lines[0].find(prefix) + prefix.size()), &value))
-    return -1;
-  return value;
-}
-
 // The main job, smaller (1 PS, 2 workers, 3 epochs, a target of 0.85: about 0.86 is usual)
 // under the launcher, with worker 1 SIGKILLed twice while it trains: restarted twice, the job
 // ends 0 at the target. Its output is the quiet main command's: the launcher's line per process,
@@ -219,7 +199,7 @@ TEST(LauncherRestartTest, MainJobSurvivesTwoWorkerKillsAndSaysHowToResume) {
   ASSERT_TRUE(code.ok()) << code.status() << "\n" << launcher.output();
   const std::string out = launcher.output();
   EXPECT_EQ(*code, 0) << out;
-  EXPECT_GE(FinalAccuracy(out), kTarget) << out;
+  EXPECT_GE(testutil::FinalAccuracy(out), kTarget) << out;
   EXPECT_NE(out.find("[launcher] worker:1 killed by SIGKILL; restart 2/2 in 1.0 s"),
             std::string::npos)
       << out;
@@ -227,32 +207,32 @@ TEST(LauncherRestartTest, MainJobSurvivesTwoWorkerKillsAndSaysHowToResume) {
   // The start: one launcher line per process, and nothing from the tasks but the chief's
   // before its first progress line (the tasks log at warn).
   for (const char* task : {"ps:0", "worker:0", "worker:1", "chief"}) {
-    EXPECT_EQ(LinesWith(out, absl::StrCat("[launcher] started ", task, " pid ")).size(), 1u)
+    EXPECT_EQ(testutil::LinesWith(out, absl::StrCat("[launcher] started ", task, " pid ")).size(), 1u)
         << task << "\n"
         << out;
   }
   const std::string start = out.substr(0, out.find("[chief] epoch "));
-  for (const std::string& line : LinesWith(start, "[")) {
+  for (const std::string& line : testutil::LinesWith(start, "[")) {
     EXPECT_TRUE(absl::StartsWith(line, "[launcher] ") || absl::StartsWith(line, "[chief] "))
         << line << "\n"
         << out;
   }
-  EXPECT_FALSE(LinesWith(out, "[chief] epoch ").empty());
-  for (const std::string& line : LinesWith(out, "[chief] epoch ")) {
+  EXPECT_FALSE(testutil::LinesWith(out, "[chief] epoch ").empty());
+  for (const std::string& line : testutil::LinesWith(out, "[chief] epoch ")) {
     EXPECT_TRUE(absl::StrContains(line, " examples/s  loss ") && absl::StrContains(line, "  ETA "))
         << line;
   }
 
   // The end: time and throughput, accuracy, the checkpoint, the command that resumes, the page.
-  EXPECT_EQ(LinesWith(out, "[chief] trained ").size(), 1u) << out;
+  EXPECT_EQ(testutil::LinesWith(out, "[chief] trained ").size(), 1u) << out;
   const int64_t steps = NumberAfter(out, "[chief] trained ");
   ASSERT_EQ(steps, 3 * (60'000 / 128)) << out;
   EXPECT_NE(out.find(absl::StrCat("[chief] checkpoint ", dir, "/ckpt-", steps, "\n")),
             std::string::npos)
       << out;
-  EXPECT_FALSE(LinesWith(out, "[chief] status page was http://127.0.0.1:").empty()) << out;
+  EXPECT_FALSE(testutil::LinesWith(out, "[chief] status page was http://127.0.0.1:").empty()) << out;
   const std::vector<std::string> resume =
-      LinesWith(out, "[chief] resume (or train on with a larger --epochs): ");
+      testutil::LinesWith(out, "[chief] resume (or train on with a larger --epochs): ");
   ASSERT_EQ(resume.size(), 1u) << out;
   const std::string command = resume[0].substr(resume[0].find("): ") + 3);
   EXPECT_TRUE(absl::StartsWith(command, Bin("asyncps_launch") + " --max_restarts 2 --ps 1"))
