@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <memory>
 #include <set>
@@ -58,6 +60,24 @@ bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout = kW
     Notification().WaitForNotificationWithTimeout(absl::Milliseconds(10));  // poll pacing
   }
   return condition();
+}
+
+// Whether every thread of process `pid` is stopped (state T or t in /proc): kill(SIGSTOP)
+// returns before the stop has reached all of them, and a request arriving in between is served.
+bool AllThreadsStopped(pid_t pid) {
+  const std::filesystem::path tasks = absl::StrCat("/proc/", pid, "/task");
+  std::error_code error;
+  bool any = false;
+  for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
+    std::ifstream in(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t paren = stat.rfind(')');  // the command name may hold spaces and ')'
+    if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+    const char state = stat[paren + 2];
+    if (state != 'T' && state != 't') return false;
+    any = true;
+  }
+  return !error && any;
 }
 
 class PsReplicationTest : public ::testing::Test {
@@ -336,6 +356,7 @@ TEST_F(PsReplicationTest, StalledPrimaryIsFencedWhenItResumes) {
   ASSERT_TRUE(WaitFor([&] { return acknowledged_now() >= 20; }));
 
   cluster_->ps_process(stalled).Signal(SIGSTOP);
+  ASSERT_TRUE(WaitFor([&] { return AllThreadsStopped(cluster_->ps_process(stalled).pid()); }));
   // Sent while it is stopped: it reads it only once it runs again, by then replaced.
   absl::Status queued;
   std::thread queued_write([&] { queued = AddToRowZero(*raw, 0, old_generation, absl::Seconds(60)); });
