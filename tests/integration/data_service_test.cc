@@ -50,6 +50,16 @@ constexpr int64_t kBatch = 50;
 constexpr int64_t kRecordsPerSplit = 1'000;
 constexpr char kProgram[] = "data_service_test_program";
 
+// The first rows of `rows` (up to 10) that are not `expected`, as " row I=V" each.
+std::string Mismatches(const std::vector<int64_t>& rows, int64_t expected) {
+  std::string out;
+  int shown = 0;
+  for (size_t i = 0; i < rows.size() && shown < 10; ++i) {
+    if (rows[i] != expected) absl::StrAppend(&out, " row ", i, "=", rows[i]), ++shown;
+  }
+  return out;
+}
+
 class DataServiceTest : public ::testing::Test {
  protected:
   // The variants below: the dispatcher in the chief (no dispatcher task), and the chief's and
@@ -221,6 +231,29 @@ class DataServiceTest : public ::testing::Test {
     return counted;
   }
 
+  // One DYNAMIC epoch of the 20,000 ids through the service, each iterator with `outstanding`
+  // reads of its split in flight, a data worker SIGKILLed and restarted every other round:
+  // every id is counted once and every row of the counter ends at exactly 1.
+  void DynamicEpochWithDataWorkerRestarts(int outstanding) {
+    auto id = Register("svc_ids", {{"n", absl::StrCat(kIds)}, {"batch", absl::StrCat(kBatch)}});
+    ASSERT_TRUE(id.ok()) << id.status();
+    auto dataset = coordinator_->CreatePerWorkerDataset("from_service", ReadArgs(*id, "dynamic", "", outstanding),
+                                                        ShardingPolicy::kDynamic, kRecordsPerSplit);
+    ASSERT_TRUE(dataset.ok()) << dataset.status();
+    auto iterator = dataset->MakeIterator();
+    ASSERT_TRUE(iterator.ok()) << iterator.status();
+    int data_worker_kills = 0;
+    const int64_t counted = RunDynamicEpoch(*iterator, [&](int round) {
+      if (round % 2 == 1) {
+        ASSERT_TRUE(RestartDataWorker(round % kDataWorkers).ok());
+        ++data_worker_kills;
+      }
+    });
+    EXPECT_EQ(counted, kIds);
+    EXPECT_GE(data_worker_kills, 1);
+    ASSERT_EQ(Mismatches(Counts(), 1), "");
+  }
+
   // The chief's Program names what the workers' programs hold (the coordinator checks names).
   static Program ChiefProgram() {
     Program program = testutil::MakeTestProgram();
@@ -243,15 +276,6 @@ class DataServiceTest : public ::testing::Test {
   std::vector<std::unique_ptr<Subprocess>> data_workers_;
   data_service::ServiceOptions service_;
 };
-
-std::string Mismatches(const std::vector<int64_t>& rows, int64_t expected) {
-  std::string out;
-  int shown = 0;
-  for (size_t i = 0; i < rows.size() && shown < 10; ++i) {
-    if (rows[i] != expected) absl::StrAppend(&out, " row ", i, "=", rows[i]), ++shown;
-  }
-  return out;
-}
 
 TEST_F(DataServiceTest, DynamicEveryRowOnceWhileEverythingIsKilled) {
   auto id = Register("svc_ids", {{"n", absl::StrCat(kIds)}, {"batch", absl::StrCat(kBatch)}});
@@ -297,25 +321,7 @@ TEST_F(DataServiceTest, DynamicEveryRowOnceWhileEverythingIsKilled) {
 
 // Fetch-ahead (ReadOptions::max_outstanding_requests 4): each iterator reads four positions of
 // its split at once; with data workers SIGKILLed and restarted, every row is still exactly 1.
-TEST_F(DataServiceTest, DynamicFetchAheadEveryRowOnce) {
-  auto id = Register("svc_ids", {{"n", absl::StrCat(kIds)}, {"batch", absl::StrCat(kBatch)}});
-  ASSERT_TRUE(id.ok()) << id.status();
-  auto dataset = coordinator_->CreatePerWorkerDataset("from_service", ReadArgs(*id, "dynamic", "", 4),
-                                                      ShardingPolicy::kDynamic, kRecordsPerSplit);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
-  auto iterator = dataset->MakeIterator();
-  ASSERT_TRUE(iterator.ok()) << iterator.status();
-  int data_worker_kills = 0;
-  const int64_t counted = RunDynamicEpoch(*iterator, [&](int round) {
-    if (round % 2 == 1) {
-      ASSERT_TRUE(RestartDataWorker(round % kDataWorkers).ok());
-      ++data_worker_kills;
-    }
-  });
-  EXPECT_EQ(counted, kIds);
-  EXPECT_GE(data_worker_kills, 1);
-  ASSERT_EQ(Mismatches(Counts(), 1), "");
-}
+TEST_F(DataServiceTest, DynamicFetchAheadEveryRowOnce) { DynamicEpochWithDataWorkerRestarts(/*outstanding=*/4); }
 
 // DATA mode read by one consumer in this process with four reads in flight over the three
 // data workers: every id exactly once (each data worker produces its own third).
@@ -686,23 +692,7 @@ class DataServiceInChiefTest : public DataServiceTest {
 TEST_F(DataServiceInChiefTest, DynamicEveryRowOnceThroughTheChiefsDispatcher) {
   ASSERT_TRUE(spec_.dispatcher().empty());
   ASSERT_EQ(spec_.data_service_dispatcher(), spec_.chief());
-  auto id = Register("svc_ids", {{"n", absl::StrCat(kIds)}, {"batch", absl::StrCat(kBatch)}});
-  ASSERT_TRUE(id.ok()) << id.status();
-  auto dataset = coordinator_->CreatePerWorkerDataset("from_service", ReadArgs(*id, "dynamic", "", 2),
-                                                      ShardingPolicy::kDynamic, kRecordsPerSplit);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
-  auto iterator = dataset->MakeIterator();
-  ASSERT_TRUE(iterator.ok()) << iterator.status();
-  int data_worker_kills = 0;
-  const int64_t counted = RunDynamicEpoch(*iterator, [&](int round) {
-    if (round % 2 == 1) {
-      ASSERT_TRUE(RestartDataWorker(round % kDataWorkers).ok());
-      ++data_worker_kills;
-    }
-  });
-  EXPECT_EQ(counted, kIds);
-  EXPECT_GE(data_worker_kills, 1);
-  ASSERT_EQ(Mismatches(Counts(), 1), "");
+  DynamicEpochWithDataWorkerRestarts(/*outstanding=*/2);
 }
 
 // Reads job `job` (OFF) of dataset `id` to its end in this process; the rows read.
