@@ -18,7 +18,6 @@
 // Exits 0 (a measurement, not a test); 1 when a call fails.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -28,33 +27,27 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_flags.h"
+#include "bench/embedding_ps.h"
 #include "bench/report.h"
 #include "metrics/process_metrics.h"
 #include "net/event_loop.h"
 #include "net/rpc_client.h"
-#include "net/rpc_server.h"
 #include "ps/embedding/embedding.capnp.h"
 #include "ps/embedding/embedding_service.h"
 #include "ps/embedding/embedding_wire.h"
 #include "ps/ps.capnp.h"
 #include "ps/ps_service.h"
 #include "ps/ps_wire.h"
-#include "ps/shard_initializer.h"
 
 namespace asyncps {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::Median;
+using bench::Seconds;
 constexpr int64_t kDim = 64;
 constexpr int64_t kBatch = 10000;
 constexpr char kToken[] = "embedding-bench";
-
-double Seconds(Clock::time_point begin) { return std::chrono::duration<double>(Clock::now() - begin).count(); }
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // Calls `fn` `reps` times and returns calls per second (0 when a call failed).
 template <typename Fn>
@@ -108,50 +101,25 @@ int Main(int argc, char** argv) {
   net::EventLoop loop;
   auto metrics = std::move(metrics::ProcessMetrics::Create("ps", 0, "")).value();
   ps::PsMetrics ps_metrics(*metrics);
-  ps::VariableStore store(~uint64_t{0});
   ps::PsService::Options dense_options;
   dense_options.metrics = &ps_metrics;
-  ps::PsService dense_service(store, dense_options);
-  ps::EmbeddingStore tables;
   ps::EmbeddingService::Options emb_options;
   emb_options.ps_metrics = &ps_metrics;
-  ps::EmbeddingService emb_service(tables, emb_options);
-  net::RpcServer::Options server_options;
-  server_options.role = "ps";
-  server_options.token = kToken;
-  net::RpcServer server(loop, server_options);
-  dense_service.RegisterWith(server.methods());
-  emb_service.RegisterWith(server.methods());
-  if (!server.Start().ok()) return 1;
-  net::RpcClient::Options client_options;
-  client_options.address = absl::StrCat("127.0.0.1:", server.port());
-  client_options.role = "worker";
-  client_options.token = kToken;
-  net::RpcClient client(loop, client_options);
+  auto node = bench::StartEmbeddingPs(loop, loop, /*task_index=*/0, kToken, dense_options, emb_options);
+  if (!node.ok()) return 1;
+  ps::VariableStore& store = (*node)->store;
+  ps::EmbeddingStore& tables = (*node)->tables;
+  net::RpcClient& client = *(*node)->client;
   auto call = [&](const char* method, net::OutMessage m) -> absl::StatusOr<net::InMessage> {
     return client.Call(method, std::move(m), absl::Seconds(60));
   };
 
   // The dense variable: f32 [rows, 64], uniform, Adam.
   const OptimizerConfig adam = opt::Adam(1e-3f);
-  {
-    net::OutMessage req;
-    auto body = req.InitRequestBody<wire::CreateVariableRequest>();
-    body.setName("dense");
-    body.setDtype(static_cast<uint8_t>(DType::kF32));
-    net::SetShape(body.initShape(2), {rows, kDim});
-    ps::InitializerSpec init;
-    init.kind = "uniform";
-    init.minval = -0.05;
-    init.maxval = 0.05;
-    init.full_shape = {rows, kDim};
-    ps::InitializerToWire(init, req, body.initInitializer());
-    ps::OptimizerToWire(&adam, body.initOptimizer());
-    auto r = call("ps.CreateVariable", std::move(req));
-    if (!r.ok()) {
-      std::fprintf(stderr, "create dense: %s\n", r.status().ToString().c_str());
-      return 1;
-    }
+  if (absl::Status s = bench::CreateUniformDenseVariable(client, "dense", rows, kDim, &adam, absl::Seconds(60));
+      !s.ok()) {
+    std::fprintf(stderr, "create dense: %s\n", s.ToString().c_str());
+    return 1;
   }
   // The table: dim 64, Adam, rows keys prefilled by pushes.
   ps::EmbeddingTableConfig config;

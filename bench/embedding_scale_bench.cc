@@ -20,7 +20,6 @@
 // (median of interleaved rounds). Exits 0; 1 when a call fails or a PS exceeds its cap.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -31,35 +30,27 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_flags.h"
+#include "bench/embedding_ps.h"
 #include "bench/report.h"
 #include "core/sync.h"
 #include "net/event_loop.h"
 #include "net/rpc_client.h"
-#include "net/rpc_server.h"
-#include "ps/embedding/embedding_service.h"
 #include "ps/embedding/embedding_store.h"
 #include "ps/embedding/key_partition.h"
 #include "ps/ps.capnp.h"
-#include "ps/ps_service.h"
 #include "ps/ps_wire.h"
-#include "ps/shard_initializer.h"
 #include "worker/embedding_client.h"
 
 namespace asyncps {
 namespace embedding_scale_bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::Median;
+using bench::Seconds;
 constexpr int kPs = 4;
 constexpr int64_t kDim = 8;
 constexpr char kToken[] = "embedding-scale-bench";
-
-double Seconds(Clock::time_point begin) { return std::chrono::duration<double>(Clock::now() - begin).count(); }
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // Ranks 1..n with P(rank) ~ rank^-s (s > 1), by inverting the continuous approximation of the
 // CDF: cheap, and Zipf-shaped enough for a cache/eviction workload.
@@ -81,15 +72,6 @@ class Zipf {
 // The id of vocabulary rank r: scattered over int64 (hot ids are not small numbers).
 int64_t IdOf(int64_t rank) { return static_cast<int64_t>(ps::MixKey(static_cast<uint64_t>(rank) * 0x9e3779b97f4a7c15ull)); }
 
-struct Node {
-  ps::VariableStore store{~uint64_t{0}};
-  std::unique_ptr<ps::PsService> dense;
-  ps::EmbeddingStore tables;
-  std::unique_ptr<ps::EmbeddingService> embeddings;
-  std::unique_ptr<net::RpcServer> server;
-  std::unique_ptr<net::RpcClient> client;
-};
-
 int Main(int argc, char** argv) {
   bool quick;
   std::string json;
@@ -104,27 +86,13 @@ int Main(int argc, char** argv) {
   const int batches_per_round = quick ? 5 : 20;
 
   net::EventLoop server_loop, client_loop;
-  std::vector<std::unique_ptr<Node>> nodes;
+  std::vector<std::unique_ptr<bench::EmbeddingPs>> nodes;
   std::vector<net::RpcClient*> clients;
   for (int i = 0; i < kPs; ++i) {
-    auto n = std::make_unique<Node>();
-    n->dense = std::make_unique<ps::PsService>(n->store);
-    n->embeddings = std::make_unique<ps::EmbeddingService>(n->tables, ps::EmbeddingService::Options());
-    net::RpcServer::Options so;
-    so.role = "ps";
-    so.task_index = i;
-    so.token = kToken;
-    n->server = std::make_unique<net::RpcServer>(server_loop, so);
-    n->dense->RegisterWith(n->server->methods());
-    n->embeddings->RegisterWith(n->server->methods());
-    if (!n->server->Start().ok()) return 1;
-    net::RpcClient::Options co;
-    co.address = absl::StrCat("127.0.0.1:", n->server->port());
-    co.role = "worker";
-    co.token = kToken;
-    n->client = std::make_unique<net::RpcClient>(client_loop, co);
-    clients.push_back(n->client.get());
-    nodes.push_back(std::move(n));
+    auto node = bench::StartEmbeddingPs(server_loop, client_loop, i, kToken);
+    if (!node.ok()) return 1;
+    clients.push_back((*node)->client.get());
+    nodes.push_back(*std::move(node));
   }
   EmbeddingClient embeddings(clients, absl::Seconds(120));
 
@@ -139,21 +107,10 @@ int Main(int argc, char** argv) {
   }
   // The dense reference: f32 [dense_rows, dim] on every PS.
   for (int i = 0; i < kPs; ++i) {
-    net::OutMessage req;
-    auto body = req.InitRequestBody<wire::CreateVariableRequest>();
-    body.setName("dense");
-    body.setDtype(static_cast<uint8_t>(DType::kF32));
-    net::SetShape(body.initShape(2), {dense_rows, kDim});
-    ps::InitializerSpec init;
-    init.kind = "uniform";
-    init.minval = -0.05;
-    init.maxval = 0.05;
-    init.full_shape = {dense_rows, kDim};
-    ps::InitializerToWire(init, req, body.initInitializer());
-    ps::OptimizerToWire(nullptr, body.initOptimizer());
-    auto r = clients[i]->Call("ps.CreateVariable", std::move(req), absl::Seconds(120));
-    if (!r.ok()) {
-      std::fprintf(stderr, "create dense: %s\n", r.status().ToString().c_str());
+    if (absl::Status s = bench::CreateUniformDenseVariable(*clients[i], "dense", dense_rows, kDim, nullptr,
+                                                           absl::Seconds(120));
+        !s.ok()) {
+      std::fprintf(stderr, "create dense: %s\n", s.ToString().c_str());
       return 1;
     }
   }
