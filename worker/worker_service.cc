@@ -82,6 +82,15 @@ absl::Status WorkerService::CheckStillServedLocked(uint64_t incarnation, absl::s
                                                     " was replaced by it before its ", what, " took effect"));
 }
 
+absl::Status WorkerService::EffectIfStillServed(uint64_t incarnation, absl::string_view method,
+                                                absl::string_view what, absl::FunctionRef<void()> effect) {
+  BeforeEffect(method);
+  MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckStillServedLocked(incarnation, what));
+  effect();
+  return absl::OkStatus();
+}
+
 absl::Status WorkerService::Run(uint64_t incarnation, const net::InMessage& request, net::OutMessage* response) {
   auto req = request.RequestBody<wire::RunRequest>();
   const std::string function_name = req.getFunction().cStr();
@@ -131,13 +140,10 @@ absl::Status WorkerService::Run(uint64_t incarnation, const net::InMessage& requ
   // The closure starts only while its chief is still served: registered under mu_, it is
   // either cancelled by a takeover's CancelAll (under mu_ too) or refused here. The resources
   // looked up above may be a replaced chief's; then this refuses the closure as well.
-  BeforeEffect("worker.Run");
   ClosureCancellation::Attempt attempt;
-  {
-    MutexLock lock(&mu_);
-    RETURN_IF_ERROR(CheckStillServedLocked(incarnation, absl::StrCat("closure ", closure_id)));
+  RETURN_IF_ERROR(EffectIfStillServed(incarnation, "worker.Run", absl::StrCat("closure ", closure_id), [&] {
     if (fn != nullptr) attempt = cancellation_.Start(closure_id);
-  }
+  }));
   auto body = response->InitResponseBody<wire::RunResponse>();
   if (fn == nullptr) {
     body.setCode(static_cast<int>(absl::StatusCode::kNotFound));
@@ -210,13 +216,13 @@ absl::Status WorkerService::CreateResource(uint64_t incarnation, const net::InMe
     spdlog::warn("per-worker resource {} ({}) failed: {}", id, factory_name, resource.status().ToString());
     return ResourceFactoryError(factory_name, worker_index_, resource.status());
   }
-  BeforeEffect("worker.CreateResource");
-  MutexLock lock(&mu_);
   // The factory ran without the lock: a new chief may have taken over meanwhile and dropped
   // its predecessor's resources. One built for the replaced chief is not kept (its successor
   // would neither know nor delete it, and would be told it exists).
-  RETURN_IF_ERROR(CheckStillServedLocked(incarnation, absl::StrCat("per-worker resource ", id)));
-  resources_.try_emplace(id, *std::move(resource));
+  RETURN_IF_ERROR(EffectIfStillServed(incarnation, "worker.CreateResource", absl::StrCat("per-worker resource ", id),
+                                      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                        resources_.try_emplace(id, *std::move(resource));
+                                      }));
   spdlog::info("created per-worker resource {} ({})", id, factory_name);
   return absl::OkStatus();
 }
@@ -232,12 +238,10 @@ bool IsResourceFactoryError(const absl::Status& status) {
 
 absl::Status WorkerService::DeleteResource(uint64_t incarnation, const net::InMessage& request, net::OutMessage*) {
   const uint64_t id = request.RequestBody<wire::DeleteResourceRequest>().getId();
-  BeforeEffect("worker.DeleteResource");
-  MutexLock lock(&mu_);
   // Ids are the chief's: after a takeover the same id can name the successor's resource.
-  RETURN_IF_ERROR(CheckStillServedLocked(incarnation, absl::StrCat("deletion of per-worker resource ", id)));
-  resources_.erase(id);
-  return absl::OkStatus();
+  return EffectIfStillServed(incarnation, "worker.DeleteResource",
+                             absl::StrCat("deletion of per-worker resource ", id),
+                             [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { resources_.erase(id); });
 }
 
 absl::Status WorkerService::SetDirectory(uint64_t incarnation, const net::InMessage& request, net::OutMessage*) {
@@ -264,25 +268,19 @@ absl::Status WorkerService::SetDirectory(uint64_t incarnation, const net::InMess
     }
     placements.push_back(std::move(p));
   }
-  BeforeEffect("worker.SetDirectory");
   // Under mu_, like the takeover's reset: a replaced chief's directory never replaces the
   // successor's (or the empty one its takeover left).
-  MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckStillServedLocked(incarnation, absl::StrCat("directory version ", req.getVersion())));
-  directory_.Reset(std::move(placements), req.getVersion());
-  return absl::OkStatus();
+  const uint64_t version = req.getVersion();
+  return EffectIfStillServed(incarnation, "worker.SetDirectory", absl::StrCat("directory version ", version),
+                             [&] { directory_.Reset(std::move(placements), version); });
 }
 
 absl::Status WorkerService::Cancel(uint64_t incarnation, const net::InMessage& request, net::OutMessage*) {
   std::vector<uint64_t> ids;
   for (uint64_t id : request.RequestBody<wire::CancelRequest>().getClosureIds()) ids.push_back(id);
-  BeforeEffect("worker.Cancel");
   // Closure ids are the chief's too: a replaced chief's cancel must not stop (or, remembered,
   // cancel from the start) its successor's closures of the same ids.
-  MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckStillServedLocked(incarnation, "cancel"));
-  cancellation_.Cancel(ids);
-  return absl::OkStatus();
+  return EffectIfStillServed(incarnation, "worker.Cancel", "cancel", [&] { cancellation_.Cancel(ids); });
 }
 
 absl::Status WorkerService::Heartbeat(uint64_t, const net::InMessage&, net::OutMessage* response) {

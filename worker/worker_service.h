@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "core/sync.h"
 #include "net/method_table.h"
@@ -80,6 +81,13 @@ class WorkerService {
   // `what` once another chief took over since the call was admitted.
   absl::Status CheckStillServedLocked(uint64_t incarnation, absl::string_view what) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The effect of a call of `method` admitted for chief `incarnation`: runs the test hook
+  // (BeforeEffect), then `effect` under mu_ if that chief is still served, checked under the
+  // same hold of mu_ (CheckStillServedLocked's error, naming `what`, if not), so a takeover
+  // either comes before the check or after the effect. `effect` runs with mu_ held: annotate
+  // the lambda ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_).
+  absl::Status EffectIfStillServed(uint64_t incarnation, absl::string_view method, absl::string_view what,
+                                   absl::FunctionRef<void()> effect) ABSL_LOCKS_EXCLUDED(mu_);
   void BeforeEffect(absl::string_view method) const {
     if (before_effect_hook_) before_effect_hook_(method);
   }
