@@ -5,8 +5,6 @@
 // (on the chief's shard map) until it is rebuilt — its tables coming back by state transfer —
 // before the next kill. Every key must end at exactly 1: no row lost with a primary, no push
 // applied twice when a closure's push is retried against the promoted backup, no closure failed.
-#include <algorithm>
-#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -16,13 +14,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
-#include "coordinator/ps_monitor.h"
 #include "core/sync.h"
 #include "gtest/gtest.h"
-#include "partitioners/partitioner.h"
-#include "ps/replication/shard_map.h"
 #include "tests/integration/embedding_counter.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/replicated_cluster.h"
 
 namespace asyncps {
 namespace embedding_replication_test {
@@ -38,14 +34,6 @@ constexpr int kKeysPerClosure = 4;
 constexpr int64_t kDim = testutil::kCounterDim;
 constexpr absl::Duration kWait = absl::Seconds(90);
 
-bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout = kWait) {
-  for (const absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;) {
-    if (condition()) return true;
-    Notification().WaitForNotificationWithTimeout(absl::Milliseconds(10));  // poll pacing
-  }
-  return condition();
-}
-
 class EmbeddingReplicationTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -53,62 +41,30 @@ class EmbeddingReplicationTest : public ::testing::Test {
     o.num_workers = kWorkers;
     o.num_ps = kPs;
     o.worker_binary = "embedding_counter_program";
-    o.extra_env = {{"ASYNCPS_PS_REPLICAS", std::to_string(kReplicas)}};
-    auto cluster = LocalCluster::Start(o);
+    auto cluster = testutil::ReplicatedCluster::Start(o, kReplicas);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
-    ChiefProcess::Options options = cluster_->ChiefOptions();
-    options.process.ps_replicas = kReplicas;
-    options.process.ps_heartbeat_timeout = absl::Seconds(2);
-    auto process = ChiefProcess::Create(cluster_->chief_spec(), options);
-    ASSERT_TRUE(process.ok()) << process.status();
-    chief_ = std::make_unique<testutil::TestChief>(std::move(*process), *FixedShardsPartitioner::Create(kPs));
-    ASSERT_NE(monitor(), nullptr);
     EmbeddingInitializer zeros;
     zeros.kind = EmbeddingInitializer::Kind::kZeros;
-    const absl::Status created = chief_->strategy().CreateEmbeddingTable("counts", kDim, zeros, opt::SGD(1.0f));
+    const absl::Status created = strategy().CreateEmbeddingTable("counts", kDim, zeros, opt::SGD(1.0f));
     ASSERT_TRUE(created.ok()) << created;
   }
 
   void TearDown() override {
     coordinator_.reset();
-    chief_.reset();
     cluster_.reset();
   }
 
-  PsMonitor* monitor() { return chief_->process().ps_monitor(); }
-
-  bool FullyReplicated() {
-    const ps::ShardMap map = monitor()->map();
-    for (const ps::GroupEntry& g : map.groups) {
-      if (g.primary < 0 || g.backups.size() != kReplicas - 1 || !g.rebuilding.empty()) return false;
-    }
-    return map.groups.size() == kPs;
-  }
-
-  int PrimaryOf(uint32_t group) {
-    for (const ps::GroupEntry& g : monitor()->map().groups) {
-      if (g.group == group) return g.primary;
-    }
-    return -1;
-  }
-
-  void KillUntilLostAndRestart(int ps) {
-    const int64_t lost = monitor()->stats().ps_lost;
-    ASSERT_TRUE(cluster_->KillPs(ps).ok());
-    ASSERT_TRUE(WaitFor([&] { return monitor()->stats().ps_lost > lost; })) << "ps " << ps << " never lost";
-    ASSERT_TRUE(cluster_->RestartPs(ps).ok());
-  }
+  ParameterServerStrategy& strategy() { return cluster_->chief().strategy(); }
 
   Program program_ = testutil::MakeEmbeddingCounterProgram();
-  std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<testutil::TestChief> chief_;
+  std::unique_ptr<testutil::ReplicatedCluster> cluster_;
   std::unique_ptr<ClusterCoordinator> coordinator_;
 };
 
 TEST_F(EmbeddingReplicationTest, KilledPrimariesLoseNoRowAndCountEveryKeyOnce) {
-  ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
-  coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, testutil::FastFailureDetection());
+  ASSERT_TRUE(cluster_->WaitFullyReplicated(kWait).ok());
+  coordinator_ = std::make_unique<ClusterCoordinator>(strategy(), program_, testutil::FastFailureDetection());
 
   // Rounds of closures on their own thread, each closure with its own fresh random keys; the
   // test lets two rounds start per kill so every kill lands while closures are in flight.
@@ -167,12 +123,11 @@ TEST_F(EmbeddingReplicationTest, KilledPrimariesLoseNoRowAndCountEveryKeyOnce) {
   int kills = 0;
   for (uint32_t group = 0; group < kPs; ++group) {
     next_phase();
-    const int primary = PrimaryOf(group);
-    ASSERT_GE(primary, 0) << monitor()->map().DebugString();
-    KillUntilLostAndRestart(primary);
+    const int primary = cluster_->PrimaryOf(static_cast<int>(group));
+    ASSERT_GE(primary, 0) << cluster_->monitor().map().DebugString();
+    const absl::Status rebuilt = cluster_->KillAndWaitRebuilt(primary, kWait);
+    ASSERT_TRUE(rebuilt.ok()) << "group " << group << ": " << rebuilt;
     ++kills;
-    ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); }))
-        << "group " << group << " not rebuilt: " << monitor()->map().DebugString();
   }
   {
     MutexLock lock(&mu);
@@ -184,7 +139,7 @@ TEST_F(EmbeddingReplicationTest, KilledPrimariesLoseNoRowAndCountEveryKeyOnce) {
   EXPECT_EQ(failed, 0) << "first failure: " << first_failure;
   ASSERT_GE(keys.size(), static_cast<size_t>(kRound * kKeysPerClosure * (2 * kPs)));
 
-  auto rows = chief_->strategy().LookupEmbeddings("counts", Tensor::FromVector(keys));
+  auto rows = strategy().LookupEmbeddings("counts", Tensor::FromVector(keys));
   ASSERT_TRUE(rows.ok()) << rows.status();
   int64_t wrong = 0;
   std::string examples;
