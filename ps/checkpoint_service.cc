@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -20,6 +21,8 @@ CheckpointService::Options CheckpointService::OptionsFromEnv() {
   const char* hang = std::getenv("ASYNCPS_TEST_CKPT_HANG_AT_STEP");
   int64_t step = -1;
   if (hang != nullptr && absl::SimpleAtoi(hang, &step)) options.test_hang_at_step = step;
+  const char* hang_restore = std::getenv("ASYNCPS_TEST_CKPT_HANG_AT_RESTORE");
+  options.test_hang_at_restore = hang_restore != nullptr && std::string(hang_restore) == "1";
   return options;
 }
 
@@ -75,6 +78,12 @@ absl::Status CheckpointService::Restore(const net::InMessage& request, net::OutM
 
 absl::Status CheckpointService::RestoreIn(VariableStore& store, wire::RestoreCheckpointRequest::Reader body) {
   ASSIGN_OR_RETURN(RestorePlan plan, RestorePlanFromWire(body));
+  if (options_.test_hang_at_restore) {
+    spdlog::warn("test hook: restore from {} not applied; stopping here", plan.directory);
+    // Waits for the test's SIGKILL; a timeout keeps a forgotten process from hanging forever.
+    Notification never;
+    never.WaitForNotificationWithTimeout(absl::Minutes(10));
+  }
   absl::Status s = RestoreShards(store, plan);
   if (!s.ok()) {
     spdlog::error("checkpoint restore from {} failed: {}", plan.directory, s.ToString());

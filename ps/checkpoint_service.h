@@ -25,12 +25,16 @@ class CheckpointService {
     // and before renaming it, so a test can kill the PS in the middle of a checkpoint. Set
     // from ASYNCPS_TEST_CKPT_HANG_AT_STEP by the PS binary; -1 disables it.
     int64_t test_hang_at_step = -1;
+    // Test-only: every restore stops (for 10 minutes) once its plan is read and before any
+    // variable changes, so a test can kill a PS in the middle of a restore. Set from
+    // ASYNCPS_TEST_CKPT_HANG_AT_RESTORE=1 by the PS binary.
+    bool test_hang_at_restore = false;
   };
 
   CheckpointService(VariableStore& store, Options options) : store_(store), options_(options) {}
   explicit CheckpointService(VariableStore& store) : CheckpointService(store, Options()) {}
 
-  // Reads ASYNCPS_TEST_CKPT_HANG_AT_STEP.
+  // Reads ASYNCPS_TEST_CKPT_HANG_AT_STEP and ASYNCPS_TEST_CKPT_HANG_AT_RESTORE.
   static Options OptionsFromEnv();
 
   void RegisterWith(net::MethodTable& server);
