@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iterator>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <set>
 #include <string>
@@ -23,10 +24,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/checkpoint_reader.h"
 #include "coordinator/checkpoint_manager.h"
+#include "coordinator/closure_arg.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "coordinator/ps_monitor.h"
+#include "core/status_macros.h"
 #include "core/sync.h"
 #include "gtest/gtest.h"
 #include "metrics/status_board.h"
@@ -37,8 +42,10 @@
 #include "ps/replication/shard_map.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/replicated_cluster.h"
 
 namespace asyncps {
+namespace ps_replication_test {
 namespace {
 
 using testutil::LocalCluster;
@@ -53,13 +60,8 @@ constexpr int kRound = 32;           // closures per round
 constexpr int kRoundsPerPhase = 2;   // rounds run per kill: 5 kills use 16,000 of the ids
 constexpr absl::Duration kWait = absl::Seconds(90);
 
-// Polls `condition` every 10 ms until it holds or `timeout` passes; whether it held.
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout = kWait) {
-  for (const absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;) {
-    if (condition()) return true;
-    Notification().WaitForNotificationWithTimeout(absl::Milliseconds(10));  // poll pacing
-  }
-  return condition();
+  return testutil::WaitFor(condition, timeout);
 }
 
 // Whether every thread of process `pid` is stopped (state T or t in /proc): kill(SIGSTOP)
@@ -82,69 +84,46 @@ bool AllThreadsStopped(pid_t pid) {
 
 class PsReplicationTest : public ::testing::Test {
  protected:
+  // How many PS (one shard group each; variables are split in as many shards).
+  virtual int NumPs() const { return kPs; }
+  // Runs on the cluster before the chief starts (a PS restarted with a test hook, say).
+  virtual absl::Status BeforeChief(LocalCluster&) { return absl::OkStatus(); }
+
   void SetUp() override {
     LocalCluster::Options o;
     o.num_workers = kWorkers;
-    o.num_ps = kPs;
-    o.extra_env = {{"ASYNCPS_PS_REPLICAS", std::to_string(kReplicas)}};
-    auto cluster = LocalCluster::Start(o);
+    o.num_ps = NumPs();
+    auto cluster = testutil::ReplicatedCluster::Start(o, kReplicas, [this](LocalCluster& c) { return BeforeChief(c); });
     ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = std::move(*cluster);
-    ChiefProcess::Options options = cluster_->ChiefOptions();
-    options.process.ps_replicas = kReplicas;
-    options.process.ps_heartbeat_timeout = absl::Seconds(2);
-    auto process = ChiefProcess::Create(cluster_->chief_spec(), options);
-    ASSERT_TRUE(process.ok()) << process.status();
-    chief_ = std::make_unique<testutil::TestChief>(std::move(*process), *FixedShardsPartitioner::Create(kPs));
-    ASSERT_NE(monitor(), nullptr);
+    replicated_ = std::move(*cluster);
+    cluster_ = &replicated_->cluster();
+    chief_ = &replicated_->chief();
     auto counts = chief_->strategy().CreateVariable("counts", init::Zeros({kIds}, DType::kI64));
     ASSERT_TRUE(counts.ok()) << counts.status();
     counts_ = std::make_unique<ShardedVariable>(*counts);
-    ASSERT_EQ(counts_->num_shards(), static_cast<size_t>(kPs));
+    ASSERT_EQ(counts_->num_shards(), static_cast<size_t>(NumPs()));
   }
 
   void TearDown() override {
+    iterator_.reset();
     coordinator_.reset();
     checkpoints_.reset();  // after the coordinator, which restores from it
     if (!checkpoint_dir_.empty()) std::filesystem::remove_all(checkpoint_dir_);
     counts_.reset();
-    chief_.reset();
-    cluster_.reset();
+    replicated_.reset();
   }
 
-  PsMonitor* monitor() { return chief_->process().ps_monitor(); }
-
+  PsMonitor* monitor() { return &replicated_->monitor(); }
   // Every group has a primary and k-1 in-sync backups, and nothing is being rebuilt.
-  bool FullyReplicated() {
-    const ps::ShardMap map = monitor()->map();
-    for (const ps::GroupEntry& g : map.groups) {
-      if (g.primary < 0 || g.backups.size() != kReplicas - 1 || !g.rebuilding.empty()) return false;
-    }
-    return map.groups.size() == kPs;
-  }
-
-  bool IsPrimary(int ps) {
-    for (const ps::GroupEntry& g : monitor()->map().groups) {
-      if (g.primary == ps) return true;
-    }
-    return false;
-  }
-
-  bool IsRebuilding(int ps) {
-    for (const ps::GroupEntry& g : monitor()->map().groups) {
-      if (std::find(g.rebuilding.begin(), g.rebuilding.end(), ps) != g.rebuilding.end()) return true;
-    }
-    return false;
-  }
+  bool FullyReplicated() { return replicated_->FullyReplicated(); }
+  bool IsPrimary(int ps) { return replicated_->IsPrimary(ps); }
+  bool IsRebuilding(int ps) { return replicated_->IsRebuilding(ps); }
 
   // SIGKILLs PS `ps`, waits until the chief counts it lost (its groups failed over), and
   // restarts it empty at its address.
   void KillUntilLostAndRestart(int ps) {
-    const int64_t lost = monitor()->stats().ps_lost;
-    ASSERT_TRUE(cluster_->KillPs(ps).ok());
-    ASSERT_TRUE(WaitFor([&] { return monitor()->stats().ps_lost > lost; })) << "ps " << ps << " never lost";
-    EXPECT_FALSE(IsPrimary(ps)) << "a lost PS is still a primary: " << monitor()->map().DebugString();
-    ASSERT_TRUE(cluster_->RestartPs(ps).ok());
+    const absl::Status s = replicated_->KillUntilLostAndRestart(ps, kWait);
+    ASSERT_TRUE(s.ok()) << s;
   }
 
   std::vector<int64_t> Counts() {
@@ -154,33 +133,178 @@ class PsReplicationTest : public ::testing::Test {
     return std::vector<int64_t>(value->data<int64_t>(), value->data<int64_t>() + kIds);
   }
 
+  // Every counter is exactly 1 (up to ten that are not, shown).
+  void ExpectEveryIdCountedOnce() {
+    const std::vector<int64_t> counts = Counts();
+    ASSERT_EQ(counts.size(), static_cast<size_t>(kIds));
+    std::string wrong;
+    int64_t wrong_count = 0;
+    for (int64_t i = 0; i < kIds; ++i) {
+      if (counts[i] != 1 && wrong_count++ < 10) absl::StrAppend(&wrong, " id ", i, "=", counts[i]);
+    }
+    EXPECT_EQ(wrong_count, 0) << wrong;
+  }
+
+  // Automatic PS recovery from checkpoints (two kept) in a fresh directory, a coordinator
+  // with it, and iterator_ over the ids (dynamic sharding) for RunRound.
+  void StartRecoveringCoordinator() {
+    checkpoint_dir_ = absl::StrCat(::testing::TempDir(), "/ps_replication_restore_", getpid());
+    std::filesystem::remove_all(checkpoint_dir_);
+    checkpoints_ = std::make_unique<CheckpointManager>(chief_->strategy(), checkpoint_dir_, /*max_to_keep=*/2);
+    ClusterCoordinator::Options options = testutil::FastFailureDetection();
+    options.ps_recovery.enabled = true;
+    options.ps_recovery.checkpoints = checkpoints_.get();
+    options.ps_recovery.timeout = absl::Seconds(60);  // a failed repair fails the test, not hangs it
+    coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, options);
+    StartEpoch();
+  }
+
+  // iterator_ over the ids dataset (dynamic sharding), for RunRound.
+  void StartEpoch() {
+    auto dataset = coordinator_->CreatePerWorkerDataset(
+        "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kDynamic,
+        kRecordsPerSplit);
+    ASSERT_TRUE(dataset.ok()) << dataset.status();
+    auto iterator = dataset->MakeIterator();
+    ASSERT_TRUE(iterator.ok()) << iterator.status();
+    iterator_ = std::make_unique<PerWorkerValues>(*std::move(iterator));
+  }
+
+  // Schedules a round of kRound count_ids closures over iterator_, calls `scheduled` (when
+  // set), joins, and tallies what they counted and which failed; Join's status (OutOfRange:
+  // the epoch is over). Any thread, one round at a time.
+  absl::Status RunRound(const std::function<void()>& scheduled = nullptr) {
+    std::vector<RemoteValue> values;
+    for (int i = 0; i < kRound; ++i) {
+      auto v = coordinator_->Schedule("count_ids", {*iterator_, Tensor::Scalar<int64_t>(10)});
+      EXPECT_TRUE(v.ok()) << v.status();
+      if (v.ok()) values.push_back(*v);
+    }
+    if (scheduled) scheduled();
+    const absl::Status joined = coordinator_->Join();
+    MutexLock lock(&tally_mu_);
+    for (const RemoteValue& v : values) {
+      auto r = v.Fetch();
+      if (r.ok()) {
+        counted_ += r->at(1).data<int64_t>()[0];
+        ++completed_;
+      } else if (r.status().code() != absl::StatusCode::kOutOfRange) {
+        if (failed_++ == 0) first_failure_ = r.status().ToString();
+      }
+    }
+    if (!joined.ok() && !absl::IsOutOfRange(joined) && failed_++ == 0) first_failure_ = joined.ToString();
+    return joined;
+  }
+
+  // Runs `n` rounds on the test thread, each of which must complete without ending the epoch.
+  void RunRounds(int n) {
+    for (int i = 0; i < n; ++i) {
+      const absl::Status joined = RunRound();
+      ASSERT_TRUE(joined.ok()) << joined;
+    }
+  }
+
+  // Runs rounds until the epoch ends.
+  void FinishEpoch() {
+    for (int round = 0; round < 1000; ++round) {
+      const absl::Status joined = RunRound();
+      if (absl::IsOutOfRange(joined)) return;
+      ASSERT_TRUE(joined.ok()) << joined;
+    }
+    FAIL() << "the epoch did not end";
+  }
+
+  // Checkpoint `step` with the split cursor, at a join point (nothing in flight: one cut).
+  absl::StatusOr<std::string> Save(int64_t step) { return checkpoints_->Save(step, coordinator_->SplitCursorState()); }
+
+  // SIGKILLs every PS of `ps` together, waits until the chief counts them all lost and every
+  // group of `groups` awaits a restore with no copy left, then restarts them (empty).
+  void LoseTogetherAndRestart(const std::vector<int>& ps, const std::vector<int>& groups) {
+    const int64_t lost = monitor()->stats().ps_lost;
+    for (int p : ps) ASSERT_TRUE(cluster_->KillPs(p).ok());
+    ASSERT_TRUE(WaitFor([&] { return monitor()->stats().ps_lost >= lost + static_cast<int64_t>(ps.size()); }))
+        << monitor()->map().DebugString();
+    ExpectAwaitingRestoreWithoutCopy(groups);
+    for (int p : ps) ASSERT_TRUE(cluster_->RestartPs(p).ok());
+  }
+
+  void ExpectAwaitingRestoreWithoutCopy(const std::vector<int>& groups) {
+    const ps::ShardMap map = monitor()->map();
+    for (int g : groups) {
+      const ps::GroupEntry* entry = map.Find(static_cast<uint32_t>(g));
+      ASSERT_NE(entry, nullptr) << g;
+      EXPECT_EQ(entry->primary, -1) << "group " << g << ": " << map.DebugString();
+      EXPECT_TRUE(entry->restore_pending) << "group " << g << ": " << map.DebugString();
+    }
+  }
+
+  // Whether a group awaits a restore in the chief's map.
+  bool AnyRestorePending() {
+    for (const ps::GroupEntry& g : monitor()->map().groups) {
+      if (g.restore_pending) return true;
+    }
+    return false;
+  }
+
+  // Waits until `n` recoveries are done and no group awaits a restore; the last event that
+  // restored something.
+  PsRecovery::Event WaitRecovered(int64_t n) {
+    EXPECT_TRUE(WaitFor([&] { return coordinator_->ps_recovery_stats().recoveries >= n && !AnyRestorePending(); }))
+        << coordinator_->ps_recovery_stats().recoveries << " recoveries; " << monitor()->map().DebugString();
+    return LastRestore();
+  }
+
+  PsRecovery::Event LastRestore() {
+    PsRecovery::Event event;
+    for (const PsRecovery::Event& e : coordinator_->ps_recovery_stats().events) {
+      if (!e.lost_ps.empty()) event = e;
+    }
+    return event;
+  }
+
+  // After an epoch with `recoveries` restores (each of every group, with the cursor): no
+  // closure failed, no recovery gave up or missed a cursor, the ids counted beyond kIds are
+  // exactly the batches the restores handed out again, and every counter is exactly 1.
+  void ExpectExactlyOnceThroughRestores(int64_t recoveries) {
+    MutexLock lock(&tally_mu_);
+    EXPECT_EQ(failed_, 0) << "first failure: " << first_failure_;
+    const PsRecovery::Stats recovery = coordinator_->ps_recovery_stats();
+    EXPECT_FALSE(recovery.gave_up);
+    EXPECT_EQ(recovery.recoveries, recoveries);
+    EXPECT_EQ(recovery.cursors_missing, 0);
+    EXPECT_EQ(counted_ - kIds, recovery.batches_redone * kBatch) << "each batch since the checkpoint trained once more";
+    EXPECT_FALSE(AnyRestorePending()) << monitor()->map().DebugString();
+    ExpectEveryIdCountedOnce();
+  }
+
   Program program_ = testutil::MakeTestProgram();
-  std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<testutil::TestChief> chief_;
+  std::unique_ptr<testutil::ReplicatedCluster> replicated_;
+  LocalCluster* cluster_ = nullptr;         // replicated_'s
+  testutil::TestChief* chief_ = nullptr;    // replicated_'s
   std::unique_ptr<ShardedVariable> counts_;
   std::unique_ptr<ClusterCoordinator> coordinator_;
+  std::unique_ptr<PerWorkerValues> iterator_;
   std::unique_ptr<CheckpointManager> checkpoints_;
   std::string checkpoint_dir_;
 
-  void LoseEveryCopyOfGroupZeroPastACheckpoint(bool stay_down);
+  Mutex tally_mu_;  // RunRound may run on a thread of the test's
+  int64_t counted_ ABSL_GUARDED_BY(tally_mu_) = 0;    // ids the closures reported counting
+  int64_t completed_ ABSL_GUARDED_BY(tally_mu_) = 0;  // closures that returned their count
+  int64_t failed_ ABSL_GUARDED_BY(tally_mu_) = 0;
+  std::string first_failure_ ABSL_GUARDED_BY(tally_mu_);
+
+  void LoseEveryCopyPastACheckpoint(const std::vector<int>& ps, const std::vector<int>& groups, bool stay_down);
 };
 
 TEST_F(PsReplicationTest, FiveKillsInOneEpochLoseNoUpdate) {
   ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
   coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, testutil::FastFailureDetection());
-  auto dataset = coordinator_->CreatePerWorkerDataset(
-      "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kDynamic,
-      kRecordsPerSplit);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
-  auto iterator = dataset->MakeIterator();
-  ASSERT_TRUE(iterator.ok()) << iterator.status();
+  StartEpoch();
 
   // The epoch runs in rounds on its own thread; the test lets it start kRoundsPerPhase rounds
   // per kill, so every kill lands while a round is in flight and the epoch outlasts the kills.
   Mutex mu;
   int rounds_allowed = 0, rounds_started = 0;
-  int64_t counted = 0, failed = 0;
-  std::string first_failure;
   std::thread epoch([&] {
     for (int round = 0; round < 1000; ++round) {
       {
@@ -188,28 +312,11 @@ TEST_F(PsReplicationTest, FiveKillsInOneEpochLoseNoUpdate) {
         std::pair<int*, int*> gate(&rounds_allowed, &rounds_started);
         mu.Await(absl::Condition(+[](std::pair<int*, int*>* p) { return *p->second < *p->first; }, &gate));
       }
-      std::vector<RemoteValue> values;
-      for (int i = 0; i < kRound; ++i) {
-        auto v = coordinator_->Schedule("count_ids", {*iterator, Tensor::Scalar<int64_t>(10)});
-        EXPECT_TRUE(v.ok()) << v.status();
-        if (v.ok()) values.push_back(*v);
-      }
-      {
+      const absl::Status joined = RunRound([&] {
         MutexLock lock(&mu);
         ++rounds_started;
-      }
-      const absl::Status joined = coordinator_->Join();
-      MutexLock lock(&mu);
-      for (const RemoteValue& v : values) {
-        auto r = v.Fetch();
-        if (r.ok()) {
-          counted += r->at(1).data<int64_t>()[0];
-        } else if (r.status().code() != absl::StatusCode::kOutOfRange) {
-          if (failed++ == 0) first_failure = r.status().ToString();
-        }
-      }
+      });
       if (absl::IsOutOfRange(joined)) return;
-      if (!joined.ok() && failed++ == 0) first_failure = joined.ToString();
     }
   });
   // Lets the epoch start its next phase and returns once that phase's first round is in flight.
@@ -266,16 +373,12 @@ TEST_F(PsReplicationTest, FiveKillsInOneEpochLoseNoUpdate) {
   }
   epoch.join();
 
-  EXPECT_EQ(failed, 0) << "first failure: " << first_failure;
-  EXPECT_EQ(counted, kIds);
-  const std::vector<int64_t> counts = Counts();
-  ASSERT_EQ(counts.size(), static_cast<size_t>(kIds));
-  std::string wrong;
-  int64_t wrong_count = 0;
-  for (int64_t i = 0; i < kIds; ++i) {
-    if (counts[i] != 1 && wrong_count++ < 10) absl::StrAppend(&wrong, " id ", i, "=", counts[i]);
+  {
+    MutexLock lock(&tally_mu_);
+    EXPECT_EQ(failed_, 0) << "first failure: " << first_failure_;
+    EXPECT_EQ(counted_, kIds);
   }
-  EXPECT_EQ(wrong_count, 0) << wrong;
+  ExpectEveryIdCountedOnce();
   const PsMonitor::Stats stats = monitor()->stats();
   EXPECT_GE(stats.failovers, 3);
   EXPECT_EQ(stats.ps_lost, 6);
@@ -423,126 +526,224 @@ TEST_F(PsReplicationTest, StalledPrimaryIsFencedWhenItResumes) {
   EXPECT_EQ(compared.size(), static_cast<size_t>(kPs));
 }
 
-// Both copies of one group SIGKILLed together past a checkpoint (k = 2, 3 PS): the chief marks
-// the group restore_pending, the returning copy serves nothing but the restore, and automatic
-// PS recovery starts at once (told by the monitor, not by closures failing at their deadline):
-// it restores the checkpoint onto every group and rolls the split cursor back, so the batches
-// completed since are trained again, once. Every counter ends at exactly 1 and no closure fails.
-// The kill comes once 16 closures completed past a checkpoint; with `stay_down` the two PS are
-// restarted only once the chief has declared both lost (the group has no copy meanwhile),
-// else at once (the chief sees them restarted).
-void PsReplicationTest::LoseEveryCopyOfGroupZeroPastACheckpoint(bool stay_down) {
+// PS `ps` SIGKILLed together past a checkpoint, taking every copy of groups `groups` (k = 2):
+// the chief marks those groups restore_pending, the returning copies serve nothing but the
+// restore, and automatic PS recovery starts at once (told by the monitor, not by closures
+// failing at their deadline): it restores the checkpoint onto every group and rolls the split
+// cursor back, so the batches completed since are trained again, once. Every counter ends at
+// exactly 1, no closure fails, and one recovery restores every group of `groups` (one cut:
+// restoring the groups one by one would apply the redone batches twice on the others).
+// The kill comes once 16 closures completed past a checkpoint, while a round is in flight;
+// with `stay_down` the PS are restarted only once the chief has declared them all lost (the
+// groups have no copy meanwhile), else at once (the chief sees them restarted).
+void PsReplicationTest::LoseEveryCopyPastACheckpoint(const std::vector<int>& ps, const std::vector<int>& groups,
+                                                     bool stay_down) {
   ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
-  checkpoint_dir_ = absl::StrCat(::testing::TempDir(), "/ps_replication_restore_", getpid());
-  std::filesystem::remove_all(checkpoint_dir_);
-  checkpoints_ = std::make_unique<CheckpointManager>(chief_->strategy(), checkpoint_dir_, /*max_to_keep=*/2);
-  CheckpointManager& checkpoints = *checkpoints_;
-  ClusterCoordinator::Options options = testutil::FastFailureDetection();
-  options.ps_recovery.enabled = true;
-  options.ps_recovery.checkpoints = &checkpoints;
-  options.ps_recovery.timeout = absl::Seconds(60);  // a failed repair fails the test, not hangs it
-  coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, options);
-  auto dataset = coordinator_->CreatePerWorkerDataset(
-      "ids", {{"n", std::to_string(kIds)}, {"batch", std::to_string(kBatch)}}, ShardingPolicy::kDynamic,
-      kRecordsPerSplit);
-  ASSERT_TRUE(dataset.ok()) << dataset.status();
-  auto iterator = dataset->MakeIterator();
-  ASSERT_TRUE(iterator.ok()) << iterator.status();
+  StartRecoveringCoordinator();
 
-  Mutex mu;
-  int64_t saved = 0, completed_at = 0, completed = 0, counted = 0, failed = 0;
+  int64_t saved = 0, completed_at = 0;  // trainer's and, under tally_mu_, the test's
   bool done = false;
-  std::string first_failure;
   std::thread trainer([&] {
     for (int round = 1; round < 1000; ++round) {
-      std::vector<RemoteValue> values;
-      for (int i = 0; i < kRound; ++i) {
-        auto v = coordinator_->Schedule("count_ids", {*iterator, Tensor::Scalar<int64_t>(10)});
-        EXPECT_TRUE(v.ok()) << v.status();
-        if (v.ok()) values.push_back(*v);
-      }
-      const absl::Status joined = coordinator_->Join();
-      {
-        MutexLock lock(&mu);
-        for (const RemoteValue& v : values) {
-          auto r = v.Fetch();
-          if (r.ok()) {
-            counted += r->at(1).data<int64_t>()[0];
-            ++completed;
-          } else if (r.status().code() != absl::StatusCode::kOutOfRange) {
-            if (failed++ == 0) first_failure = r.status().ToString();
-          }
-        }
-        if (!joined.ok() && !absl::IsOutOfRange(joined) && failed++ == 0) first_failure = joined.ToString();
-      }
-      if (!joined.ok()) break;
+      if (!RunRound().ok()) break;
       // A join point: nothing in flight, so the variables and the cursor are one cut. A save
       // that a kill interrupts is not committed.
-      if (round % 3 == 0 && checkpoints.Save(round, coordinator_->SplitCursorState()).ok()) {
-        MutexLock lock(&mu);
+      if (round % 3 == 0 && Save(round).ok()) {
+        MutexLock lock(&tally_mu_);
         ++saved;
-        completed_at = completed;
+        completed_at = completed_;
       }
     }
-    MutexLock lock(&mu);
+    MutexLock lock(&tally_mu_);
     done = true;
   });
-  // Once enough closures completed past a checkpoint, both copies of group 0 go at once.
+  // Once enough closures completed past a checkpoint, the PS go at once.
   auto past_a_checkpoint = [&] {
-    MutexLock lock(&mu);
-    return done || (saved > 0 && completed >= completed_at + 16);
+    MutexLock lock(&tally_mu_);
+    return done || (saved > 0 && completed_ >= completed_at + 16);
   };
   const bool past = WaitFor(past_a_checkpoint, absl::Seconds(120)) && [&] {
-    MutexLock lock(&mu);
+    MutexLock lock(&tally_mu_);
     return !done;
   }();
   EXPECT_TRUE(past) << "the epoch ended (or stalled) before a kill past a checkpoint";
-  const ps::GroupEntry group = *monitor()->map().Find(0);
-  EXPECT_EQ(group.backups.size(), 1u) << monitor()->map().DebugString();
-  if (past && group.backups.size() == 1) {
-    const int64_t lost = monitor()->stats().ps_lost;
-    for (int ps : {group.primary, group.backups[0]}) EXPECT_TRUE(cluster_->KillPs(ps).ok());
+  const int64_t lost = monitor()->stats().ps_lost;
+  if (past) {
+    for (int p : ps) EXPECT_TRUE(cluster_->KillPs(p).ok());
     if (stay_down) {
-      EXPECT_TRUE(WaitFor([&] { return monitor()->stats().ps_lost >= lost + 2; }));
-      EXPECT_EQ(monitor()->map().Find(0)->primary, -1) << monitor()->map().DebugString();
-      EXPECT_TRUE(monitor()->map().Find(0)->restore_pending) << monitor()->map().DebugString();
+      EXPECT_TRUE(WaitFor([&] { return monitor()->stats().ps_lost >= lost + static_cast<int64_t>(ps.size()); }));
+      ExpectAwaitingRestoreWithoutCopy(groups);
     }
-    for (int ps : {group.primary, group.backups[0]}) EXPECT_TRUE(cluster_->RestartPs(ps).ok());
+    for (int p : ps) EXPECT_TRUE(cluster_->RestartPs(p).ok());
   }
   trainer.join();
   ASSERT_TRUE(past);
 
-  EXPECT_EQ(failed, 0) << "first failure: " << first_failure;
-  const PsRecovery::Stats recovery = coordinator_->ps_recovery_stats();
-  EXPECT_FALSE(recovery.gave_up);
-  EXPECT_EQ(recovery.recoveries, 1);
-  PsRecovery::Event event;
-  for (const PsRecovery::Event& e : recovery.events) {
-    if (!e.lost_ps.empty()) event = e;
-  }
-  EXPECT_EQ(event.lost_ps, std::vector<int>{0}) << "the group that lost every copy";
+  ExpectExactlyOnceThroughRestores(/*recoveries=*/1);
+  const PsRecovery::Event event = LastRestore();
   EXPECT_TRUE(event.cursors_missing.empty());
-  EXPECT_EQ(counted - kIds, event.batches_redone * kBatch) << "each batch since the checkpoint trained once more";
-  EXPECT_GE(monitor()->stats().restored, 1);
-  EXPECT_FALSE(monitor()->map().Find(0)->restore_pending) << monitor()->map().DebugString();
-  const std::vector<int64_t> counts = Counts();
-  ASSERT_EQ(counts.size(), static_cast<size_t>(kIds));
-  std::string wrong;
-  int64_t wrong_count = 0;
-  for (int64_t i = 0; i < kIds; ++i) {
-    if (counts[i] != 1 && wrong_count++ < 10) absl::StrAppend(&wrong, " id ", i, "=", counts[i]);
+  // A PS the test did not kill counted lost: its heartbeats went unanswered past the timeout
+  // (seen once with the machine's load at 8 on 2 cores: the chief's monitor ran no round for
+  // 3 s). Its groups then lost their last copy too and are restored in the same recovery.
+  const int64_t not_killed_lost = monitor()->stats().ps_lost - lost - static_cast<int64_t>(ps.size());
+  if (not_killed_lost == 0) {
+    EXPECT_EQ(event.lost_ps, groups) << "the groups that lost every copy";
+    EXPECT_EQ(monitor()->stats().restored, static_cast<int64_t>(groups.size()));
+  } else {
+    std::cout << not_killed_lost << " PS not killed were counted lost; groups restored: "
+              << absl::StrJoin(event.lost_ps, ",") << std::endl;
+    for (int g : groups) {
+      EXPECT_NE(std::find(event.lost_ps.begin(), event.lost_ps.end(), g), event.lost_ps.end()) << "group " << g;
+    }
   }
-  EXPECT_EQ(wrong_count, 0) << wrong;
 }
 
+// Both copies of group 0 (PS 0 and 1), restarted at once.
 TEST_F(PsReplicationTest, EveryCopyOfAGroupLostIsRestoredFromTheCheckpointExactlyOnce) {
-  LoseEveryCopyOfGroupZeroPastACheckpoint(/*stay_down=*/false);
+  LoseEveryCopyPastACheckpoint(/*ps=*/{0, 1}, /*groups=*/{0}, /*stay_down=*/false);
 }
 
 // The same with the group left without any copy until the chief declared both PS lost: the
 // recovery starts then and waits for a copy to come back.
 TEST_F(PsReplicationTest, GroupWithoutACopyForAWhileIsRestoredExactlyOnce) {
-  LoseEveryCopyOfGroupZeroPastACheckpoint(/*stay_down=*/true);
+  LoseEveryCopyPastACheckpoint(/*ps=*/{0, 1}, /*groups=*/{0}, /*stay_down=*/true);
+}
+
+// Two groups losing every copy at once. With 3 PS and k = 2 (ring: group g on PS g and g+1)
+// no set of dead PS takes exactly two groups (two PS take one group, three take all three), so
+// this runs 4 PS: PS 0, 1 and 2 SIGKILLed together take groups 0 ({0,1}) and 1 ({1,2}) while
+// groups 2 and 3 keep their copy on PS 3. Left down until the chief has declared all three
+// lost, both groups await a restore together: the recovery, started by the first, waits for a
+// copy of each (its probe needs a primary for every group) and restores both in one event,
+// one cut of every group (a restore per group would roll the cursor back twice and train the
+// batches in between twice on the groups restored first).
+class PsReplicationFourPsTest : public PsReplicationTest {
+ protected:
+  int NumPs() const override { return 4; }
+};
+
+TEST_F(PsReplicationFourPsTest, TwoGroupsLosingEveryCopyAtOnceAreRestoredInOneEventExactlyOnce) {
+  LoseEveryCopyPastACheckpoint(/*ps=*/{0, 1, 2}, /*groups=*/{0, 1}, /*stay_down=*/true);
+}
+
+// The step whose save PS 0 stops in (PsReplicationMidSaveTest).
+constexpr int64_t kHangStep = 6;
+
+// PS 0, group 0's primary, stops in the middle of its part of checkpoint kHangStep (file
+// written under its temporary name, not renamed: the test hook of ps/checkpoint_service.h).
+class PsReplicationMidSaveTest : public PsReplicationTest {
+ protected:
+  absl::Status BeforeChief(LocalCluster& cluster) override {
+    RETURN_IF_ERROR(cluster.KillPs(0));
+    setenv("ASYNCPS_TEST_CKPT_HANG_AT_STEP", std::to_string(kHangStep).c_str(), 1);
+    const absl::Status restarted = cluster.RestartPs(0);
+    unsetenv("ASYNCPS_TEST_CKPT_HANG_AT_STEP");
+    return restarted;
+  }
+};
+
+// A primary SIGKILLed in the middle of a checkpoint save (ps_replicas = 2): while it is stuck
+// nothing of that checkpoint is listed or loadable; the save then fails (not committed, its
+// directory removed) or completes on the promoted copy (committed whole); training goes on
+// without a failure; a later save succeeds, and when every copy of a group is lost after it,
+// the recovery restores exactly that checkpoint: every counter as it was saved, and after the
+// epoch every counter exactly 1.
+TEST_F(PsReplicationMidSaveTest, PrimaryKilledMidSaveLeavesNoHalfCheckpointAndALaterOneRestoresExactly) {
+  namespace fs = std::filesystem;
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  ASSERT_EQ(replicated_->PrimaryOf(0), 0) << monitor()->map().DebugString();
+  StartRecoveringCoordinator();
+  RunRounds(3);
+  const absl::StatusOr<std::string> first = Save(3);
+  ASSERT_TRUE(first.ok()) << first.status();
+  RunRounds(3);
+
+  absl::StatusOr<std::string> second = absl::UnknownError("not run");
+  std::thread save([&] { second = Save(kHangStep); });
+  const std::string half = absl::StrCat(checkpoints_->directory(), "/ckpt-", kHangStep);
+  const bool stuck = WaitFor([&] { return fs::exists(half + "/ps-0-of-3.safetensors.tmp"); });
+  EXPECT_TRUE(stuck) << "ps 0 never reached the hook";
+  // Mid-save: the previous checkpoint is the only one, and the latest.
+  EXPECT_EQ(checkpoints_->List(), std::vector<std::string>{*first});
+  EXPECT_EQ(checkpoints_->Latest().value_or("none"), *first);
+  EXPECT_FALSE(fs::exists(half + "/manifest.json"));
+  EXPECT_FALSE(ReadManifest(half).ok()) << "a half-written checkpoint reads as one";
+  KillUntilLostAndRestart(0);  // group 0 fails over to PS 1
+  save.join();
+  if (second.ok()) {
+    // Completed on the promoted copy: committed whole, and the latest good one.
+    EXPECT_EQ(*second, half);
+    EXPECT_EQ(checkpoints_->Latest().value_or("none"), half);
+  } else {
+    EXPECT_EQ(checkpoints_->Latest().value_or("none"), *first) << second.status();
+    EXPECT_FALSE(fs::exists(half)) << "an uncommitted save is removed";
+  }
+  std::cout << "save killed mid-way: " << (second.ok() ? "completed on the promoted copy" : second.status().ToString())
+            << std::endl;
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+
+  RunRounds(3);  // training goes on
+  const absl::StatusOr<std::string> third = Save(9);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(checkpoints_->Latest().value_or("none"), *third);
+  const std::vector<int64_t> at_third = Counts();
+  RunRounds(2);
+  ASSERT_NE(Counts(), at_third);
+  // Every copy of group 1 ({1,2}) lost at a join point: the monitor starts the recovery, which
+  // restores the latest checkpoint onto every group.
+  LoseTogetherAndRestart({1, 2}, {1});
+  const PsRecovery::Event event = WaitRecovered(1);
+  EXPECT_EQ(event.checkpoint, *third);
+  EXPECT_EQ(event.lost_ps, std::vector<int>{1});
+  EXPECT_TRUE(Counts() == at_third) << "the restore did not bring back exactly the checkpoint";
+  FinishEpoch();
+  ExpectExactlyOnceThroughRestores(/*recoveries=*/1);
+}
+
+// Every copy of group 0 lost (PS 0 and 1), then PS 0 comes back alone with a restore that
+// stops before it is applied (test hook): group 0's empty primary, restoring. It is SIGKILLed
+// there. The recovery's restore fails with it and is redone once PS 0 and 1 are back: one
+// recovery, every counter as the checkpoint holds it, then exactly 1 after the epoch.
+TEST_F(PsReplicationTest, CopyLostWhileItsGroupIsRestoringIsRestoredAgainExactlyOnce) {
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  StartRecoveringCoordinator();
+  RunRounds(3);
+  const absl::StatusOr<std::string> saved = Save(3);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  const std::vector<int64_t> at_save = Counts();
+  RunRounds(2);
+
+  const int64_t lost = monitor()->stats().ps_lost;
+  for (int p : {0, 1}) ASSERT_TRUE(cluster_->KillPs(p).ok());
+  ASSERT_TRUE(WaitFor([&] { return monitor()->stats().ps_lost >= lost + 2; })) << monitor()->map().DebugString();
+  ExpectAwaitingRestoreWithoutCopy({0});
+  setenv("ASYNCPS_TEST_CKPT_HANG_AT_RESTORE", "1", 1);
+  const absl::Status restarted = cluster_->RestartPs(0);
+  unsetenv("ASYNCPS_TEST_CKPT_HANG_AT_RESTORE");
+  ASSERT_TRUE(restarted.ok()) << restarted;
+  ASSERT_TRUE(WaitFor([&] {
+    return cluster_->ps_process(0).output().find("test hook: restore from") != std::string::npos;
+  })) << "ps 0 never started restoring: " << monitor()->map().DebugString();
+  // Restoring: group 0 still awaits its restore, served by PS 0 alone, nothing recovered yet.
+  {
+    const ps::ShardMap map = monitor()->map();
+    EXPECT_EQ(map.Find(0)->primary, 0) << map.DebugString();
+    EXPECT_TRUE(map.Find(0)->restore_pending) << map.DebugString();
+    EXPECT_EQ(coordinator_->ps_recovery_stats().recoveries, 0);
+  }
+  const int64_t lost_again = monitor()->stats().ps_lost;
+  ASSERT_TRUE(cluster_->KillPs(0).ok());
+  ASSERT_TRUE(WaitFor([&] { return monitor()->stats().ps_lost > lost_again; })) << monitor()->map().DebugString();
+  ExpectAwaitingRestoreWithoutCopy({0});
+  for (int p : {0, 1}) ASSERT_TRUE(cluster_->RestartPs(p).ok());
+
+  const PsRecovery::Event event = WaitRecovered(1);
+  EXPECT_EQ(event.checkpoint, *saved);
+  EXPECT_EQ(event.lost_ps, std::vector<int>{0});
+  EXPECT_TRUE(Counts() == at_save) << "the redone restore did not bring back exactly the checkpoint";
+  FinishEpoch();
+  ExpectExactlyOnceThroughRestores(/*recoveries=*/1);
+  EXPECT_GE(monitor()->stats().restored, 1);
 }
 
 // The chief's own writes (untagged by the caller) to group 0, back to back, while its primary
@@ -601,4 +802,5 @@ TEST_F(PsReplicationTest, ChiefWritesRideOutAPrimaryKilledAndLandOnce) {
 }
 
 }  // namespace
+}  // namespace ps_replication_test
 }  // namespace asyncps
