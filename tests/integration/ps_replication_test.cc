@@ -21,6 +21,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -217,14 +218,19 @@ class PsReplicationTest : public ::testing::Test {
   // Checkpoint `step` with the split cursor, at a join point (nothing in flight: one cut).
   absl::StatusOr<std::string> Save(int64_t step) { return checkpoints_->Save(step, coordinator_->SplitCursorState()); }
 
-  // SIGKILLs every PS of `ps` together, waits until the chief counts them all lost and every
-  // group of `groups` awaits a restore with no copy left, then restarts them (empty).
-  void LoseTogetherAndRestart(const std::vector<int>& ps, const std::vector<int>& groups) {
+  // SIGKILLs every PS of `ps` together and waits until the chief counts them all lost and
+  // every group of `groups` awaits a restore with no copy left.
+  void LoseTogether(const std::vector<int>& ps, const std::vector<int>& groups) {
     const int64_t lost = monitor()->stats().ps_lost;
     for (int p : ps) ASSERT_TRUE(cluster_->KillPs(p).ok());
     ASSERT_TRUE(WaitFor([&] { return monitor()->stats().ps_lost >= lost + static_cast<int64_t>(ps.size()); }))
         << monitor()->map().DebugString();
     ExpectAwaitingRestoreWithoutCopy(groups);
+  }
+
+  // LoseTogether, then restarts them (empty).
+  void LoseTogetherAndRestart(const std::vector<int>& ps, const std::vector<int>& groups) {
+    LoseTogether(ps, groups);
     for (int p : ps) ASSERT_TRUE(cluster_->RestartPs(p).ok());
   }
 
@@ -418,6 +424,62 @@ uint64_t HeldGeneration(net::RpcClient& client, int group) {
   return 0;
 }
 
+// The chief's own writes, back to back on a thread of their own: each a ps.Update adding 1 to
+// rows `ids` of "counts", until Stop() or the first that fails.
+class ChiefWriter {
+ public:
+  ChiefWriter(ChiefProcess& chief, std::vector<int64_t> ids)
+      : chief_(chief), ids_(std::move(ids)), thread_([this] { Run(); }) {}
+  ~ChiefWriter() { Stop().IgnoreError(); }
+
+  int64_t acknowledged() const {
+    MutexLock lock(&mu_);
+    return acknowledged_;
+  }
+  bool failed() const {
+    MutexLock lock(&mu_);
+    return !error_.ok();
+  }
+  // Stops the writes (the one in flight completes) and returns the first write's error (OK
+  // when none failed).
+  absl::Status Stop() {
+    {
+      MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+    MutexLock lock(&mu_);
+    return error_;
+  }
+
+ private:
+  void Run() {
+    const Tensor rows = Tensor::FromVector(ids_);
+    const Tensor ones = Tensor::FromVector(std::vector<int64_t>(ids_.size(), 1));
+    while (true) {
+      {
+        MutexLock lock(&mu_);
+        if (stop_) return;
+      }
+      absl::Status s = chief_.ps().Update({{"counts", UpdateKind::kAdd, ones, rows}});
+      MutexLock lock(&mu_);
+      if (!s.ok()) {
+        error_ = s;
+        return;
+      }
+      ++acknowledged_;
+    }
+  }
+
+  ChiefProcess& chief_;
+  const std::vector<int64_t> ids_;
+  mutable Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t acknowledged_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: started once everything it reads is constructed
+};
+
 // A primary stalled (SIGSTOP) past the heartbeat timeout is replaced; once it runs again
 // (SIGCONT) a write routed to it at the old generation is refused, naming that generation,
 // while the chief's own writes, in flight across the stall, each land exactly once.
@@ -429,33 +491,10 @@ TEST_F(PsReplicationTest, StalledPrimaryIsFencedWhenItResumes) {
   ASSERT_TRUE(AddToRowZero(*raw, 0, old_generation, absl::Seconds(20)).ok()) << "the primary takes writes";
 
   // The chief's own writes to row 0 of every group, back to back, across the stall.
-  Mutex mu;
-  bool stop = false;
-  int64_t acknowledged = 0;
-  absl::Status write_error;
-  std::thread writer([&] {
-    std::vector<int64_t> ids;
-    for (int g = 0; g < kPs; ++g) ids.push_back(g * ((kIds + kPs - 1) / kPs));
-    const Tensor rows = Tensor::FromVector(ids);
-    const Tensor ones = Tensor::FromVector(std::vector<int64_t>(ids.size(), 1));
-    while (true) {
-      {
-        MutexLock lock(&mu);
-        if (stop) return;
-      }
-      absl::Status s = chief_->process().ps().Update({{"counts", UpdateKind::kAdd, ones, rows}});
-      MutexLock lock(&mu);
-      if (!s.ok()) {
-        write_error = s;
-        return;
-      }
-      ++acknowledged;
-    }
-  });
-  auto acknowledged_now = [&] {
-    MutexLock lock(&mu);
-    return acknowledged;
-  };
+  std::vector<int64_t> row_zeros;
+  for (int g = 0; g < kPs; ++g) row_zeros.push_back(g * ((kIds + kPs - 1) / kPs));
+  ChiefWriter writer(chief_->process(), row_zeros);
+  auto acknowledged_now = [&] { return writer.acknowledged(); };
   ASSERT_TRUE(WaitFor([&] { return acknowledged_now() >= 20; }));
 
   cluster_->ps_process(stalled).Signal(SIGSTOP);
@@ -487,12 +526,9 @@ TEST_F(PsReplicationTest, StalledPrimaryIsFencedWhenItResumes) {
   const absl::Status late = AddToRowZero(*raw, 0, old_generation, absl::Seconds(20));
   EXPECT_TRUE(ps::IsStaleShardMap(late)) << late;
   EXPECT_NE(late.message().find(absl::StrCat("generation ", old_generation)), std::string::npos) << late;
-  {
-    MutexLock lock(&mu);
-    stop = true;
-  }
-  writer.join();
+  const absl::Status write_error = writer.Stop();
   EXPECT_TRUE(write_error.ok()) << write_error;
+  const int64_t acknowledged = writer.acknowledged();
 
   // Row 0 of every group holds exactly the acknowledged writes (plus the first raw one in
   // group 0): none lost in the stall, none applied twice, none of the refused ones applied.
@@ -713,10 +749,7 @@ TEST_F(PsReplicationTest, CopyLostWhileItsGroupIsRestoringIsRestoredAgainExactly
   const std::vector<int64_t> at_save = Counts();
   RunRounds(2);
 
-  const int64_t lost = monitor()->stats().ps_lost;
-  for (int p : {0, 1}) ASSERT_TRUE(cluster_->KillPs(p).ok());
-  ASSERT_TRUE(WaitFor([&] { return monitor()->stats().ps_lost >= lost + 2; })) << monitor()->map().DebugString();
-  ExpectAwaitingRestoreWithoutCopy({0});
+  LoseTogether({0, 1}, {0});
   setenv("ASYNCPS_TEST_CKPT_HANG_AT_RESTORE", "1", 1);
   const absl::Status restarted = cluster_->RestartPs(0);
   unsetenv("ASYNCPS_TEST_CKPT_HANG_AT_RESTORE");
@@ -731,10 +764,7 @@ TEST_F(PsReplicationTest, CopyLostWhileItsGroupIsRestoringIsRestoredAgainExactly
     EXPECT_TRUE(map.Find(0)->restore_pending) << map.DebugString();
     EXPECT_EQ(coordinator_->ps_recovery_stats().recoveries, 0);
   }
-  const int64_t lost_again = monitor()->stats().ps_lost;
-  ASSERT_TRUE(cluster_->KillPs(0).ok());
-  ASSERT_TRUE(WaitFor([&] { return monitor()->stats().ps_lost > lost_again; })) << monitor()->map().DebugString();
-  ExpectAwaitingRestoreWithoutCopy({0});
+  LoseTogether({0}, {0});  // the restoring copy, before its restore completes
   for (int p : {0, 1}) ASSERT_TRUE(cluster_->RestartPs(p).ok());
 
   const PsRecovery::Event event = WaitRecovered(1);
@@ -754,51 +784,21 @@ TEST_F(PsReplicationTest, CopyLostWhileItsGroupIsRestoringIsRestoredAgainExactly
 // to the dead primary.) Without the tags the first of them fails Unavailable.
 TEST_F(PsReplicationTest, ChiefWritesRideOutAPrimaryKilledAndLandOnce) {
   ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
-  Mutex mu;
-  bool stop = false;
-  int64_t acknowledged = 0;
-  absl::Status write_error;
   const std::vector<int64_t> ids = {0, 1, 2};  // rows of group 0's shard
-  std::thread writer([&] {
-    const Tensor rows = Tensor::FromVector(ids);
-    const Tensor ones = Tensor::FromVector(std::vector<int64_t>(ids.size(), 1));
-    while (true) {
-      {
-        MutexLock lock(&mu);
-        if (stop) return;
-      }
-      absl::Status s = chief_->process().ps().Update({{"counts", UpdateKind::kAdd, ones, rows}});
-      MutexLock lock(&mu);
-      if (!s.ok()) {
-        write_error = s;
-        return;
-      }
-      ++acknowledged;
-    }
-  });
-  auto acknowledged_now = [&] {
-    MutexLock lock(&mu);
-    return acknowledged;
-  };
-  auto failed_now = [&] {
-    MutexLock lock(&mu);
-    return !write_error.ok();
-  };
+  ChiefWriter writer(chief_->process(), ids);
+  auto acknowledged_now = [&] { return writer.acknowledged(); };
+  auto failed_now = [&] { return writer.failed(); };
   ASSERT_TRUE(WaitFor([&] { return acknowledged_now() >= 20 || failed_now(); }));
   const int primary = monitor()->map().Find(0)->primary;
   KillUntilLostAndRestart(primary);
   ASSERT_TRUE(WaitFor([&] { return FullyReplicated() || failed_now(); })) << monitor()->map().DebugString();
   const int64_t rebuilt_at = acknowledged_now();
   ASSERT_TRUE(WaitFor([&] { return acknowledged_now() >= rebuilt_at + 20 || failed_now(); }));
-  {
-    MutexLock lock(&mu);
-    stop = true;
-  }
-  writer.join();
+  const absl::Status write_error = writer.Stop();
   EXPECT_TRUE(write_error.ok()) << write_error;
   const std::vector<int64_t> counts = Counts();
   ASSERT_EQ(counts.size(), static_cast<size_t>(kIds));
-  for (int64_t id : ids) EXPECT_EQ(counts[id], acknowledged) << "row " << id;
+  for (int64_t id : ids) EXPECT_EQ(counts[id], writer.acknowledged()) << "row " << id;
 }
 
 }  // namespace
