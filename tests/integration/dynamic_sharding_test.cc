@@ -172,10 +172,7 @@ class DynamicShardingTest : public ::testing::Test {
     checkpoint_dir_ = absl::StrCat(::testing::TempDir(), "/dynamic_sharding_ps_", getpid());
     std::filesystem::remove_all(checkpoint_dir_);
     checkpoints_ = std::make_unique<CheckpointManager>(chief_->strategy(), checkpoint_dir_, /*max_to_keep=*/2);
-    ClusterCoordinator::Options options = testutil::FastFailureDetection();
-    options.ps_recovery.enabled = true;
-    options.ps_recovery.checkpoints = checkpoints_.get();
-    options.ps_recovery.timeout = absl::Seconds(60);  // a failed repair fails the test, not hangs it
+    ClusterCoordinator::Options options = testutil::FastFailureDetectionWithPsRecovery(checkpoints_.get());
     coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, options);
     return *checkpoints_;
   }

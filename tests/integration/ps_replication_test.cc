@@ -152,10 +152,7 @@ class PsReplicationTest : public ::testing::Test {
     checkpoint_dir_ = absl::StrCat(::testing::TempDir(), "/ps_replication_restore_", getpid());
     std::filesystem::remove_all(checkpoint_dir_);
     checkpoints_ = std::make_unique<CheckpointManager>(chief_->strategy(), checkpoint_dir_, /*max_to_keep=*/2);
-    ClusterCoordinator::Options options = testutil::FastFailureDetection();
-    options.ps_recovery.enabled = true;
-    options.ps_recovery.checkpoints = checkpoints_.get();
-    options.ps_recovery.timeout = absl::Seconds(60);  // a failed repair fails the test, not hangs it
+    ClusterCoordinator::Options options = testutil::FastFailureDetectionWithPsRecovery(checkpoints_.get());
     coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, options);
     StartEpoch();
   }
@@ -281,6 +278,20 @@ class PsReplicationTest : public ::testing::Test {
     EXPECT_EQ(counted_ - kIds, recovery.batches_redone * kBatch) << "each batch since the checkpoint trained once more";
     EXPECT_FALSE(AnyRestorePending()) << monitor()->map().DebugString();
     ExpectEveryIdCountedOnce();
+  }
+
+  // With nothing running since groups `groups` lost every copy: one recovery restores
+  // `checkpoint` (every counter back at `saved_counts`, what the test read right after saving
+  // it), and after the rest of the epoch every id is counted exactly once.
+  void ExpectOneRestoreThenFinish(const std::string& checkpoint, const std::vector<int>& groups,
+                                  const std::vector<int64_t>& saved_counts) {
+    const PsRecovery::Event event = WaitRecovered(1);
+    EXPECT_EQ(event.checkpoint, checkpoint);
+    EXPECT_EQ(event.lost_ps, groups);
+    EXPECT_EQ(monitor()->stats().restored, static_cast<int64_t>(groups.size()));
+    EXPECT_TRUE(Counts() == saved_counts) << "the restore did not bring back exactly the checkpoint";
+    FinishEpoch();
+    ExpectExactlyOnceThroughRestores(/*recoveries=*/1);
   }
 
   Program program_ = testutil::MakeTestProgram();
@@ -728,12 +739,7 @@ TEST_F(PsReplicationMidSaveTest, PrimaryKilledMidSaveLeavesNoHalfCheckpointAndAL
   // Every copy of group 1 ({1,2}) lost at a join point: the monitor starts the recovery, which
   // restores the latest checkpoint onto every group.
   LoseTogetherAndRestart({1, 2}, {1});
-  const PsRecovery::Event event = WaitRecovered(1);
-  EXPECT_EQ(event.checkpoint, *third);
-  EXPECT_EQ(event.lost_ps, std::vector<int>{1});
-  EXPECT_TRUE(Counts() == at_third) << "the restore did not bring back exactly the checkpoint";
-  FinishEpoch();
-  ExpectExactlyOnceThroughRestores(/*recoveries=*/1);
+  ExpectOneRestoreThenFinish(*third, {1}, at_third);
 }
 
 // Every copy of group 0 lost (PS 0 and 1), then PS 0 comes back alone with a restore that
@@ -767,13 +773,7 @@ TEST_F(PsReplicationTest, CopyLostWhileItsGroupIsRestoringIsRestoredAgainExactly
   LoseTogether({0}, {0});  // the restoring copy, before its restore completes
   for (int p : {0, 1}) ASSERT_TRUE(cluster_->RestartPs(p).ok());
 
-  const PsRecovery::Event event = WaitRecovered(1);
-  EXPECT_EQ(event.checkpoint, *saved);
-  EXPECT_EQ(event.lost_ps, std::vector<int>{0});
-  EXPECT_TRUE(Counts() == at_save) << "the redone restore did not bring back exactly the checkpoint";
-  FinishEpoch();
-  ExpectExactlyOnceThroughRestores(/*recoveries=*/1);
-  EXPECT_GE(monitor()->stats().restored, 1);
+  ExpectOneRestoreThenFinish(*saved, {0}, at_save);
 }
 
 // The chief's own writes (untagged by the caller) to group 0, back to back, while its primary

@@ -26,6 +26,17 @@ inline ClusterCoordinator::Options FastFailureDetection() {
   return o;
 }
 
+// FastFailureDetection with automatic PS recovery, from `checkpoints` (nullable, not owned;
+// it must outlive the coordinator), giving up after 60 s: a failed repair fails the test
+// instead of hanging it.
+inline ClusterCoordinator::Options FastFailureDetectionWithPsRecovery(CheckpointManager* checkpoints) {
+  ClusterCoordinator::Options o = FastFailureDetection();
+  o.ps_recovery.enabled = true;
+  o.ps_recovery.checkpoints = checkpoints;
+  o.ps_recovery.timeout = absl::Seconds(60);
+  return o;
+}
+
 // The in-process chief of a LocalCluster, wired as a chief's main wires it: a ChiefProcess and
 // a strategy on it (destroyed first, as its contract asks).
 class TestChief {
