@@ -744,8 +744,10 @@ TEST_F(PsReplicationMidSaveTest, PrimaryKilledMidSaveLeavesNoHalfCheckpointAndAL
 
 // Every copy of group 0 lost (PS 0 and 1), then PS 0 comes back alone with a restore that
 // stops before it is applied (test hook): group 0's empty primary, restoring. It is SIGKILLed
-// there. The recovery's restore fails with it and is redone once PS 0 and 1 are back: one
-// recovery, every counter as the checkpoint holds it, then exactly 1 after the epoch.
+// there, so group 0 has no copy again before its restore completed. The restore is redone on
+// the copy that comes back next (as run here: the recovery's restore call for group 0 waits
+// for the group's next primary and is sent again there), still in one recovery; every counter
+// is then as the checkpoint holds it, and exactly 1 after the epoch.
 TEST_F(PsReplicationTest, CopyLostWhileItsGroupIsRestoringIsRestoredAgainExactlyOnce) {
   ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
   StartRecoveringCoordinator();
