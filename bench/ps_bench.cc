@@ -97,6 +97,8 @@ constexpr double kDedupCostAim = 1.05;
 // Small pushes against a raw echo with as many in flight: 64 in flight (throughput), 1 in
 // flight (p50 latency).
 constexpr double kSmallPushThroughputAim = 1.3;
+// 8 in flight: a shallow pipeline gives an RPC little to coalesce, so the aim is below parity.
+constexpr double kSmallPush8Aim = 0.8;
 constexpr double kSmallPushLatencyAim = 1.3;
 
 // The aims' names in the summary and the JSON report.
@@ -105,6 +107,7 @@ constexpr char kDensePull[] = "dense pull";
 constexpr char kSparse[] = "sparse";
 constexpr char kDedup[] = "dedup on/off";
 constexpr char kSmallPushThroughput[] = "small push 64 in flight";
+constexpr char kSmallPush8[] = "small push 8 in flight";
 constexpr char kSmallPushLatency[] = "small push p50 latency";
 
 constexpr int64_t kDenseCols = 1024;
@@ -356,12 +359,21 @@ bool ReportDense(Report& report, int num_ps, const char* what, size_t bytes, con
   const double memcpy_gbs = static_cast<double>(bytes) / t.memcpy_seconds / 1e9;
   const double ratio = gbs / raw_gbs;
   const std::string label = absl::StrFormat("ps=%d %s %s", num_ps, what, SizeLabel(bytes));
-  const bool met = report.Add({.name = label,
-                               .value = gbs,
-                               .unit = "GB/s",
-                               .reference = absl::StrFormat("raw TCP x%d conn", num_ps),
-                               .reference_value = raw_gbs,
-                               .aim = aim});
+  // A push is checked whole (shapes, finite values, exactly-once admission) before any of it
+  // is applied, so Adam cannot overlap the transfer: the best ratio a push can reach is the
+  // transfer's share of transfer + Adam (each PS applies its share in parallel).
+  const double adam_per_ps = t.adam_seconds / num_ps;
+  const double push_bound = t.adam_seconds > 0 ? t.raw_seconds / (t.raw_seconds + adam_per_ps) : 0;
+  const bool met = report.Add(
+      {.name = label,
+       .value = gbs,
+       .unit = "GB/s",
+       .reference = absl::StrFormat("raw TCP x%d conn", num_ps),
+       .reference_value = raw_gbs,
+       .aim = aim,
+       .note = t.adam_seconds > 0
+                   ? absl::StrFormat("bound with Adam after the transfer (raw / (raw + Adam alone)): %.2f", push_bound)
+                   : ""});
   report.Add({.name = label + ", memcpy of the same bytes", .value = memcpy_gbs, .unit = "GB/s"});
   if (t.adam_seconds > 0) {
     report.Add({.name = label + ", Adam alone",
@@ -369,8 +381,8 @@ bool ReportDense(Report& report, int num_ps, const char* what, size_t bytes, con
                 .unit = "GB/s"});
   }
   const std::string adam = t.adam_seconds > 0
-                               ? absl::StrFormat(" | Adam alone %5.2f GB/s",
-                                                 static_cast<double>(bytes) / t.adam_seconds / 1e9)
+                               ? absl::StrFormat(" | Adam alone %5.2f GB/s, bound raw/(raw+Adam) %.2f",
+                                                 static_cast<double>(bytes) / t.adam_seconds / 1e9, push_bound)
                                : "";
   std::printf(
       "ps=%d %-17s %-6s %6.2f GB/s (%7.2f ms) | raw TCP %5.2f GB/s x%d conn  "
@@ -549,7 +561,9 @@ bool RunSmallPushes(const Config& config, Report& report) {
                                  .unit = "req/s",
                                  .reference = "raw echo",
                                  .reference_value = raw_rate,
-                                 .aim = window == 64 ? kSmallPushThroughput : ""});
+                                 .aim = window == 64  ? kSmallPushThroughput
+                                        : window == 8 ? kSmallPush8
+                                                      : ""});
     report.Add({.name = label + ", inline small updates",
                 .value = Median(inline_rates),
                 .unit = "req/s",
@@ -559,7 +573,9 @@ bool RunSmallPushes(const Config& config, Report& report) {
         "ps=1 small push %2d in flight: %7.0f req/s | raw echo %7.0f req/s  ratio %.2f%s | inline small updates "
         "%7.0f req/s (%.2fx raw)\n",
         window, rate, raw_rate, ratio,
-        window == 64 ? absl::StrFormat("  %s (>= %.1f)", Verdict(met), kSmallPushThroughputAim).c_str() : "",
+        window == 64  ? absl::StrFormat("  %s (>= %.1f)", Verdict(met), kSmallPushThroughputAim).c_str()
+        : window == 8 ? absl::StrFormat("  %s (>= %.1f)", Verdict(met), kSmallPush8Aim).c_str()
+                      : "",
         Median(inline_rates), Median(inline_rates) / raw_rate);
     if (latency) {
       const double p50 = Median(default_micros);
@@ -804,6 +820,7 @@ int Run(const Config& config, Report& report) {
   std::fflush(stdout);
   bench::Aims& aims = report.aims();
   aims.Declare(kSmallPushThroughput, bench::AimBound::kAtLeast, kSmallPushThroughputAim);
+  aims.Declare(kSmallPush8, bench::AimBound::kAtLeast, kSmallPush8Aim);
   aims.Declare(kSmallPushLatency, bench::AimBound::kAtMost, kSmallPushLatencyAim);
   aims.Declare(kDensePush, bench::AimBound::kAtLeast, kDensePushAim);
   aims.Declare(kDensePull, bench::AimBound::kAtLeast, kDensePullAim);

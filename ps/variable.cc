@@ -203,7 +203,38 @@ const OptimizerConfig* Variable::optimizer_config() const {
 }
 
 size_t Variable::row_bytes() const {
-  return static_cast<size_t>(value_.row_elements()) * DTypeSize(dtype_);
+  // From shape_, which never changes (value_ may move to new storage).
+  int64_t elements = 1;
+  for (size_t i = 1; i < shape_.size(); ++i) elements *= shape_[i];
+  return static_cast<size_t>(elements) * DTypeSize(dtype_);
+}
+
+bool Variable::ValueShared() const { return shared_reads_->count.load(std::memory_order_acquire) > 0; }
+
+void Variable::UnshareValueLocked(bool keep_bytes) {
+  if (!ValueShared()) return;
+  // The snapshots keep the old storage (and their SharedReads) alive until they are gone.
+  std::shared_ptr<void> block = AllocateAlignedUninitialized(value_.num_bytes());
+  if (keep_bytes && value_.num_bytes() > 0) std::memcpy(block.get(), value_.raw_data(), value_.num_bytes());
+  void* data = block.get();
+  value_ = Tensor::View(dtype_, shape_, std::move(block), data);
+  shared_reads_ = std::make_shared<SharedReads>();
+}
+
+template <typename Write>
+void Variable::WithUnsharedValueShared(Write&& write) {
+  for (;;) {
+    {
+      ReaderMutexLock lock(&mu_);
+      // No snapshot can be taken while mu_ is held shared, so an unshared value stays so.
+      if (!ValueShared()) {
+        write();
+        return;
+      }
+    }
+    MutexLock lock(&mu_);
+    UnshareValueLocked(/*keep_bytes=*/true);
+  }
 }
 
 char* Variable::row_ptr(int64_t row) const {
@@ -216,6 +247,19 @@ Tensor Variable::Read() const {
 }
 
 Tensor Variable::ReadVersioned(int64_t* version) const {
+  if (value_bytes() >= kSharedReadBytes) {
+    // Exclusive: no row writer is part way through (they hold mu_ shared), and none starts
+    // before the snapshot is counted, so every later write sees it and copies first.
+    MutexLock lock(&mu_);
+    *version = version_.load(std::memory_order_acquire);
+    shared_reads_->count.fetch_add(1, std::memory_order_relaxed);
+    std::shared_ptr<const void> owner(
+        value_.raw_data(), [storage = value_, reads = shared_reads_](const void*) {
+          // Release: the snapshot's last reads of the bytes happen before a writer's check.
+          reads->count.fetch_sub(1, std::memory_order_release);
+        });
+    return Tensor::View(dtype_, shape_, std::move(owner), const_cast<void*>(value_.raw_data()));
+  }
   ReaderMutexLock lock(&mu_);
   for (auto& s : stripes_) s.ReaderLock();
   // Dense writers are excluded here, and they count their update under their exclusive lock.
@@ -290,6 +334,7 @@ absl::Status Variable::RestoreState(const State& state) {
     return absl::InvalidArgumentError(absl::StrCat("negative step counter for '", name_, "'"));
   }
   MutexLock lock(&mu_);
+  UnshareValueLocked(/*keep_bytes=*/false);
   std::memcpy(value_.raw_data(), state.value.raw_data(), value_.num_bytes());
   for (size_t i = 0; i < slots_.size(); ++i) {
     std::memcpy(slots_[i].raw_data(), state.slots[i].raw_data(), slots_[i].num_bytes());
@@ -343,6 +388,7 @@ absl::Status Variable::CheckUpdate(UpdateKind kind, const Tensor* ids, const Ten
 absl::Status Variable::Update(UpdateKind kind, const Tensor& value) {
   if (absl::Status s = CheckUpdate(kind, nullptr, value); !s.ok()) return s;
   MutexLock lock(&mu_);
+  UnshareValueLocked(/*keep_bytes=*/kind != UpdateKind::kAssign);
   CombineBytes(dtype_, kind, value_.raw_data(), value.raw_data(),
                value.num_elements());
   version_.fetch_add(1, std::memory_order_release);
@@ -353,25 +399,26 @@ absl::Status Variable::UpdateRows(UpdateKind kind, const Tensor& ids, const Tens
   if (absl::Status s = CheckUpdate(kind, &ids, values); !s.ok()) return s;
   const RowIds row_ids(ids);
   const absl::Span<const int64_t> rows = row_ids.span();
-  const int64_t row_elements = value_.row_elements();
   const size_t bytes = row_bytes();
+  const int64_t row_elements = static_cast<int64_t>(bytes / DTypeSize(dtype_));
   const char* src = static_cast<const char*>(values.raw_data());
-  char* base = row_ptr(0);
   const StripeGroups groups(rows);
-  ReaderMutexLock lock(&mu_);
-  version_.fetch_add(1, std::memory_order_release);
-  // One stripe at a time, in ascending order (the documented lock order).
-  for (int s = 0; s < kStripes; ++s) {
-    if (groups.begin[s] == groups.begin[s + 1]) continue;
-    MutexLock stripe(&stripes_[static_cast<size_t>(s)]);
-    for (size_t j = groups.begin[s]; j < groups.begin[s + 1]; ++j) {
-      if (j + kPrefetchRowsAhead < groups.begin[s + 1]) {
-        PrefetchRow(base + rows[groups.order[j + kPrefetchRowsAhead]] * bytes, bytes, /*write=*/1);
+  WithUnsharedValueShared([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    char* base = row_ptr(0);
+    version_.fetch_add(1, std::memory_order_release);
+    // One stripe at a time, in ascending order (the documented lock order).
+    for (int s = 0; s < kStripes; ++s) {
+      if (groups.begin[s] == groups.begin[s + 1]) continue;
+      MutexLock stripe(&stripes_[static_cast<size_t>(s)]);
+      for (size_t j = groups.begin[s]; j < groups.begin[s + 1]; ++j) {
+        if (j + kPrefetchRowsAhead < groups.begin[s + 1]) {
+          PrefetchRow(base + rows[groups.order[j + kPrefetchRowsAhead]] * bytes, bytes, /*write=*/1);
+        }
+        const size_t i = groups.order[j];
+        CombineBytes(dtype_, kind, base + rows[i] * bytes, src + i * bytes, row_elements);
       }
-      const size_t i = groups.order[j];
-      CombineBytes(dtype_, kind, base + rows[i] * bytes, src + i * bytes, row_elements);
     }
-  }
+  });
   return absl::OkStatus();
 }
 
@@ -391,9 +438,9 @@ absl::StatusOr<Tensor> Variable::GatherVersioned(const Tensor& ids, int64_t* ver
   std::shared_ptr<void> block = AllocateAlignedUninitialized(rows.size() * bytes);
   char* dst = static_cast<char*>(block.get());
   Tensor out = Tensor::View(dtype_, std::move(out_shape), block, block.get());
-  const char* base = row_ptr(0);
   const StripeGroups groups(rows);
   ReaderMutexLock lock(&mu_);
+  const char* base = row_ptr(0);
   *version = version_.load(std::memory_order_acquire);
   for (int s = 0; s < kStripes; ++s) {
     if (groups.begin[s] == groups.begin[s + 1]) continue;
@@ -412,6 +459,7 @@ absl::StatusOr<Tensor> Variable::GatherVersioned(const Tensor& ids, int64_t* ver
 absl::Status Variable::ApplyGradient(const Tensor& gradient, float lr_scale) {
   if (absl::Status s = CheckGradient(nullptr, gradient); !s.ok()) return s;
   MutexLock lock(&mu_);
+  UnshareValueLocked(/*keep_bytes=*/true);
   const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
   optimizer_->ApplyScaled(value_.data<float>(), gradient.data<float>(), slot_data_, value_.num_elements(), step,
                           lr_scale);
@@ -424,18 +472,20 @@ absl::Status Variable::ApplyRowGradients(const Tensor& ids, const Tensor& gradie
   const RowIds row_ids(ids);
   // Duplicate ids summed in request order (TF's sparse apply semantics: sum, then apply once),
   // distinct rows grouped by stripe; rows that occur once use the request's gradient in place.
-  const SummedRowGradients summed(row_ids.span(), gradients.data<float>(), value_.row_elements());
-  ReaderMutexLock lock(&mu_);
-  const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
-  version_.fetch_add(1, std::memory_order_release);
-  // Each stripe lock once, ascending; all of the stripe's rows go through one ApplyRows, which
-  // computes the per-step constants once.
-  for (int s = 0; s < kStripes; ++s) {
-    if (summed.rows(s).empty()) continue;
-    MutexLock stripe(&stripes_[static_cast<size_t>(s)]);
-    optimizer_->ApplyRowsScaled(value_.data<float>(), slot_data_, value_.row_elements(), summed.rows(s),
-                                summed.grads(s), step, lr_scale);
-  }
+  const int64_t row_elements = static_cast<int64_t>(row_bytes() / sizeof(float));
+  const SummedRowGradients summed(row_ids.span(), gradients.data<float>(), row_elements);
+  WithUnsharedValueShared([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    float* value = value_.data<float>();
+    const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
+    version_.fetch_add(1, std::memory_order_release);
+    // Each stripe lock once, ascending; all of the stripe's rows go through one ApplyRows,
+    // which computes the per-step constants once.
+    for (int s = 0; s < kStripes; ++s) {
+      if (summed.rows(s).empty()) continue;
+      MutexLock stripe(&stripes_[static_cast<size_t>(s)]);
+      optimizer_->ApplyRowsScaled(value, slot_data_, row_elements, summed.rows(s), summed.grads(s), step, lr_scale);
+    }
+  });
   return absl::OkStatus();
 }
 

@@ -83,13 +83,21 @@ class Variable {
   // (ps/staleness_gate.h). Taken before any of the locks above.
   Mutex& write_order_mu() const ABSL_LOCK_RETURNED(write_order_mu_) { return write_order_mu_; }
 
-  // A consistent copy of the whole value. (It takes every row stripe in a loop, which clang's
-  // thread-safety analysis cannot follow; the loop pairs each lock with its unlock.)
+  // A consistent snapshot of the whole value, whose bytes never change afterwards; the caller
+  // must not write into it. A value of kSharedReadBytes or more is not copied: the snapshot
+  // shares the variable's storage, and the next write while any such snapshot is alive moves
+  // the variable to new storage first (copy-on-write), so a PS answers a large read straight
+  // from the variable's memory. (A small value is copied, taking every row stripe in a loop,
+  // which clang's thread-safety analysis cannot follow; the loop pairs each lock with its
+  // unlock.)
   Tensor Read() const ABSL_NO_THREAD_SAFETY_ANALYSIS;
-  // Read, and the version of the copy: it holds every update that version counts, except that
-  // a row push (ApplyRowGradients, UpdateRows) running at the same moment may be counted
-  // while only partly copied. `version` must not be null.
+  // Read, and the version of the snapshot: it holds every update that version counts, except
+  // that a row push (ApplyRowGradients, UpdateRows) running at the same moment as the read of
+  // a small value may be counted while only partly copied. `version` must not be null.
   Tensor ReadVersioned(int64_t* version) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Values at least this large are read without a copy (see Read). Below it, the copy costs
+  // less than the bookkeeping and the writers' occasional copy-on-write.
+  static constexpr size_t kSharedReadBytes = size_t{256} << 10;
 
   // Dense update of the whole value: `value` must have this variable's dtype and shape.
   //
@@ -162,8 +170,27 @@ class Variable {
  private:
   Variable() = default;
   absl::Status CheckIds(const Tensor& ids) const;
+  // The first byte of row `row` of the current storage. Call with mu_ held (either mode).
   char* row_ptr(int64_t row) const;
   size_t row_bytes() const;
+  // Bytes of the value (from dtype and shape, which never change).
+  size_t value_bytes() const { return static_cast<size_t>(NumElements(shape_)) * DTypeSize(dtype_); }
+
+  // Live snapshots sharing value_'s storage (Read of a large value). Each snapshot's owner
+  // decrements `count` when the last view of it is gone.
+  struct SharedReads {
+    std::atomic<int64_t> count{0};
+  };
+  // Whether a snapshot shares value_'s storage. Snapshots are taken only under mu_ held
+  // exclusively, so while mu_ is held in either mode a false answer stays false.
+  bool ValueShared() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Moves value_ to storage of its own when a snapshot shares it, copying the bytes unless
+  // `keep_bytes` is false (the caller overwrites every byte).
+  void UnshareValueLocked(bool keep_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `write` with mu_ held shared and value_'s storage not shared with any snapshot (for
+  // row writers, which take their stripes inside).
+  template <typename Write>
+  void WithUnsharedValueShared(Write&& write);
 
   std::string name_;
   DType dtype_ = DType::kF32;
@@ -171,9 +198,11 @@ class Variable {
   std::unique_ptr<UpdateRule> optimizer_;
   mutable Mutex mu_;
   mutable std::array<Mutex, kStripes> stripes_;
-  // The bytes of value_ and slots_ are guarded by mu_ and stripes_ as described above; the
-  // handles themselves never change after Create.
+  // The bytes of value_ and slots_ are guarded by mu_ and stripes_ as described above. The
+  // slots' handles never change after Create; value_'s changes (to new storage, under mu_
+  // held exclusively) when a write finds a snapshot sharing it, so it is read under mu_.
   Tensor value_;
+  std::shared_ptr<SharedReads> shared_reads_ ABSL_GUARDED_BY(mu_) = std::make_shared<SharedReads>();
   std::vector<Tensor> slots_;
   // slots_[i]'s floats, for the optimizer.
   std::vector<float*> slot_data_;

@@ -115,6 +115,83 @@ TYPED_TEST(UpdateKindTest, RowUpdateAppliesEveryKind) {
   }
 }
 
+// A variable whose reads share its storage (Variable::kSharedReadBytes), rows numbered.
+std::unique_ptr<Variable> LargeVariable(const OptimizerConfig* optimizer = nullptr) {
+  const int64_t cols = 64;
+  const int64_t rows = static_cast<int64_t>(2 * Variable::kSharedReadBytes / (cols * sizeof(float)));
+  return MakeVariable("large", RowNumbered(rows, cols), optimizer);
+}
+
+TEST(VariableTest, LargeReadIsASnapshotThatNoWriteReaches) {
+  const OptimizerConfig sgd = opt::SGD(0.5);
+  auto v = LargeVariable(&sgd);
+  ASSERT_NE(v, nullptr);
+  const Shape shape = v->shape();
+  const Tensor original = v->Read().Clone();
+
+  // Two reads with no write between share one storage: nothing was copied.
+  Tensor first = v->Read();
+  Tensor second = v->Read();
+  EXPECT_EQ(first.raw_data(), second.raw_data());
+  EXPECT_TRUE(first.Equals(original));
+
+  Tensor ones(DType::kF32, shape);
+  for (float& x : ones.flat<float>()) x = 1;
+  const Tensor row_ids = Ids64({0, 5, 5, shape[0] - 1});
+  Tensor row_ones(DType::kF32, {4, shape[1]});
+  for (float& x : row_ones.flat<float>()) x = 1;
+
+  // Every kind of write, each while snapshots are held: each moves the variable to storage
+  // of its own, and every snapshot keeps the value it was taken at.
+  std::vector<std::pair<Tensor, Tensor>> snapshots;  // snapshot, copy of it when taken
+  auto hold = [&] {
+    Tensor s = v->Read();
+    snapshots.emplace_back(s, s.Clone());
+  };
+  hold();
+  ASSERT_TRUE(v->Update(UpdateKind::kAdd, ones).ok());
+  hold();
+  ASSERT_TRUE(v->UpdateRows(UpdateKind::kAdd, row_ids, row_ones).ok());
+  hold();
+  ASSERT_TRUE(v->ApplyGradient(ones).ok());
+  hold();
+  ASSERT_TRUE(v->ApplyRowGradients(row_ids, row_ones).ok());
+  hold();
+  Variable::State state;
+  state.value = original;
+  ASSERT_TRUE(v->RestoreState(state).ok());
+  for (size_t i = 0; i < snapshots.size(); ++i) {
+    EXPECT_TRUE(snapshots[i].first.Equals(snapshots[i].second)) << "snapshot " << i << " changed";
+    if (i > 0) {
+      EXPECT_FALSE(snapshots[i].first.Equals(snapshots[i - 1].first)) << "write " << i << " was not applied";
+    }
+  }
+  EXPECT_TRUE(first.Equals(original));
+  EXPECT_TRUE(v->Read().Equals(original));  // the restore
+  // The value written before the restore, checked through the rows: +1 dense, +1 (row 5:
+  // +2) by row, -0.5 by SGD, -0.5 (row 5: -1) by row SGD.
+  const Tensor before_restore = snapshots.back().first;
+  const int64_t cols = shape[1];
+  EXPECT_EQ(before_restore.data<float>()[1], original.data<float>()[1] + 1 + 1 - 0.5f - 0.5f);
+  EXPECT_EQ(before_restore.data<float>()[5 * cols], original.data<float>()[5 * cols] + 1 + 2 - 0.5f - 1.0f);
+  EXPECT_EQ(before_restore.data<float>()[2 * cols], original.data<float>()[2 * cols] + 1 - 0.5f);
+}
+
+TEST(VariableTest, LargeReadWithoutSnapshotsAliveWritesInPlace) {
+  auto v = LargeVariable();
+  ASSERT_NE(v, nullptr);
+  const void* storage = nullptr;
+  {
+    Tensor snapshot = v->Read();
+    storage = snapshot.raw_data();
+  }
+  // The snapshot is gone: the write needs no copy, and the next read shares the same storage.
+  Tensor ones(DType::kF32, v->shape());
+  for (float& x : ones.flat<float>()) x = 1;
+  ASSERT_TRUE(v->Update(UpdateKind::kAdd, ones).ok());
+  EXPECT_EQ(v->Read().raw_data(), storage);
+}
+
 TEST(VariableTest, BoolVariableAllowsOnlyAssign) {
   auto v = MakeVariable("mask", Tensor::FromVector<bool>({3}, {true, false, true}));
   ASSERT_NE(v, nullptr);
