@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -25,6 +24,7 @@
 #include "asyncps/sync.h"
 #include "asyncps/torch.h"
 #include "examples/fmnist_augment.h"
+#include "examples/fmnist_idx_shard.h"
 #include "examples/training_checkpoints.h"
 
 namespace asyncps::fmnist {
@@ -136,62 +136,6 @@ absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> ToInputs(const data::Ele
   for (int64_t i = 0, n = batch[0].num_elements(); i < n; ++i) out[i] = kNormalised[pixels[i]];
   ASSIGN_OR_RETURN(torch::Tensor labels, torch_bridge::ToTorch(batch[1]));
   return std::make_pair(x, labels.to(torch::kLong));
-}
-
-// Records index, index + num_shards, ... of the IDX file `path` as one tensor [records, record
-// dims...]: a worker's static shard, read once. Decoding the gzipped file is costly (inflating
-// the 60,000 images took a quarter of a worker's CPU while it trained, every epoch, and each
-// worker inflated the whole file for its half of it), so the training pipeline slices this
-// tensor instead. A worker builds its dataset and then its iterator from the same factory, so
-// the process keeps the shards it read last (its images and labels).
-struct IdxShard {
-  std::string path;
-  int64_t num_shards = 0, index = 0;
-  Tensor records;
-};
-struct IdxShardCache {
-  static constexpr size_t kMaxShards = 4;
-  Mutex mu;
-  std::deque<IdxShard> shards ABSL_GUARDED_BY(mu);
-};
-IdxShardCache& ReadShards() {
-  static auto* cache = new IdxShardCache();  // never destroyed
-  return *cache;
-}
-
-absl::StatusOr<Tensor> ReadIdxShard(const std::string& path, int64_t num_shards, int64_t index) {
-  IdxShardCache& cache = ReadShards();
-  MutexLock lock(&cache.mu);
-  for (const IdxShard& s : cache.shards) {
-    if (s.path == path && s.num_shards == num_shards && s.index == index) return s.records;
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<data::Iterator> it,
-                   data::Dataset::IdxFile(path).Shard(num_shards, index).MakeIterator());
-  std::vector<Tensor> records;
-  while (true) {
-    absl::StatusOr<data::Element> record = it->Next();
-    if (!record.ok()) {
-      if (data::IsEndOfData(record.status())) break;
-      return record.status();
-    }
-    records.push_back(std::move(record->at(0)));
-  }
-  if (records.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no records in shard ", index));
-  Shape shape = records[0].shape();
-  shape.insert(shape.begin(), static_cast<int64_t>(records.size()));
-  Tensor all(records[0].dtype(), std::move(shape));
-  char* out = static_cast<char*>(all.raw_data());
-  const size_t bytes = records[0].num_bytes();
-  for (const Tensor& r : records) {
-    if (r.dtype() != records[0].dtype() || r.shape() != records[0].shape()) {
-      return absl::DataLossError(absl::StrCat(path, ": records of different shapes"));
-    }
-    std::memcpy(out, r.raw_data(), bytes);
-    out += bytes;
-  }
-  if (cache.shards.size() == IdxShardCache::kMaxShards) cache.shards.pop_front();
-  cache.shards.push_back({path, num_shards, index, all});
-  return all;
 }
 
 absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
