@@ -2,7 +2,9 @@
 // 2 workers, Adam on 2 PS, each PS the other's backup) with PS 0 SIGKILLed mid-training and
 // restarted empty. Its groups fail over to PS 1, training goes on without a checkpoint restore,
 // PS 0 is rebuilt by state transfer, and training reaches the main job's target, 0.88, in
-// twelve epochs like the worker-kill test. As a person runs it: asyncps_launch --ps_replicas 2
+// fifteen epochs like the worker-kill test (the default pipelined step, overlap_pull with two
+// closures per worker, is a little staler than TensorFlow's; its 10-epoch runs missed 0.88 in 3
+// of 25 under load). As a person runs it: asyncps_launch --ps_replicas 2
 // --max_restarts 1, PS 0 killed by pid, the launcher restarting it. (An in-process twin of this
 // test, on a LocalCluster, checked nothing this one does not and cost a minute of CI.)
 #include <signal.h>
@@ -34,7 +36,7 @@ namespace {
 // variables. The kill lands in epoch 2; the chief's events (at --log_level info) say when the
 // failover and the rebuild happened.
 TEST(FashionMnistReplicationTest, LauncherWithReplicasRidesOutAPsKillWithoutARestore) {
-  constexpr int kEpochs = 12;
+  constexpr int kEpochs = 15;
   const std::string replicas = "2";
   Subprocess::Options o;
   o.argv = {testutil::LocalCluster::BinaryPath("asyncps_launch"),
