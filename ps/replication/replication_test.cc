@@ -189,6 +189,35 @@ TEST_F(ReplicationTest, WriteIsOnTheBackupBeforeItIsAcked) {
   EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kBackup);
 }
 
+// A write the backup does not acknowledge is answered Unavailable at the write deadline (the
+// primary's answers are deferred, not waited for on a thread), applied on the primary; once
+// the backup takes the stream again, the retried tagged write is applied once everywhere.
+TEST_F(ReplicationTest, UnacknowledgedWriteIsAnsweredUnavailableAtItsDeadline) {
+  ReplicatedPs::Options options;
+  options.write_timeout = absl::Milliseconds(300);
+  Start(2, 2, options);
+  ASSERT_TRUE(CreateAdam(0, "dense", {8, 4}, 0, 1).ok());
+  // Generation 2 reaches only the primary: the backup answers its stream "not yet", so the
+  // primary keeps resending and nothing is acknowledged.
+  ShardMap next = map_;
+  next.generation = 2;
+  for (auto& g : next.groups) g.generation = 2;
+  ASSERT_TRUE(cluster_->SetMap(0, next).ok());
+  auto stalled = Push(0, "dense", Filled({8, 4}, 0.5f), std::nullopt, 7, 0, 2);
+  ASSERT_FALSE(stalled.ok());
+  EXPECT_EQ(stalled.status().code(), absl::StatusCode::kUnavailable) << stalled.status();
+  EXPECT_THAT(stalled.status().message(), HasSubstr("not acknowledged in time by ps 1"));
+  // A second write queues behind it, and is refused the same way.
+  auto second = Push(0, "dense", Filled({8, 4}, 0.25f), std::nullopt, 8, 0, 2);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  ASSERT_TRUE(cluster_->SetMap(1, next).ok());
+  auto retried = Push(0, "dense", Filled({8, 4}, 0.5f), std::nullopt, 7, 0, 2);
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(*retried, 1u);  // applied once, before the deadline answer
+  EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
+}
+
 TEST_F(ReplicationTest, UnroutedRequestsWithoutAMapServeAsBefore) {
   Start(2, 0);
   ASSERT_TRUE(CreateAdam(1, "v", {4}, 0, 0).ok());
