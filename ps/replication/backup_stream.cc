@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/incarnation.h"
+#include "core/status_macros.h"
 #include "ps/ps_metrics.h"
 #include "ps/ps_wire.h"
 #include "ps/replication/shard_map.h"
@@ -114,33 +115,73 @@ void BackupStream::MaybeSendAsync(uint64_t generation) {
   client_->CallAsync("ps.Replicate", std::move(request), options_.call_timeout,
                      [link = link_, first, count, bytes](absl::StatusOr<net::InMessage> reply) {
                        MutexLock lock(&link->mu);
-                       if (link->stream != nullptr) link->stream->OnAsyncReply(first, count, bytes, reply.status());
+                       if (link->stream != nullptr) link->stream->OnAsyncReply(first, count, bytes, std::move(reply));
                      });
 }
 
-void BackupStream::OnAsyncReply(uint64_t first, size_t count, uint64_t bytes, const absl::Status& status) {
-  if (!status.ok()) {
+void BackupStream::OnAsyncReply(uint64_t first, size_t count, uint64_t bytes, absl::StatusOr<net::InMessage> reply) {
+  absl::StatusOr<size_t> acknowledged = reply.ok() ? Acknowledged(first, count, *reply) : reply.status();
+  if (!acknowledged.ok()) {
     MutexLock lock(&queue_mu_);
     sending_ = false;
     async_ = false;  // the stream's thread retries (the same batch) or gives up
-    async_error_ = status;
+    async_error_ = acknowledged.status();
     return;
   }
   {
     MutexLock lock(&queue_mu_);
-    for (size_t i = 0; i < count; ++i) queue_.pop_front();
-    next_ = first + count;
     sending_ = false;
   }
-  if (options_.metrics != nullptr) options_.metrics->RecordReplicated(count, bytes);
+  Acknowledge(first, *acknowledged, bytes);
   uint64_t generation;
   {
     MutexLock lock(&copy_.mu);
-    acked = first + count - 1;
     generation = copy_.generation;
   }
-  copy_.AnswerDue();  // the writers every counted copy has now acknowledged
   MaybeSendAsync(generation);  // what was queued meanwhile
+}
+
+absl::StatusOr<size_t> BackupStream::Acknowledged(uint64_t first, size_t count, const net::InMessage& reply) {
+  const uint64_t applied = reply.ResponseBody<wire::ReplicateResponse>().getAppliedSequence();
+  const uint64_t last = first + count - 1;
+  if (applied == last) return count;
+  // Short of the batch: the copy refused the write after `applied` (a ForwardsBeforeApply
+  // write), without effect, and stopped there.
+  const uint64_t refused = applied + 1;
+  if (refused < first || refused > last) {
+    return absl::InternalError(absl::StrCat("ps ", target_, " acknowledged sequence ", applied, " for a batch of ",
+                                            first, "..", last));
+  }
+  std::shared_ptr<const LoggedWrite> write;
+  {
+    MutexLock lock(&queue_mu_);
+    if (refused - first >= queue_.size()) return absl::InternalError("acknowledged write no longer queued");
+    write = queue_[refused - first];
+  }
+  if (write->outcome() == 0) {
+    // The primary applies it under the write lock it was queued under: done once that is free.
+    MutexLock wait(&copy_.write_mu);
+  }
+  if (write->outcome() != 2) {
+    return absl::FailedPreconditionError(absl::StrCat("group ", copy_.group, ": ps ", target_, " refused write ",
+                                                      refused, " (", write->method(),
+                                                      ") that the primary applied: the copies diverged"));
+  }
+  return static_cast<size_t>(refused - first + 1);
+}
+
+void BackupStream::Acknowledge(uint64_t first, size_t count, uint64_t bytes) {
+  {
+    MutexLock lock(&queue_mu_);
+    for (size_t i = 0; i < count; ++i) queue_.pop_front();
+    next_ = first + count;
+  }
+  if (options_.metrics != nullptr) options_.metrics->RecordReplicated(count, bytes);
+  {
+    MutexLock lock(&copy_.mu);
+    acked = first + count - 1;
+  }
+  copy_.AnswerDue();  // the writers every counted copy has now acknowledged
 }
 
 bool BackupStream::WaitStop(absl::Duration d) {
@@ -249,17 +290,8 @@ absl::Status BackupStream::SendBatch() {
   }
   auto reply = client_->Call("ps.Replicate", std::move(request), options_.call_timeout);
   if (!reply.ok()) return reply.status();
-  {
-    MutexLock lock(&queue_mu_);
-    for (size_t i = 0; i < count; ++i) queue_.pop_front();
-    next_ = first + count;
-  }
-  if (options_.metrics != nullptr) options_.metrics->RecordReplicated(count, bytes);
-  {
-    MutexLock lock(&copy_.mu);
-    acked = first + count - 1;
-  }
-  copy_.AnswerDue();  // the writers every counted copy has now acknowledged
+  ASSIGN_OR_RETURN(const size_t acknowledged, Acknowledged(first, count, *reply));
+  Acknowledge(first, acknowledged, bytes);
   return absl::OkStatus();
 }
 

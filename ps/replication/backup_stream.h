@@ -82,7 +82,16 @@ class BackupStream {
   // nothing in flight. Never under queue_mu_.
   void MaybeSendAsync(uint64_t generation) ABSL_LOCKS_EXCLUDED(queue_mu_);
   // The reply to an async batch (on the client's loop thread).
-  void OnAsyncReply(uint64_t first, size_t count, uint64_t bytes, const absl::Status& status);
+  void OnAsyncReply(uint64_t first, size_t count, uint64_t bytes, absl::StatusOr<net::InMessage> reply);
+  // How many writes of the batch [first, first + count) the copy acknowledged in `reply`: the
+  // whole batch, or up to a ForwardsBeforeApply write it refused (it acknowledges one short of
+  // such a write), which the primary must have refused too (else FailedPrecondition: the
+  // copies diverged). A batch resent after a lost reply is acknowledged whole, so a refusal in
+  // it goes uncompared. Never under the copy's locks.
+  absl::StatusOr<size_t> Acknowledged(uint64_t first, size_t count, const net::InMessage& reply);
+  // Records that the copy applied the first `count` writes from `first`, and answers the
+  // writers that completes.
+  void Acknowledge(uint64_t first, size_t count, uint64_t bytes);
   // Sends the writes queued from `first`: OK once acknowledged.
   absl::Status SendBatch();
   void CheckInSync();

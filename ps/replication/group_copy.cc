@@ -94,7 +94,7 @@ void GroupCopy::TakeDueAnswers(absl::Time now, std::vector<std::pair<AnswerFn, a
     if (s->counted) acked = std::min(acked, s->acked);
   }
   while (!answers.empty() && answers.front().sequence <= acked) {
-    due->emplace_back(std::move(answers.front().done), absl::OkStatus());
+    due->emplace_back(std::move(answers.front().done), std::move(answers.front().applied));
     answers.pop_front();
   }
   bool expired = false;

@@ -103,6 +103,9 @@ struct GroupCopy {
     absl::Time deadline;
     const char* method;  // a string literal
     AnswerFn done;
+    // The primary's own result (a ForwardsBeforeApply write it refused is answered with its
+    // refusal, once acknowledged like any write).
+    absl::Status applied;
   };
   std::deque<PendingAnswer> answers ABSL_GUARDED_BY(mu);
   // Under mu: moves the answers that are due at `now` (see `answers`) into `due`, each with

@@ -328,9 +328,29 @@ void ReplicatedPs::WriteThen(const net::RequestContext& context, const char* met
       MutexLock lock(&copy.mu);
       RETURN_IF_ERROR(CheckServing(copy, r->generation, method, restore_write));
     }
+    const absl::Time deadline = std::min(context.deadline, absl::Now() + options_.write_timeout);
+    if (ForwardsBeforeApply(method)) {
+      // Forwarded first, so the backups apply it while this copy does (see
+      // ForwardsBeforeApply); answered, with this copy's result, once every counted backup
+      // acknowledged it.
+      ASSIGN_OR_RETURN(std::shared_ptr<const LoggedWrite> logged,
+                       LoggedWrite::Make(method, request, RequestBodyPointer(request), options_.extension));
+      uint64_t sequence;
+      {
+        MutexLock lock(&copy.mu);
+        sequence = ++copy.sequence;
+        for (auto& s : copy.streams) s->Enqueue(sequence, logged, copy.generation);
+      }
+      absl::Status applied = apply(copy.state);
+      logged->set_outcome(applied.ok());
+      MutexLock lock(&copy.mu);
+      copy.answers.push_back({sequence, deadline, method, std::move(done), std::move(applied)});
+      return absl::OkStatus();
+    }
     RETURN_IF_ERROR(apply(copy.state));
     absl::StatusOr<std::shared_ptr<const LoggedWrite>> logged =
         LoggedWrite::Make(method, request, RequestBodyPointer(request), options_.extension);
+    if (logged.ok()) (*logged)->set_outcome(true);
     MutexLock lock(&copy.mu);
     const uint64_t sequence = ++copy.sequence;
     if (!logged.ok()) {
@@ -346,8 +366,7 @@ void ReplicatedPs::WriteThen(const net::RequestContext& context, const char* met
     }
     for (auto& s : copy.streams) s->Enqueue(sequence, *logged, copy.generation);
     // Queued in sequence order (under write_mu): answered once every counted stream has it.
-    copy.answers.push_back({sequence, std::min(context.deadline, absl::Now() + options_.write_timeout), method,
-                            std::move(done)});
+    copy.answers.push_back({sequence, deadline, method, std::move(done), absl::OkStatus()});
     return absl::OkStatus();
   }();
   if (!refused.ok()) return done(refused);
@@ -650,9 +669,23 @@ absl::Status ReplicatedPs::Replicate(const net::InMessage& request, net::OutMess
                                             " is the last applied (a gap); nothing applied"));
   }
   uint64_t n = 0;
+  bool refused = false;  // the batch ended at a ForwardsBeforeApply write refused here
   for (unsigned i = static_cast<unsigned>(repeated); i < entries.size(); ++i) {
     auto entry = entries[i];
     absl::Status s = ApplyEntry(*copy, request, entry);
+    if (!s.ok() && ForwardsBeforeApply(entry.getMethod().cStr())) {
+      // The primary forwarded it before applying it, and refuses it too unless the copies
+      // diverged (ForwardsBeforeApply): taken as applied without effect, and the batch ends
+      // here, acknowledged one short of it, which tells the primary to compare (the rest is
+      // sent again).
+      spdlog::debug("group {}: sequence {} refused here as at the primary: {}", copy->group, applied + n + 1,
+                    s.ToString());
+      ++n;
+      copy->recent_digests.emplace_back(applied + n, EntryDigest(entry));
+      if (copy->recent_digests.size() > GroupCopy::kRecentDigests) copy->recent_digests.pop_front();
+      refused = true;
+      break;
+    }
     if (!s.ok()) {
       {
         MutexLock lock(&copy->mu);
@@ -667,7 +700,7 @@ absl::Status ReplicatedPs::Replicate(const net::InMessage& request, net::OutMess
   }
   MutexLock lock(&copy->mu);
   copy->sequence = applied + n;
-  response->InitResponseBody<wire::ReplicateResponse>().setAppliedSequence(copy->sequence);
+  response->InitResponseBody<wire::ReplicateResponse>().setAppliedSequence(copy->sequence - (refused ? 1 : 0));
   return absl::OkStatus();
 }
 

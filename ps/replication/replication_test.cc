@@ -218,6 +218,56 @@ TEST_F(ReplicationTest, UnacknowledgedWriteIsAnsweredUnavailableAtItsDeadline) {
   EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
 }
 
+// The backup's view of its stream from PS 0's ReplicaStatus: (in sync, needs rebuild).
+std::pair<bool, bool> StreamToPs1(LocalPsCluster& c) {
+  net::InMessage holder;
+  auto status = Status(c, 0, &holder);
+  if (!status.ok()) return {false, false};
+  for (auto copy : status->getCopies()) {
+    for (auto b : copy.getBackups()) {
+      if (copy.getGroup() == 0 && b.getPs() == 1) return {b.getInSync(), b.getNeedsRebuild()};
+    }
+  }
+  return {false, false};
+}
+
+// Pushes are forwarded before the primary applies them (ForwardsBeforeApply): one the primary
+// refuses is refused by the backup alike, answered with the primary's refusal, and costs no
+// rebuild; the stream goes on.
+TEST_F(ReplicationTest, RefusedPushIsRefusedOnEveryCopyWithoutARebuild) {
+  Start(2, 2);
+  ASSERT_TRUE(CreateAdam(0, "v", {8, 4}, 0, 1).ok());
+  ASSERT_TRUE(Push(0, "v", Filled({8, 4}, 0.5f), std::nullopt, 1, 0, 1).ok());
+  auto wrong_shape = Push(0, "v", Filled({3}, 0.5f), std::nullopt, 2, 0, 1);
+  ASSERT_FALSE(wrong_shape.ok());
+  EXPECT_EQ(wrong_shape.status().code(), absl::StatusCode::kInvalidArgument) << wrong_shape.status();
+  auto unknown = Push(0, "nope", Filled({8, 4}, 0.5f), std::nullopt, 3, 0, 1);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kBackup);
+  auto after = Push(0, "v", Filled({8, 4}, 0.25f), std::nullopt, 4, 0, 1);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(StreamToPs1(*cluster_), std::make_pair(true, false));
+  EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
+}
+
+// A push the primary applies but its backup refuses shows copies that diverged: the stream
+// stops (the backup needs a rebuild) and the write is never acknowledged.
+TEST_F(ReplicationTest, PushAppliedOnlyAtThePrimaryStopsTheStream) {
+  ReplicatedPs::Options options;
+  options.write_timeout = absl::Milliseconds(300);
+  Start(2, 2, options);
+  ASSERT_TRUE(CreateAdam(0, "v", {8, 4}, 0, 1).ok());
+  // A variable only the primary's copy holds (what no request can make): the copies differ.
+  OptimizerConfig adam = opt::Adam(0.01f);
+  auto only_here = Variable::Create("only_here", Tensor(DType::kF32, {4}), &adam);
+  ASSERT_TRUE(only_here.ok());
+  ASSERT_TRUE(cluster_->replicated(0).CopyOf(0)->state.store->Insert(*std::move(only_here)).ok());
+  auto diverged = Push(0, "only_here", Filled({4}, 0.5f), std::nullopt, 1, 0, 1);
+  ASSERT_FALSE(diverged.ok());
+  EXPECT_EQ(diverged.status().code(), absl::StatusCode::kUnavailable) << diverged.status();
+  EXPECT_TRUE(Eventually([&] { return StreamToPs1(*cluster_).second; }));
+}
+
 TEST_F(ReplicationTest, UnroutedRequestsWithoutAMapServeAsBefore) {
   Start(2, 0);
   ASSERT_TRUE(CreateAdam(1, "v", {4}, 0, 0).ok());
