@@ -8,6 +8,8 @@
 //
 // Usage: ps_replication_bench [--quick] [--json=PATH]
 //   ASYNCPS_BENCH_CASES=dense,sparse,tiny,transfer picks cases (all when unset).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -117,6 +119,15 @@ double TinyP50Us(Setup& s, int n) {
   return bench::Median(us);
 }
 
+// CPU time (user + system) of every thread of this process so far: both clusters and the
+// client, of which only the one measured is busy.
+double ProcessCpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
+}
+
 // Which cases run: ASYNCPS_BENCH_CASES, a comma list of dense, sparse, tiny, transfer (all
 // when unset): for profiling one case.
 bool Wanted(const char* name) {
@@ -134,23 +145,28 @@ bool Wanted(const char* name) {
 template <typename Fn>
 void Interleaved(Setup* setups, int rounds, const std::string& name, const std::string& unit, const std::string& aim,
                  bench::Report& report, Fn measure) {
-  std::vector<double> k1, k2, ratios;
+  std::vector<double> k1, k2, ratios, cpu_ratios;
   for (int r = 0; r < rounds; ++r) {
-    double v[2];
+    double v[2], cpu[2];
     for (int i = 0; i < 2; ++i) {
       const int k = (r % 2 == 0) ? i : 1 - i;
+      const double cpu_before = ProcessCpuSeconds();
       v[k] = measure(setups[k]);
+      cpu[k] = ProcessCpuSeconds() - cpu_before;
     }
     k1.push_back(v[0]);
     k2.push_back(v[1]);
     ratios.push_back(v[1] / v[0]);
+    cpu_ratios.push_back(cpu[1] / cpu[0]);
   }
   std::sort(ratios.begin(), ratios.end());
   report.Add({.name = name, .value = bench::Median(k2), .unit = unit, .reference = "k=1",
               .reference_value = bench::Median(k1),
               .note = absl::StrCat(aim, "; per-round ratio k2/k1 over ", rounds, " alternating rounds: min ",
                                    absl::SixDigits(ratios.front()), " median ", absl::SixDigits(bench::Median(ratios)),
-                                   " max ", absl::SixDigits(ratios.back()))});
+                                   " max ", absl::SixDigits(ratios.back()),
+                                   "; process CPU time k2/k1 for the same work: median ",
+                                   absl::SixDigits(bench::Median(cpu_ratios)))});
 }
 
 int Run(bool quick, bench::Report& report) {
