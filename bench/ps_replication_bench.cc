@@ -7,17 +7,21 @@
 // transfer of a 256 MiB shard against a dense pull of it.
 //
 // Usage: ps_replication_bench [--quick] [--json=PATH]
-//   ASYNCPS_BENCH_CASES=dense,sparse,tiny,transfer picks cases (all when unset).
+//   ASYNCPS_BENCH_CASES=dense,sparse,tiny,transfer,fmnist picks cases (all but fmnist when
+//   unset). fmnist: the Fashion-MNIST main job through asyncps_launch --ps_replicas 1 and 2
+//   (asyncps_launch and fashion_mnist must be built beside this binary; minutes).
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
@@ -119,17 +123,21 @@ double TinyP50Us(Setup& s, int n) {
   return bench::Median(us);
 }
 
-// CPU time (user + system) of every thread of this process so far: both clusters and the
-// client, of which only the one measured is busy.
+// CPU time (user + system) of every thread of this process so far (both clusters and the
+// client, of which only the one measured is busy) and of the child processes it waited for.
 double ProcessCpuSeconds() {
-  rusage u;
-  getrusage(RUSAGE_SELF, &u);
   auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
-  return seconds(u.ru_utime) + seconds(u.ru_stime);
+  double total = 0;
+  for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
+    rusage u;
+    getrusage(who, &u);
+    total += seconds(u.ru_utime) + seconds(u.ru_stime);
+  }
+  return total;
 }
 
-// Which cases run: ASYNCPS_BENCH_CASES, a comma list of dense, sparse, tiny, transfer (all
-// when unset): for profiling one case.
+// Which cases run: ASYNCPS_BENCH_CASES, a comma list of dense, sparse, tiny, transfer, fmnist
+// (all but fmnist when unset): for profiling one case.
 bool Wanted(const char* name) {
   const char* env = std::getenv("ASYNCPS_BENCH_CASES");
   if (env == nullptr || *env == '\0') return true;
@@ -169,6 +177,33 @@ void Interleaved(Setup* setups, int rounds, const std::string& name, const std::
                                    absl::SixDigits(bench::Median(cpu_ratios)))});
 }
 
+// Examples/s of the main job (asyncps_launch --ps 2 --workers 2 --ps_replicas k --
+// fashion_mnist --epochs e), from its "[chief] trained ... N examples/s" line; nullopt when
+// the binaries (beside this one) are missing or the run fails.
+std::optional<double> FashionMnistRate(int k, int epochs) {
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path();
+  const std::filesystem::path launch = dir / "asyncps_launch", program = dir / "fashion_mnist";
+  if (ec || !std::filesystem::exists(launch) || !std::filesystem::exists(program)) return std::nullopt;
+  const std::string command = absl::StrCat("ASYNCPS_METRICS_PORT=-1 '", launch.string(),
+                                           "' --ps 2 --workers 2 --ps_replicas ", k, " -- '", program.string(),
+                                           "' --epochs ", epochs, " 2>&1");
+  FILE* out = popen(command.c_str(), "r");
+  if (out == nullptr) return std::nullopt;
+  std::optional<double> rate;
+  char line[4096];
+  while (std::fgets(line, sizeof(line), out) != nullptr) {
+    const absl::string_view l(line);
+    const size_t at = l.find(" examples/s");
+    if (l.find("[chief] trained ") == absl::string_view::npos || at == absl::string_view::npos) continue;
+    const size_t start = l.rfind(' ', at - 1);
+    double v = 0;
+    if (start != absl::string_view::npos && absl::SimpleAtod(l.substr(start + 1, at - start - 1), &v)) rate = v;
+  }
+  if (pclose(out) != 0) return std::nullopt;
+  return rate;
+}
+
 int Run(bool quick, bench::Report& report) {
   const int rounds = quick ? 2 : 7;
   const int n_dense = quick ? 10 : 40;
@@ -198,6 +233,23 @@ int Run(bool quick, bench::Report& report) {
   if (Wanted("tiny")) {
     Interleaved(setups, rounds, "tiny push p50 k=2", "us", "aim <= 2x", report,
                 [&](Setup& s) { return TinyP50Us(s, n_tiny); });
+  }
+  // The main job, only when asked for (ASYNCPS_BENCH_CASES=fmnist: it runs real processes for
+  // minutes): k=1 and k=2 in alternating rounds.
+  if (const char* env = std::getenv("ASYNCPS_BENCH_CASES"); env != nullptr && Wanted("fmnist")) {
+    const int fmnist_rounds = quick ? 1 : 3;
+    const int epochs = quick ? 1 : 3;
+    bool ok = true;
+    Interleaved(setups, fmnist_rounds, "Fashion-MNIST main job k=2", "examples/s", "aim >= 0.8x", report,
+                [&](Setup& s) {
+                  std::optional<double> r = FashionMnistRate(s.generation == 0 ? 1 : 2, epochs);
+                  ok = ok && r.has_value();
+                  return r.value_or(0);
+                });
+    if (!ok) {
+      std::fprintf(stderr, "the Fashion-MNIST runs need asyncps_launch and fashion_mnist beside this binary\n");
+      return 1;
+    }
   }
   if (!Wanted("transfer")) {
     for (const bench::Figure& f : report.figures()) {
