@@ -28,10 +28,12 @@ namespace asyncps::ps {
 //
 // Methods (registered over PsService's, which run against the routed copy):
 //   ps.CreateVariable / ps.Update / ps.PushGradients   writes: at the group's primary only;
-//       applied under the copy's write lock, given the next sequence number, queued for every
-//       other copy, and answered once every backup of the map acknowledged it (or
-//       Unavailable after write_timeout; the write stays applied here: tagged writes retried
-//       by the client are then applied once, by the replicated update window).
+//       under the copy's write lock given the next sequence number, queued for every other
+//       copy and applied (ps.Update and ps.PushGradients are queued, and sent, before they are
+//       applied here, so the backups apply them alongside: ForwardsBeforeApply), and answered
+//       (net::DeferredResponse: no thread waits) once every backup of the map acknowledged
+//       it (or Unavailable after write_timeout; the write stays applied here: tagged writes
+//       retried by the client are then applied once, by the replicated update window).
 //   ps.Read / ps.Gather / ps.ListVariables   reads at the primary.
 //   ps.SaveCheckpoint (chief)   from the routed primary; ps.RestoreCheckpoint (chief) a
 //       write, replicated like the others (with Options::checkpoints).
