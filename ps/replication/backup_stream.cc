@@ -42,11 +42,7 @@ BackupStream::BackupStream(GroupCopy& copy, int32_t target, std::unique_ptr<net:
       client_(std::move(client)),
       transfer_(transfer),
       options_(options),
-      link_(std::make_shared<Link>()) {
-  {
-    MutexLock lock(&link_->mu);
-    link_->stream = this;
-  }
+      link_(std::make_shared<Link>(this)) {
   counted = counted_in_map;
   in_sync = !transfer;
   acked = start_after;

@@ -113,6 +113,9 @@ class BackupStream {
   // What an async call's reply reaches: the stream until its destructor clears it (which
   // waits for a reply being handled).
   struct Link {
+    // Set unlocked: nothing else can reach a new link (locking it here, under the copy's mu,
+    // would order the two mutexes against the reply's link-then-copy order).
+    explicit Link(BackupStream* s) : stream(s) {}
     Mutex mu;
     BackupStream* stream ABSL_GUARDED_BY(mu);
   };
