@@ -124,11 +124,13 @@ void BackupStream::OnAsyncReply(uint64_t first, size_t count, uint64_t bytes, ab
     async_error_ = acknowledged.status();
     return;
   }
+  // Popped before the next batch may go: a batch built in between would start at the
+  // entries acknowledged here and pop them again.
+  Acknowledge(first, *acknowledged, bytes);
   {
     MutexLock lock(&queue_mu_);
     sending_ = false;
   }
-  Acknowledge(first, *acknowledged, bytes);
   uint64_t generation;
   {
     MutexLock lock(&copy_.mu);
