@@ -268,6 +268,39 @@ TEST_F(ReplicationTest, PushAppliedOnlyAtThePrimaryStopsTheStream) {
   EXPECT_TRUE(Eventually([&] { return StreamToPs1(*cluster_).second; }));
 }
 
+// Writers on several connections at once: batches go out while earlier ones are acknowledged
+// (the stream's fast path), every write is acknowledged once, and the copies end identical.
+TEST_F(ReplicationTest, ConcurrentWritersAreEachAcknowledgedAndCopiesAgree) {
+  Start(2, 2);
+  ASSERT_TRUE(CreateAdam(0, "v", {16}, 0, 1).ok());
+  constexpr int kThreads = 4;
+  constexpr int kPushes = 150;
+  std::atomic<int> failed{0};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < kThreads; ++t) {
+    writers.emplace_back([this, t, &failed] {
+      // A connection of its own (a role per thread), so that writes overlap on the primary.
+      const std::string role = t % 2 == 0 ? "worker" : "chief";
+      net::RpcClient::Options co;
+      co.address = "127.0.0.1:" + std::to_string(cluster_->port(0));
+      co.role = role;
+      co.token = LocalPsCluster::kToken;
+      net::EventLoop loop;
+      net::RpcClient client(loop, co);
+      for (int i = 0; i < kPushes; ++i) {
+        const uint64_t closure = static_cast<uint64_t>(t * kPushes + i + 1);
+        auto r = client.Call("ps.PushGradients", PushRequest("v", Filled({16}, 0.01f), std::nullopt, closure, 0, 1),
+                             absl::Seconds(60));
+        if (!r.ok() || r->ResponseBody<wire::UpdateResponse>().getAlreadyApplied() != 0) ++failed;
+      }
+    });
+  }
+  for (auto& w : writers) w.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
+  EXPECT_EQ(StreamToPs1(*cluster_), std::make_pair(true, false));
+}
+
 TEST_F(ReplicationTest, UnroutedRequestsWithoutAMapServeAsBefore) {
   Start(2, 0);
   ASSERT_TRUE(CreateAdam(1, "v", {4}, 0, 0).ok());
