@@ -2,17 +2,29 @@
 // process (ps/replication/local_ps_cluster_testing.h: real RpcServers and clients on 127.0.0.1)
 // with ps_replicas = 2 (group 0 on PS 0, its backup on PS 1) against the same servers without a
 // shard map (today's path). Cases: dense 4 MiB push through Adam, a 10k-row sparse push, a tiny
-// push's p50 latency, and a state transfer of a 256 MiB shard against a dense pull of it.
+// push's p50 latency (each measured on both clusters, alive side by side, in alternating rounds:
+// the ratio is of the medians, the note gives the per-round ratios' spread), and a state
+// transfer of a 256 MiB shard against a dense pull of it.
 //
 // Usage: ps_replication_bench [--quick] [--json=PATH]
+//   ASYNCPS_BENCH_CASES=dense,sparse,tiny,transfer,fmnist picks cases (all but fmnist when
+//   unset). fmnist: the Fashion-MNIST main job through asyncps_launch --ps_replicas 1 and 2
+//   (asyncps_launch and fashion_mnist must be built beside this binary; minutes).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "bench/bench_flags.h"
 #include "bench/report.h"
@@ -111,30 +123,141 @@ double TinyP50Us(Setup& s, int n) {
   return bench::Median(us);
 }
 
+// CPU time (user + system) of every thread of this process so far (both clusters and the
+// client, of which only the one measured is busy) and of the child processes it waited for.
+double ProcessCpuSeconds() {
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  double total = 0;
+  for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
+    rusage u;
+    getrusage(who, &u);
+    total += seconds(u.ru_utime) + seconds(u.ru_stime);
+  }
+  return total;
+}
+
+// Which cases run: ASYNCPS_BENCH_CASES, a comma list of dense, sparse, tiny, transfer, fmnist
+// (all but fmnist when unset): for profiling one case.
+bool Wanted(const char* name) {
+  const char* env = std::getenv("ASYNCPS_BENCH_CASES");
+  if (env == nullptr || *env == '\0') return true;
+  for (absl::string_view c : absl::StrSplit(env, ',')) {
+    if (c == name) return true;
+  }
+  return false;
+}
+
+// Runs `measure(setup)` for k=1 and k=2 in alternating rounds (k=1 first in even rounds), so
+// that the shared machine's load drifts over both alike, and adds the medians with the spread
+// of the per-round ratios k2/k1.
+template <typename Fn>
+void Interleaved(Setup* setups, int rounds, const std::string& name, const std::string& unit, const std::string& aim,
+                 bench::Report& report, Fn measure) {
+  std::vector<double> k1, k2, ratios, cpu_ratios;
+  for (int r = 0; r < rounds; ++r) {
+    double v[2], cpu[2];
+    for (int i = 0; i < 2; ++i) {
+      const int k = (r % 2 == 0) ? i : 1 - i;
+      const double cpu_before = ProcessCpuSeconds();
+      v[k] = measure(setups[k]);
+      cpu[k] = ProcessCpuSeconds() - cpu_before;
+    }
+    k1.push_back(v[0]);
+    k2.push_back(v[1]);
+    ratios.push_back(v[1] / v[0]);
+    cpu_ratios.push_back(cpu[1] / cpu[0]);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  report.Add({.name = name, .value = bench::Median(k2), .unit = unit, .reference = "k=1",
+              .reference_value = bench::Median(k1),
+              .note = absl::StrCat(aim, "; per-round ratio k2/k1 over ", rounds, " alternating rounds: min ",
+                                   absl::SixDigits(ratios.front()), " median ", absl::SixDigits(bench::Median(ratios)),
+                                   " max ", absl::SixDigits(ratios.back()),
+                                   "; process CPU time k2/k1 for the same work: median ",
+                                   absl::SixDigits(bench::Median(cpu_ratios)))});
+}
+
+// Examples/s of the main job (asyncps_launch --ps 2 --workers 2 --ps_replicas k --
+// fashion_mnist --epochs e), from its "[chief] trained ... N examples/s" line; nullopt when
+// the binaries (beside this one) are missing or the run fails.
+std::optional<double> FashionMnistRate(int k, int epochs) {
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path();
+  const std::filesystem::path launch = dir / "asyncps_launch", program = dir / "fashion_mnist";
+  if (ec || !std::filesystem::exists(launch) || !std::filesystem::exists(program)) return std::nullopt;
+  const std::string command = absl::StrCat("ASYNCPS_METRICS_PORT=-1 '", launch.string(),
+                                           "' --ps 2 --workers 2 --ps_replicas ", k, " -- '", program.string(),
+                                           "' --epochs ", epochs, " 2>&1");
+  FILE* out = popen(command.c_str(), "r");
+  if (out == nullptr) return std::nullopt;
+  std::optional<double> rate;
+  char line[4096];
+  while (std::fgets(line, sizeof(line), out) != nullptr) {
+    const absl::string_view l(line);
+    const size_t at = l.find(" examples/s");
+    if (l.find("[chief] trained ") == absl::string_view::npos || at == absl::string_view::npos) continue;
+    const size_t start = l.rfind(' ', at - 1);
+    double v = 0;
+    if (start != absl::string_view::npos && absl::SimpleAtod(l.substr(start + 1, at - start - 1), &v)) rate = v;
+  }
+  if (pclose(out) != 0) return std::nullopt;
+  return rate;
+}
+
 int Run(bool quick, bench::Report& report) {
-  const int n_dense = quick ? 20 : 200;
-  const int n_sparse = quick ? 20 : 200;
-  const int n_tiny = quick ? 200 : 3000;
-  double dense[2], sparse[2], tiny[2];
-  for (int k : {1, 2}) {
-    Setup s = Make(k);
+  const int rounds = quick ? 2 : 7;
+  const int n_dense = quick ? 10 : 40;
+  const int n_sparse = quick ? 10 : 60;
+  const int n_tiny = quick ? 100 : 1000;
+  Setup setups[2] = {Make(1), Make(2)};
+  for (Setup& s : setups) {
     if (!Create(s, "dense", {1 << 20}, true).ok() || !Create(s, "table", {100000, 16}, true).ok() ||
         !Create(s, "tiny", {4}, true).ok()) {
       std::fprintf(stderr, "create failed\n");
       return 1;
     }
-    std::vector<int64_t> rows(10000);
-    for (int64_t i = 0; i < 10000; ++i) rows[i] = (i * 7919) % 100000;
-    dense[k - 1] = PushRate(s, "dense", Ones({1 << 20}), std::nullopt, n_dense);
-    sparse[k - 1] = PushRate(s, "table", Ones({10000, 16}), Tensor::FromVector<int64_t>(rows), n_sparse);
-    tiny[k - 1] = TinyP50Us(s, n_tiny);
   }
-  report.Add({.name = "dense 4MiB push+Adam k=2", .value = dense[1], .unit = "push/s",
-              .reference = "k=1", .reference_value = dense[0], .note = "aim >= 0.6x"});
-  report.Add({.name = "sparse 10k-row push+Adam k=2", .value = sparse[1], .unit = "push/s",
-              .reference = "k=1", .reference_value = sparse[0], .note = "aim >= 0.6x"});
-  report.Add({.name = "tiny push p50 k=2", .value = tiny[1], .unit = "us", .reference = "k=1",
-              .reference_value = tiny[0], .note = "aim <= 2x"});
+  std::vector<int64_t> rows(10000);
+  for (int64_t i = 0; i < 10000; ++i) rows[i] = (i * 7919) % 100000;
+  const Tensor dense_grad = Ones({1 << 20});
+  const Tensor sparse_grad = Ones({10000, 16});
+  const Tensor ids = Tensor::FromVector<int64_t>(rows);
+  if (Wanted("dense")) {
+    Interleaved(setups, rounds, "dense 4MiB push+Adam k=2", "push/s", "aim >= 0.6x", report,
+                [&](Setup& s) { return PushRate(s, "dense", dense_grad, std::nullopt, n_dense); });
+  }
+  if (Wanted("sparse")) {
+    Interleaved(setups, rounds, "sparse 10k-row push+Adam k=2", "push/s", "aim >= 0.6x", report,
+                [&](Setup& s) { return PushRate(s, "table", sparse_grad, ids, n_sparse); });
+  }
+  if (Wanted("tiny")) {
+    Interleaved(setups, rounds, "tiny push p50 k=2", "us", "aim <= 2x", report,
+                [&](Setup& s) { return TinyP50Us(s, n_tiny); });
+  }
+  // The main job, only when asked for (ASYNCPS_BENCH_CASES=fmnist: it runs real processes for
+  // minutes): k=1 and k=2 in alternating rounds.
+  if (const char* env = std::getenv("ASYNCPS_BENCH_CASES"); env != nullptr && Wanted("fmnist")) {
+    const int fmnist_rounds = quick ? 1 : 3;
+    const int epochs = quick ? 1 : 3;
+    bool ok = true;
+    Interleaved(setups, fmnist_rounds, "Fashion-MNIST main job k=2", "examples/s", "aim >= 0.8x", report,
+                [&](Setup& s) {
+                  std::optional<double> r = FashionMnistRate(s.generation == 0 ? 1 : 2, epochs);
+                  ok = ok && r.has_value();
+                  return r.value_or(0);
+                });
+    if (!ok) {
+      std::fprintf(stderr, "the Fashion-MNIST runs need asyncps_launch and fashion_mnist beside this binary\n");
+      return 1;
+    }
+  }
+  if (!Wanted("transfer")) {
+    for (const bench::Figure& f : report.figures()) {
+      std::printf("%-34s %12.1f %-6s  vs %-10s %12.1f  ratio %.2fx  (%s)\n", f.name.c_str(), f.value, f.unit.c_str(),
+                  f.reference.c_str(), f.reference_value, f.value / f.reference_value, f.note.c_str());
+    }
+    return 0;
+  }
 
   // State transfer of one shard against a dense pull of the same bytes.
   const int64_t elements = (quick ? int64_t{16} : int64_t{256}) << 18;  // f32: 16 or 256 MiB
@@ -190,8 +313,8 @@ int Run(bool quick, bench::Report& report) {
   report.Add({.name = absl::StrCat("state transfer ", mib, "MiB shard"), .value = transfer, .unit = "MiB/s",
               .reference = "dense pull", .reference_value = bench::Median(pulls), .note = "aim >= 0.5x"});
   for (const bench::Figure& f : report.figures()) {
-    std::printf("%-34s %12.1f %-6s  vs %-10s %12.1f  ratio %.2fx\n", f.name.c_str(), f.value, f.unit.c_str(),
-                f.reference.c_str(), f.reference_value, f.value / f.reference_value);
+    std::printf("%-34s %12.1f %-6s  vs %-10s %12.1f  ratio %.2fx  (%s)\n", f.name.c_str(), f.value, f.unit.c_str(),
+                f.reference.c_str(), f.reference_value, f.value / f.reference_value, f.note.c_str());
   }
   return synced ? 0 : 1;
 }

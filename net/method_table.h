@@ -1,8 +1,10 @@
 #ifndef ASYNCPS_NET_METHOD_TABLE_H_
 #define ASYNCPS_NET_METHOD_TABLE_H_
 
+#include <atomic>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,45 @@ namespace asyncps::net {
 // response body is sent only when the status is OK.
 using Handler =
     std::function<absl::Status(const RequestContext& ctx, const InMessage& request, OutMessage* response)>;
+
+// The answer to one request, sent later from any thread: what a deferred handler
+// (MethodTable::RegisterDeferred) gets instead of a response to fill before it returns, so a
+// handler that must wait for something (a backup's acknowledgement) neither blocks its thread
+// nor the I/O thread. Copyable; every copy names the same answer. The first Send answers;
+// later ones do nothing. When the last copy goes without a Send, the request is answered
+// Internal ("dropped"), so a caller never waits out its timeout on a lost handle.
+class DeferredResponse {
+ public:
+  using SendFn = std::function<void(const absl::Status& status, OutMessage response)>;
+  DeferredResponse() = default;  // answers nothing (for tests)
+  explicit DeferredResponse(SendFn send) : state_(std::make_shared<State>(std::move(send))) {}
+
+  // Sends `status`, with `response`'s body and payloads when it is OK. Any thread.
+  void Send(const absl::Status& status, OutMessage response = OutMessage()) const {
+    if (state_ != nullptr) state_->Send(status, std::move(response));
+  }
+  // Whether no copy has sent yet.
+  bool pending() const { return state_ != nullptr && !state_->sent.load(); }
+
+ private:
+  struct State {
+    explicit State(SendFn f) : send(std::move(f)) {}
+    ~State() {
+      if (!sent.load()) send(absl::InternalError("the request's answer was dropped"), OutMessage());
+    }
+    void Send(const absl::Status& status, OutMessage response) {
+      if (!sent.exchange(true)) send(status, std::move(response));
+    }
+    const SendFn send;
+    std::atomic<bool> sent{false};
+  };
+  std::shared_ptr<State> state_;
+};
+
+// A handler that answers through `answer` (now or later, from any thread) instead of by
+// returning. The request frame is valid only until it returns (keep what the answer needs).
+using DeferredHandler =
+    std::function<void(const RequestContext& ctx, const InMessage& request, DeferredResponse answer)>;
 
 // Where a handler runs: on the server's pool, or on the I/O thread (must not block).
 // kInlineIfSmall runs it on the I/O thread when the request's payloads total at most
@@ -69,13 +110,22 @@ class MethodTable {
     PeerRoles callers;
     Handler handler;
     Dispatch dispatch;
+    DeferredHandler deferred;  // set (and `handler` empty) for RegisterDeferred's methods
   };
 
   template <typename Request>
   void Register(const std::string& method, PeerRoles callers, Handler handler,
                 Dispatch dispatch = Dispatch::kPool) {
     methods_.insert_or_assign(method, Entry{WireChecker(capnp::Schema::from<Request>()), std::move(callers),
-                                            std::move(handler), dispatch});
+                                            std::move(handler), dispatch, nullptr});
+  }
+  // The same for a handler that answers later (DeferredResponse): its dispatch says where it
+  // starts; its answer goes out from whichever thread sends it.
+  template <typename Request>
+  void RegisterDeferred(const std::string& method, PeerRoles callers, DeferredHandler handler,
+                        Dispatch dispatch = Dispatch::kPool) {
+    methods_.insert_or_assign(method, Entry{WireChecker(capnp::Schema::from<Request>()), std::move(callers),
+                                            nullptr, dispatch, std::move(handler)});
   }
 
   // nullptr when `method` is not registered.

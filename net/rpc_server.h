@@ -70,6 +70,12 @@ class RpcServer {
                 Dispatch dispatch = Dispatch::kPool) {
     methods_.Register<Request>(method, std::move(callers), std::move(handler), dispatch);
   }
+  // A handler that answers later, from any thread (net::DeferredResponse).
+  template <typename Request>
+  void RegisterDeferred(const std::string& method, PeerRoles callers, DeferredHandler handler,
+                        Dispatch dispatch = Dispatch::kPool) {
+    methods_.RegisterDeferred<Request>(method, std::move(callers), std::move(handler), dispatch);
+  }
 
   // Binds, listens and starts accepting. Unavailable when the address cannot be bound;
   // InvalidArgument for a bad host, or an empty token on a non-loopback address.

@@ -23,28 +23,10 @@ capnp::Data::Reader ToData(absl::string_view s) {
   return capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(s.data()), s.size());
 }
 
-// Runs `entry`'s handler for one request and returns the response frame to send back.
-OutMessage Serve(const MethodTable::Entry& entry, const RequestContext& ctx, uint64_t request_id,
-                 const std::string& method, absl::Time received, const InMessage& frame,
-                 metrics::RpcMetrics* metrics) {
-  OutMessage response;
-  absl::Status status;
-  if (absl::Now() > ctx.deadline) {
-    status = absl::DeadlineExceededError("request expired before it was served");
-  } else {
-    // The body was checked completely before (HandleRequest), so the handler's reads cannot
-    // throw half-way through applying the request. The catch stays as the last line of
-    // defence.
-    try {
-      status = entry.handler(ctx, frame, &response);
-    } catch (const kj::Exception& e) {
-      status = absl::InvalidArgumentError(absl::StrCat("malformed request: ", e.getDescription().cStr()));
-    } catch (const std::exception& e) {
-      status = absl::InternalError(absl::StrCat("handler failed: ", e.what()));
-    } catch (...) {
-      status = absl::InternalError("handler failed with an unknown exception");
-    }
-  }
+// The response frame for request `request_id` answered with `status` (and `response`'s body
+// when OK); counts the call.
+OutMessage Finish(OutMessage response, absl::Status status, uint64_t request_id, const std::string& method,
+                  absl::Time received, const RequestContext& ctx, metrics::RpcMetrics* metrics) {
   if (!status.ok()) {
     response = OutMessage();  // drop any partial body or payloads
     if (status.code() == absl::StatusCode::kInvalidArgument) {
@@ -62,6 +44,39 @@ OutMessage Serve(const MethodTable::Entry& entry, const RequestContext& ctx, uin
                               absl::ToDoubleSeconds(absl::Now() - received));
   }
   return response;
+}
+
+// Runs `fn` (a handler's call): the status it returns, or the status for what it threw.
+template <typename Fn>
+absl::Status Guarded(Fn fn) {
+  // The body was checked completely before (HandleRequest), so the handler's reads cannot
+  // throw half-way through applying the request. The catch stays as the last line of
+  // defence.
+  try {
+    return fn();
+  } catch (const kj::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed request: ", e.getDescription().cStr()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("handler failed: ", e.what()));
+  } catch (...) {
+    return absl::InternalError("handler failed with an unknown exception");
+  }
+}
+
+absl::Status Expired(const RequestContext& ctx) {
+  if (absl::Now() > ctx.deadline) return absl::DeadlineExceededError("request expired before it was served");
+  return absl::OkStatus();
+}
+
+// Runs `entry`'s (non-deferred) handler for one request and returns the response frame to
+// send back.
+OutMessage Serve(const MethodTable::Entry& entry, const RequestContext& ctx, uint64_t request_id,
+                 const std::string& method, absl::Time received, const InMessage& frame,
+                 metrics::RpcMetrics* metrics) {
+  OutMessage response;
+  absl::Status status = Expired(ctx);
+  if (status.ok()) status = Guarded([&] { return entry.handler(ctx, frame, &response); });
+  return Finish(std::move(response), std::move(status), request_id, method, received, ctx, metrics);
 }
 
 }  // namespace
@@ -248,6 +263,8 @@ void ServerSession::HandleRequest(InMessage frame) {
   const bool small_update = (entry->dispatch == Dispatch::kAdaptive || entry->dispatch == Dispatch::kInlineIfSmall) &&
                             frame.payload_bytes() <= kSmallRequestPayloadBytes;
   in_flight_.fetch_add(1);
+  if (entry->deferred) return StartDeferred(*entry, std::move(ctx), request_id, std::move(method), received,
+                                            std::move(frame), small_update);
   if (RunInline(entry->dispatch, small_update)) {
     transport_->Send(Serve(*entry, ctx, request_id, method, received, frame, config_.metrics));
     in_flight_.fetch_sub(1);
@@ -267,6 +284,41 @@ void ServerSession::HandleRequest(InMessage frame) {
       self->in_flight_.fetch_sub(1);
       self->Touch();
     }
+  });
+}
+
+void ServerSession::StartDeferred(const MethodTable::Entry& entry, RequestContext ctx, uint64_t request_id,
+                                  std::string method, absl::Time received, InMessage frame, bool small_update) {
+  // The answer, from whichever thread sends it: straight to the transport (thread-safe).
+  DeferredResponse answer([weak = weak_from_this(), metrics = config_.metrics, ctx, request_id, method, received](
+                              const absl::Status& status, OutMessage response) {
+    OutMessage out = Finish(std::move(response), status, request_id, method, received, ctx, metrics);
+    if (auto self = weak.lock()) {
+      self->transport_->Send(std::move(out));
+      self->in_flight_.fetch_sub(1);
+      self->Touch();
+    }
+  });
+  auto start = [&entry, ctx = std::move(ctx), answer](const InMessage& frame) {
+    absl::Status status = Expired(ctx);
+    if (status.ok()) {
+      status = Guarded([&] {
+        entry.deferred(ctx, frame, answer);
+        return absl::OkStatus();
+      });
+    }
+    // Answers only a handler that failed before answering (a handler's own answer wins).
+    if (!status.ok()) answer.Send(status);
+  };
+  if (RunInline(entry.dispatch, small_update)) {
+    start(frame);
+    return;
+  }
+  std::atomic<int>* load = small_update ? nullptr : config_.pool_load;
+  if (load != nullptr) load->fetch_add(1, std::memory_order_relaxed);
+  pool_([start = std::move(start), load, frame = std::make_shared<InMessage>(std::move(frame))] {
+    start(*frame);
+    if (load != nullptr) load->fetch_sub(1, std::memory_order_relaxed);
   });
 }
 

@@ -1,6 +1,7 @@
 #include "net/server_session.h"
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -183,6 +184,53 @@ TEST_F(ServerSessionTest, RequestsAndPayloadsBeforeHandshakeAreRefused) {
   Feed(std::string(reinterpret_cast<const char*>(words.begin()), words.size() * sizeof(capnp::word)));
   EXPECT_TRUE(transport_->closed());
   EXPECT_EQ(transport_->close_reason().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A deferred handler's answer goes out when it is sent (from wherever), once; the request
+// counts as in flight until then.
+TEST_F(ServerSessionTest, DeferredAnswerIsSentWhenTheHandlerSendsIt) {
+  DeferredResponse kept;
+  methods_.RegisterDeferred<testwire::ReadRequest>(
+      "t.Later", {"worker"}, [&kept](const RequestContext&, const InMessage&, DeferredResponse answer) {
+        kept = std::move(answer);
+      });
+  Handshake();
+  const size_t before = transport_->sent().size();
+  OutMessage m;
+  m.InitRequestBody<testwire::ReadRequest>().initNames(1);
+  Feed(testutil::RequestFrame(std::move(m), 7, "t.Later"));
+  EXPECT_EQ(transport_->sent().size(), before);  // not answered yet
+  EXPECT_EQ(session_->in_flight(), 1);
+  ASSERT_TRUE(kept.pending());
+  kept.Send(absl::AlreadyExistsError("later"));
+  ASSERT_EQ(transport_->sent().size(), before + 1);
+  EXPECT_EQ(Last().envelope().getRequestId(), 7u);
+  EXPECT_EQ(Last().envelope().getResponse().getCode(), static_cast<int>(absl::StatusCode::kAlreadyExists));
+  EXPECT_EQ(session_->in_flight(), 0);
+  EXPECT_FALSE(kept.pending());
+  kept.Send(absl::OkStatus());  // a second answer is not sent
+  EXPECT_EQ(transport_->sent().size(), before + 1);
+}
+
+// A deferred handler that drops its answer, or throws before sending it, still answers.
+TEST_F(ServerSessionTest, DroppedOrThrownDeferredAnswerIsAnswered) {
+  methods_.RegisterDeferred<testwire::ReadRequest>("t.Drop", {"worker"},
+                                                   [](const RequestContext&, const InMessage&, DeferredResponse) {});
+  methods_.RegisterDeferred<testwire::ReadRequest>(
+      "t.Throw", {"worker"},
+      [](const RequestContext&, const InMessage&, DeferredResponse) { throw std::runtime_error("boom"); });
+  Handshake();
+  OutMessage a;
+  a.InitRequestBody<testwire::ReadRequest>().initNames(1);
+  Feed(testutil::RequestFrame(std::move(a), 8, "t.Drop"));
+  EXPECT_EQ(Last().envelope().getRequestId(), 8u);
+  EXPECT_EQ(Last().envelope().getResponse().getCode(), static_cast<int>(absl::StatusCode::kInternal));
+  OutMessage b;
+  b.InitRequestBody<testwire::ReadRequest>().initNames(1);
+  Feed(testutil::RequestFrame(std::move(b), 9, "t.Throw"));
+  EXPECT_EQ(Last().envelope().getRequestId(), 9u);
+  EXPECT_EQ(Last().envelope().getResponse().getCode(), static_cast<int>(absl::StatusCode::kInternal));
+  EXPECT_EQ(session_->in_flight(), 0);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/incarnation.h"
+#include "core/status_macros.h"
 #include "ps/ps_metrics.h"
 #include "ps/ps_wire.h"
 #include "ps/replication/shard_map.h"
@@ -36,7 +37,12 @@ uint64_t NextTransferId() {
 
 BackupStream::BackupStream(GroupCopy& copy, int32_t target, std::unique_ptr<net::RpcClient> client,
                            bool counted_in_map, bool transfer, uint64_t start_after, Options options)
-    : copy_(copy), target_(target), client_(std::move(client)), transfer_(transfer), options_(options) {
+    : copy_(copy),
+      target_(target),
+      client_(std::move(client)),
+      transfer_(transfer),
+      options_(options),
+      link_(std::make_shared<Link>(this)) {
   counted = counted_in_map;
   in_sync = !transfer;
   acked = start_after;
@@ -52,15 +58,128 @@ BackupStream::~BackupStream() {
     MutexLock lock(&queue_mu_);
     stop_ = true;
   }
+  {
+    // No async reply reaches this stream past here (one being handled is waited for).
+    MutexLock lock(&link_->mu);
+    link_->stream = nullptr;
+  }
   client_->Disconnect();  // a call in flight fails at once
   thread_.join();
 }
 
-void BackupStream::Enqueue(uint64_t sequence, std::shared_ptr<const LoggedWrite> write) {
-  MutexLock lock(&queue_mu_);
-  // Writes come in order under the write lock: `sequence` is next_ + queue_.size().
-  (void)sequence;
-  queue_.push_back(std::move(write));
+void BackupStream::Enqueue(uint64_t sequence, std::shared_ptr<const LoggedWrite> write, uint64_t generation) {
+  {
+    MutexLock lock(&queue_mu_);
+    // Writes come in order under the write lock: `sequence` is next_ + queue_.size().
+    (void)sequence;
+    queue_.push_back(std::move(write));
+  }
+  MaybeSendAsync(generation);
+}
+
+void BackupStream::BuildBatchLocked(uint64_t generation, net::OutMessage& request, uint64_t* first, size_t* count,
+                                    uint64_t* bytes) {
+  *first = next_;
+  *count = 0;
+  *bytes = 0;
+  for (const auto& w : queue_) {
+    if (*count > 0 && *bytes + w->bytes() > options_.max_batch_bytes) break;
+    *bytes += w->bytes();
+    ++*count;
+  }
+  auto body = request.InitRequestBody<wire::ReplicateRequest>();
+  body.setGroup(copy_.group);
+  body.setGeneration(generation);
+  body.setFirstSequence(*first);
+  body.setFromPs(options_.from_ps);
+  auto entries = body.initEntries(static_cast<unsigned>(*count));
+  for (unsigned i = 0; i < *count; ++i) queue_[i]->AppendTo(entries[i], request);
+}
+
+void BackupStream::MaybeSendAsync(uint64_t generation) {
+  net::OutMessage request;
+  uint64_t first = 0;
+  size_t count = 0;
+  uint64_t bytes = 0;
+  {
+    MutexLock lock(&queue_mu_);
+    if (stop_ || !async_ || sending_ || queue_.empty()) return;
+    sending_ = true;
+    BuildBatchLocked(generation, request, &first, &count, &bytes);
+  }
+  // CallAsync never runs its callback on this thread (it may hold the copy's locks).
+  client_->CallAsync("ps.Replicate", std::move(request), options_.call_timeout,
+                     [link = link_, first, count, bytes](absl::StatusOr<net::InMessage> reply) {
+                       MutexLock lock(&link->mu);
+                       if (link->stream != nullptr) link->stream->OnAsyncReply(first, count, bytes, std::move(reply));
+                     });
+}
+
+void BackupStream::OnAsyncReply(uint64_t first, size_t count, uint64_t bytes, absl::StatusOr<net::InMessage> reply) {
+  absl::StatusOr<size_t> acknowledged = reply.ok() ? Acknowledged(first, count, *reply) : reply.status();
+  if (!acknowledged.ok()) {
+    MutexLock lock(&queue_mu_);
+    sending_ = false;
+    async_ = false;  // the stream's thread retries (the same batch) or gives up
+    async_error_ = acknowledged.status();
+    return;
+  }
+  // Popped before the next batch may go: a batch built in between would start at the
+  // entries acknowledged here and pop them again.
+  Acknowledge(first, *acknowledged, bytes);
+  {
+    MutexLock lock(&queue_mu_);
+    sending_ = false;
+  }
+  uint64_t generation;
+  {
+    MutexLock lock(&copy_.mu);
+    generation = copy_.generation;
+  }
+  MaybeSendAsync(generation);  // what was queued meanwhile
+}
+
+absl::StatusOr<size_t> BackupStream::Acknowledged(uint64_t first, size_t count, const net::InMessage& reply) {
+  const uint64_t applied = reply.ResponseBody<wire::ReplicateResponse>().getAppliedSequence();
+  const uint64_t last = first + count - 1;
+  if (applied == last) return count;
+  // Short of the batch: the copy refused the write after `applied` (a ForwardsBeforeApply
+  // write), without effect, and stopped there.
+  const uint64_t refused = applied + 1;
+  if (refused < first || refused > last) {
+    return absl::InternalError(absl::StrCat("ps ", target_, " acknowledged sequence ", applied, " for a batch of ",
+                                            first, "..", last));
+  }
+  std::shared_ptr<const LoggedWrite> write;
+  {
+    MutexLock lock(&queue_mu_);
+    if (refused - first >= queue_.size()) return absl::InternalError("acknowledged write no longer queued");
+    write = queue_[refused - first];
+  }
+  if (write->outcome() == 0) {
+    // The primary applies it under the write lock it was queued under: done once that is free.
+    MutexLock wait(&copy_.write_mu);
+  }
+  if (write->outcome() != 2) {
+    return absl::FailedPreconditionError(absl::StrCat("group ", copy_.group, ": ps ", target_, " refused write ",
+                                                      refused, " (", write->method(),
+                                                      ") that the primary applied: the copies diverged"));
+  }
+  return static_cast<size_t>(refused - first + 1);
+}
+
+void BackupStream::Acknowledge(uint64_t first, size_t count, uint64_t bytes) {
+  {
+    MutexLock lock(&queue_mu_);
+    for (size_t i = 0; i < count; ++i) queue_.pop_front();
+    next_ = first + count;
+  }
+  if (options_.metrics != nullptr) options_.metrics->RecordReplicated(count, bytes);
+  {
+    MutexLock lock(&copy_.mu);
+    acked = first + count - 1;
+  }
+  copy_.AnswerDue();  // the writers every counted copy has now acknowledged
 }
 
 bool BackupStream::WaitStop(absl::Duration d) {
@@ -78,9 +197,12 @@ void BackupStream::Run() {
         if (stop_) return;
       }
       if (IsStaleShardMap(s)) {
-        MutexLock lock(&copy_.mu);
-        copy_.role = CopyRole::kFenced;
-        copy_.why_not_serving = std::string(s.message());
+        {
+          MutexLock lock(&copy_.mu);
+          copy_.role = CopyRole::kFenced;
+          copy_.why_not_serving = std::string(s.message());
+        }
+        copy_.AnswerDue();  // the waiting writers learn of the fence
         return;
       }
       spdlog::warn("state transfer of group {} to ps {} failed, starting over: {}", copy_.group, target_,
@@ -90,14 +212,37 @@ void BackupStream::Run() {
   }
   for (;;) {
     CheckInSync();
+    bool synced;
+    uint64_t generation;
     {
-      MutexLock lock(&queue_mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) { return stop_ || !queue_.empty(); };
-      queue_mu_.Await(absl::Condition(&ready));
-      if (stop_) return;
+      MutexLock lock(&copy_.mu);
+      synced = in_sync;
+      generation = copy_.generation;
     }
-    absl::Status s = SendBatch();
-    if (s.ok()) continue;
+    absl::Status s;
+    if (synced) {
+      // The fast path sends from here on, until a batch fails.
+      {
+        MutexLock lock(&queue_mu_);
+        async_ = true;
+        async_error_ = absl::OkStatus();
+      }
+      MaybeSendAsync(generation);  // what was queued before
+      MutexLock lock(&queue_mu_);
+      auto handed_back = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) { return stop_ || !async_; };
+      queue_mu_.Await(absl::Condition(&handed_back));
+      if (stop_) return;
+      s = async_error_;
+    } else {
+      {
+        MutexLock lock(&queue_mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) { return stop_ || !queue_.empty(); };
+        queue_mu_.Await(absl::Condition(&ready));
+        if (stop_) return;
+      }
+      s = SendBatch();
+      if (s.ok()) continue;
+    }
     {
       MutexLock lock(&queue_mu_);
       if (stop_) return;
@@ -107,19 +252,22 @@ void BackupStream::Run() {
       if (WaitStop(absl::Milliseconds(50))) return;
       continue;
     }
-    MutexLock lock(&copy_.mu);
-    if (IsStaleShardMap(s)) {
-      spdlog::warn("group {}: ps {} holds a newer shard map; this copy is fenced: {}", copy_.group, target_,
-                   s.ToString());
-      if (options_.metrics != nullptr) options_.metrics->RecordStaleGeneration();
-      copy_.role = CopyRole::kFenced;
-      copy_.why_not_serving = std::string(s.message());
-    } else {
-      spdlog::error("group {}: ps {} refused the replication stream, stopping it: {}", copy_.group, target_,
-                    s.ToString());
+    {
+      MutexLock lock(&copy_.mu);
+      if (IsStaleShardMap(s)) {
+        spdlog::warn("group {}: ps {} holds a newer shard map; this copy is fenced: {}", copy_.group, target_,
+                     s.ToString());
+        if (options_.metrics != nullptr) options_.metrics->RecordStaleGeneration();
+        copy_.role = CopyRole::kFenced;
+        copy_.why_not_serving = std::string(s.message());
+      } else {
+        spdlog::error("group {}: ps {} refused the replication stream, stopping it: {}", copy_.group, target_,
+                      s.ToString());
+      }
+      broken = true;
+      error = s.ToString();
     }
-    broken = true;
-    error = s.ToString();
+    copy_.AnswerDue();  // the waiting writers learn of a fence
     return;
   }
 }
@@ -129,46 +277,19 @@ absl::Status BackupStream::SendBatch() {
   uint64_t first = 0;
   size_t count = 0;
   uint64_t bytes = 0;
-  {
-    MutexLock lock(&queue_mu_);
-    first = next_;
-    for (const auto& w : queue_) {
-      if (count > 0 && bytes + w->bytes() > options_.max_batch_bytes) break;
-      bytes += w->bytes();
-      ++count;
-    }
-  }
   uint64_t generation;
   {
     MutexLock lock(&copy_.mu);
     generation = copy_.generation;
   }
-  auto body = request.InitRequestBody<wire::ReplicateRequest>();
-  body.setGroup(copy_.group);
-  body.setGeneration(generation);
-  body.setFirstSequence(first);
-  body.setFromPs(options_.from_ps);
-  auto entries = body.initEntries(static_cast<unsigned>(count));
   {
-    // Writes are only appended behind these (and popped by this thread): reading them
-    // outside the lock would race only with the deque's own bookkeeping, so copy the handles.
-    std::vector<std::shared_ptr<const LoggedWrite>> batch;
-    {
-      MutexLock lock(&queue_mu_);
-      batch.assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
-    }
-    for (unsigned i = 0; i < count; ++i) batch[i]->AppendTo(entries[i], request);
+    MutexLock lock(&queue_mu_);
+    BuildBatchLocked(generation, request, &first, &count, &bytes);
   }
   auto reply = client_->Call("ps.Replicate", std::move(request), options_.call_timeout);
   if (!reply.ok()) return reply.status();
-  {
-    MutexLock lock(&queue_mu_);
-    for (size_t i = 0; i < count; ++i) queue_.pop_front();
-    next_ = first + count;
-  }
-  if (options_.metrics != nullptr) options_.metrics->RecordReplicated(count, bytes);
-  MutexLock lock(&copy_.mu);
-  acked = first + count - 1;
+  ASSIGN_OR_RETURN(const size_t acknowledged, Acknowledged(first, count, *reply));
+  Acknowledge(first, acknowledged, bytes);
   return absl::OkStatus();
 }
 

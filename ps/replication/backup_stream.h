@@ -28,6 +28,12 @@ class PsMetrics;
 // writes fail "stale shard map"); an unreachable copy is retried (writes wait: only the chief
 // removes a copy); any other refusal (the copy found a gap, or needs a rebuild) stops the
 // stream, reported by ps.ReplicaStatus until a new map replaces it.
+//
+// Fast path: once the copy is in sync, batches go out with CallAsync from the thread that
+// queues a write (when none is in flight) or from the loop thread that receives the previous
+// batch's acknowledgement, which also answers the writers it completes: no thread hand-off
+// on either side. One batch is in flight at a time (a resend after a lost reply starts at the
+// same sequence). A failed batch hands the stream back to its thread (retries, fencing).
 class BackupStream {
  public:
   struct Options {
@@ -51,8 +57,10 @@ class BackupStream {
   int32_t target() const { return target_; }
   bool transfers() const { return transfer_; }
 
-  // Queues the write of `sequence` (the next one). Called under copy.mu.
-  void Enqueue(uint64_t sequence, std::shared_ptr<const LoggedWrite> write);
+  // Queues the write of `sequence` (the next one), and sends it at once (from this thread)
+  // when the stream is in sync and no batch is in flight. Called under copy.mu, with the
+  // copy's `generation`.
+  void Enqueue(uint64_t sequence, std::shared_ptr<const LoggedWrite> write, uint64_t generation);
 
   // Everything below is guarded by the copy's mu (ABSL cannot name it here).
   bool counted = false;      // writes wait for this copy's acknowledgement
@@ -66,6 +74,24 @@ class BackupStream {
  private:
   void Run();
   absl::Status Transfer();
+  // Fills `request` with the queued writes from next_ (at most max_batch_bytes, at least
+  // one): their first sequence, count and bytes.
+  void BuildBatchLocked(uint64_t generation, net::OutMessage& request, uint64_t* first, size_t* count,
+                        uint64_t* bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
+  // Sends the next batch with CallAsync when in async mode with something queued and
+  // nothing in flight. Never under queue_mu_.
+  void MaybeSendAsync(uint64_t generation) ABSL_LOCKS_EXCLUDED(queue_mu_);
+  // The reply to an async batch (on the client's loop thread).
+  void OnAsyncReply(uint64_t first, size_t count, uint64_t bytes, absl::StatusOr<net::InMessage> reply);
+  // How many writes of the batch [first, first + count) the copy acknowledged in `reply`: the
+  // whole batch, or up to a ForwardsBeforeApply write it refused (it acknowledges one short of
+  // such a write), which the primary must have refused too (else FailedPrecondition: the
+  // copies diverged). A batch resent after a lost reply is acknowledged whole, so a refusal in
+  // it goes uncompared. Never under the copy's locks.
+  absl::StatusOr<size_t> Acknowledged(uint64_t first, size_t count, const net::InMessage& reply);
+  // Records that the copy applied the first `count` writes from `first`, and answers the
+  // writers that completes.
+  void Acknowledge(uint64_t first, size_t count, uint64_t bytes);
   // Sends the writes queued from `first`: OK once acknowledged.
   absl::Status SendBatch();
   void CheckInSync();
@@ -81,6 +107,19 @@ class BackupStream {
   bool stop_ ABSL_GUARDED_BY(queue_mu_) = false;
   uint64_t next_ ABSL_GUARDED_BY(queue_mu_) = 1;  // sequence of queue_.front()
   std::deque<std::shared_ptr<const LoggedWrite>> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool async_ ABSL_GUARDED_BY(queue_mu_) = false;    // the fast path sends (in sync, no failure)
+  bool sending_ ABSL_GUARDED_BY(queue_mu_) = false;  // an async batch is in flight
+  absl::Status async_error_ ABSL_GUARDED_BY(queue_mu_);  // why the fast path stopped
+  // What an async call's reply reaches: the stream until its destructor clears it (which
+  // waits for a reply being handled).
+  struct Link {
+    // Set unlocked: nothing else can reach a new link (locking it here, under the copy's mu,
+    // would order the two mutexes against the reply's link-then-copy order).
+    explicit Link(BackupStream* s) : stream(s) {}
+    Mutex mu;
+    BackupStream* stream ABSL_GUARDED_BY(mu);
+  };
+  const std::shared_ptr<Link> link_;
   std::thread thread_;
 };
 

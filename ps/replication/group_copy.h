@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "core/sync.h"
 #include "core/tensor.h"
 #include "ps/ps.capnp.h"
@@ -89,6 +92,31 @@ struct GroupCopy {
   std::string why_not_serving ABSL_GUARDED_BY(mu);  // for needs_rebuild / fenced
   // A primary's streams to the other copies of the group.
   std::vector<std::unique_ptr<BackupStream>> streams ABSL_GUARDED_BY(mu);
+
+  // A primary's writes applied and queued whose writers are not answered yet: each is
+  // answered (AnswerDue) once every counted stream acknowledged its sequence (OK), when this
+  // copy stops serving (stale shard map), or at its deadline (Unavailable: applied here, not
+  // acknowledged in time). Sequences ascend.
+  using AnswerFn = std::function<void(const absl::Status&)>;
+  struct PendingAnswer {
+    uint64_t sequence;
+    absl::Time deadline;
+    const char* method;  // a string literal
+    AnswerFn done;
+    // The primary's own result (a ForwardsBeforeApply write it refused is answered with its
+    // refusal, once acknowledged like any write).
+    absl::Status applied;
+  };
+  std::deque<PendingAnswer> answers ABSL_GUARDED_BY(mu);
+  // Under mu: moves the answers that are due at `now` (see `answers`) into `due`, each with
+  // the status to answer (run them outside mu: they send on sockets and wake writers).
+  void TakeDueAnswers(absl::Time now, std::vector<std::pair<AnswerFn, absl::Status>>* due)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Answers what is due now (takes mu). Call after anything that can make answers due: an
+  // acknowledgement, a role or stream change, a deadline passing.
+  void AnswerDue();
+  // Answers every pending write with `status` (a copy dropped from the map).
+  void AnswerAll(const absl::Status& status);
 
   // A backup's last applied stream entries (sequence, digest of method and body), newest last,
   // at most kRecentDigests: a ps.Replicate resent after its reply was lost repeats sequences

@@ -38,6 +38,10 @@ bool IsReplicatedWrite(const std::string& method) {
          method == "ps.RestoreCheckpoint";
 }
 
+bool ForwardsBeforeApply(const std::string& method) {
+  return method == "ps.PushGradients" || method == "ps.Update";
+}
+
 absl::StatusOr<std::shared_ptr<const LoggedWrite>> LoggedWrite::Make(const std::string& method,
                                                                      const net::InMessage& frame,
                                                                      capnp::AnyPointer::Reader body,

@@ -1,6 +1,7 @@
 #ifndef ASYNCPS_PS_REPLICATION_LOGGED_WRITE_H_
 #define ASYNCPS_PS_REPLICATION_LOGGED_WRITE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,7 +39,14 @@ class LoggedWrite {
   // Fills `entry` with this write, adding its tensors to `message` (the ps.Replicate frame).
   void AppendTo(wire::ReplicatedEntry::Builder entry, net::OutMessage& message) const;
 
+  // The primary's own apply of this write (ForwardsBeforeApply writes are forwarded first):
+  // set once, under the copy's write lock, right after it; 0 while unknown, 1 applied,
+  // 2 refused. A stream that sees a copy refuse the write compares it with this.
+  void set_outcome(bool applied) const { outcome_.store(applied ? 1 : 2, std::memory_order_release); }
+  int outcome() const { return outcome_.load(std::memory_order_acquire); }
+
  private:
+  mutable std::atomic<int> outcome_{0};
   LoggedWrite() = default;
   std::string method_;
   const CopyExtension* extension_ = nullptr;  // set for an extension's write
@@ -49,6 +57,15 @@ class LoggedWrite {
 
 // True for the methods a primary forwards to its backups.
 bool IsReplicatedWrite(const std::string& method);
+
+// True for the writes a primary forwards before it applies them, so its backups apply them
+// while it does (ps.PushGradients, ps.Update: the hot writes). What they do is determined by
+// the copy's state and the request alone (their checks come before any change, the update
+// window is replicated), so every copy, holding the same state at the write's sequence,
+// applies or refuses such a write alike: a backup takes its refusal as that sequence (without
+// effect) and acknowledges one short of it, and the primary checks it refused the write too
+// (else the copies diverged and the stream stops: the copy is rebuilt).
+bool ForwardsBeforeApply(const std::string& method);
 
 }  // namespace asyncps::ps
 

@@ -57,11 +57,37 @@ ReplicatedPs::ReplicatedPs(PsService& service, Options options)
     own->role = CopyRole::kPrimary;
     own->primary = options_.ps_index;
   }
-  MutexLock lock(&mu_);
-  copies_[own->group] = std::move(own);
+  {
+    MutexLock lock(&mu_);
+    copies_[own->group] = std::move(own);
+  }
+  reaper_ = std::thread([this] { Reap(); });
+}
+
+void ReplicatedPs::Reap() {
+  // Deadlines are checked this often: a write not acknowledged in time is answered at most
+  // this late.
+  constexpr absl::Duration kReapPeriod = absl::Milliseconds(20);
+  for (;;) {
+    {
+      MutexLock lock(&reap_mu_);
+      if (reap_mu_.AwaitWithTimeout(absl::Condition(&stopping_), kReapPeriod)) return;
+    }
+    std::vector<std::shared_ptr<GroupCopy>> copies;
+    {
+      MutexLock lock(&mu_);
+      for (auto& [group, copy] : copies_) copies.push_back(copy);
+    }
+    for (auto& copy : copies) copy->AnswerDue();
+  }
 }
 
 ReplicatedPs::~ReplicatedPs() {
+  {
+    MutexLock lock(&reap_mu_);
+    stopping_ = true;
+  }
+  reaper_.join();
   // Streams (and their threads) stop before the service they apply through goes.
   absl::flat_hash_map<uint32_t, std::shared_ptr<GroupCopy>> copies;
   {
@@ -108,33 +134,42 @@ ShardMap ReplicatedPs::map() const {
   return map_;
 }
 
+template <typename Request, typename ApplyFn>
+void ReplicatedPs::RegisterWrite(net::MethodTable& server, const char* method, net::PeerRoles callers,
+                                 net::Dispatch dispatch, ApplyFn apply) {
+  server.RegisterDeferred<Request>(
+      method, std::move(callers),
+      [this, method, apply](const net::RequestContext& ctx, const net::InMessage& req, net::DeferredResponse answer) {
+        auto body = req.RequestBody<Request>();
+        // The response body is filled by the apply, and sent with the acknowledgement.
+        auto response = std::make_shared<net::OutMessage>();
+        WriteThen(
+            ctx, method, req, body.hasRoute(), body.getRoute(),
+            [&](PsService::ShardState s) { return apply(s, req, body, response.get()); },
+            [answer = std::move(answer), response](const absl::Status& status) {
+              answer.Send(status, std::move(*response));
+            });
+      },
+      dispatch);
+}
+
 void ReplicatedPs::RegisterWith(net::MethodTable& server) {
   net::Dispatch updates =
       service_.options().inline_small_updates ? net::Dispatch::kInlineIfSmall : net::Dispatch::kAdaptive;
-  if (options_.replicas > 1) updates = net::Dispatch::kPool;
-  server.Register<wire::CreateVariableRequest>(
-      "ps.CreateVariable", net::PsCallers(),
-      [this](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
-        auto body = req.RequestBody<wire::CreateVariableRequest>();
-        return Write(ctx, "ps.CreateVariable", req, body.hasRoute(), body.getRoute(),
-                     [&](PsService::ShardState s) { return service_.CreateVariableIn(s, req, body, resp); });
-      });
-  server.Register<wire::UpdateRequest>(
-      "ps.Update", net::PsCallers(),
-      [this](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
-        auto body = req.RequestBody<wire::UpdateRequest>();
-        return Write(ctx, "ps.Update", req, body.hasRoute(), body.getRoute(),
-                     [&](PsService::ShardState s) { return service_.UpdateIn(s, req, body, resp); });
-      },
-      updates);
-  server.Register<wire::PushGradientsRequest>(
-      "ps.PushGradients", net::PsCallers(),
-      [this](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
-        auto body = req.RequestBody<wire::PushGradientsRequest>();
-        return Write(ctx, "ps.PushGradients", req, body.hasRoute(), body.getRoute(),
-                     [&](PsService::ShardState s) { return service_.PushGradientsIn(s, req, body, resp); });
-      },
-      updates);
+  RegisterWrite<wire::CreateVariableRequest>(
+      server, "ps.CreateVariable", net::PsCallers(), net::Dispatch::kPool,
+      [this](PsService::ShardState s, const net::InMessage& req, wire::CreateVariableRequest::Reader body,
+             net::OutMessage* resp) { return service_.CreateVariableIn(s, req, body, resp); });
+  RegisterWrite<wire::UpdateRequest>(server, "ps.Update", net::PsCallers(), updates,
+                                     [this](PsService::ShardState s, const net::InMessage& req,
+                                            wire::UpdateRequest::Reader body, net::OutMessage* resp) {
+                                       return service_.UpdateIn(s, req, body, resp);
+                                     });
+  RegisterWrite<wire::PushGradientsRequest>(server, "ps.PushGradients", net::PsCallers(), updates,
+                                            [this](PsService::ShardState s, const net::InMessage& req,
+                                                   wire::PushGradientsRequest::Reader body, net::OutMessage* resp) {
+                                              return service_.PushGradientsIn(s, req, body, resp);
+                                            });
   server.Register<wire::ReadRequest>(
       "ps.Read", net::PsReaders(), [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
         auto body = req.RequestBody<wire::ReadRequest>();
@@ -164,13 +199,10 @@ void ReplicatedPs::RegisterWith(net::MethodTable& server) {
             return checkpoints.SaveIn(*s.store, body, resp);
           });
         });
-    server.Register<wire::RestoreCheckpointRequest>(
-        "ps.RestoreCheckpoint", net::ChiefOnly(),
-        [this, &checkpoints](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage*) {
-          auto body = req.RequestBody<wire::RestoreCheckpointRequest>();
-          return Write(ctx, "ps.RestoreCheckpoint", req, body.hasRoute(), body.getRoute(),
-                       [&](PsService::ShardState s) { return checkpoints.RestoreIn(*s.store, body); });
-        });
+    RegisterWrite<wire::RestoreCheckpointRequest>(
+        server, "ps.RestoreCheckpoint", net::ChiefOnly(), net::Dispatch::kPool,
+        [&checkpoints](PsService::ShardState s, const net::InMessage&, wire::RestoreCheckpointRequest::Reader body,
+                       net::OutMessage*) { return checkpoints.RestoreIn(*s.store, body); });
   }
   server.Register<wire::SetShardMapRequest>(
       "ps.SetShardMap", net::ChiefOnly(),
@@ -187,7 +219,10 @@ void ReplicatedPs::RegisterWith(net::MethodTable& server) {
       "ps.Replicate", net::PeerRoles{"ps"},
       [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
         return Replicate(req, resp);
-      });
+      },
+      // A small batch (tiny writes) is applied on the I/O thread: the write's round trip
+      // then skips the pool hand-off here, as the write itself skips it at the primary.
+      net::Dispatch::kAdaptive);
   server.Register<wire::InstallStateRequest>(
       "ps.InstallState", net::PeerRoles{"ps"},
       [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage*) { return InstallState(req); });
@@ -255,11 +290,32 @@ absl::Status ReplicatedPs::ReadAt(bool has_route, wire::Route::Reader route, con
 absl::Status ReplicatedPs::Write(const net::RequestContext& context, const char* method,
                                  const net::InMessage& request, bool has_route, wire::Route::Reader route,
                                  const WriteFn& apply) {
-  ASSIGN_OR_RETURN(Routed r, Route(has_route, route, method));
-  if (r.copy == nullptr) return apply(DefaultState());
-  GroupCopy& copy = *r.copy;
-  uint64_t sequence = 0;
-  {
+  // The deferred path, waited for here (for the extension's writes, which answer by returning).
+  struct Waiter {
+    Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    absl::Status status ABSL_GUARDED_BY(mu);
+  };
+  auto waiter = std::make_shared<Waiter>();
+  WriteThen(context, method, request, has_route, route, apply, [waiter](const absl::Status& status) {
+    MutexLock lock(&waiter->mu);
+    waiter->done = true;
+    waiter->status = status;
+  });
+  MutexLock lock(&waiter->mu);
+  waiter->mu.Await(absl::Condition(&waiter->done));
+  return waiter->status;
+}
+
+void ReplicatedPs::WriteThen(const net::RequestContext& context, const char* method, const net::InMessage& request,
+                             bool has_route, wire::Route::Reader route, const WriteFn& apply,
+                             GroupCopy::AnswerFn done) {
+  absl::StatusOr<Routed> r = Route(has_route, route, method);
+  if (!r.ok()) return done(r.status());
+  if (r->copy == nullptr) return done(apply(DefaultState()));
+  GroupCopy& copy = *r->copy;
+  // Applied and queued under the locks; a refusal is answered after them.
+  const absl::Status refused = [&]() -> absl::Status {
     MutexLock write(&copy.write_mu);
     {
       // What restores a group that lost every copy: the chief's restores and creations, of
@@ -270,13 +326,33 @@ absl::Status ReplicatedPs::Write(const net::RequestContext& context, const char*
            std::strcmp(method, "ps.RestoreEmbeddingTables") == 0 ||
            std::strcmp(method, "ps.CreateEmbeddingTable") == 0);
       MutexLock lock(&copy.mu);
-      RETURN_IF_ERROR(CheckServing(copy, r.generation, method, restore_write));
+      RETURN_IF_ERROR(CheckServing(copy, r->generation, method, restore_write));
+    }
+    const absl::Time deadline = std::min(context.deadline, absl::Now() + options_.write_timeout);
+    if (ForwardsBeforeApply(method)) {
+      // Forwarded first, so the backups apply it while this copy does (see
+      // ForwardsBeforeApply); answered, with this copy's result, once every counted backup
+      // acknowledged it.
+      ASSIGN_OR_RETURN(std::shared_ptr<const LoggedWrite> logged,
+                       LoggedWrite::Make(method, request, RequestBodyPointer(request), options_.extension));
+      uint64_t sequence;
+      {
+        MutexLock lock(&copy.mu);
+        sequence = ++copy.sequence;
+        for (auto& s : copy.streams) s->Enqueue(sequence, logged, copy.generation);
+      }
+      absl::Status applied = apply(copy.state);
+      logged->set_outcome(applied.ok());
+      MutexLock lock(&copy.mu);
+      copy.answers.push_back({sequence, deadline, method, std::move(done), std::move(applied)});
+      return absl::OkStatus();
     }
     RETURN_IF_ERROR(apply(copy.state));
     absl::StatusOr<std::shared_ptr<const LoggedWrite>> logged =
         LoggedWrite::Make(method, request, RequestBodyPointer(request), options_.extension);
+    if (logged.ok()) (*logged)->set_outcome(true);
     MutexLock lock(&copy.mu);
-    sequence = ++copy.sequence;
+    const uint64_t sequence = ++copy.sequence;
     if (!logged.ok()) {
       // Applied here but not forwardable (cannot happen for a request the handler accepted):
       // the copies have diverged, so the other copies must be rebuilt.
@@ -288,35 +364,14 @@ absl::Status ReplicatedPs::Write(const net::RequestContext& context, const char*
       }
       return absl::InternalError(absl::StrCat("write applied but not replicated: ", logged.status().message()));
     }
-    for (auto& s : copy.streams) s->Enqueue(sequence, *logged);
-  }
-  const absl::Time deadline = std::min(context.deadline, absl::Now() + options_.write_timeout);
-  MutexLock lock(&copy.mu);
-  // A restoring primary's restore waits for its copies like any write.
-  auto serves = [&copy]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) {
-    return copy.role == CopyRole::kPrimary || copy.role == CopyRole::kRestoring;
-  };
-  auto acknowledged = [&copy, &serves, sequence]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) {
-    if (!serves()) return true;
-    for (const auto& s : copy.streams) {
-      if (s->counted && s->acked < sequence) return false;
-    }
-    return true;
-  };
-  const bool done = copy.mu.AwaitWithDeadline(absl::Condition(&acknowledged), deadline);
-  if (!serves()) {
-    return StaleShardMapError(copy.group, copy.generation, copy.generation, -1);
-  }
-  if (!done) {
-    std::vector<std::string> waiting;
-    for (const auto& s : copy.streams) {
-      if (s->counted && s->acked < sequence) waiting.push_back(absl::StrCat("ps ", s->target()));
-    }
-    return absl::UnavailableError(absl::StrCat(method, " to group ", copy.group, " (sequence ", sequence,
-                                               ") not acknowledged in time by ", absl::StrJoin(waiting, ", "),
-                                               "; applied on the primary, retry it (tagged writes apply once)"));
-  }
-  return absl::OkStatus();
+    for (auto& s : copy.streams) s->Enqueue(sequence, *logged, copy.generation);
+    // Queued in sequence order (under write_mu): answered once every counted stream has it.
+    copy.answers.push_back({sequence, deadline, method, std::move(done), absl::OkStatus()});
+    return absl::OkStatus();
+  }();
+  if (!refused.ok()) return done(refused);
+  // Due at once when no stream counts (k = 1 with a map, or a backup not yet counted).
+  copy.AnswerDue();
 }
 
 // ---- Shard map -------------------------------------------------------------------------------
@@ -408,17 +463,22 @@ absl::Status ReplicatedPs::SetShardMap(const net::InMessage& request) {
       }
     }
     PublishCopyMetrics(*copy);
+    copy->AnswerDue();  // a copy no longer primary, or a stream no longer counted
     next[e.group] = std::move(copy);
   }
   for (auto& [group, copy] : copies) {
     if (!next.contains(group)) dropped.push_back(copy);
   }
+  const uint64_t map_generation_for_answers = map.generation;
   {
     MutexLock lock(&mu_);
     map_ = std::move(map);
     copies_ = std::move(next);
   }
   retired.clear();  // joins their threads, outside every lock
+  for (auto& copy : dropped) {
+    copy->AnswerAll(StaleShardMapError(copy->group, map_generation_for_answers, map_generation_for_answers, -1));
+  }
   dropped.clear();
   return absl::OkStatus();
 }
@@ -525,6 +585,7 @@ absl::Status ReplicatedPs::NeedsRebuild(GroupCopy& copy, const std::string& why)
     copy.why_not_serving = why;
   }
   PublishCopyMetrics(copy);
+  copy.AnswerDue();
   spdlog::error("ps {}: group {} copy needs a rebuild: {}", options_.ps_index, copy.group, why);
   return absl::FailedPreconditionError(why);
 }
@@ -608,9 +669,23 @@ absl::Status ReplicatedPs::Replicate(const net::InMessage& request, net::OutMess
                                             " is the last applied (a gap); nothing applied"));
   }
   uint64_t n = 0;
+  bool refused = false;  // the batch ended at a ForwardsBeforeApply write refused here
   for (unsigned i = static_cast<unsigned>(repeated); i < entries.size(); ++i) {
     auto entry = entries[i];
     absl::Status s = ApplyEntry(*copy, request, entry);
+    if (!s.ok() && ForwardsBeforeApply(entry.getMethod().cStr())) {
+      // The primary forwarded it before applying it, and refuses it too unless the copies
+      // diverged (ForwardsBeforeApply): taken as applied without effect, and the batch ends
+      // here, acknowledged one short of it, which tells the primary to compare (the rest is
+      // sent again).
+      spdlog::debug("group {}: sequence {} refused here as at the primary: {}", copy->group, applied + n + 1,
+                    s.ToString());
+      ++n;
+      copy->recent_digests.emplace_back(applied + n, EntryDigest(entry));
+      if (copy->recent_digests.size() > GroupCopy::kRecentDigests) copy->recent_digests.pop_front();
+      refused = true;
+      break;
+    }
     if (!s.ok()) {
       {
         MutexLock lock(&copy->mu);
@@ -625,7 +700,7 @@ absl::Status ReplicatedPs::Replicate(const net::InMessage& request, net::OutMess
   }
   MutexLock lock(&copy->mu);
   copy->sequence = applied + n;
-  response->InitResponseBody<wire::ReplicateResponse>().setAppliedSequence(copy->sequence);
+  response->InitResponseBody<wire::ReplicateResponse>().setAppliedSequence(copy->sequence - (refused ? 1 : 0));
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
@@ -27,10 +28,12 @@ namespace asyncps::ps {
 //
 // Methods (registered over PsService's, which run against the routed copy):
 //   ps.CreateVariable / ps.Update / ps.PushGradients   writes: at the group's primary only;
-//       applied under the copy's write lock, given the next sequence number, queued for every
-//       other copy, and answered once every backup of the map acknowledged it (or
-//       Unavailable after write_timeout; the write stays applied here: tagged writes retried
-//       by the client are then applied once, by the replicated update window).
+//       under the copy's write lock given the next sequence number, queued for every other
+//       copy and applied (ps.Update and ps.PushGradients are queued, and sent, before they are
+//       applied here, so the backups apply them alongside: ForwardsBeforeApply), and answered
+//       (net::DeferredResponse: no thread waits) once every backup of the map acknowledged
+//       it (or Unavailable after write_timeout; the write stays applied here: tagged writes
+//       retried by the client are then applied once, by the replicated update window).
 //   ps.Read / ps.Gather / ps.ListVariables   reads at the primary.
 //   ps.SaveCheckpoint (chief)   from the routed primary; ps.RestoreCheckpoint (chief) a
 //       write, replicated like the others (with Options::checkpoints).
@@ -51,8 +54,9 @@ class ReplicatedPs {
   struct Options {
     int32_t ps_index = 0;
     int num_ps = 1;
-    // ps_replicas: above 1, writes always run on the handler pool, since they wait for the
-    // backups' acknowledgements (at 1 they are dispatched as PsService dispatches them).
+    // ps_replicas. Writes are dispatched as PsService dispatches them at any value: a write
+    // is answered later (net::DeferredResponse) by the stream that receives the last
+    // acknowledgement, so no thread waits for the backups.
     int replicas = 1;
     uint64_t dedup_max_entries = UpdateDedup::kDefaultMaxEntries;
     absl::Duration write_timeout = absl::Seconds(30);
@@ -111,6 +115,17 @@ class ReplicatedPs {
                             bool restore_write) const ABSL_SHARED_LOCKS_REQUIRED(copy.mu);
 
   using WriteFn = std::function<absl::Status(PsService::ShardState)>;
+  // Applies a write at the routed primary, queues it for the other copies and returns at
+  // once; `done` runs exactly once, from any thread (never under this object's or the copy's
+  // locks): with a refusal, or with OK once every counted backup acknowledged it, or
+  // Unavailable at the write's deadline (see the class comment).
+  void WriteThen(const net::RequestContext& context, const char* method, const net::InMessage& request,
+                 bool has_route, wire::Route::Reader route, const WriteFn& apply, GroupCopy::AnswerFn done);
+  // A write method answered by WriteThen: `apply(state, request, body, response)`.
+  template <typename Request, typename ApplyFn>
+  void RegisterWrite(net::MethodTable& server, const char* method, net::PeerRoles callers, net::Dispatch dispatch,
+                     ApplyFn apply);
+  // WriteThen, waited for.
   absl::Status Write(const net::RequestContext& context, const char* method, const net::InMessage& request,
                      bool has_route, wire::Route::Reader route, const WriteFn& apply);
   using ReadFn = std::function<absl::Status(PsService::ShardState)>;
@@ -154,6 +169,12 @@ class ReplicatedPs {
   mutable Mutex mu_;
   ShardMap map_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, std::shared_ptr<GroupCopy>> copies_ ABSL_GUARDED_BY(mu_);
+
+  // Answers the writes whose deadline passed unacknowledged (every kReapPeriod).
+  void Reap();
+  Mutex reap_mu_;
+  bool stopping_ ABSL_GUARDED_BY(reap_mu_) = false;
+  std::thread reaper_;
 };
 
 }  // namespace asyncps::ps

@@ -189,6 +189,118 @@ TEST_F(ReplicationTest, WriteIsOnTheBackupBeforeItIsAcked) {
   EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kBackup);
 }
 
+// A write the backup does not acknowledge is answered Unavailable at the write deadline (the
+// primary's answers are deferred, not waited for on a thread), applied on the primary; once
+// the backup takes the stream again, the retried tagged write is applied once everywhere.
+TEST_F(ReplicationTest, UnacknowledgedWriteIsAnsweredUnavailableAtItsDeadline) {
+  ReplicatedPs::Options options;
+  options.write_timeout = absl::Milliseconds(300);
+  Start(2, 2, options);
+  ASSERT_TRUE(CreateAdam(0, "dense", {8, 4}, 0, 1).ok());
+  // Generation 2 reaches only the primary: the backup answers its stream "not yet", so the
+  // primary keeps resending and nothing is acknowledged.
+  ShardMap next = map_;
+  next.generation = 2;
+  for (auto& g : next.groups) g.generation = 2;
+  ASSERT_TRUE(cluster_->SetMap(0, next).ok());
+  auto stalled = Push(0, "dense", Filled({8, 4}, 0.5f), std::nullopt, 7, 0, 2);
+  ASSERT_FALSE(stalled.ok());
+  EXPECT_EQ(stalled.status().code(), absl::StatusCode::kUnavailable) << stalled.status();
+  EXPECT_THAT(stalled.status().message(), HasSubstr("not acknowledged in time by ps 1"));
+  // A second write queues behind it, and is refused the same way.
+  auto second = Push(0, "dense", Filled({8, 4}, 0.25f), std::nullopt, 8, 0, 2);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  ASSERT_TRUE(cluster_->SetMap(1, next).ok());
+  auto retried = Push(0, "dense", Filled({8, 4}, 0.5f), std::nullopt, 7, 0, 2);
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(*retried, 1u);  // applied once, before the deadline answer
+  EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
+}
+
+// The backup's view of its stream from PS 0's ReplicaStatus: (in sync, needs rebuild).
+std::pair<bool, bool> StreamToPs1(LocalPsCluster& c) {
+  net::InMessage holder;
+  auto status = Status(c, 0, &holder);
+  if (!status.ok()) return {false, false};
+  for (auto copy : status->getCopies()) {
+    for (auto b : copy.getBackups()) {
+      if (copy.getGroup() == 0 && b.getPs() == 1) return {b.getInSync(), b.getNeedsRebuild()};
+    }
+  }
+  return {false, false};
+}
+
+// Pushes are forwarded before the primary applies them (ForwardsBeforeApply): one the primary
+// refuses is refused by the backup alike, answered with the primary's refusal, and costs no
+// rebuild; the stream goes on.
+TEST_F(ReplicationTest, RefusedPushIsRefusedOnEveryCopyWithoutARebuild) {
+  Start(2, 2);
+  ASSERT_TRUE(CreateAdam(0, "v", {8, 4}, 0, 1).ok());
+  ASSERT_TRUE(Push(0, "v", Filled({8, 4}, 0.5f), std::nullopt, 1, 0, 1).ok());
+  auto wrong_shape = Push(0, "v", Filled({3}, 0.5f), std::nullopt, 2, 0, 1);
+  ASSERT_FALSE(wrong_shape.ok());
+  EXPECT_EQ(wrong_shape.status().code(), absl::StatusCode::kInvalidArgument) << wrong_shape.status();
+  auto unknown = Push(0, "nope", Filled({8, 4}, 0.5f), std::nullopt, 3, 0, 1);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kBackup);
+  auto after = Push(0, "v", Filled({8, 4}, 0.25f), std::nullopt, 4, 0, 1);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(StreamToPs1(*cluster_), std::make_pair(true, false));
+  EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
+}
+
+// A push the primary applies but its backup refuses shows copies that diverged: the stream
+// stops (the backup needs a rebuild) and the write is never acknowledged.
+TEST_F(ReplicationTest, PushAppliedOnlyAtThePrimaryStopsTheStream) {
+  ReplicatedPs::Options options;
+  options.write_timeout = absl::Milliseconds(300);
+  Start(2, 2, options);
+  ASSERT_TRUE(CreateAdam(0, "v", {8, 4}, 0, 1).ok());
+  // A variable only the primary's copy holds (what no request can make): the copies differ.
+  OptimizerConfig adam = opt::Adam(0.01f);
+  auto only_here = Variable::Create("only_here", Tensor(DType::kF32, {4}), &adam);
+  ASSERT_TRUE(only_here.ok());
+  ASSERT_TRUE(cluster_->replicated(0).CopyOf(0)->state.store->Insert(*std::move(only_here)).ok());
+  auto diverged = Push(0, "only_here", Filled({4}, 0.5f), std::nullopt, 1, 0, 1);
+  ASSERT_FALSE(diverged.ok());
+  EXPECT_EQ(diverged.status().code(), absl::StatusCode::kUnavailable) << diverged.status();
+  EXPECT_TRUE(Eventually([&] { return StreamToPs1(*cluster_).second; }));
+}
+
+// Writers on several connections at once: batches go out while earlier ones are acknowledged
+// (the stream's fast path), every write is acknowledged once, and the copies end identical.
+TEST_F(ReplicationTest, ConcurrentWritersAreEachAcknowledgedAndCopiesAgree) {
+  Start(2, 2);
+  ASSERT_TRUE(CreateAdam(0, "v", {16}, 0, 1).ok());
+  constexpr int kThreads = 4;
+  constexpr int kPushes = 150;
+  std::atomic<int> failed{0};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < kThreads; ++t) {
+    writers.emplace_back([this, t, &failed] {
+      // A connection of its own (a role per thread), so that writes overlap on the primary.
+      const std::string role = t % 2 == 0 ? "worker" : "chief";
+      net::RpcClient::Options co;
+      co.address = "127.0.0.1:" + std::to_string(cluster_->port(0));
+      co.role = role;
+      co.token = LocalPsCluster::kToken;
+      net::EventLoop loop;
+      net::RpcClient client(loop, co);
+      for (int i = 0; i < kPushes; ++i) {
+        const uint64_t closure = static_cast<uint64_t>(t * kPushes + i + 1);
+        auto r = client.Call("ps.PushGradients", PushRequest("v", Filled({16}, 0.01f), std::nullopt, closure, 0, 1),
+                             absl::Seconds(60));
+        if (!r.ok() || r->ResponseBody<wire::UpdateResponse>().getAlreadyApplied() != 0) ++failed;
+      }
+    });
+  }
+  for (auto& w : writers) w.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
+  EXPECT_EQ(StreamToPs1(*cluster_), std::make_pair(true, false));
+}
+
 TEST_F(ReplicationTest, UnroutedRequestsWithoutAMapServeAsBefore) {
   Start(2, 0);
   ASSERT_TRUE(CreateAdam(1, "v", {4}, 0, 0).ok());
