@@ -154,6 +154,20 @@ void PrefetchRow(const char* row, size_t bytes, int write) {
   }
 }
 
+// Calls visit(i) for each request row i of stripe `s` (rows[i] is its row in the table at
+// `base`), prefetching the row kPrefetchRowsAhead further on. The caller holds the stripe.
+template <typename Visit>
+void VisitStripeRows(const StripeGroups& groups, int s, absl::Span<const int64_t> rows,
+                     const char* base, size_t bytes, int write, Visit visit) {
+  const size_t end = groups.begin[s + 1];
+  for (size_t j = groups.begin[s]; j < end; ++j) {
+    if (j + kPrefetchRowsAhead < end) {
+      PrefetchRow(base + rows[groups.order[j + kPrefetchRowsAhead]] * bytes, bytes, write);
+    }
+    visit(groups.order[j]);
+  }
+}
+
 }  // namespace
 
 bool AllFinite(const Tensor& t) {
@@ -410,13 +424,9 @@ absl::Status Variable::UpdateRows(UpdateKind kind, const Tensor& ids, const Tens
     for (int s = 0; s < kStripes; ++s) {
       if (groups.begin[s] == groups.begin[s + 1]) continue;
       MutexLock stripe(&stripes_[static_cast<size_t>(s)]);
-      for (size_t j = groups.begin[s]; j < groups.begin[s + 1]; ++j) {
-        if (j + kPrefetchRowsAhead < groups.begin[s + 1]) {
-          PrefetchRow(base + rows[groups.order[j + kPrefetchRowsAhead]] * bytes, bytes, /*write=*/1);
-        }
-        const size_t i = groups.order[j];
+      VisitStripeRows(groups, s, rows, base, bytes, /*write=*/1, [&](size_t i) {
         CombineBytes(dtype_, kind, base + rows[i] * bytes, src + i * bytes, row_elements);
-      }
+      });
     }
   });
   return absl::OkStatus();
@@ -445,13 +455,8 @@ absl::StatusOr<Tensor> Variable::GatherVersioned(const Tensor& ids, int64_t* ver
   for (int s = 0; s < kStripes; ++s) {
     if (groups.begin[s] == groups.begin[s + 1]) continue;
     ReaderMutexLock stripe(&stripes_[static_cast<size_t>(s)]);
-    for (size_t j = groups.begin[s]; j < groups.begin[s + 1]; ++j) {
-      if (j + kPrefetchRowsAhead < groups.begin[s + 1]) {
-        PrefetchRow(base + rows[groups.order[j + kPrefetchRowsAhead]] * bytes, bytes, /*write=*/0);
-      }
-      const size_t i = groups.order[j];
-      std::memcpy(dst + i * bytes, base + rows[i] * bytes, bytes);
-    }
+    VisitStripeRows(groups, s, rows, base, bytes, /*write=*/0,
+                    [&](size_t i) { std::memcpy(dst + i * bytes, base + rows[i] * bytes, bytes); });
   }
   return out;
 }
