@@ -12,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/sync.h"
 
 namespace asyncps {
 namespace {
@@ -108,65 +107,6 @@ void Tensor::DieOnCountMismatch(const absl::Status& status) {
 
 namespace {
 
-// Large blocks freed recently, kept for the next allocation of about the same size. glibc
-// hands blocks over its mmap threshold (32 MiB at most) back to the kernel when freed, and a
-// fresh mapping is zeroed by the kernel page by page on first touch: a PS pull of a 64 MiB
-// variable paid that twice (the PS's copy and the client's receive block), more than the
-// bytes' own copy through loopback TCP (perf: clear_page_erms 12% of the run, _copy_to_iter
-// 7%). Blocks of a repeated size (a variable's value, a frame's payloads) are reused instead.
-// Bounded: at most kBlockCacheMaxBytes and kBlockCacheMaxBlocks idle, the oldest freed first.
-constexpr size_t kCachedBlockMinBytes = size_t{1} << 20;
-constexpr size_t kBlockCacheMaxBytes = size_t{256} << 20;
-constexpr size_t kBlockCacheMaxBlocks = 8;
-
-struct CachedBlock {
-  void* raw;
-  size_t capacity;  // usable bytes from the aligned start
-};
-
-class BlockCache {
- public:
-  // A cached block of `bytes` to at most 1/8 more, or {nullptr, 0}.
-  CachedBlock Take(size_t bytes) ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    for (size_t i = blocks_.size(); i-- > 0;) {  // most recently freed first: warm in cache
-      if (blocks_[i].capacity >= bytes && blocks_[i].capacity - bytes <= bytes / 8) {
-        const CachedBlock b = blocks_[i];
-        blocks_.erase(blocks_.begin() + static_cast<ptrdiff_t>(i));
-        idle_bytes_ -= b.capacity;
-        return b;
-      }
-    }
-    return {nullptr, 0};
-  }
-
-  // Keeps `block` for reuse, freeing the oldest idle blocks past the bounds.
-  void Give(CachedBlock block) ABSL_LOCKS_EXCLUDED(mu_) {
-    std::vector<void*> evicted;
-    {
-      MutexLock lock(&mu_);
-      blocks_.push_back(block);
-      idle_bytes_ += block.capacity;
-      while (idle_bytes_ > kBlockCacheMaxBytes || blocks_.size() > kBlockCacheMaxBlocks) {
-        evicted.push_back(blocks_.front().raw);
-        idle_bytes_ -= blocks_.front().capacity;
-        blocks_.erase(blocks_.begin());
-      }
-    }
-    for (void* raw : evicted) std::free(raw);  // munmap outside the lock
-  }
-
- private:
-  Mutex mu_;
-  std::vector<CachedBlock> blocks_ ABSL_GUARDED_BY(mu_);
-  size_t idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-BlockCache& LargeBlocks() {
-  static BlockCache* cache = new BlockCache();  // never destroyed: blocks are freed at exit
-  return *cache;
-}
-
 void* AlignUp(void* raw) {
   return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(raw) + kAlignment - 1) & ~uintptr_t{kAlignment - 1});
 }
@@ -175,31 +115,23 @@ void* AlignUp(void* raw) {
 
 std::shared_ptr<void> AllocateAlignedUninitialized(size_t bytes) {
   const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  if (rounded >= kCachedBlockMinBytes) {
-    CachedBlock block = LargeBlocks().Take(rounded);
-    if (block.raw == nullptr) {
-      block.raw = std::malloc(rounded + kAlignment - 1);
-      if (block.raw == nullptr) throw std::bad_alloc();
-      block.capacity = rounded;
-      // Blocks this large come fresh from mmap (glibc will not keep them), so first touch
-      // costs a fault per 4 KiB page, slower than loopback TCP fills them. Asking for
-      // transparent huge pages makes that one fault per 2 MiB. Advice only: ignored if THP
-      // is off.
-      constexpr size_t kHugePage = size_t{2} << 20;
-      if (rounded >= 4 * kHugePage) {
-        const uintptr_t begin = (reinterpret_cast<uintptr_t>(block.raw) + kHugePage - 1) & ~uintptr_t{kHugePage - 1};
-        const uintptr_t end = (reinterpret_cast<uintptr_t>(block.raw) + rounded) & ~uintptr_t{kHugePage - 1};
-        if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-      }
-    }
-    return std::shared_ptr<void>(AlignUp(block.raw), [block](void*) { LargeBlocks().Give(block); });
-  }
   // malloc and align by hand rather than aligned_alloc: glibc serves aligned_alloc of a large
   // block on a non-main thread with fresh pages each time (~1 page fault per 4 KiB on every
   // allocation), while a freed malloc block is reused. It also lets small blocks come from
   // the per-thread cache.
   void* raw = std::malloc(rounded + kAlignment - 1);
   if (raw == nullptr) throw std::bad_alloc();
+  // A large block often comes fresh from mmap (glibc maps blocks over its mmap threshold, which
+  // rises to 32 MiB at most, and unmaps them when freed), so first touch costs a fault per 4 KiB
+  // page, slower than loopback TCP fills them. Asking for transparent huge pages makes that one
+  // fault per 2 MiB. Advice only: ignored if THP is off. (core/block_pool.h keeps blocks of a
+  // repeated size for their owner instead.)
+  constexpr size_t kHugePage = size_t{2} << 20;
+  if (rounded >= 4 * kHugePage) {
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(raw) + kHugePage - 1) & ~uintptr_t{kHugePage - 1};
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(raw) + rounded) & ~uintptr_t{kHugePage - 1};
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  }
   return std::shared_ptr<void>(AlignUp(raw), [raw](void*) { std::free(raw); });
 }
 

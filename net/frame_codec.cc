@@ -14,7 +14,15 @@ const uint8_t kZeros[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+BlockPool::Options DecoderPoolOptions() {
+  BlockPool::Options options;
+  options.max_idle_blocks = 1;
+  return options;
+}
+
 }  // namespace
+
+FrameDecoder::FrameDecoder(const FrameLimits& limits) : limits_(limits), pool_(DecoderPoolOptions()) {}
 
 absl::StatusOr<size_t> FrameDecoder::SegmentTableBytes(const uint8_t first4[4]) const {
   uint32_t count_minus_one;
@@ -86,7 +94,7 @@ absl::Status FrameDecoder::ParseHeader(kj::Array<capnp::word> words) {
   // first would only double the memory traffic of a large frame. The alignment gaps between
   // payloads are never written by the reader; zero them so no stale heap bytes are reachable.
   if (message_.payloads_.empty()) return absl::OkStatus();  // nothing to allocate
-  message_.block_ = AllocateAlignedUninitialized(block_bytes);
+  message_.block_ = pool_.AllocateUninitialized(block_bytes);
   char* block = static_cast<char*>(message_.block_.get());
   for (size_t i = 0; i < message_.payloads_.size(); ++i) {
     const auto& p = message_.payloads_[i];

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/block_pool.h"
 #include "net/message.h"
 
 namespace asyncps::net {
@@ -23,7 +24,7 @@ namespace asyncps::net {
 //   3. FrameDecoder::ParseHeader(words) then ReadPayloadsInto / Finish.
 class FrameDecoder {
  public:
-  explicit FrameDecoder(const FrameLimits& limits) : limits_(limits) {}
+  explicit FrameDecoder(const FrameLimits& limits);
 
   // Limits for the frames that follow (e.g. larger ones once a handshake completed).
   void set_limits(const FrameLimits& limits) { limits_ = limits; }
@@ -38,7 +39,8 @@ class FrameDecoder {
   absl::StatusOr<size_t> HeaderWords(absl::Span<const capnp::word> table) const;
 
   // Step 3: takes ownership of the complete header words, validates the envelope and the
-  // payload sizes, and allocates the aligned payload block. After this, `payload_buffers()`
+  // payload sizes, and allocates the aligned payload block (a large one from this decoder's
+  // BlockPool: a connection receives the same sizes again and again). After this, `payload_buffers()`
   // tells where each padded payload's bytes must be written.
   absl::Status ParseHeader(kj::Array<capnp::word> words);
 
@@ -59,6 +61,9 @@ class FrameDecoder {
 
  private:
   FrameLimits limits_;
+  // One idle block at most: a connection's frames are read one after another, and the message
+  // read last is usually released before the next one is read.
+  BlockPool pool_;
   InMessage message_;
   std::vector<MutableRange> buffers_;
   size_t total_padded_ = 0;
