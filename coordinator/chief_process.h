@@ -134,6 +134,7 @@ class ChiefProcess {
 
  private:
   ChiefProcess(const ClusterSpec& cluster, Options options);
+  std::unique_ptr<net::RpcClient> ConnectOn(net::EventLoop& loop, const std::string& address);
 
   const ClusterSpec cluster_;
   const Options options_;
@@ -149,6 +150,10 @@ class ChiefProcess {
   VariableDirectory directory_;
   std::unique_ptr<ShardMapCache> shard_map_;  // ps_replicas >= 2 only
   std::unique_ptr<PsClient> ps_client_;
+  // ps_replicas >= 2 only: the monitor's own loop and connections to the PS (PsMonitor), so
+  // its heartbeats never wait behind the chief's other traffic.
+  std::unique_ptr<net::EventLoop> monitor_loop_;
+  std::vector<std::unique_ptr<net::RpcClient>> monitor_clients_;
   std::unique_ptr<PsMonitor> ps_monitor_;  // ps_replicas >= 2 only; stopped first
   // The tf.data service, when the cluster has one; destroyed before the loop.
   std::unique_ptr<data_service::InChiefDispatcher> dispatcher_;  // no dispatcher task only

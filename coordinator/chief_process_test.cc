@@ -11,7 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "coordinator/parameter_server_strategy.h"
+#include "coordinator/ps_monitor.h"
 #include "core/sync.h"
 #include "gtest/gtest.h"
 #include "metrics/process_metrics.h"
@@ -19,11 +22,13 @@
 #include "net/event_loop.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
+#include "ps/ps.capnp.h"
 #include "ps/ps_service.h"
+#include "ps/replication/shard_map.h"
 #include "ps/variable_store.h"
 
 namespace asyncps {
-namespace {
+namespace chief_process_test_internal {
 
 constexpr char kToken[] = "chief-process-test";
 
@@ -69,6 +74,59 @@ class InProcessPs {
   net::EventLoop loop_;
   ps::VariableStore store_;
   ps::PsService service_;
+  std::unique_ptr<net::RpcServer> server_;
+};
+
+// A parameter server as the chief's PsMonitor sees one with replicated shards, and no more: it
+// reports and takes shard maps and answers heartbeats (ps.ReplicaStatus), holding no copies.
+class HeartbeatOnlyPs {
+ public:
+  explicit HeartbeatOnlyPs(int index) : index_(index) {
+    net::RpcServer::Options o;
+    o.host = "127.0.0.1";
+    o.role = "ps";
+    o.token = kToken;
+    server_ = std::make_unique<net::RpcServer>(loop_, o);
+    server_->methods().Register<wire::Empty>(
+        "ps.GetShardMap", net::ChiefOnly(),
+        [this](const net::RequestContext&, const net::InMessage&, net::OutMessage* resp) {
+          auto out = resp->InitResponseBody<wire::GetShardMapResponse>();
+          ps::ShardMapToWire(ps::ShardMap(), out.initMap());  // none held yet
+          out.setPsIndex(index_);
+          out.setIncarnation(incarnation());
+          return absl::OkStatus();
+        });
+    server_->methods().Register<wire::SetShardMapRequest>(
+        "ps.SetShardMap", net::ChiefOnly(),
+        [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage*) {
+          MutexLock lock(&mu_);
+          generation_ = req.RequestBody<wire::SetShardMapRequest>().getMap().getGeneration();
+          return absl::OkStatus();
+        });
+    server_->methods().Register<wire::Empty>(
+        "ps.ReplicaStatus", net::ChiefOnly(),
+        [this](const net::RequestContext&, const net::InMessage&, net::OutMessage* resp) {
+          auto out = resp->InitResponseBody<wire::ReplicaStatusResponse>();
+          out.setPsIndex(index_);
+          out.setIncarnation(incarnation());
+          MutexLock lock(&mu_);
+          out.setMapGeneration(generation_);
+          return absl::OkStatus();
+        });
+    const absl::Status started = server_->Start();
+    EXPECT_TRUE(started.ok()) << started;
+  }
+  ~HeartbeatOnlyPs() { server_.reset(); }
+
+  std::string address() const { return absl::StrCat("127.0.0.1:", server_->port()); }
+
+ private:
+  uint64_t incarnation() const { return 1000 + static_cast<uint64_t>(index_); }
+
+  const int index_;
+  net::EventLoop loop_;
+  Mutex mu_;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<net::RpcServer> server_;
 };
 
@@ -177,6 +235,42 @@ TEST(ChiefProcessTest, PresentsTheTokenFromItsOptions) {
   EXPECT_NE(health.code(), absl::StatusCode::kDeadlineExceeded) << health;
 }
 
+// The PsMonitor's heartbeats do not wait for the chief's I/O loop, which every worker's
+// closures and the chief's own PS traffic share: with that loop held (as a burst of work on it
+// holds it) for longer than the heartbeat timeout, the monitor keeps hearing from both PS and
+// declares neither lost. (With the heartbeats on that loop no answer came while it was held.)
+TEST(ChiefProcessTest, PsMonitorKeepsBeatingWhileTheChiefsLoopIsHeld) {
+  HeartbeatOnlyPs ps0(0);
+  HeartbeatOnlyPs ps1(1);
+  // Declared before the chief, so they outlive the task that waits on them on its loop.
+  Notification held;
+  Notification release;
+  ChiefProcess::Options options = NoMetrics();
+  options.process.ps_replicas = 2;
+  options.process.ps_heartbeat_timeout = absl::Seconds(1);
+  auto chief = ChiefProcess::Create(ChiefSpec({ps0.address(), ps1.address()}), options);
+  ASSERT_TRUE(chief.ok()) << chief.status();
+  PsMonitor* monitor = (*chief)->ps_monitor();
+  ASSERT_NE(monitor, nullptr);
+
+  (*chief)->loop().Post([&] {
+    held.Notify();
+    release.WaitForNotification();
+  });
+  held.WaitForNotification();
+  // 30 more answers: 15 rounds of the 200 ms heartbeat interval from 2 PS, about 3 s, longer
+  // than the 1 s heartbeat timeout, all while the chief's loop is held.
+  const int64_t before = monitor->stats().heartbeats_answered;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (monitor->stats().heartbeats_answered < before + 30 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));  // polls the condition until the deadline
+  }
+  const PsMonitor::Stats stats = monitor->stats();
+  release.Notify();
+  EXPECT_GE(stats.heartbeats_answered, before + 30) << "the monitor stopped hearing from the PS";
+  EXPECT_EQ(stats.ps_lost, 0) << "a live PS was declared lost";
+}
+
 // Operations still in flight when the process goes complete, each exactly once: those a real
 // PS answered before with OK, the rest with Cancelled; nothing runs after the destructor.
 TEST(ChiefProcessTest, DestructionCompletesOperationsInFlight) {
@@ -235,5 +329,5 @@ TEST(ChiefProcessTest, DestructionCompletesOperationsInFlight) {
   EXPECT_EQ(count->ok + count->cancelled, kUpdates + 1);
 }
 
-}  // namespace
+}  // namespace chief_process_test_internal
 }  // namespace asyncps

@@ -25,7 +25,11 @@ namespace asyncps {
 struct PsMonitor::PsView {
   bool up = true;              // false once lost, until it answers again
   uint64_t incarnation = 0;    // of the process that answered last (0: none yet)
-  absl::Time last_answer;      // when it last answered a heartbeat
+  absl::Time last_answer;      // when its last answer to a heartbeat arrived
+  // When the oldest heartbeat sent since that answer went out (InfiniteFuture: none). A PS is
+  // lost once this is heartbeat_timeout old: only time it had a question to answer counts, so
+  // a monitor that did not run for a while (a busy machine) does not blame the PS for it.
+  absl::Time unanswered_since = absl::InfiniteFuture();
   bool heartbeat_in_flight = false;
   uint64_t map_generation = 0;  // the map it said it holds
   absl::Time pushed_at = absl::InfinitePast();
@@ -35,6 +39,7 @@ struct PsMonitor::PsView {
 // A heartbeat's answer, decoded on the loop thread and handled on the monitor's.
 struct PsMonitor::Answer {
   int ps = -1;
+  absl::Time received;
   absl::Status status;
   uint64_t incarnation = 0;
   uint64_t map_generation = 0;
@@ -257,12 +262,18 @@ void PsMonitor::Loop() {
       PsView& v = views_[i];
       if (v.heartbeat_in_flight) continue;
       v.heartbeat_in_flight = true;
+      if (v.unanswered_since == absl::InfiniteFuture()) v.unanswered_since = now;
+      {
+        MutexLock inbox_lock(&inbox_mu_);
+        ++heartbeats_in_flight_;
+      }
       const int index = static_cast<int>(i);
       ps_[i]->CallAsync(
           "ps.ReplicaStatus", net::OutMessage(), net::RpcClient::CallOptions{options_.heartbeat_timeout, false},
           [this, index](absl::StatusOr<net::InMessage> r) {
             Answer a;
             a.ps = index;
+            a.received = absl::Now();
             a.status = r.status();
             if (r.ok()) {
               a.status = net::CatchDecodeErrors([&] {
@@ -280,24 +291,32 @@ void PsMonitor::Loop() {
                 return absl::OkStatus();
               });
             }
-            MutexLock lock(&mu_);
+            // Only inbox_mu_, never mu_: this runs on the loop thread, which must not wait for
+            // the monitor's round (it holds mu_ across the status board, logging and the
+            // restore listener).
+            MutexLock inbox_lock(&inbox_mu_);
             inbox_.push_back(std::move(a));
+            --heartbeats_in_flight_;
           });
     }
     std::vector<Answer> answers;
-    answers.swap(inbox_);
+    {
+      MutexLock inbox_lock(&inbox_mu_);
+      answers.swap(inbox_);
+    }
     for (const Answer& a : answers) {
       views_[static_cast<size_t>(a.ps)].heartbeat_in_flight = false;
       if (a.status.ok()) Handle(a.ps, a);
     }
     for (size_t i = 0; i < ps_.size(); ++i) {
       PsView& v = views_[i];
-      if (v.up && now - v.last_answer > options_.heartbeat_timeout) {
+      if (v.up && now - v.unanswered_since > options_.heartbeat_timeout) {
         v.up = false;
         ++stats_.ps_lost;
         gauges_->ps_lost->Increment();
-        Event("ps_down", absl::StrCat("ps ", i, " (", addresses_[i], ") did not answer for ",
-                                      absl::FormatDuration(now - v.last_answer)));
+        Event("ps_down", absl::StrCat("ps ", i, " (", addresses_[i], ") did not answer heartbeats for ",
+                                      absl::FormatDuration(now - v.unanswered_since), " (last answer ",
+                                      absl::FormatDuration(now - v.last_answer), " ago)"));
         const ps::ShardMap before = owner_->map();
         Changed(before, owner_->Lost(static_cast<int>(i)), absl::StrCat("ps ", i, " lost"));
       }
@@ -327,22 +346,19 @@ void PsMonitor::Loop() {
         absl::Condition(+[](PsMonitor* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return m->stopping_; }, this),
         std::max(absl::ZeroDuration(), now + options_.heartbeat_interval - absl::Now()));
   }
-  // Heartbeats still in flight answer into inbox_ under mu_: wait for them so none touches
-  // this object after the destructor returns.
-  mu_.Await(absl::Condition(
-      +[](PsMonitor* m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        size_t in_flight = 0;
-        for (const PsView& v : m->views_) in_flight += v.heartbeat_in_flight ? 1 : 0;
-        return in_flight <= m->inbox_.size();
-      },
-      this));
+  // Heartbeats still in flight answer into inbox_: wait for them so none touches this object
+  // after the destructor returns.
+  MutexLock inbox_lock(&inbox_mu_);
+  inbox_mu_.Await(absl::Condition(
+      +[](PsMonitor* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return m->heartbeats_in_flight_ == 0; }, this));
 }
 
 void PsMonitor::Handle(int ps, const Answer& a) {
   PsView& v = views_[static_cast<size_t>(ps)];
-  const absl::Time now = absl::Now();
   const bool restarted = v.incarnation != 0 && a.incarnation != v.incarnation;
-  v.last_answer = now;
+  v.last_answer = a.received;
+  v.unanswered_since = absl::InfiniteFuture();
+  ++stats_.heartbeats_answered;
   v.map_generation = a.map_generation;
   if (v.up && restarted) {
     // Restarted within the timeout: it holds nothing, so it is lost as much as a silent one.

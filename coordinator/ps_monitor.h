@@ -31,8 +31,10 @@ class RpcClient;
 // Start pushes the map (the ring map at generation 1, or the newest map a PS already holds
 // when the chief restarted) to every PS before any variable is created. Then one thread sends
 // ps.ReplicaStatus to every PS every `heartbeat_interval` and decides (ShardMapOwner):
-//   * a PS that has not answered for `heartbeat_timeout`, or answers with another incarnation
-//     (it restarted empty), is lost: its groups fail over to their backups, generations rise,
+//   * a PS that has left a heartbeat unanswered for `heartbeat_timeout` (counted from the
+//     first heartbeat sent since its last answer, so time the monitor itself did not run is
+//     not held against the PS), or answers with another incarnation (it restarted empty), is
+//     lost: its groups fail over to their backups, generations rise,
 //     and the new map goes to every PS that answers (and to `cache`, the chief's own client);
 //   * a lost PS that answers again (restarted, or resumed after a stall) rebuilds its ring
 //     groups by state transfer (rebuilding) and becomes a backup when its primary reports it in
@@ -45,6 +47,12 @@ class RpcClient;
 // Each PS's state (up, down, rebuilding), each group's primary, backups, generation and
 // replication lag, failovers, state transfers and bytes copied are shown on the status board
 // and exported as metrics; every decision is an event on the board and a log line.
+//
+// Heartbeats must not queue behind other work, or a busy chief declares live PS lost: `ps`
+// should be connections that carry only the monitor's calls, on an EventLoop of their own
+// (ChiefProcess makes both), not the chief's connections to the PS (which carry its variable
+// writes, restores and checkpoints) nor its loop (which carries every worker's closures). The
+// answers are taken on that loop under a lock of their own, never the monitor's.
 //
 // Thread-safe. The RPC clients, `cache`, `metrics` and `board` are not owned and must outlive
 // the monitor.
@@ -80,6 +88,7 @@ class PsMonitor {
     int64_t no_live_copy = 0;     // groups left without any copy
     int64_t bytes_copied = 0;     // bytes of finished state transfers, as their primaries reported
     int64_t restored = 0;         // groups that lost every copy and were restored (ps_restored)
+    int64_t heartbeats_answered = 0;  // heartbeats any PS answered
   };
   Stats stats() const;
   // The map the chief holds now.
@@ -127,7 +136,11 @@ class PsMonitor {
   mutable Mutex mu_;
   std::unique_ptr<ShardMapOwner> owner_ ABSL_GUARDED_BY(mu_);
   std::vector<PsView> views_ ABSL_GUARDED_BY(mu_);
-  std::vector<Answer> inbox_ ABSL_GUARDED_BY(mu_);
+  // Heartbeat answers, filled on the loop thread. A lock of their own: the loop thread never
+  // waits for mu_, which the monitor holds through a whole round. Taken after mu_ when both are.
+  Mutex inbox_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<Answer> inbox_ ABSL_GUARDED_BY(inbox_mu_);
+  int heartbeats_in_flight_ ABSL_GUARDED_BY(inbox_mu_) = 0;
   Stats stats_ ABSL_GUARDED_BY(mu_);
   // Per group, which loss of every copy it awaits a restore for (PendingRestore::token).
   std::map<int, uint64_t> restore_tokens_ ABSL_GUARDED_BY(mu_);
