@@ -168,9 +168,7 @@ TEST_F(EmbeddingExactlyOnceTest, PsThatLostItsTableIsRebuiltByRecovery) {
     const int64_t key = static_cast<int64_t>(rng());
     if (seen.insert(key).second) keys.push_back(key);
   }
-  ClusterCoordinator::Options options = testutil::FastFailureDetection();
-  options.ps_recovery.enabled = true;
-  options.ps_recovery.timeout = absl::Seconds(60);  // a failed repair fails the test, not hangs it
+  ClusterCoordinator::Options options = testutil::FastFailureDetectionWithPsRecovery(/*checkpoints=*/nullptr);
   ClusterCoordinator coordinator(chief_->strategy(), program_, options);
   std::vector<RemoteValue> values;
   for (int i = 0; i < kClosures; ++i) {
