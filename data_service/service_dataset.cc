@@ -46,6 +46,20 @@ absl::StatusOr<int64_t> RegisterDataset(const ServiceOptions& service, const std
 
 namespace {
 
+// On a job iterator's first read (request.job_id 0): the dataset's id, the job `read` names
+// (created or joined) and the read options every request of it carries, into `request`.
+absl::Status JoinJobOnce(ServiceClient& client, const std::function<absl::StatusOr<int64_t>()>& dataset_id,
+                         const ReadOptions& read, ElementServer::Request& request) {
+  if (request.job_id != 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(request.dataset_id, dataset_id());
+  ASSIGN_OR_RETURN(request.job_id,
+                   client.GetOrCreateJob(request.dataset_id, read.job_name, read.mode, &request.generation));
+  request.mode = read.mode;
+  request.max_element_bytes = read.max_element_bytes;
+  request.compression = read.compression;
+  return absl::OkStatus();
+}
+
 // One split of dynamic sharding, read element by element from whichever data worker answers
 // (ServiceClient::Fetch): position p is the same element on every data worker. With
 // ReadOptions::max_outstanding_requests n > 1 the reads of positions p+1 .. p+n-1 go out to the
@@ -128,14 +142,7 @@ class JobIterator : public data::Iterator {
       : client_(std::move(client)), dataset_id_(std::move(dataset_id)), read_(read) {}
 
   absl::StatusOr<data::Element> Next() override {
-    if (request_.job_id == 0) {
-      ASSIGN_OR_RETURN(request_.dataset_id, dataset_id_());
-      ASSIGN_OR_RETURN(request_.job_id, client_->GetOrCreateJob(request_.dataset_id, read_.job_name, read_.mode,
-                                                                &request_.generation));
-      request_.mode = read_.mode;
-      request_.max_element_bytes = read_.max_element_bytes;
-      request_.compression = read_.compression;
-    }
+    RETURN_IF_ERROR(JoinJobOnce(*client_, dataset_id_, read_, request_));
     const absl::Time deadline = absl::Now() + absl::Milliseconds(client_->options().timeout_ms);
     absl::Status last = absl::OkStatus();
     while (absl::Now() < deadline) {
@@ -222,12 +229,7 @@ class CoordinatedIterator : public data::Iterator {
 
   absl::StatusOr<data::Element> Next() override {
     if (request_.job_id == 0) {
-      ASSIGN_OR_RETURN(request_.dataset_id, dataset_id_());
-      ASSIGN_OR_RETURN(request_.job_id, client_->GetOrCreateJob(request_.dataset_id, read_.job_name, read_.mode,
-                                                                &request_.generation));
-      request_.mode = read_.mode;
-      request_.max_element_bytes = read_.max_element_bytes;
-      request_.compression = read_.compression;
+      RETURN_IF_ERROR(JoinJobOnce(*client_, dataset_id_, read_, request_));
       request_.num_consumers = read_.num_consumers;
       request_.consumer_index = read_.consumer_index;
     }
