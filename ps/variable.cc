@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "core/status_macros.h"
 #include "ps/row_batch.h"
 
 namespace asyncps::ps {
@@ -207,6 +208,44 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(std::string name, Ten
   return v;
 }
 
+absl::StatusOr<std::unique_ptr<Variable>> Variable::CreateFromState(std::string name, State state,
+                                                                    const OptimizerConfig* optimizer) {
+  if (state.iterations < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("negative step counter for '", name, "'"));
+  }
+  const Shape shape = state.value.shape();
+  std::unique_ptr<UpdateRule> rule;
+  if (optimizer != nullptr) {
+    if (state.value.dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat("variable '", name, "' is ", DTypeName(state.value.dtype()),
+                                                     "; server-side optimizers need f32"));
+    }
+    ASSIGN_OR_RETURN(rule, UpdateRule::Create(*optimizer));
+  }
+  const size_t expected_slots = rule == nullptr ? 0 : rule->slots().size();
+  if (state.slots.size() != expected_slots) {
+    return absl::InvalidArgumentError(absl::StrCat("variable '", name, "' has ", expected_slots,
+                                                   " optimizer slots, its state gives ", state.slots.size()));
+  }
+  for (const Tensor& slot : state.slots) {
+    if (slot.dtype() != DType::kF32 || slot.shape() != shape) {
+      return absl::InvalidArgumentError(absl::StrCat("slot of '", name, "' must be f32", ShapeString(shape), ", got ",
+                                                     DTypeName(slot.dtype()), ShapeString(slot.shape())));
+    }
+  }
+  // Create with the received value and no optimizer (so no slots are allocated), then the
+  // optimizer and the received slots.
+  ASSIGN_OR_RETURN(std::unique_ptr<Variable> v, Create(std::move(name), std::move(state.value), nullptr));
+  v->optimizer_ = std::move(rule);
+  for (Tensor& slot : state.slots) {
+    v->slots_.push_back(std::move(slot));
+    v->slot_data_.push_back(v->slots_.back().data<float>());
+  }
+  v->iterations_.store(state.iterations, std::memory_order_relaxed);
+  v->version_.store(state.iterations, std::memory_order_release);
+  return v;
+}
+
 uint64_t Variable::ChargedBytes(const std::string& name, DType dtype, const Shape& shape, size_t num_slots) {
   const uint64_t elements = static_cast<uint64_t>(NumElements(shape));
   return elements * DTypeSize(dtype) + elements * sizeof(float) * num_slots + name.size() + kOverheadBytes;
@@ -260,19 +299,22 @@ Tensor Variable::Read() const {
   return ReadVersioned(&version);
 }
 
+Tensor Variable::SharedValueLocked() const {
+  shared_reads_->count.fetch_add(1, std::memory_order_relaxed);
+  std::shared_ptr<const void> owner(value_.raw_data(), [storage = value_, reads = shared_reads_](const void*) {
+    // Release: the snapshot's last reads of the bytes happen before a writer's check.
+    reads->count.fetch_sub(1, std::memory_order_release);
+  });
+  return Tensor::View(dtype_, shape_, std::move(owner), const_cast<void*>(value_.raw_data()));
+}
+
 Tensor Variable::ReadVersioned(int64_t* version) const {
   if (value_bytes() >= kSharedReadBytes) {
     // Exclusive: no row writer is part way through (they hold mu_ shared), and none starts
     // before the snapshot is counted, so every later write sees it and copies first.
     MutexLock lock(&mu_);
     *version = version_.load(std::memory_order_acquire);
-    shared_reads_->count.fetch_add(1, std::memory_order_relaxed);
-    std::shared_ptr<const void> owner(
-        value_.raw_data(), [storage = value_, reads = shared_reads_](const void*) {
-          // Release: the snapshot's last reads of the bytes happen before a writer's check.
-          reads->count.fetch_sub(1, std::memory_order_release);
-        });
-    return Tensor::View(dtype_, shape_, std::move(owner), const_cast<void*>(value_.raw_data()));
+    return SharedValueLocked();
   }
   ReaderMutexLock lock(&mu_);
   for (auto& s : stripes_) s.ReaderLock();
@@ -318,6 +360,16 @@ Variable::State Variable::CheckpointState() const {
   MutexLock lock(&mu_);
   State state;
   state.value = value_.Clone();
+  for (const Tensor& slot : slots_) state.slots.push_back(slot.Clone());
+  state.iterations = iterations_.load(std::memory_order_relaxed);
+  return state;
+}
+
+Variable::State Variable::SharedState() const {
+  // Exclusive, as for CheckpointState (and as a shared snapshot must be taken).
+  MutexLock lock(&mu_);
+  State state;
+  state.value = value_bytes() >= kSharedReadBytes ? SharedValueLocked() : value_.Clone();
   for (const Tensor& slot : slots_) state.slots.push_back(slot.Clone());
   state.iterations = iterations_.load(std::memory_order_relaxed);
   return state;

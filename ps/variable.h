@@ -142,6 +142,15 @@ class Variable {
     int64_t iterations = 0;
   };
 
+  // A variable whose storage is a state received whole (a replica's state transfer): takes
+  // `state.value` (its dtype and shape are the variable's) and `state.slots` (one f32 tensor of
+  // that shape per slot of `optimizer`, in slot_names() order; none when it is null) as its
+  // arrays, without the zero-filled arrays and the copy that Create then RestoreState cost.
+  // Their storage must not be shared. The step counter and version() are state.iterations;
+  // restores() is 0 (set_restores).
+  static absl::StatusOr<std::unique_ptr<Variable>> CreateFromState(std::string name, State state,
+                                                                   const OptimizerConfig* optimizer);
+
   // The slot names of this variable's optimizer, in its order (empty without an optimizer).
   std::vector<std::string> slot_names() const;
 
@@ -149,6 +158,12 @@ class Variable {
   // every update either entirely or not at all: a value and its slots (and the counter Adam's
   // bias correction reads) always come from the same set of applied updates.
   State CheckpointState() const;
+
+  // CheckpointState, except that a value of kSharedReadBytes or more is not copied: it shares
+  // the variable's storage as Read's snapshot does (the next write moves the variable to new
+  // storage first), so a state transfer to another replica copies no value bytes under the
+  // lock. The slots are copied.
+  State SharedState() const;
 
   // Like CheckpointState, but copies into caller memory (no allocation under the lock, and the
   // caller picks the memory: checkpoint writers reuse one plain buffer, because fresh large
@@ -181,6 +196,8 @@ class Variable {
   struct SharedReads {
     std::atomic<int64_t> count{0};
   };
+  // A snapshot sharing value_'s storage, counted in shared_reads_ (a large Read).
+  Tensor SharedValueLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a snapshot shares value_'s storage. Snapshots are taken only under mu_ held
   // exclusively, so while mu_ is held in either mode a false answer stays false.
   bool ValueShared() const ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -192,6 +192,77 @@ TEST(VariableTest, LargeReadWithoutSnapshotsAliveWritesInPlace) {
   EXPECT_EQ(v->Read().raw_data(), storage);
 }
 
+TEST(VariableTest, SharedStateSharesALargeValueCopiesSlotsAndNoWriteReachesIt) {
+  const OptimizerConfig adam = opt::Adam(0.1f);
+  auto v = LargeVariable(&adam);
+  ASSERT_NE(v, nullptr);
+  Tensor ones(DType::kF32, v->shape());
+  for (float& x : ones.flat<float>()) x = 1;
+  ASSERT_TRUE(v->ApplyGradient(ones).ok());
+  const Variable::State before = v->CheckpointState();
+
+  Variable::State shared = v->SharedState();
+  // The value is the variable's own storage (what a read shares); the slots are copies.
+  EXPECT_EQ(shared.value.raw_data(), v->Read().raw_data());
+  ASSERT_EQ(shared.slots.size(), 2u);
+  EXPECT_EQ(shared.iterations, 1);
+  EXPECT_TRUE(shared.value.Equals(before.value));
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(shared.slots[i].Equals(before.slots[i])) << "slot " << i;
+
+  // A write moves the variable to new storage; the state keeps what it was taken at.
+  ASSERT_TRUE(v->ApplyGradient(ones).ok());
+  EXPECT_TRUE(shared.value.Equals(before.value));
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(shared.slots[i].Equals(before.slots[i])) << "slot " << i;
+  EXPECT_FALSE(v->Read().Equals(before.value));
+}
+
+TEST(VariableTest, CreateFromStateTakesTheArraysAsItsStorage) {
+  const OptimizerConfig adam = opt::Adam(0.1f);
+  auto source = MakeVariable("w", RowNumbered(4, 2), &adam);
+  ASSERT_NE(source, nullptr);
+  ASSERT_TRUE(source->ApplyGradient(RowNumbered(4, 2)).ok());
+  ASSERT_TRUE(source->ApplyGradient(RowNumbered(4, 2)).ok());
+  Variable::State state = source->CheckpointState();
+  const void* value_storage = state.value.raw_data();
+  const Variable::State expected = source->CheckpointState();
+
+  auto made = Variable::CreateFromState("w", state, &adam);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Variable& v = **made;
+  EXPECT_EQ(v.shape(), (Shape{4, 2}));
+  EXPECT_EQ(v.iterations(), 2);
+  EXPECT_EQ(v.version(), 2);
+  EXPECT_EQ(v.restores(), 0u);
+  const Variable::State got = v.CheckpointState();
+  EXPECT_TRUE(got.value.Equals(expected.value));
+  ASSERT_EQ(got.slots.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(got.slots[i].Equals(expected.slots[i])) << "slot " << i;
+  // Not copied: the variable writes into the arrays it was given.
+  ASSERT_TRUE(v.Update(UpdateKind::kAdd, RowNumbered(4, 2)).ok());
+  EXPECT_NE(state.value.data<float>()[1], expected.value.data<float>()[1]);
+  EXPECT_EQ(state.value.raw_data(), value_storage);
+  // And it trains on as the source does (Adam's slots and step counter came along).
+  ASSERT_TRUE(source->Update(UpdateKind::kAdd, RowNumbered(4, 2)).ok());
+  ASSERT_TRUE(source->ApplyGradient(RowNumbered(4, 2)).ok());
+  ASSERT_TRUE(v.ApplyGradient(RowNumbered(4, 2)).ok());
+  EXPECT_TRUE(v.Read().Equals(source->Read()));
+
+  // A state that does not fit the optimizer is refused.
+  Variable::State no_slots = source->CheckpointState();
+  no_slots.slots.clear();
+  EXPECT_FALSE(Variable::CreateFromState("w", no_slots, &adam).ok());
+  Variable::State wrong_slot = source->CheckpointState();
+  wrong_slot.slots[1] = Tensor(DType::kF32, {2, 4});
+  EXPECT_FALSE(Variable::CreateFromState("w", wrong_slot, &adam).ok());
+  Variable::State negative = source->CheckpointState();
+  negative.iterations = -1;
+  EXPECT_FALSE(Variable::CreateFromState("w", negative, &adam).ok());
+  Variable::State ints;
+  ints.value = Tensor(DType::kI32, {4, 2});
+  EXPECT_FALSE(Variable::CreateFromState("w", ints, &adam).ok());
+  EXPECT_TRUE(Variable::CreateFromState("w", ints, nullptr).ok());
+}
+
 TEST(VariableTest, BoolVariableAllowsOnlyAssign) {
   auto v = MakeVariable("mask", Tensor::FromVector<bool>({3}, {true, false, true}));
   ASSERT_NE(v, nullptr);

@@ -317,7 +317,8 @@ absl::Status BackupStream::Transfer() {
   uint64_t generation = 0;
   {
     MutexLock write(&copy_.write_mu);
-    for (auto& v : copy_.state.store->List()) snapshot.push_back({v, v->CheckpointState()});
+    // Large values are shared copy-on-write, not copied: the group's writes wait for this.
+    for (auto& v : copy_.state.store->List()) snapshot.push_back({v, v->SharedState()});
     dedup = copy_.state.dedup->Export();
     if (options_.extension != nullptr && copy_.state.extension != nullptr) {
       extension = options_.extension->Snapshot(*copy_.state.extension);

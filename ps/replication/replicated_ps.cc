@@ -40,6 +40,14 @@ uint64_t EntryDigest(wire::ReplicatedEntry::Reader entry) {
                       std::string_view(reinterpret_cast<const char*>(bytes.begin()), bytes.size()));
 }
 
+// A tensor whose bytes are left unwritten (the caller writes every one).
+Tensor UninitializedTensor(DType dtype, const Shape& shape) {
+  const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  std::shared_ptr<void> block = AllocateAlignedUninitialized(bytes);
+  void* data = block.get();
+  return Tensor::View(dtype, shape, std::move(block), data);
+}
+
 }  // namespace
 
 ReplicatedPs::ReplicatedPs(PsService& service, Options options)
@@ -795,8 +803,10 @@ absl::Status ReplicatedPs::InstallChunk(GroupCopy& copy, const net::InMessage& f
       p.dtype = dtype;
       p.shape = shape;
       ASSIGN_OR_RETURN(p.optimizer, OptimizerFromWire(v.getOptimizer()));
-      p.state.value = Tensor(dtype, shape);
-      for (unsigned j = 0; j < v.getSlots().size(); ++j) p.state.slots.emplace_back(DType::kF32, shape);
+      // Uninitialised: the pieces overwrite every byte before the variable exists (one cut
+      // off midway is never inserted), so zero-filling would only add a pass over fresh pages.
+      p.state.value = UninitializedTensor(dtype, shape);
+      for (unsigned j = 0; j < v.getSlots().size(); ++j) p.state.slots.push_back(UninitializedTensor(DType::kF32, shape));
       p.state.iterations = v.getIterations();
       p.restores = v.getRestores();
     }
@@ -824,8 +834,8 @@ absl::Status ReplicatedPs::InstallChunk(GroupCopy& copy, const net::InMessage& f
     r.bytes_copied += value.num_bytes();
     p.rows_filled += piece_rows;
     if (p.rows_filled == rows) {
-      ASSIGN_OR_RETURN(auto variable, Variable::Create(name, Tensor(dtype, shape), p.optimizer.get()));
-      RETURN_IF_ERROR(variable->RestoreState(p.state));
+      // The received arrays become the variable's own: no second zero-filled set to copy into.
+      ASSIGN_OR_RETURN(auto variable, Variable::CreateFromState(name, std::move(p.state), p.optimizer.get()));
       variable->set_restores(p.restores);
       RETURN_IF_ERROR(copy.state.store->Insert(std::move(variable)).status());
       r.pending.erase(name);

@@ -470,6 +470,10 @@ TEST_F(ReplicationTest, StateTransferWhileWritesContinue) {
   ASSERT_TRUE(cluster_->SetMapEverywhere(alone).ok());
   ASSERT_TRUE(CreateAdam(0, "dense", {256, 8}, 0, 1).ok());
   ASSERT_TRUE(CreateAdam(0, "table", {2000, 4}, 0, 1).ok());
+  // Large enough that the transfer's snapshot shares its value (copy-on-write) instead of
+  // copying it: the writes below must not reach the bytes being sent.
+  const Shape large{static_cast<int64_t>(Variable::kSharedReadBytes / 16), 4};
+  ASSERT_TRUE(CreateAdam(0, "large", large, 0, 1).ok());
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> closures{0};
   std::thread writer([&] {
@@ -477,7 +481,11 @@ TEST_F(ReplicationTest, StateTransferWhileWritesContinue) {
       Tensor ids = Tensor::FromVector<int64_t>({2}, {static_cast<int64_t>(closure % 2000), 7});
       auto p = Push(0, "table", Filled({2, 4}, 0.5f), ids, closure, 0, 0);
       auto d = Push(0, "dense", Filled({256, 8}, 0.1f), std::nullopt, 0, 0, 0);
-      if (!p.ok() || !d.ok()) ADD_FAILURE() << p.status() << d.status();
+      // The large one by rows and whole, alternately (both kinds of write copy a shared value).
+      Tensor large_ids = Tensor::FromVector<int64_t>({2}, {static_cast<int64_t>(closure * 31 % large[0]), 5});
+      auto l = closure % 2 == 0 ? Push(0, "large", Filled({2, 4}, 0.2f), large_ids, 0, 0, 0)
+                                : Push(0, "large", Filled(large, 0.3f), std::nullopt, 0, 0, 0);
+      if (!p.ok() || !d.ok() || !l.ok()) ADD_FAILURE() << p.status() << d.status() << l.status();
       closures.store(closure);
     }
   });
