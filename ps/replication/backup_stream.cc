@@ -348,12 +348,12 @@ absl::Status BackupStream::Transfer() {
 
   // Pieces of variables (row ranges), packed into chunks of about transfer_chunk_bytes.
   struct Piece {
-    const SnapshotVariable* var;
+    SnapshotVariable* var;
     int64_t begin, end;
   };
   std::vector<std::vector<Piece>> chunks(1);
   uint64_t chunk_bytes = 0;
-  for (const auto& s : snapshot) {
+  for (auto& s : snapshot) {
     const int64_t rows = s.variable->rows();
     const uint64_t row_bytes =
         std::max<uint64_t>(1, s.state.value.num_bytes() * (1 + s.state.slots.size()) / std::max<int64_t>(1, rows));
@@ -438,6 +438,13 @@ absl::Status BackupStream::Transfer() {
     }
     auto reply = client_->Call("ps.InstallState", std::move(request), options_.call_timeout);
     if (!reply.ok()) return reply.status();
+    if (c < chunks.size()) {
+      // A variable whose last rows the copy holds is let go: while its snapshot shares the
+      // variable's storage, the variable's next write copies it first.
+      for (const Piece& p : chunks[c]) {
+        if (p.end == p.var->variable->rows()) p.var->state = Variable::State();
+      }
+    }
     if (options_.metrics != nullptr) options_.metrics->AddStateTransferBytes(sent);
     MutexLock lock(&copy_.mu);
     bytes_copied += sent;
