@@ -346,7 +346,9 @@ absl::Status BackupStream::Transfer() {
   spdlog::info("group {}: state transfer {} to ps {}: {} variables, {} bytes at sequence {}", copy_.group, transfer,
                target_, snapshot.size(), total, sequence);
 
-  // Pieces of variables (row ranges), packed into chunks of about transfer_chunk_bytes.
+  // Pieces of variables (row ranges), packed into chunks of about transfer_chunk_bytes. A
+  // variable larger than a chunk and at most transfer_whole_max_bytes goes whole, alone in a
+  // chunk: the copy then takes the received arrays as its own instead of copying pieces in.
   struct Piece {
     SnapshotVariable* var;
     int64_t begin, end;
@@ -355,6 +357,14 @@ absl::Status BackupStream::Transfer() {
   uint64_t chunk_bytes = 0;
   for (auto& s : snapshot) {
     const int64_t rows = s.variable->rows();
+    const uint64_t var_bytes = s.state.value.num_bytes() * (1 + s.state.slots.size());
+    if (var_bytes > options_.transfer_chunk_bytes && var_bytes <= options_.transfer_whole_max_bytes) {
+      if (!chunks.back().empty()) chunks.emplace_back();
+      chunks.back().push_back({&s, 0, rows});
+      chunks.emplace_back();
+      chunk_bytes = 0;
+      continue;
+    }
     const uint64_t row_bytes =
         std::max<uint64_t>(1, s.state.value.num_bytes() * (1 + s.state.slots.size()) / std::max<int64_t>(1, rows));
     int64_t begin = 0;

@@ -464,6 +464,8 @@ TEST_F(ReplicationTest, TransferCutOffLeavesACopyThatNeverServes) {
 TEST_F(ReplicationTest, StateTransferWhileWritesContinue) {
   ReplicatedPs::Options options;
   options.transfer_chunk_bytes = 4096;  // many chunks
+  // "dense" (24 KiB with its slots) goes whole, received without a copy; the others in pieces.
+  options.transfer_whole_max_bytes = 64 << 10;
   Start(2, 0, options);
   ShardMap alone = *ShardMap::Initial(2, 2);
   alone.groups[0].backups = {};
