@@ -192,28 +192,55 @@ TEST(VariableTest, LargeReadWithoutSnapshotsAliveWritesInPlace) {
   EXPECT_EQ(v->Read().raw_data(), storage);
 }
 
-TEST(VariableTest, SharedStateSharesALargeValueCopiesSlotsAndNoWriteReachesIt) {
+TEST(VariableTest, SharedStateSharesLargeArraysAndNoWriteReachesThem) {
   const OptimizerConfig adam = opt::Adam(0.1f);
   auto v = LargeVariable(&adam);
   ASSERT_NE(v, nullptr);
-  Tensor ones(DType::kF32, v->shape());
+  const Shape shape = v->shape();
+  Tensor ones(DType::kF32, shape);
   for (float& x : ones.flat<float>()) x = 1;
+  const Tensor row_ids = Ids64({0, 5, 5, shape[0] - 1});
+  Tensor row_ones(DType::kF32, {4, shape[1]});
+  for (float& x : row_ones.flat<float>()) x = 1;
   ASSERT_TRUE(v->ApplyGradient(ones).ok());
-  const Variable::State before = v->CheckpointState();
 
-  Variable::State shared = v->SharedState();
-  // The value is the variable's own storage (what a read shares); the slots are copies.
-  EXPECT_EQ(shared.value.raw_data(), v->Read().raw_data());
-  ASSERT_EQ(shared.slots.size(), 2u);
-  EXPECT_EQ(shared.iterations, 1);
-  EXPECT_TRUE(shared.value.Equals(before.value));
-  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(shared.slots[i].Equals(before.slots[i])) << "slot " << i;
+  // Two states with no write between share one storage for the value and each slot.
+  Variable::State first = v->SharedState();
+  Variable::State second = v->SharedState();
+  EXPECT_EQ(first.value.raw_data(), second.value.raw_data());
+  EXPECT_EQ(first.value.raw_data(), v->Read().raw_data());
+  ASSERT_EQ(first.slots.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(first.slots[i].raw_data(), second.slots[i].raw_data()) << "slot " << i;
+  EXPECT_EQ(first.iterations, 1);
 
-  // A write moves the variable to new storage; the state keeps what it was taken at.
+  // Every kind of write of value and slots, each while states are held: each state keeps what
+  // it was taken at (compared with a copy made then), and the writes are applied.
+  std::vector<std::pair<Variable::State, Variable::State>> held;  // shared, copy when taken
+  auto hold = [&] { held.emplace_back(v->SharedState(), v->CheckpointState()); };
+  hold();
   ASSERT_TRUE(v->ApplyGradient(ones).ok());
-  EXPECT_TRUE(shared.value.Equals(before.value));
-  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(shared.slots[i].Equals(before.slots[i])) << "slot " << i;
-  EXPECT_FALSE(v->Read().Equals(before.value));
+  hold();
+  ASSERT_TRUE(v->ApplyRowGradients(row_ids, row_ones).ok());
+  hold();
+  ASSERT_TRUE(v->Update(UpdateKind::kAdd, ones).ok());
+  hold();
+  ASSERT_TRUE(v->UpdateRows(UpdateKind::kAdd, row_ids, row_ones).ok());
+  hold();
+  ASSERT_TRUE(v->RestoreState(first).ok());
+  for (size_t i = 0; i < held.size(); ++i) {
+    const Variable::State& shared = held[i].first;
+    const Variable::State& copy = held[i].second;
+    EXPECT_TRUE(shared.value.Equals(copy.value)) << "state " << i << " value changed";
+    for (size_t j = 0; j < 2; ++j) EXPECT_TRUE(shared.slots[j].Equals(copy.slots[j])) << "state " << i << " slot " << j;
+    if (i > 0) {
+      EXPECT_FALSE(shared.value.Equals(held[i - 1].first.value)) << "write " << i << " was not applied";
+    }
+  }
+  // The two optimizer steps moved the slots; the restore brought back the first state.
+  EXPECT_FALSE(held[2].first.slots[0].Equals(held[0].first.slots[0]));
+  const Variable::State now = v->CheckpointState();
+  EXPECT_TRUE(now.value.Equals(held[0].second.value));
+  for (size_t j = 0; j < 2; ++j) EXPECT_TRUE(now.slots[j].Equals(held[0].second.slots[j])) << "slot " << j;
 }
 
 TEST(VariableTest, CreateFromStateTakesTheArraysAsItsStorage) {
