@@ -317,7 +317,7 @@ absl::Status BackupStream::Transfer() {
   uint64_t generation = 0;
   {
     MutexLock write(&copy_.write_mu);
-    // Large values are shared copy-on-write, not copied: the group's writes wait for this.
+    // Large values and slots are shared copy-on-write, not copied: the group's writes wait for this.
     for (auto& v : copy_.state.store->List()) snapshot.push_back({v, v->SharedState()});
     dedup = copy_.state.dedup->Export();
     if (options_.extension != nullptr && copy_.state.extension != nullptr) {
