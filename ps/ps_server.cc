@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "core/exit_code.h"
 #include "net/event_loop.h"
 #include "net/server_process.h"
@@ -56,6 +58,9 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   replication.dedup_max_entries = static_cast<uint64_t>(options.ps_dedup_max_entries);
   replication.metrics = &metrics;
   replication.checkpoints = &checkpoints;
+  // A variable sent whole in a state transfer is one frame: under the frame limit.
+  replication.transfer_whole_max_bytes =
+      std::min<uint64_t>(replication.transfer_whole_max_bytes, static_cast<uint64_t>(options.rpc_max_frame_bytes) / 2);
   if (options.ps_replicas > 1) replication.extension = &replicated_tables;
   net::ServerProcess& server_process = **process;
   const std::vector<std::string> peers = cluster.ps();

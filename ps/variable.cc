@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "core/status_macros.h"
 #include "ps/row_batch.h"
 
 namespace asyncps::ps {
@@ -207,6 +208,44 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(std::string name, Ten
   return v;
 }
 
+absl::StatusOr<std::unique_ptr<Variable>> Variable::CreateFromState(std::string name, State state,
+                                                                    const OptimizerConfig* optimizer) {
+  if (state.iterations < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("negative step counter for '", name, "'"));
+  }
+  const Shape shape = state.value.shape();
+  std::unique_ptr<UpdateRule> rule;
+  if (optimizer != nullptr) {
+    if (state.value.dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat("variable '", name, "' is ", DTypeName(state.value.dtype()),
+                                                     "; server-side optimizers need f32"));
+    }
+    ASSIGN_OR_RETURN(rule, UpdateRule::Create(*optimizer));
+  }
+  const size_t expected_slots = rule == nullptr ? 0 : rule->slots().size();
+  if (state.slots.size() != expected_slots) {
+    return absl::InvalidArgumentError(absl::StrCat("variable '", name, "' has ", expected_slots,
+                                                   " optimizer slots, its state gives ", state.slots.size()));
+  }
+  for (const Tensor& slot : state.slots) {
+    if (slot.dtype() != DType::kF32 || slot.shape() != shape) {
+      return absl::InvalidArgumentError(absl::StrCat("slot of '", name, "' must be f32", ShapeString(shape), ", got ",
+                                                     DTypeName(slot.dtype()), ShapeString(slot.shape())));
+    }
+  }
+  // Create with the received value and no optimizer (so no slots are allocated), then the
+  // optimizer and the received slots.
+  ASSIGN_OR_RETURN(std::unique_ptr<Variable> v, Create(std::move(name), std::move(state.value), nullptr));
+  v->optimizer_ = std::move(rule);
+  for (Tensor& slot : state.slots) {
+    v->slots_.push_back(std::move(slot));
+    v->slot_data_.push_back(v->slots_.back().data<float>());
+  }
+  v->iterations_.store(state.iterations, std::memory_order_relaxed);
+  v->version_.store(state.iterations, std::memory_order_release);
+  return v;
+}
+
 uint64_t Variable::ChargedBytes(const std::string& name, DType dtype, const Shape& shape, size_t num_slots) {
   const uint64_t elements = static_cast<uint64_t>(NumElements(shape));
   return elements * DTypeSize(dtype) + elements * sizeof(float) * num_slots + name.size() + kOverheadBytes;
@@ -235,19 +274,35 @@ void Variable::UnshareValueLocked(bool keep_bytes) {
   shared_reads_ = std::make_shared<SharedReads>();
 }
 
+bool Variable::SlotsShared() const { return shared_slots_->count.load(std::memory_order_acquire) > 0; }
+
+void Variable::UnshareSlotsLocked(bool keep_bytes) {
+  if (!SlotsShared()) return;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const size_t bytes = slots_[i].num_bytes();
+    std::shared_ptr<void> block = AllocateAlignedUninitialized(bytes);
+    if (keep_bytes && bytes > 0) std::memcpy(block.get(), slots_[i].raw_data(), bytes);
+    void* data = block.get();
+    slots_[i] = Tensor::View(DType::kF32, shape_, std::move(block), data);
+    slot_data_[i] = slots_[i].data<float>();
+  }
+  shared_slots_ = std::make_shared<SharedReads>();
+}
+
 template <typename Write>
-void Variable::WithUnsharedValueShared(Write&& write) {
+void Variable::WithUnsharedValueShared(bool slots_too, Write&& write) {
   for (;;) {
     {
       ReaderMutexLock lock(&mu_);
-      // No snapshot can be taken while mu_ is held shared, so an unshared value stays so.
-      if (!ValueShared()) {
+      // No snapshot can be taken while mu_ is held shared, so unshared storage stays so.
+      if (!ValueShared() && !(slots_too && SlotsShared())) {
         write();
         return;
       }
     }
     MutexLock lock(&mu_);
     UnshareValueLocked(/*keep_bytes=*/true);
+    if (slots_too) UnshareSlotsLocked(/*keep_bytes=*/true);
   }
 }
 
@@ -260,19 +315,32 @@ Tensor Variable::Read() const {
   return ReadVersioned(&version);
 }
 
+namespace {
+
+// A view of `storage` counted in `reads` until its last copy is gone.
+template <typename Reads>
+Tensor CountedView(const Tensor& storage, const std::shared_ptr<Reads>& reads) {
+  reads->count.fetch_add(1, std::memory_order_relaxed);
+  std::shared_ptr<const void> owner(storage.raw_data(), [storage, reads](const void*) {
+    // Release: the snapshot's last reads of the bytes happen before a writer's check.
+    reads->count.fetch_sub(1, std::memory_order_release);
+  });
+  return Tensor::View(storage.dtype(), storage.shape(), std::move(owner), const_cast<void*>(storage.raw_data()));
+}
+
+}  // namespace
+
+Tensor Variable::SharedValueLocked() const { return CountedView(value_, shared_reads_); }
+
+Tensor Variable::SharedSlotLocked(size_t i) const { return CountedView(slots_[i], shared_slots_); }
+
 Tensor Variable::ReadVersioned(int64_t* version) const {
   if (value_bytes() >= kSharedReadBytes) {
     // Exclusive: no row writer is part way through (they hold mu_ shared), and none starts
     // before the snapshot is counted, so every later write sees it and copies first.
     MutexLock lock(&mu_);
     *version = version_.load(std::memory_order_acquire);
-    shared_reads_->count.fetch_add(1, std::memory_order_relaxed);
-    std::shared_ptr<const void> owner(
-        value_.raw_data(), [storage = value_, reads = shared_reads_](const void*) {
-          // Release: the snapshot's last reads of the bytes happen before a writer's check.
-          reads->count.fetch_sub(1, std::memory_order_release);
-        });
-    return Tensor::View(dtype_, shape_, std::move(owner), const_cast<void*>(value_.raw_data()));
+    return SharedValueLocked();
   }
   ReaderMutexLock lock(&mu_);
   for (auto& s : stripes_) s.ReaderLock();
@@ -323,6 +391,18 @@ Variable::State Variable::CheckpointState() const {
   return state;
 }
 
+Variable::State Variable::SharedState() const {
+  // Exclusive, as for CheckpointState (and as a shared snapshot must be taken).
+  MutexLock lock(&mu_);
+  State state;
+  state.value = value_bytes() >= kSharedReadBytes ? SharedValueLocked() : value_.Clone();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    state.slots.push_back(slots_[i].num_bytes() >= kSharedReadBytes ? SharedSlotLocked(i) : slots_[i].Clone());
+  }
+  state.iterations = iterations_.load(std::memory_order_relaxed);
+  return state;
+}
+
 int64_t Variable::CopyCheckpointState(void* value, absl::Span<void* const> slots) const {
   MutexLock lock(&mu_);
   std::memcpy(value, value_.raw_data(), value_.num_bytes());
@@ -349,6 +429,7 @@ absl::Status Variable::RestoreState(const State& state) {
   }
   MutexLock lock(&mu_);
   UnshareValueLocked(/*keep_bytes=*/false);
+  UnshareSlotsLocked(/*keep_bytes=*/false);
   std::memcpy(value_.raw_data(), state.value.raw_data(), value_.num_bytes());
   for (size_t i = 0; i < slots_.size(); ++i) {
     std::memcpy(slots_[i].raw_data(), state.slots[i].raw_data(), slots_[i].num_bytes());
@@ -417,7 +498,7 @@ absl::Status Variable::UpdateRows(UpdateKind kind, const Tensor& ids, const Tens
   const int64_t row_elements = static_cast<int64_t>(bytes / DTypeSize(dtype_));
   const char* src = static_cast<const char*>(values.raw_data());
   const StripeGroups groups(rows);
-  WithUnsharedValueShared([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  WithUnsharedValueShared(/*slots_too=*/false, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     char* base = row_ptr(0);
     version_.fetch_add(1, std::memory_order_release);
     // One stripe at a time, in ascending order (the documented lock order).
@@ -465,6 +546,7 @@ absl::Status Variable::ApplyGradient(const Tensor& gradient, float lr_scale) {
   if (absl::Status s = CheckGradient(nullptr, gradient); !s.ok()) return s;
   MutexLock lock(&mu_);
   UnshareValueLocked(/*keep_bytes=*/true);
+  UnshareSlotsLocked(/*keep_bytes=*/true);
   const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
   optimizer_->ApplyScaled(value_.data<float>(), gradient.data<float>(), slot_data_, value_.num_elements(), step,
                           lr_scale);
@@ -479,7 +561,7 @@ absl::Status Variable::ApplyRowGradients(const Tensor& ids, const Tensor& gradie
   // distinct rows grouped by stripe; rows that occur once use the request's gradient in place.
   const int64_t row_elements = static_cast<int64_t>(row_bytes() / sizeof(float));
   const SummedRowGradients summed(row_ids.span(), gradients.data<float>(), row_elements);
-  WithUnsharedValueShared([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  WithUnsharedValueShared(/*slots_too=*/true, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     float* value = value_.data<float>();
     const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
     version_.fetch_add(1, std::memory_order_release);

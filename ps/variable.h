@@ -142,6 +142,15 @@ class Variable {
     int64_t iterations = 0;
   };
 
+  // A variable whose storage is a state received whole (a replica's state transfer): takes
+  // `state.value` (its dtype and shape are the variable's) and `state.slots` (one f32 tensor of
+  // that shape per slot of `optimizer`, in slot_names() order; none when it is null) as its
+  // arrays, without the zero-filled arrays and the copy that Create then RestoreState cost.
+  // Their storage must not be shared. The step counter and version() are state.iterations;
+  // restores() is 0 (set_restores).
+  static absl::StatusOr<std::unique_ptr<Variable>> CreateFromState(std::string name, State state,
+                                                                   const OptimizerConfig* optimizer);
+
   // The slot names of this variable's optimizer, in its order (empty without an optimizer).
   std::vector<std::string> slot_names() const;
 
@@ -149,6 +158,12 @@ class Variable {
   // every update either entirely or not at all: a value and its slots (and the counter Adam's
   // bias correction reads) always come from the same set of applied updates.
   State CheckpointState() const;
+
+  // CheckpointState, except that a value (and each slot) of kSharedReadBytes or more is not
+  // copied: it shares the variable's storage as Read's snapshot does (the next write of it
+  // moves the variable to new storage first), so a state transfer to another replica copies no
+  // large array under the lock.
+  State SharedState() const;
 
   // Like CheckpointState, but copies into caller memory (no allocation under the lock, and the
   // caller picks the memory: checkpoint writers reuse one plain buffer, because fresh large
@@ -181,16 +196,24 @@ class Variable {
   struct SharedReads {
     std::atomic<int64_t> count{0};
   };
+  // A snapshot sharing value_'s storage, counted in shared_reads_ (a large Read).
+  Tensor SharedValueLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A snapshot sharing slots_[i]'s storage, counted in shared_slots_ (SharedState).
+  Tensor SharedSlotLocked(size_t i) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a snapshot shares any slot's storage (as ValueShared, for the slots).
+  bool SlotsShared() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Moves every slot to storage of its own when a snapshot shares them (as UnshareValueLocked).
+  void UnshareSlotsLocked(bool keep_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a snapshot shares value_'s storage. Snapshots are taken only under mu_ held
   // exclusively, so while mu_ is held in either mode a false answer stays false.
   bool ValueShared() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Moves value_ to storage of its own when a snapshot shares it, copying the bytes unless
   // `keep_bytes` is false (the caller overwrites every byte).
   void UnshareValueLocked(bool keep_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs `write` with mu_ held shared and value_'s storage not shared with any snapshot (for
-  // row writers, which take their stripes inside).
+  // Runs `write` with mu_ held shared and value_'s storage (and the slots' too, with
+  // `slots_too`) not shared with any snapshot (for row writers, which take their stripes inside).
   template <typename Write>
-  void WithUnsharedValueShared(Write&& write);
+  void WithUnsharedValueShared(bool slots_too, Write&& write);
 
   std::string name_;
   DType dtype_ = DType::kF32;
@@ -198,11 +221,13 @@ class Variable {
   std::unique_ptr<UpdateRule> optimizer_;
   mutable Mutex mu_;
   mutable std::array<Mutex, kStripes> stripes_;
-  // The bytes of value_ and slots_ are guarded by mu_ and stripes_ as described above. The
-  // slots' handles never change after Create; value_'s changes (to new storage, under mu_
-  // held exclusively) when a write finds a snapshot sharing it, so it is read under mu_.
+  // The bytes of value_ and slots_ are guarded by mu_ and stripes_ as described above. Their
+  // handles (and slot_data_) change (to new storage, under mu_ held exclusively) when a write
+  // finds a snapshot sharing them, so they are read under mu_.
   Tensor value_;
   std::shared_ptr<SharedReads> shared_reads_ ABSL_GUARDED_BY(mu_) = std::make_shared<SharedReads>();
+  // Live state snapshots sharing the slots' storage (SharedState), as shared_reads_.
+  std::shared_ptr<SharedReads> shared_slots_ ABSL_GUARDED_BY(mu_) = std::make_shared<SharedReads>();
   std::vector<Tensor> slots_;
   // slots_[i]'s floats, for the optimizer.
   std::vector<float*> slot_data_;

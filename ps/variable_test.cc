@@ -192,6 +192,104 @@ TEST(VariableTest, LargeReadWithoutSnapshotsAliveWritesInPlace) {
   EXPECT_EQ(v->Read().raw_data(), storage);
 }
 
+TEST(VariableTest, SharedStateSharesLargeArraysAndNoWriteReachesThem) {
+  const OptimizerConfig adam = opt::Adam(0.1f);
+  auto v = LargeVariable(&adam);
+  ASSERT_NE(v, nullptr);
+  const Shape shape = v->shape();
+  Tensor ones(DType::kF32, shape);
+  for (float& x : ones.flat<float>()) x = 1;
+  const Tensor row_ids = Ids64({0, 5, 5, shape[0] - 1});
+  Tensor row_ones(DType::kF32, {4, shape[1]});
+  for (float& x : row_ones.flat<float>()) x = 1;
+  ASSERT_TRUE(v->ApplyGradient(ones).ok());
+
+  // Two states with no write between share one storage for the value and each slot.
+  Variable::State first = v->SharedState();
+  Variable::State second = v->SharedState();
+  EXPECT_EQ(first.value.raw_data(), second.value.raw_data());
+  EXPECT_EQ(first.value.raw_data(), v->Read().raw_data());
+  ASSERT_EQ(first.slots.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(first.slots[i].raw_data(), second.slots[i].raw_data()) << "slot " << i;
+  EXPECT_EQ(first.iterations, 1);
+
+  // Every kind of write of value and slots, each while states are held: each state keeps what
+  // it was taken at (compared with a copy made then), and the writes are applied.
+  std::vector<std::pair<Variable::State, Variable::State>> held;  // shared, copy when taken
+  auto hold = [&] { held.emplace_back(v->SharedState(), v->CheckpointState()); };
+  hold();
+  ASSERT_TRUE(v->ApplyGradient(ones).ok());
+  hold();
+  ASSERT_TRUE(v->ApplyRowGradients(row_ids, row_ones).ok());
+  hold();
+  ASSERT_TRUE(v->Update(UpdateKind::kAdd, ones).ok());
+  hold();
+  ASSERT_TRUE(v->UpdateRows(UpdateKind::kAdd, row_ids, row_ones).ok());
+  hold();
+  ASSERT_TRUE(v->RestoreState(first).ok());
+  for (size_t i = 0; i < held.size(); ++i) {
+    const Variable::State& shared = held[i].first;
+    const Variable::State& copy = held[i].second;
+    EXPECT_TRUE(shared.value.Equals(copy.value)) << "state " << i << " value changed";
+    for (size_t j = 0; j < 2; ++j) EXPECT_TRUE(shared.slots[j].Equals(copy.slots[j])) << "state " << i << " slot " << j;
+    if (i > 0) {
+      EXPECT_FALSE(shared.value.Equals(held[i - 1].first.value)) << "write " << i << " was not applied";
+    }
+  }
+  // The two optimizer steps moved the slots; the restore brought back the first state.
+  EXPECT_FALSE(held[2].first.slots[0].Equals(held[0].first.slots[0]));
+  const Variable::State now = v->CheckpointState();
+  EXPECT_TRUE(now.value.Equals(held[0].second.value));
+  for (size_t j = 0; j < 2; ++j) EXPECT_TRUE(now.slots[j].Equals(held[0].second.slots[j])) << "slot " << j;
+}
+
+TEST(VariableTest, CreateFromStateTakesTheArraysAsItsStorage) {
+  const OptimizerConfig adam = opt::Adam(0.1f);
+  auto source = MakeVariable("w", RowNumbered(4, 2), &adam);
+  ASSERT_NE(source, nullptr);
+  ASSERT_TRUE(source->ApplyGradient(RowNumbered(4, 2)).ok());
+  ASSERT_TRUE(source->ApplyGradient(RowNumbered(4, 2)).ok());
+  Variable::State state = source->CheckpointState();
+  const void* value_storage = state.value.raw_data();
+  const Variable::State expected = source->CheckpointState();
+
+  auto made = Variable::CreateFromState("w", state, &adam);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Variable& v = **made;
+  EXPECT_EQ(v.shape(), (Shape{4, 2}));
+  EXPECT_EQ(v.iterations(), 2);
+  EXPECT_EQ(v.version(), 2);
+  EXPECT_EQ(v.restores(), 0u);
+  const Variable::State got = v.CheckpointState();
+  EXPECT_TRUE(got.value.Equals(expected.value));
+  ASSERT_EQ(got.slots.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(got.slots[i].Equals(expected.slots[i])) << "slot " << i;
+  // Not copied: the variable writes into the arrays it was given.
+  ASSERT_TRUE(v.Update(UpdateKind::kAdd, RowNumbered(4, 2)).ok());
+  EXPECT_NE(state.value.data<float>()[1], expected.value.data<float>()[1]);
+  EXPECT_EQ(state.value.raw_data(), value_storage);
+  // And it trains on as the source does (Adam's slots and step counter came along).
+  ASSERT_TRUE(source->Update(UpdateKind::kAdd, RowNumbered(4, 2)).ok());
+  ASSERT_TRUE(source->ApplyGradient(RowNumbered(4, 2)).ok());
+  ASSERT_TRUE(v.ApplyGradient(RowNumbered(4, 2)).ok());
+  EXPECT_TRUE(v.Read().Equals(source->Read()));
+
+  // A state that does not fit the optimizer is refused.
+  Variable::State no_slots = source->CheckpointState();
+  no_slots.slots.clear();
+  EXPECT_FALSE(Variable::CreateFromState("w", no_slots, &adam).ok());
+  Variable::State wrong_slot = source->CheckpointState();
+  wrong_slot.slots[1] = Tensor(DType::kF32, {2, 4});
+  EXPECT_FALSE(Variable::CreateFromState("w", wrong_slot, &adam).ok());
+  Variable::State negative = source->CheckpointState();
+  negative.iterations = -1;
+  EXPECT_FALSE(Variable::CreateFromState("w", negative, &adam).ok());
+  Variable::State ints;
+  ints.value = Tensor(DType::kI32, {4, 2});
+  EXPECT_FALSE(Variable::CreateFromState("w", ints, &adam).ok());
+  EXPECT_TRUE(Variable::CreateFromState("w", ints, nullptr).ok());
+}
+
 TEST(VariableTest, BoolVariableAllowsOnlyAssign) {
   auto v = MakeVariable("mask", Tensor::FromVector<bool>({3}, {true, false, true}));
   ASSERT_NE(v, nullptr);

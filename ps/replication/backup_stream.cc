@@ -317,7 +317,8 @@ absl::Status BackupStream::Transfer() {
   uint64_t generation = 0;
   {
     MutexLock write(&copy_.write_mu);
-    for (auto& v : copy_.state.store->List()) snapshot.push_back({v, v->CheckpointState()});
+    // Large values and slots are shared copy-on-write, not copied: the group's writes wait for this.
+    for (auto& v : copy_.state.store->List()) snapshot.push_back({v, v->SharedState()});
     dedup = copy_.state.dedup->Export();
     if (options_.extension != nullptr && copy_.state.extension != nullptr) {
       extension = options_.extension->Snapshot(*copy_.state.extension);
@@ -345,15 +346,25 @@ absl::Status BackupStream::Transfer() {
   spdlog::info("group {}: state transfer {} to ps {}: {} variables, {} bytes at sequence {}", copy_.group, transfer,
                target_, snapshot.size(), total, sequence);
 
-  // Pieces of variables (row ranges), packed into chunks of about transfer_chunk_bytes.
+  // Pieces of variables (row ranges), packed into chunks of about transfer_chunk_bytes. A
+  // variable larger than a chunk and at most transfer_whole_max_bytes goes whole, alone in a
+  // chunk: the copy then takes the received arrays as its own instead of copying pieces in.
   struct Piece {
-    const SnapshotVariable* var;
+    SnapshotVariable* var;
     int64_t begin, end;
   };
   std::vector<std::vector<Piece>> chunks(1);
   uint64_t chunk_bytes = 0;
-  for (const auto& s : snapshot) {
+  for (auto& s : snapshot) {
     const int64_t rows = s.variable->rows();
+    const uint64_t var_bytes = s.state.value.num_bytes() * (1 + s.state.slots.size());
+    if (var_bytes > options_.transfer_chunk_bytes && var_bytes <= options_.transfer_whole_max_bytes) {
+      if (!chunks.back().empty()) chunks.emplace_back();
+      chunks.back().push_back({&s, 0, rows});
+      chunks.emplace_back();
+      chunk_bytes = 0;
+      continue;
+    }
     const uint64_t row_bytes =
         std::max<uint64_t>(1, s.state.value.num_bytes() * (1 + s.state.slots.size()) / std::max<int64_t>(1, rows));
     int64_t begin = 0;
@@ -437,6 +448,13 @@ absl::Status BackupStream::Transfer() {
     }
     auto reply = client_->Call("ps.InstallState", std::move(request), options_.call_timeout);
     if (!reply.ok()) return reply.status();
+    if (c < chunks.size()) {
+      // A variable whose last rows the copy holds is let go: while its snapshot shares the
+      // variable's storage, the variable's next write copies it first.
+      for (const Piece& p : chunks[c]) {
+        if (p.end == p.var->variable->rows()) p.var->state = Variable::State();
+      }
+    }
     if (options_.metrics != nullptr) options_.metrics->AddStateTransferBytes(sent);
     MutexLock lock(&copy_.mu);
     bytes_copied += sent;

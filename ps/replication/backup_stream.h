@@ -41,6 +41,10 @@ class BackupStream {
     absl::Duration call_timeout = absl::Seconds(30);
     uint64_t max_batch_bytes = uint64_t{64} << 20;
     uint64_t transfer_chunk_bytes = uint64_t{16} << 20;
+    // A variable (value and slots) larger than a chunk and at most this goes whole in one
+    // ps.InstallState (received without a copy); larger ones in pieces of a chunk. Must stay
+    // under the target's frame limit (--rpc_max_frame_bytes).
+    uint64_t transfer_whole_max_bytes = uint64_t{1} << 30;
     PsMetrics* metrics = nullptr;  // optional; not owned
     CopyExtension* extension = nullptr;  // optional; not owned: its state is transferred too
   };

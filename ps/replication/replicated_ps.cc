@@ -40,6 +40,14 @@ uint64_t EntryDigest(wire::ReplicatedEntry::Reader entry) {
                       std::string_view(reinterpret_cast<const char*>(bytes.begin()), bytes.size()));
 }
 
+// A tensor whose bytes are left unwritten (the caller writes every one).
+Tensor UninitializedTensor(DType dtype, const Shape& shape) {
+  const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  std::shared_ptr<void> block = AllocateAlignedUninitialized(bytes);
+  void* data = block.get();
+  return Tensor::View(dtype, shape, std::move(block), data);
+}
+
 }  // namespace
 
 ReplicatedPs::ReplicatedPs(PsService& service, Options options)
@@ -502,6 +510,7 @@ void ReplicatedPs::ReconcileStreams(GroupCopy& copy, const GroupEntry& entry,
   o.from_ps = options_.ps_index;
   o.max_batch_bytes = options_.max_batch_bytes;
   o.transfer_chunk_bytes = options_.transfer_chunk_bytes;
+  o.transfer_whole_max_bytes = options_.transfer_whole_max_bytes;
   o.metrics = options_.metrics;
   o.extension = options_.extension;
   auto streams_to = [&copy](int32_t ps) ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) {
@@ -789,14 +798,39 @@ absl::Status ReplicatedPs::InstallChunk(GroupCopy& copy, const net::InMessage& f
     ASSIGN_OR_RETURN(Tensor value, frame.TensorAt(v.getValue()));
     PendingVariable& p = r.pending[name];
     const int64_t rows = shape.empty() ? 1 : shape[0];
+    const int64_t piece_rows = shape.empty() ? 1 : (value.shape().empty() ? 1 : value.shape()[0]);
+    // A variable that arrives whole and alone in its frame (how BackupStream sends a large
+    // one): the frame's arrays become the variable's own, so its bytes are written once, by
+    // the socket read. Its value and slots must be distinct payloads (they are written apart).
+    std::vector<Tensor> whole_slots;
+    bool whole = v.getRowBegin() == 0 && req.getVariables().size() == 1 && value.shape() == shape &&
+                 value.dtype() == dtype;
+    for (unsigned j = 0; whole && j < v.getSlots().size(); ++j) {
+      absl::StatusOr<Tensor> slot = frame.TensorAt(v.getSlots()[j]);
+      whole = slot.ok() && slot->dtype() == DType::kF32 && slot->shape() == shape;
+      for (unsigned k = 0; whole && k <= j; ++k) {
+        const uint32_t other = k == j ? v.getValue().getPayload() : v.getSlots()[k].getPayload();
+        whole = v.getSlots()[j].getPayload() != other;
+      }
+      if (whole) whole_slots.push_back(*std::move(slot));
+    }
     if (v.getRowBegin() == 0) {
       p = PendingVariable();
       p.name = name;
       p.dtype = dtype;
       p.shape = shape;
       ASSIGN_OR_RETURN(p.optimizer, OptimizerFromWire(v.getOptimizer()));
-      p.state.value = Tensor(dtype, shape);
-      for (unsigned j = 0; j < v.getSlots().size(); ++j) p.state.slots.emplace_back(DType::kF32, shape);
+      if (whole) {
+        p.state.value = value;
+        p.state.slots = std::move(whole_slots);
+      } else {
+        // Uninitialised: the pieces overwrite every byte before the variable exists (one cut
+        // off midway is never inserted), so zero-filling would only add a pass over fresh pages.
+        p.state.value = UninitializedTensor(dtype, shape);
+        for (unsigned j = 0; j < v.getSlots().size(); ++j) {
+          p.state.slots.push_back(UninitializedTensor(DType::kF32, shape));
+        }
+      }
       p.state.iterations = v.getIterations();
       p.restores = v.getRestores();
     }
@@ -805,27 +839,28 @@ absl::Status ReplicatedPs::InstallChunk(GroupCopy& copy, const net::InMessage& f
       return NeedsRebuild(copy, absl::StrCat("ps.InstallState of group ", copy.group, ": variable '", name,
                                              "' rows arrive out of order"));
     }
-    const int64_t piece_rows = shape.empty() ? 1 : (value.shape().empty() ? 1 : value.shape()[0]);
     const size_t row_bytes = p.state.value.num_bytes() / static_cast<size_t>(std::max<int64_t>(1, rows));
     if (p.rows_filled + piece_rows > rows || value.num_bytes() != row_bytes * static_cast<size_t>(piece_rows)) {
       return NeedsRebuild(copy, absl::StrCat("ps.InstallState: variable '", name, "' piece does not fit"));
     }
     const size_t offset = static_cast<size_t>(p.rows_filled) * row_bytes;
-    std::memcpy(static_cast<char*>(p.state.value.raw_data()) + offset, value.raw_data(), value.num_bytes());
+    if (!whole) std::memcpy(static_cast<char*>(p.state.value.raw_data()) + offset, value.raw_data(), value.num_bytes());
     for (unsigned j = 0; j < v.getSlots().size(); ++j) {
       ASSIGN_OR_RETURN(Tensor slot, frame.TensorAt(v.getSlots()[j]));
       if (slot.num_bytes() != value.num_bytes() * 4 / DTypeSize(dtype)) {
         return NeedsRebuild(copy, absl::StrCat("ps.InstallState: slot of '", name, "' does not fit"));
       }
-      std::memcpy(static_cast<char*>(p.state.slots[j].raw_data()) + offset / DTypeSize(dtype) * 4, slot.raw_data(),
-                  slot.num_bytes());
+      if (!whole) {
+        std::memcpy(static_cast<char*>(p.state.slots[j].raw_data()) + offset / DTypeSize(dtype) * 4, slot.raw_data(),
+                    slot.num_bytes());
+      }
       r.bytes_copied += slot.num_bytes();
     }
     r.bytes_copied += value.num_bytes();
     p.rows_filled += piece_rows;
     if (p.rows_filled == rows) {
-      ASSIGN_OR_RETURN(auto variable, Variable::Create(name, Tensor(dtype, shape), p.optimizer.get()));
-      RETURN_IF_ERROR(variable->RestoreState(p.state));
+      // The received arrays become the variable's own: no second zero-filled set to copy into.
+      ASSIGN_OR_RETURN(auto variable, Variable::CreateFromState(name, std::move(p.state), p.optimizer.get()));
       variable->set_restores(p.restores);
       RETURN_IF_ERROR(copy.state.store->Insert(std::move(variable)).status());
       r.pending.erase(name);

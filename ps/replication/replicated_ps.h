@@ -62,6 +62,7 @@ class ReplicatedPs {
     absl::Duration write_timeout = absl::Seconds(30);
     uint64_t max_batch_bytes = uint64_t{64} << 20;
     uint64_t transfer_chunk_bytes = uint64_t{16} << 20;
+    uint64_t transfer_whole_max_bytes = uint64_t{1} << 30;  // BackupStream::Options
     PsMetrics* metrics = nullptr;  // optional; not owned
     // Optional (not owned): ps.SaveCheckpoint is then served from the routed primary, and
     // ps.RestoreCheckpoint is a replicated write (every copy reads the same shared files).

@@ -461,15 +461,66 @@ TEST_F(ReplicationTest, TransferCutOffLeavesACopyThatNeverServes) {
   EXPECT_TRUE(IsStaleShardMap(w.status())) << w.status();
 }
 
+TEST_F(ReplicationTest, WholeVariableWhoseSlotsNameItsValuePayloadIsCopiedNotShared) {
+  Start(2, 0);
+  ShardMap map = *ShardMap::Initial(2, 2);
+  map.groups[0].backups = {};
+  map.groups[0].rebuilding = {1};
+  ASSERT_TRUE(cluster_->SetMap(1, map).ok());
+  // A whole variable alone in its chunk is taken from the frame without a copy, unless its
+  // arrays are not distinct payloads: here both Adam slots name the value's payload.
+  net::OutMessage req;
+  auto body = req.InitRequestBody<wire::InstallStateRequest>();
+  body.setGroup(0);
+  body.setGeneration(1);
+  body.setTransfer(7);
+  body.setChunk(0);
+  body.setSequence(0);
+  body.setBytesTotal(96);
+  body.setLast(true);
+  auto v = body.initVariables(1)[0];
+  v.setName("v");
+  v.setDtype(static_cast<uint8_t>(DType::kF32));
+  net::SetShape(v.initShape(1), {8});
+  const OptimizerConfig adam = opt::Adam(0.01f);
+  OptimizerToWire(&adam, v.initOptimizer());
+  v.setRowBegin(0);
+  req.AddTensor(Filled({8}, 1), v.initValue());
+  auto slots = v.initSlots(2);
+  for (unsigned j = 0; j < 2; ++j) {
+    slots[j].setDtype(static_cast<uint8_t>(DType::kF32));
+    net::SetShape(slots[j].initShape(1), {8});
+    slots[j].setPayload(0);
+  }
+  ASSERT_TRUE(cluster_->Call(1, "ps", "ps.InstallState", std::move(req)).ok());
+  auto variable = cluster_->replicated(1).CopyOf(0)->state.store->Find("v");
+  ASSERT_TRUE(variable.ok()) << variable.status();
+  ASSERT_TRUE((*variable)->ApplyGradient(Filled({8}, 0.5f)).ok());
+  const Variable::State state = (*variable)->CheckpointState();
+  ASSERT_EQ(state.slots.size(), 2u);
+  // Each array its own: Adam moved the value, and its two slots (m, v) differ from it and
+  // from each other.
+  EXPECT_FALSE(state.value.Equals(Filled({8}, 1)));
+  EXPECT_FALSE(state.slots[0].Equals(state.value));
+  EXPECT_FALSE(state.slots[1].Equals(state.value));
+  EXPECT_FALSE(state.slots[0].Equals(state.slots[1]));
+}
+
 TEST_F(ReplicationTest, StateTransferWhileWritesContinue) {
   ReplicatedPs::Options options;
   options.transfer_chunk_bytes = 4096;  // many chunks
+  // "dense" (24 KiB with its slots) goes whole, received without a copy; the others in pieces.
+  options.transfer_whole_max_bytes = 64 << 10;
   Start(2, 0, options);
   ShardMap alone = *ShardMap::Initial(2, 2);
   alone.groups[0].backups = {};
   ASSERT_TRUE(cluster_->SetMapEverywhere(alone).ok());
   ASSERT_TRUE(CreateAdam(0, "dense", {256, 8}, 0, 1).ok());
   ASSERT_TRUE(CreateAdam(0, "table", {2000, 4}, 0, 1).ok());
+  // Large enough that the transfer's snapshot shares its value (copy-on-write) instead of
+  // copying it: the writes below must not reach the bytes being sent.
+  const Shape large{static_cast<int64_t>(Variable::kSharedReadBytes / 16), 4};
+  ASSERT_TRUE(CreateAdam(0, "large", large, 0, 1).ok());
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> closures{0};
   std::thread writer([&] {
@@ -477,7 +528,11 @@ TEST_F(ReplicationTest, StateTransferWhileWritesContinue) {
       Tensor ids = Tensor::FromVector<int64_t>({2}, {static_cast<int64_t>(closure % 2000), 7});
       auto p = Push(0, "table", Filled({2, 4}, 0.5f), ids, closure, 0, 0);
       auto d = Push(0, "dense", Filled({256, 8}, 0.1f), std::nullopt, 0, 0, 0);
-      if (!p.ok() || !d.ok()) ADD_FAILURE() << p.status() << d.status();
+      // The large one by rows and whole, alternately (both kinds of write copy a shared value).
+      Tensor large_ids = Tensor::FromVector<int64_t>({2}, {static_cast<int64_t>(closure * 31 % large[0]), 5});
+      auto l = closure % 2 == 0 ? Push(0, "large", Filled({2, 4}, 0.2f), large_ids, 0, 0, 0)
+                                : Push(0, "large", Filled(large, 0.3f), std::nullopt, 0, 0, 0);
+      if (!p.ok() || !d.ok() || !l.ok()) ADD_FAILURE() << p.status() << d.status() << l.status();
       closures.store(closure);
     }
   });
