@@ -168,11 +168,14 @@ build_clang_tree() {
   while [[ $# -gt 0 && "$1" != "--" ]]; do first+=(--target "$1"); shift; done
   shift
   for t in "$@"; do rest+=(--target "$t"); done
+  # (No set -e in the shell bg starts: each step's failure is returned.)
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DASYNCPS_FUZZ=ON -DASYNCPS_UNITY_LIBS=ON >/dev/null
-  if [[ ${#first[@]} -gt 0 ]]; then cmake --build build-fuzz -j "${ASYNCPS_BUILD_JOBS:-2}" "${first[@]}"; fi
+    -DASYNCPS_FUZZ=ON -DASYNCPS_UNITY_LIBS=ON >/dev/null || return
+  if [[ ${#first[@]} -gt 0 ]]; then
+    cmake --build build-fuzz -j "${ASYNCPS_BUILD_JOBS:-2}" "${first[@]}" || return
+  fi
   touch "$ready"
-  if [[ ${#rest[@]} -gt 0 ]]; then cmake --build build-fuzz -j "${ASYNCPS_BUILD_JOBS:-2}" "${rest[@]}"; fi
+  if [[ ${#rest[@]} -gt 0 ]]; then cmake --build build-fuzz -j "${ASYNCPS_BUILD_JOBS:-2}" "${rest[@]}" || return; fi
 }
 fuzzer_ready="$bg_dir/fuzzer.ready"
 start_clang_build() {
@@ -233,7 +236,7 @@ if [[ "$run_fuzz" == "1" ]]; then
     sleep 1
   done
   if [[ ! -e "$fuzzer_ready" ]]; then bg_wait clang_build; exit 1; fi
-  phase "fuzz run + clang tree rest + checks"
+  phase "fuzz + clang tree rest + checks"
   bg --normal fuzz run_fuzzer
   bg --normal checks header_and_install_checks
   bg_wait clang_build
