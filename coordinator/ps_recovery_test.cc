@@ -18,6 +18,7 @@
 // arithmetic, retries, giving up and stopping. Waits are on conditions with deadlines.
 
 namespace asyncps {
+namespace ps_recovery_test_internal {
 namespace {
 
 
@@ -412,4 +413,5 @@ TEST_F(PsRecoveryTest, DestroyedWhileWaitingForThePsReturnsPromptly) {
 }
 
 }  // namespace
+}  // namespace ps_recovery_test_internal
 }  // namespace asyncps

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 
 namespace asyncps {
+namespace remote_value_test_internal {
 namespace {
 
 // Generous bound for "this must happen": only reached if the code under test is broken.
@@ -150,4 +151,5 @@ TEST(RemoteValueTest, StateNames) {
 }
 
 }  // namespace
+}  // namespace remote_value_test_internal
 }  // namespace asyncps

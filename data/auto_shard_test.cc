@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 
 namespace asyncps::data {
+namespace auto_shard_test_internal {
 namespace {
 
 using testutil::Drain;
@@ -136,4 +137,5 @@ TEST(AutoShardTest, BadWorkerIndexIsInvalidArgument) {
 }
 
 }  // namespace
+}  // namespace auto_shard_test_internal
 }  // namespace asyncps::data

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 
 namespace asyncps::data {
+namespace interleave_test_internal {
 namespace {
 
 using testutil::DrainDataset;
@@ -156,4 +157,5 @@ TEST(InterleaveTest, DestroyedBeforeAnyNext) {
 }
 
 }  // namespace
+}  // namespace interleave_test_internal
 }  // namespace asyncps::data

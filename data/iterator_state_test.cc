@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 
 namespace asyncps::data {
+namespace iterator_state_test_internal {
 namespace {
 
 using testutil::Drain;
@@ -168,4 +169,5 @@ TEST(IteratorStateTest, ForeignOrCorruptStateIsInvalidArgument) {
 }
 
 }  // namespace
+}  // namespace iterator_state_test_internal
 }  // namespace asyncps::data

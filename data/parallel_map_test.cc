@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 
 namespace asyncps::data {
+namespace parallel_map_test_internal {
 namespace {
 
 using testutil::DrainDataset;
@@ -256,4 +257,5 @@ TEST(ParallelMapTest, InsidePrefetchShuffleBatchPipelines) {
 }
 
 }  // namespace
+}  // namespace parallel_map_test_internal
 }  // namespace asyncps::data

@@ -10,6 +10,8 @@
 # clang trees build in the background at the lowest CPU and I/O priority (nice 19, ionice idle)
 # while the tests of the tree before them run: the multi-process tests leave cores idle much of
 # the time, a niced compiler takes only what they leave, and the tests see no other difference.
+# The clang tree builds the fuzzer first: its 60 s run (one core) starts as soon as it is linked,
+# beside the rest of that tree's build and the header/install checks.
 # ASYNCPS_CI_OVERLAP=0 builds them in the foreground, one after another, as before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -151,16 +153,44 @@ tsan_targets="core_test data_test net_test ps_test worker_test coordinator_test 
 # AddressSanitizer (with UndefinedBehaviorSanitizer and leak checks) from this tree: the input
 # pipelines read untrusted files (truncated/corrupt IDX, TFRecord, gzip) and stop prefetch threads
 # mid-flight.
+# The fuzzer is built first and apart (fuzzer_targets), so that its 60 s run, which keeps one core
+# busy, starts as soon as it is linked and overlaps the rest of the tree's build and the checks.
+run_fuzz=1; [[ "${ASYNCPS_SKIP_FUZZ:-0}" == "1" ]] && run_fuzz=0
+fuzzer_targets=()
 clang_targets=()
-if [[ "${ASYNCPS_SKIP_FUZZ:-0}" != "1" ]]; then clang_targets+=(server_fuzzer asyncps_thread_safety); fi
+if [[ "$run_fuzz" == "1" ]]; then fuzzer_targets+=(server_fuzzer); clang_targets+=(asyncps_thread_safety); fi
 if [[ "${ASYNCPS_SKIP_ASAN:-0}" != "1" ]]; then clang_targets+=(data_test); fi
-# build_clang_tree TARGET...
+# build_clang_tree READY_FILE FIRST_TARGETS -- REST_TARGETS: configures the clang tree, builds
+# FIRST_TARGETS, creates READY_FILE, then builds REST_TARGETS.
 build_clang_tree() {
+  local ready=$1 first=() rest=() t
+  shift
+  while [[ $# -gt 0 && "$1" != "--" ]]; do first+=(--target "$1"); shift; done
+  shift
+  for t in "$@"; do rest+=(--target "$t"); done
+  # (No set -e in the shell bg starts: each step's failure is returned.)
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DASYNCPS_FUZZ=ON -DASYNCPS_UNITY_LIBS=ON >/dev/null
-  local targets=() t
-  for t in "$@"; do targets+=(--target "$t"); done
-  cmake --build build-fuzz -j "${ASYNCPS_BUILD_JOBS:-2}" "${targets[@]}"
+    -DASYNCPS_FUZZ=ON -DASYNCPS_UNITY_LIBS=ON >/dev/null || return
+  if [[ ${#first[@]} -gt 0 ]]; then
+    cmake --build build-fuzz -j "${ASYNCPS_BUILD_JOBS:-2}" "${first[@]}" || return
+  fi
+  touch "$ready"
+  if [[ ${#rest[@]} -gt 0 ]]; then cmake --build build-fuzz -j "${ASYNCPS_BUILD_JOBS:-2}" "${rest[@]}" || return; fi
+}
+fuzzer_ready="$bg_dir/fuzzer.ready"
+start_clang_build() {
+  if [[ $((${#fuzzer_targets[@]} + ${#clang_targets[@]})) -gt 0 ]]; then
+    bg clang_build build_clang_tree "$fuzzer_ready" "${fuzzer_targets[@]}" -- "${clang_targets[@]}"
+  fi
+}
+# The libFuzzer run. A crash, sanitizer report, leak, timeout or OOM makes libFuzzer exit non-zero
+# and fails the run; the input is left in build-fuzz/artifacts/ (check it in under
+# tests/fuzz/regressions/ once fixed: fuzz_replay_test replays every file there).
+run_fuzzer() {
+  echo "== fuzz: server frame handling, handshake and dispatch (libFuzzer, ${ASYNCPS_FUZZ_SECONDS:-60} s) =="
+  mkdir -p build-fuzz/corpus build-fuzz/artifacts
+  build-fuzz/bin/server_fuzzer -max_total_time="${ASYNCPS_FUZZ_SECONDS:-60}" -timeout=10 \
+    -rss_limit_mb=2048 -artifact_prefix=build-fuzz/artifacts/ build-fuzz/corpus tests/fuzz/corpus
 }
 # The public-header and installed-package checks (they use the normal tree).
 header_and_install_checks() {
@@ -169,7 +199,7 @@ header_and_install_checks() {
   echo "== installed package: find_package(asyncps) from a program outside the tree =="
   bash scripts/check_install.sh build
 }
-export -f build_clang_tree header_and_install_checks  # bg runs them in a shell of its own
+export -f build_clang_tree header_and_install_checks run_fuzzer  # bg runs them in a shell of its own
 run_tsan=1; [[ "${ASYNCPS_SKIP_TSAN:-0}" == "1" ]] && run_tsan=0
 
 phase "build"
@@ -180,8 +210,8 @@ phase "tests"
 if [[ "$run_tsan" == "1" ]]; then
   bg tsan_build env ASYNCPS_TARGETS="$tsan_targets" \
     bash scripts/build.sh build-tsan -DASYNCPS_SANITIZE=thread -DASYNCPS_UNITY_LIBS=ON
-elif [[ "${#clang_targets[@]}" -gt 0 ]]; then
-  bg clang_build build_clang_tree "${clang_targets[@]}"
+else
+  start_clang_build
 fi
 echo "== tests =="
 (cd build && run_in_fresh_tmpdir ctest --output-on-failure -j2 --timeout 300)
@@ -190,37 +220,43 @@ if [[ "$run_tsan" == "1" ]]; then
   phase "TSan build (rest)"
   bg_wait tsan_build
   phase "TSan tests"
-  if [[ "${#clang_targets[@]}" -gt 0 ]]; then bg clang_build build_clang_tree "${clang_targets[@]}"; fi
+  start_clang_build
   echo "== tests under ThreadSanitizer =="
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
      run_in_fresh_tmpdir ctest --output-on-failure -j2 --timeout 900 -LE bench -E _NOT_BUILT)
 fi
 
-if [[ "${#clang_targets[@]}" -gt 0 ]]; then
-  phase "clang tree build (rest)"
-  echo "== clang tree: ${clang_targets[*]} =="
-  bg_wait clang_build
-fi
-
-if [[ "${ASYNCPS_SKIP_ASAN:-0}" != "1" ]]; then
-  phase "ASan data_test"
-  echo "== data_test under AddressSanitizer (clang tree) =="
-  ASAN_OPTIONS="detect_leaks=1" run_in_fresh_tmpdir build-fuzz/bin/data_test
-fi
-
-if [[ "${ASYNCPS_SKIP_FUZZ:-0}" != "1" ]]; then
-  # libFuzzer runs one process on one core: the checks use the other one meanwhile.
-  phase "fuzz run + header/install checks"
+if [[ "$run_fuzz" == "1" ]]; then
+  # The fuzzer first; then its run (one core) beside the rest of the clang tree (nice 19) and the
+  # header/install checks.
+  phase "clang tree: fuzzer build (rest)"
+  echo "== clang tree: ${fuzzer_targets[*]}, then ${clang_targets[*]} =="
+  while [[ ! -e "$fuzzer_ready" && -n "${bg_pid[clang_build]:-}" ]] &&
+        kill -0 "${bg_pid[clang_build]}" 2>/dev/null; do
+    sleep 1
+  done
+  if [[ ! -e "$fuzzer_ready" ]]; then bg_wait clang_build; exit 1; fi
+  phase "fuzz + clang tree rest + checks"
+  bg --normal fuzz run_fuzzer
   bg --normal checks header_and_install_checks
-  echo "== fuzz: server frame handling, handshake and dispatch (libFuzzer, 60 s) =="
-  # A crash, sanitizer report, leak, timeout or OOM makes libFuzzer exit non-zero and fails the
-  # run; the input is left in build-fuzz/artifacts/ (check it in under tests/fuzz/regressions/
-  # once fixed: fuzz_replay_test replays every file there).
-  mkdir -p build-fuzz/corpus build-fuzz/artifacts
-  build-fuzz/bin/server_fuzzer -max_total_time="${ASYNCPS_FUZZ_SECONDS:-60}" -timeout=10 \
-    -rss_limit_mb=2048 -artifact_prefix=build-fuzz/artifacts/ build-fuzz/corpus tests/fuzz/corpus
+  bg_wait clang_build
+  if [[ "${ASYNCPS_SKIP_ASAN:-0}" != "1" ]]; then
+    echo "== data_test under AddressSanitizer (clang tree) =="
+    ASAN_OPTIONS="detect_leaks=1" run_in_fresh_tmpdir build-fuzz/bin/data_test
+  fi
   bg_wait checks
+  bg_wait fuzz
 else
+  if [[ "${#clang_targets[@]}" -gt 0 ]]; then
+    phase "clang tree build (rest)"
+    echo "== clang tree: ${clang_targets[*]} =="
+    bg_wait clang_build
+  fi
+  if [[ "${ASYNCPS_SKIP_ASAN:-0}" != "1" ]]; then
+    phase "ASan data_test"
+    echo "== data_test under AddressSanitizer (clang tree) =="
+    ASAN_OPTIONS="detect_leaks=1" run_in_fresh_tmpdir build-fuzz/bin/data_test
+  fi
   phase "header + install checks"
   header_and_install_checks
 fi

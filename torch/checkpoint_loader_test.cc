@@ -12,6 +12,7 @@
 #include "torch/tensor_bridge.h"
 
 namespace asyncps {
+namespace checkpoint_loader_test_internal {
 namespace {
 
 namespace fs = std::filesystem;
@@ -148,4 +149,5 @@ TEST_F(CheckpointLoaderTest, CorruptFileIsDataLossNamingIt) {
 }
 
 }  // namespace
+}  // namespace checkpoint_loader_test_internal
 }  // namespace asyncps
