@@ -405,6 +405,8 @@ struct ReadPlan {
   // is copied twice. Empty for a variable of one shard (its answer is the value).
   std::vector<Tensor> wholes;
   std::vector<char*> whole_data;  // per variable: wholes[v]'s bytes, written as answers arrive
+  // Whether variable `v` is read into its whole value (a plan without wholes concatenates).
+  bool InPlace(size_t v) const { return v < wholes.size() && wholes[v].num_bytes() > 0; }
   // Where shard `shard` of sharded variable `variable` belongs in its whole value.
   char* ShardData(const Ref& ref) const {
     const VariablePlacement& p = *placements[ref.variable];
@@ -434,7 +436,7 @@ net::PayloadPlacer PlaceRead(std::shared_ptr<const ReadPlan> plan, size_t c) {
     if (tensors.size() != refs.size()) return placement;
     for (unsigned i = 0; i < tensors.size(); ++i) {
       const ReadPlan::Ref& ref = refs[i];
-      if (plan->wholes[ref.variable].num_bytes() == 0) continue;  // unsharded: the answer is the value
+      if (!plan->InPlace(ref.variable)) continue;  // unsharded: the answer is the value
       const VariablePlacement& p = *plan->placements[ref.variable];
       auto tensor = tensors[i];
       const uint32_t payload = tensor.getPayload();
@@ -479,7 +481,7 @@ absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, CallResults res
                                                   ShapeString(shard.shape()), " for '", p.shards[ref.shard].name,
                                                   "', which is ", DTypeName(p.dtype), ShapeString(expected)));
         }
-        if (plan.wholes[ref.variable].num_bytes() > 0) {
+        if (plan.InPlace(ref.variable)) {
           // Received in place unless the placement did not take (e.g. the payload was shared).
           char* into = plan.ShardData(ref);
           if (shard.raw_data() != into && shard.num_bytes() > 0) std::memcpy(into, shard.raw_data(), shard.num_bytes());
@@ -494,7 +496,7 @@ absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, CallResults res
   VersionedValues out;
   out.values.reserve(num_variables);
   for (size_t v = 0; v < num_variables; ++v) {
-    if (plan.wholes[v].num_bytes() > 0) {
+    if (plan.InPlace(v)) {
       out.values.push_back(plan.wholes[v]);  // every shard's rows are in it now
     } else if (shards[v].size() == 1) {
       out.values.push_back(std::move(shards[v][0]));  // zero-copy view of the response
@@ -638,7 +640,7 @@ void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallb
   for (size_t c = 0; c < calls.size(); ++c) {
     const std::vector<ReadPlan::Ref>& refs = plan->refs[c];
     const bool any_sharded = std::any_of(refs.begin(), refs.end(), [&](const ReadPlan::Ref& ref) {
-      return plan->wholes[ref.variable].num_bytes() > 0;
+      return plan->InPlace(ref.variable);
     });
     if (any_sharded) calls[c].place_payloads = PlaceRead(plan, c);
   }
