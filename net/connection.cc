@@ -166,7 +166,7 @@ bool Connection::ParseBuffered() {
 }
 
 bool Connection::BeginPayloads(kj::Array<capnp::word> words) {
-  if (absl::Status s = decoder_.ParseHeader(std::move(words)); !s.ok()) {
+  if (absl::Status s = decoder_.ParseHeader(std::move(words), placer_ ? &placer_ : nullptr); !s.ok()) {
     Close(s);
     return false;
   }

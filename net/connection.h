@@ -26,8 +26,8 @@ namespace asyncps::net {
 // Reading (loop thread): one async_read_some fills the buffer, and every complete frame in it
 // is parsed and delivered, so a small frame costs one read and many small frames can share
 // one. Each size is checked (FrameLimits) before anything is allocated for it. A payload
-// remainder of kDirectReadBytes or more is read straight into the frame's aligned block,
-// after copying the part that was already buffered.
+// remainder of kDirectReadBytes or more is read straight into the frame's aligned block (or
+// where the payload placer put it), after copying the part that was already buffered.
 //
 // Writing (any thread): Send writes the frame at once from the calling thread with one
 // non-blocking gather write when nothing else is queued or being written, which spares a
@@ -60,6 +60,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Limits for the frames after the current one (call from the frame handler, or before
   // Start). Their max_segments must not exceed the constructor's.
   void SetLimits(const FrameLimits& limits) { decoder_.set_limits(limits); }
+  // Asked, for each frame with payloads once its header is checked, where they go
+  // (FrameDecoder::ParseHeader). Call before Start. Runs on the loop thread.
+  void SetPayloadPlacer(PayloadPlacer placer) { placer_ = std::move(placer); }
   // Thread-safe. Frames sent after the connection closed are dropped (the close handler has
   // reported, or will report, why).
   void Send(OutMessage message) ABSL_LOCKS_EXCLUDED(send_mu_);
@@ -123,6 +126,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string peer_address_;
   FrameHandler on_frame_;
   CloseHandler on_close_;
+  PayloadPlacer placer_;
   bool closed_ = false;
   bool delivering_ = false;  // inside on_frame_: Close must not destroy it yet
 

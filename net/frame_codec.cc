@@ -52,14 +52,15 @@ absl::StatusOr<size_t> FrameDecoder::HeaderWords(absl::Span<const capnp::word> t
   return static_cast<size_t>(words);
 }
 
-absl::Status FrameDecoder::ParseHeader(kj::Array<capnp::word> words) {
+absl::Status FrameDecoder::ParseHeader(kj::Array<capnp::word> words, const PayloadPlacer* placer) {
   message_ = InMessage();
   buffers_.clear();
   total_padded_ = 0;
   message_.words_ = std::move(words);
   capnp::ReaderOptions options;
   // Linear in the frame: the parse-time walk, the complete check of the envelope and body
-  // (net/wire_check.h) and the handler's own reads each traverse it about once.
+  // (net/wire_check.h), a payload placer's and the handler's own reads each traverse it
+  // about once.
   options.traversalLimitInWords = message_.words_.size() * 8 + 64;
   options.nestingLimit = 16;
   std::vector<uint64_t> sizes;
@@ -79,30 +80,66 @@ absl::Status FrameDecoder::ParseHeader(kj::Array<capnp::word> words) {
   });
   if (!status.ok()) return status;
 
-  uint64_t block_bytes = 0;
+  uint64_t total_bytes = 0;
   message_.payloads_.reserve(sizes.size());
   buffers_.reserve(sizes.size());
   for (uint64_t size : sizes) {
-    if (size > limits_.max_payload_bytes || block_bytes + size > limits_.max_payload_bytes) {
+    if (size > limits_.max_payload_bytes || total_bytes + size > limits_.max_payload_bytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("frame payloads exceed limit ", limits_.max_payload_bytes, " bytes"));
     }
-    message_.payloads_.push_back({static_cast<size_t>(block_bytes), static_cast<size_t>(size)});
-    block_bytes += RoundUp(size, kPayloadAlignment);
+    total_bytes += size;
+    message_.payloads_.push_back({0, static_cast<size_t>(size)});
+  }
+  if (message_.payloads_.empty()) return absl::OkStatus();  // nothing to allocate
+
+  // Every size is checked: the placer may now say where the payloads go. Its destinations
+  // are taken only at exactly a payload's size, so a wrong one cannot make the reader write
+  // past it. A placer that throws on a malformed header places nothing; the frame's reader
+  // meets the same error.
+  if (placer != nullptr && *placer) {
+    PayloadPlacement placement;
+    if (CatchDecodeErrors([&] {
+          placement = (*placer)(message_);
+          return absl::OkStatus();
+        }).ok()) {
+      bool any = false;
+      for (size_t i = 0; i < placement.destinations.size() && i < message_.payloads_.size(); ++i) {
+        const PayloadPlacement::Destination& d = placement.destinations[i];
+        InMessage::Payload& p = message_.payloads_[i];
+        if (d.data == nullptr || p.size == 0 || d.size != p.size) continue;
+        p.placed = d.data;
+        any = true;
+      }
+      if (any) message_.placed_owner_ = std::move(placement.owner);
+    }
+  }
+
+  uint64_t block_bytes = 0;
+  for (InMessage::Payload& p : message_.payloads_) {
+    if (p.placed != nullptr) continue;
+    p.offset = static_cast<size_t>(block_bytes);
+    block_bytes += RoundUp(p.size, kPayloadAlignment);
   }
   // Uninitialised: the reader overwrites every padded payload byte, so zero-filling the block
   // first would only double the memory traffic of a large frame. The alignment gaps between
   // payloads are never written by the reader; zero them so no stale heap bytes are reachable.
-  if (message_.payloads_.empty()) return absl::OkStatus();  // nothing to allocate
-  message_.block_ = pool_.AllocateUninitialized(block_bytes);
-  char* block = static_cast<char*>(message_.block_.get());
-  for (size_t i = 0; i < message_.payloads_.size(); ++i) {
-    const auto& p = message_.payloads_[i];
+  char* block = nullptr;
+  if (block_bytes > 0) {
+    message_.block_ = pool_.AllocateUninitialized(block_bytes);
+    block = static_cast<char*>(message_.block_.get());
+  }
+  for (const InMessage::Payload& p : message_.payloads_) {
     const size_t padded = RoundUp(p.size, 8);
-    const size_t next = i + 1 < message_.payloads_.size() ? message_.payloads_[i + 1].offset : block_bytes;
-    std::memset(block + p.offset + padded, 0, next - p.offset - padded);
-    if (padded > 0) buffers_.push_back({block + p.offset, padded});
     total_padded_ += padded;
+    if (p.placed != nullptr) {
+      buffers_.push_back({p.placed, p.size});
+      if (padded > p.size) buffers_.push_back({&scratch_, padded - p.size});
+      continue;
+    }
+    if (padded == 0) continue;
+    std::memset(block + p.offset + padded, 0, RoundUp(p.size, kPayloadAlignment) - padded);
+    buffers_.push_back({block + p.offset, padded});
   }
   return absl::OkStatus();
 }
@@ -110,7 +147,8 @@ absl::Status FrameDecoder::ParseHeader(kj::Array<capnp::word> words) {
 InMessage FrameDecoder::Finish() { return std::move(message_); }
 
 absl::StatusOr<InMessage> FrameDecoder::DecodeAll(absl::Span<const uint8_t> bytes,
-                                                  const FrameLimits& limits, size_t* consumed) {
+                                                  const FrameLimits& limits, size_t* consumed,
+                                                  const PayloadPlacer* placer) {
   FrameDecoder decoder(limits);
   if (bytes.size() < 4) return absl::InvalidArgumentError("truncated frame");
   auto table_bytes = decoder.SegmentTableBytes(bytes.data());
@@ -123,7 +161,7 @@ absl::StatusOr<InMessage> FrameDecoder::DecodeAll(absl::Span<const uint8_t> byte
   if (bytes.size() < *words * 8) return absl::InvalidArgumentError("truncated frame");
   auto header = kj::heapArray<capnp::word>(*words);
   std::memcpy(header.begin(), bytes.data(), *words * 8);
-  if (absl::Status s = decoder.ParseHeader(std::move(header)); !s.ok()) return s;
+  if (absl::Status s = decoder.ParseHeader(std::move(header), placer); !s.ok()) return s;
   size_t offset = *words * 8;
   for (const auto& range : decoder.payload_buffers()) {
     if (bytes.size() - offset < range.size) return absl::InvalidArgumentError("truncated frame");

@@ -42,11 +42,15 @@ class FrameDecoder {
   // payload sizes, and allocates the aligned payload block (a large one from this decoder's
   // BlockPool: a connection receives the same sizes again and again). After this, `payload_buffers()`
   // tells where each padded payload's bytes must be written.
-  absl::Status ParseHeader(kj::Array<capnp::word> words);
+  //
+  // With `placer` (and payloads), it is asked where the payloads go once the header is
+  // checked: a destination of exactly a payload's size receives that payload (its padding
+  // goes to scratch), and only the other payloads get the frame's own block.
+  absl::Status ParseHeader(kj::Array<capnp::word> words, const PayloadPlacer* placer = nullptr);
 
   struct MutableRange {
     void* data;
-    size_t size;  // padded to 8
+    size_t size;  // in order, the ranges hold the payloads each padded to 8
   };
   const std::vector<MutableRange>& payload_buffers() const { return buffers_; }
   size_t total_padded_payload_bytes() const { return total_padded_; }
@@ -57,7 +61,8 @@ class FrameDecoder {
   // Decodes one whole frame from contiguous bytes (used by tests and fuzzers). Errors for
   // truncated input, trailing garbage is reported via `consumed`.
   static absl::StatusOr<InMessage> DecodeAll(absl::Span<const uint8_t> bytes,
-                                             const FrameLimits& limits, size_t* consumed);
+                                             const FrameLimits& limits, size_t* consumed,
+                                             const PayloadPlacer* placer = nullptr);
 
  private:
   FrameLimits limits_;
@@ -67,6 +72,8 @@ class FrameDecoder {
   InMessage message_;
   std::vector<MutableRange> buffers_;
   size_t total_padded_ = 0;
+  // Where the padding of placed payloads goes (at most 7 bytes each; never read).
+  uint64_t scratch_ = 0;
 };
 
 // Finishes `message`'s envelope (payload sizes) and returns the gather list of the whole

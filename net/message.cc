@@ -67,6 +67,7 @@ absl::StatusOr<Tensor> InMessage::TensorAt(wire::TensorRef::Reader ref) const {
                                                    " needs ", expected, " bytes, payload has ",
                                                    p.size));
   }
+  if (p.placed != nullptr) return Tensor::View(*dtype, std::move(shape), placed_owner_, p.placed);
   return Tensor::View(*dtype, std::move(shape), block_, static_cast<char*>(block_.get()) + p.offset);
 }
 

@@ -64,8 +64,30 @@ class OutMessage {
   std::vector<Tensor> payloads_;
 };
 
-// A received, validated frame. Payloads live in one 64-byte aligned block and tensors
-// returned by TensorAt view that block in place (it stays alive while any view does).
+class InMessage;
+
+// Where a frame's payloads are to be received, chosen from its header before any payload byte
+// is read (net/rpc_client.h, CallOptions::place_payloads): a caller that knows where a large
+// answer belongs (a shard's rows of a whole variable) has it read straight there, sparing a
+// copy of the bytes afterwards.
+struct PayloadPlacement {
+  struct Destination {
+    void* data = nullptr;  // null: the frame's own block, as without a placement
+    size_t size = 0;       // bytes at `data`; used only when the payload has exactly this size
+  };
+  // By payload index; payloads past its end go to the frame's own block.
+  std::vector<Destination> destinations;
+  // Keeps every destination alive while the message, or a tensor viewing it, is.
+  std::shared_ptr<const void> owner;
+};
+// Called with a frame whose header is parsed and checked but whose payloads are not yet read
+// (TensorAt must not be called on it). Reads of the header may throw (kj::Exception); the
+// decoder treats a throw as "no placement".
+using PayloadPlacer = std::function<PayloadPlacement(const InMessage& header)>;
+
+// A received, validated frame. Payloads live in one 64-byte aligned block (or where a
+// PayloadPlacement put them) and tensors returned by TensorAt view them in place (they stay
+// alive while any view does).
 //
 // Immutable after construction (but for LiftTraversalLimit); safe to read from several
 // threads.
@@ -111,12 +133,14 @@ class InMessage {
  private:
   friend class FrameDecoder;
   struct Payload {
-    size_t offset;
+    size_t offset;            // in block_, unless `placed`
     size_t size;
+    void* placed = nullptr;   // where a PayloadPlacement put it (owned by placed_owner_)
   };
   kj::Array<capnp::word> words_;
   std::unique_ptr<capnp::FlatArrayMessageReader> reader_;
   std::shared_ptr<void> block_;
+  std::shared_ptr<const void> placed_owner_;
   std::vector<Payload> payloads_;
 };
 

@@ -64,6 +64,7 @@ struct RpcClient::Impl : std::enable_shared_from_this<RpcClient::Impl> {
     absl::Duration timeout = absl::InfiniteDuration();
     absl::Time start;
     bool wait_for_ready = false;
+    PayloadPlacer place_payloads;
   };
 
   Impl(EventLoop& l, const Options& o)
@@ -92,6 +93,9 @@ struct RpcClient::Impl : std::enable_shared_from_this<RpcClient::Impl> {
   void Connect();
   void ConnectFailed(const absl::Status& status);
   void OnFrame(InMessage frame);
+  // The placement the call an answer's header names asks for (CallOptions::place_payloads).
+  // Reads of `header` may throw.
+  PayloadPlacement PlacePayloads(const InMessage& header) ABSL_LOCKS_EXCLUDED(mu);
   // Handshake steps; return a refusal, or "" to go on.
   std::string AnswerChallenge(const InMessage& frame);
   std::string CheckAck(const InMessage& frame, PeerInfo* info);
@@ -163,6 +167,7 @@ RpcClient::Impl::Pending& RpcClient::Impl::AddPendingLocked(uint64_t id, std::st
   p.done = std::move(done);
   p.start = absl::Now();
   p.wait_for_ready = call_options.wait_for_ready.value_or(options.wait_for_ready);
+  p.place_payloads = call_options.place_payloads;
   p.timeout = call_options.timeout;
   if (p.timeout != absl::InfiniteDuration()) {
     // Registered while `mu` is held, so the deadline cannot pass unnoticed before the call is.
@@ -385,6 +390,10 @@ void RpcClient::Impl::Connect() {
         auto conn = self->connection;
         // Until the server proved it holds the token, it may send only small frames.
         conn->SetLimits(HandshakeFrameLimits());
+        conn->SetPayloadPlacer([weak](const InMessage& header) {
+          auto s = weak.lock();
+          return s != nullptr ? s->PlacePayloads(header) : PayloadPlacement();
+        });
         conn->Start(
             [weak](InMessage frame) {
               if (auto s = weak.lock()) s->OnFrame(std::move(frame));
@@ -519,6 +528,24 @@ void RpcClient::Impl::OnFrame(InMessage frame) {
   } else {
     Complete(id, status);
   }
+}
+
+PayloadPlacement RpcClient::Impl::PlacePayloads(const InMessage& header) {
+  if (state != State::kReady) return PayloadPlacement();
+  auto envelope = header.envelope();
+  if (envelope.which() != wire::Envelope::RESPONSE || envelope.getResponse().getCode() != 0) {
+    return PayloadPlacement();
+  }
+  const uint64_t id = envelope.getRequestId();
+  PayloadPlacer placer;
+  {
+    MutexLock lock(&mu);
+    auto it = pending.find(id);
+    if (it == pending.end() || !it->second.place_payloads) return PayloadPlacement();
+    placer = it->second.place_payloads;
+  }
+  // Outside the lock: the placer is the caller's code.
+  return placer(header);
 }
 
 void RpcClient::Impl::OnClosed(const absl::Status& reason) {

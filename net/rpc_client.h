@@ -45,9 +45,24 @@ class RpcClient {
   using Callback = std::function<void(absl::StatusOr<InMessage>)>;
 
   struct CallOptions {
+    CallOptions() = default;
+    // Not an aggregate, so that `{timeout, wait_for_ready}` leaves the members after them at
+    // their defaults without a missing-initializer warning.
+    CallOptions(absl::Duration timeout, std::optional<bool> wait_for_ready = std::nullopt,
+                PayloadPlacer place_payloads = nullptr)
+        : timeout(timeout), wait_for_ready(wait_for_ready), place_payloads(std::move(place_payloads)) {}
+
     absl::Duration timeout = absl::InfiniteDuration();
     // Overrides Options::wait_for_ready for this call.
     std::optional<bool> wait_for_ready;
+    // Optional: where the payloads of this call's answer are read to (net/message.h). Asked
+    // on the loop thread once an OK answer's header has arrived, before its payloads are
+    // read, only while the call is still waiting for it; it must not block. The answer's
+    // tensors then view the destinations it gave (TensorAt), so a caller can check by
+    // address which payloads landed there. Bytes may be written there for an answer the
+    // call never returns (one past its deadline), so a destination must not be shown to
+    // anyone before the call succeeds.
+    PayloadPlacer place_payloads;
   };
 
   RpcClient(EventLoop& loop, Options options);

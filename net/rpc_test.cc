@@ -183,6 +183,43 @@ TEST_F(RpcTest, CallRoundTripsTensorsAndReportsServerIdentity) {
   EXPECT_EQ(client.peer().incarnation, ProcessIncarnation());
 }
 
+TEST_F(RpcTest, AnAnswerIsReadStraightWhereTheCallPlacesIt) {
+  RpcClient& client = NewClient();
+  ASSERT_TRUE(Scale(client, {1}, 1.0f).ok());  // connected
+  const std::vector<float> x(3000, 1.5f);  // 12 KB: larger than one read of the buffer
+  auto dest = std::make_shared<std::vector<float>>(x.size(), 0.0f);
+  std::atomic<int> asked{0};
+  RpcClient::CallOptions options(absl::Seconds(30));
+  options.place_payloads = [dest, &asked](const InMessage& header) {
+    asked.fetch_add(1);
+    PayloadPlacement placement;
+    auto refs = header.ResponseBody<testwire::ReadResponse>().getTensors();
+    placement.destinations.resize(header.num_payloads());
+    placement.destinations.at(refs[0].getPayload()) = {dest->data(), dest->size() * sizeof(float)};
+    placement.owner = dest;
+    return placement;
+  };
+  absl::StatusOr<InMessage> answer = client.Call("test.Scale", ScaleRequest(x, 2.0f), options);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(asked.load(), 1);
+  auto y = answer->TensorAt(answer->ResponseBody<testwire::ReadResponse>().getTensors()[0]);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->raw_data(), dest->data());
+  EXPECT_EQ(*dest, std::vector<float>(x.size(), 3.0f));
+
+  // An error answer carries no payloads: nothing is asked, the error comes back.
+  options.place_payloads = [&asked](const InMessage&) {
+    asked.fetch_add(1);
+    return PayloadPlacement();
+  };
+  EXPECT_EQ(client.Call("test.Fail", OutMessage(), options).status().code(), absl::StatusCode::kNotFound);
+  // And a call without a placement is unaffected by the one before it.
+  auto plain = Scale(client, {1, 2}, 3.0f);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(*plain, (std::vector<float>{3, 6}));
+  EXPECT_EQ(asked.load(), 1);
+}
+
 // Forwards one TCP connection between a client and the server, recording every byte in both
 // directions, so a test can see exactly what crossed the wire.
 class RecordingRelay {

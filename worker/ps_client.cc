@@ -1,5 +1,6 @@
 #include "worker/ps_client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -24,6 +25,8 @@ namespace {
 struct Outgoing {
   int ps;
   net::OutMessage message;
+  // Optional: where this call's answer payloads are read to (RpcClient::CallOptions).
+  net::PayloadPlacer place_payloads = nullptr;
 };
 
 using CallResults = std::vector<absl::StatusOr<net::InMessage>>;
@@ -79,10 +82,12 @@ void CallAllAsync(const std::vector<net::RpcClient*>& ps, const std::string& met
       }
     };
     const int p = calls[i].ps;
+    net::RpcClient::CallOptions call_options = options;
+    if (calls[i].place_payloads) call_options.place_payloads = std::move(calls[i].place_payloads);
     if (shard_map != nullptr) {
-      CallGroupAsync(ps, *shard_map, method, p, std::move(calls[i].message), options, std::move(answered));
+      CallGroupAsync(ps, *shard_map, method, p, std::move(calls[i].message), call_options, std::move(answered));
     } else {
-      ps[p]->CallAsync(method, std::move(calls[i].message), options,
+      ps[p]->CallAsync(method, std::move(calls[i].message), call_options,
                        [p, address = &ps[p]->address(), answered = std::move(answered)](
                            absl::StatusOr<net::InMessage> r) mutable { answered(p, address, std::move(r)); });
     }
@@ -395,7 +400,60 @@ struct ReadPlan {
   };
   std::vector<std::shared_ptr<const VariablePlacement>> placements;
   std::vector<std::vector<Ref>> refs;  // per call
+  // Per variable: for a sharded one, its whole value, uninitialised; each shard's answer is
+  // received straight into its rows (PlaceRead) or copied there (FinishRead), so no shard
+  // is copied twice. Empty for a variable of one shard (its answer is the value).
+  std::vector<Tensor> wholes;
+  std::vector<char*> whole_data;  // per variable: wholes[v]'s bytes, written as answers arrive
+  // Whether variable `v` is read into its whole value (a plan without wholes concatenates).
+  bool InPlace(size_t v) const { return v < wholes.size() && wholes[v].num_bytes() > 0; }
+  // Where shard `shard` of sharded variable `variable` belongs in its whole value.
+  char* ShardData(const Ref& ref) const {
+    const VariablePlacement& p = *placements[ref.variable];
+    const int64_t rows = p.shape.empty() ? 1 : p.shape[0];
+    const size_t row_bytes = rows > 0 ? wholes[ref.variable].num_bytes() / static_cast<size_t>(rows) : 0;
+    return whole_data[ref.variable] + static_cast<size_t>(p.shards[ref.shard].row_begin) * row_bytes;
+  }
 };
+
+// The whole value a sharded variable is read into, uninitialised: every byte is one shard's,
+// and the value is handed out only once every shard is in (FinishRead).
+Tensor UninitializedWhole(const VariablePlacement& p) {
+  const size_t bytes = static_cast<size_t>(NumElements(p.shape)) * DTypeSize(p.dtype);
+  std::shared_ptr<void> block = AllocateAlignedUninitialized(bytes);
+  void* data = block.get();
+  return Tensor::View(p.dtype, p.shape, std::move(block), data);
+}
+
+// Call `c` of `plan`'s answer is read, payload by payload, straight into the rows of the
+// whole values its shards belong to, where the answer describes a shard as the placement
+// does (anything else lands in the frame's own block, and FinishRead refuses or copies it).
+net::PayloadPlacer PlaceRead(std::shared_ptr<const ReadPlan> plan, size_t c) {
+  return [plan = std::move(plan), c](const net::InMessage& header) {
+    net::PayloadPlacement placement;
+    auto tensors = header.ResponseBody<wire::ReadResponse>().getTensors();
+    const std::vector<ReadPlan::Ref>& refs = plan->refs[c];
+    if (tensors.size() != refs.size()) return placement;
+    for (unsigned i = 0; i < tensors.size(); ++i) {
+      const ReadPlan::Ref& ref = refs[i];
+      if (!plan->InPlace(ref.variable)) continue;  // unsharded: the answer is the value
+      const VariablePlacement& p = *plan->placements[ref.variable];
+      auto tensor = tensors[i];
+      const uint32_t payload = tensor.getPayload();
+      absl::StatusOr<DType> dtype = DTypeFromWire(tensor.getDtype());
+      if (payload >= header.num_payloads() || !dtype.ok() || *dtype != p.dtype ||
+          net::GetShape(tensor.getShape()) != p.ShardShape(ref.shard)) {
+        continue;
+      }
+      if (placement.destinations.size() <= payload) placement.destinations.resize(payload + 1);
+      const Shape shard_shape = p.ShardShape(ref.shard);
+      placement.destinations[payload] = {plan->ShardData(ref),
+                                         static_cast<size_t>(NumElements(shard_shape)) * DTypeSize(p.dtype)};
+    }
+    placement.owner = plan;
+    return placement;
+  };
+}
 
 absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, CallResults results) {
   RETURN_IF_ERROR(FirstError(results));
@@ -423,7 +481,13 @@ absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, CallResults res
                                                   ShapeString(shard.shape()), " for '", p.shards[ref.shard].name,
                                                   "', which is ", DTypeName(p.dtype), ShapeString(expected)));
         }
-        shards[ref.variable][ref.shard] = std::move(shard);
+        if (plan.InPlace(ref.variable)) {
+          // Received in place unless the placement did not take (e.g. the payload was shared).
+          char* into = plan.ShardData(ref);
+          if (shard.raw_data() != into && shard.num_bytes() > 0) std::memcpy(into, shard.raw_data(), shard.num_bytes());
+        } else {
+          shards[ref.variable][ref.shard] = std::move(shard);
+        }
         if (has_versions) versions[p.shards[ref.shard].name] = shard_versions[i];
       }
       return absl::OkStatus();
@@ -432,10 +496,12 @@ absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, CallResults res
   VersionedValues out;
   out.values.reserve(num_variables);
   for (size_t v = 0; v < num_variables; ++v) {
-    if (shards[v].size() == 1) {
+    if (plan.InPlace(v)) {
+      out.values.push_back(plan.wholes[v]);  // every shard's rows are in it now
+    } else if (shards[v].size() == 1) {
       out.values.push_back(std::move(shards[v][0]));  // zero-copy view of the response
     } else {
-      ASSIGN_OR_RETURN(Tensor whole, Concat(shards[v]));
+      ASSIGN_OR_RETURN(Tensor whole, Concat(shards[v]));  // sharded, but empty
       out.values.push_back(std::move(whole));
     }
   }
@@ -553,6 +619,8 @@ void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallb
     for (size_t s = 0; s < (*p)->shards.size(); ++s) {
       by_ps[(*p)->shards[s].ps].push_back({&(*p)->shards[s].name, ReadPlan::Ref{v, s}});
     }
+    plan->wholes.push_back((*p)->shards.size() > 1 ? UninitializedWhole(**p) : Tensor());
+    plan->whole_data.push_back(static_cast<char*>(plan->wholes.back().raw_data()));
     plan->placements.push_back(*std::move(p));
   }
   std::vector<Outgoing> calls;
@@ -568,6 +636,13 @@ void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallb
     }
     calls.push_back(std::move(call));
     plan->refs.push_back(std::move(refs));
+  }
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const std::vector<ReadPlan::Ref>& refs = plan->refs[c];
+    const bool any_sharded = std::any_of(refs.begin(), refs.end(), [&](const ReadPlan::Ref& ref) {
+      return plan->InPlace(ref.variable);
+    });
+    if (any_sharded) calls[c].place_payloads = PlaceRead(plan, c);
   }
   CallAllAsync(ps_, "ps.Read", std::move(calls), {options_.timeout, std::nullopt},
                [plan = std::move(plan), done = std::move(done)](CallResults results) {

@@ -689,6 +689,26 @@ TEST_F(FakePsTest, AWellFormedAnswerIsReturned) {
   EXPECT_EQ(rows->shape(), (Shape{2, 2}));
 }
 
+TEST_F(FakePsTest, ShardsOfAReadAreReassembledHoweverTheAnswerLaysOutItsPayloads) {
+  // Each shard is received straight into its rows of the whole value where it can be, and
+  // copied there where it cannot: here the answer's two shards share one payload.
+  AnswerReadWith({Iota({2, 2}, 0), Iota({2, 2}, 4)});
+  auto read = client_->Read({"t"});
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE((*read)[0].Equals(Iota({4, 2}, 0))) << (*read)[0].DebugString(8);
+  AnswerReadWith({Iota({2, 2}, 0), Iota({2, 2}, 4)},
+                 [](wire::ReadResponse::Builder body) { body.getTensors()[1].setPayload(0); });
+  read = client_->Read({"t"});
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE((*read)[0].Equals(Concat({Iota({2, 2}, 0), Iota({2, 2}, 0)}).value())) << (*read)[0].DebugString(8);
+  // Beside an unsharded variable in the same answer, which is returned as received.
+  AnswerReadWith({Iota({4, 2}, 10), Iota({2, 2}, 0), Iota({2, 2}, 4)});
+  read = client_->Read({"v", "t"});
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE((*read)[0].Equals(Iota({4, 2}, 10))) << (*read)[0].DebugString(8);
+  EXPECT_TRUE((*read)[1].Equals(Iota({4, 2}, 0))) << (*read)[1].DebugString(8);
+}
+
 TEST_F(FakePsTest, ReadAnsweredWithTheWrongNumberOfTensorsIsAnError) {
   AnswerReadWith({});
   EXPECT_EQ(client_->Read({"v"}).status().code(), absl::StatusCode::kInternal);

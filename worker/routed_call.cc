@@ -81,6 +81,7 @@ struct GroupCall {
   net::OutMessage request;  // kept unsent: each try sends a copy
   bool repeatable;
   std::optional<bool> wait_for_ready;
+  net::PayloadPlacer place_payloads;  // passed on to every attempt (CallOptions::place_payloads)
   absl::Time deadline;
   RoutedCallback done;
 };
@@ -131,7 +132,7 @@ void Try(std::shared_ptr<GroupCall> call) {
   SetRoute(call->method, message, call->group, route.generation);
   net::RpcClient* client = call->ps[static_cast<size_t>(route.primary)];
   const std::string method = call->method;
-  const net::RpcClient::CallOptions options{left, call->wait_for_ready};
+  const net::RpcClient::CallOptions options{left, call->wait_for_ready, call->place_payloads};
   client->CallAsync(method, std::move(message), options,
                     [call = std::move(call), route](absl::StatusOr<net::InMessage> r) mutable {
                       if (r.ok()) {
@@ -178,6 +179,7 @@ void CallGroupAsync(const std::vector<net::RpcClient*>& ps, ShardMapCache& cache
   call->request = std::move(request);
   call->repeatable = RepeatableAfterLoss(method, call->request);
   call->wait_for_ready = options.wait_for_ready;
+  call->place_payloads = options.place_payloads;
   call->deadline = options.timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + options.timeout;
   call->done = std::move(done);
   if (!SetRoute(method, call->request, call->group, 0)) {
