@@ -69,6 +69,7 @@ struct Config {
   bool overlap_pull;
   int closures_per_worker;
   bool split;  // fc1.weight (803 KB of the model's 940 KB) split over both PS
+  bool fused_push_pull = true;  // fmnist::Options::fused_push_pull (with overlap_pull)
 };
 
 const Config kConfigs[] = {
@@ -80,6 +81,8 @@ const Config kConfigs[] = {
     {"pipelined_split", "overlap_pull, 2 closures per worker, and fc1.weight split over both PS (MinSizePartitioner, 2 shards)",
      true, 2, true},
     {"pipelined_3", "overlap_pull and 3 closures per worker (deeper pipelining: more staleness)", true, 3, false},
+    {"unfused", "the default with the next step's pull as its own request behind the push (not fused into it: 1 step staler)",
+     true, 2, false, false},
 };
 
 // Every metrics text and CPU time of the cluster at one moment.
@@ -242,6 +245,7 @@ absl::StatusOr<Run> TrainDistributed(const Config& config, const fmnist::Options
 
   fmnist::Options run = options;
   run.overlap_pull = config.overlap_pull;
+  run.fused_push_pull = config.fused_push_pull;
   // The window: from a tenth of the first epoch (after start-up) to the last step.
   const int64_t total_steps = static_cast<int64_t>(options.epochs) * (60'000 / options.batch_size);
   const int64_t first = std::max<int64_t>(1, 60'000 / options.batch_size / 10);

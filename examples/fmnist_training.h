@@ -49,6 +49,11 @@ struct Options {
   // (ClusterCoordinator::Options::closures_per_worker): the next closure pulls and computes
   // while this one waits for the PS; with one closure per worker the wait stays on the step.
   bool overlap_pull = false;
+  // With overlap_pull: the push and the next step's pull go out as one request per PS
+  // (torch_bridge::PushGradientsAndPullAsync), answered with the values once the push is
+  // applied. Saves a request per PS per step, and the next step always computes on values that
+  // include this worker's own last push (no extra staleness). Off: the pull is its own request.
+  bool fused_push_pull = true;
   // Staleness options of the model's Adam (docs/staleness.md): pushes staler than
   // max_staleness are refused and their steps recomputed (negative: no bound), and the
   // staleness-aware learning rate (lr / max(1, staleness)).
