@@ -58,7 +58,10 @@
 namespace {
 
 struct Flags {
-  Flags() { train.overlap_pull = asyncps::fmnist::kDefaultOverlapPull; }
+  Flags() {
+    train.overlap_pull = asyncps::fmnist::kDefaultOverlapPull;
+    train.fused_push_pull = asyncps::fmnist::kDefaultFusedPushPull;
+  }
   asyncps::fmnist::Options train;
   int torch_threads = 1;
   bool ps_recovery = false;
@@ -80,7 +83,7 @@ constexpr char kUsage[] =
     "  --overlap_pull (default true): pull the next step's parameters behind this step's push\n"
     "    and free the model before the push's answer; pays with --closures_per_worker 2\n"
     "    (closures running at once per worker; default 2).\n"
-    "  --fused_push_pull (default true): with --overlap_pull, the pull rides on the push (one\n"
+    "  --fused_push_pull (default false): with --overlap_pull, the pull rides on the push (one\n"
     "    request per PS, answered with the values once the push is applied); false: the pull is\n"
     "    its own request and may miss this push (ONE STEP MORE STALENESS).\n"
     "    --overlap_pull=false --closures_per_worker 1: TensorFlow's step (pull, compute, push, wait).\n"

@@ -30,6 +30,10 @@ namespace asyncps::fmnist {
 // itself stays off: a program that runs one closure per worker gains nothing from it.
 inline constexpr bool kDefaultOverlapPull = true;
 inline constexpr int kDefaultClosuresPerWorker = 2;
+// Options::fused_push_pull in the main command: off. Measured with train_bench (configs
+// "default" and "fused", same run, 2-core VM under load 10-12): the fused step was slower
+// (docs/performance.md), so the default keeps the pull as its own request.
+inline constexpr bool kDefaultFusedPushPull = false;
 
 struct Options {
   std::string model = "mlp";  // "mlp" (784-256-128-10) or "cnn" (two conv layers)
@@ -52,8 +56,10 @@ struct Options {
   // With overlap_pull: the push and the next step's pull go out as one request per PS
   // (torch_bridge::PushGradientsAndPullAsync), answered with the values once the push is
   // applied. Saves a request per PS per step, and the next step always computes on values that
-  // include this worker's own last push (no extra staleness). Off: the pull is its own request.
-  bool fused_push_pull = true;
+  // include this worker's own last push (no extra staleness), but the push's apply is then
+  // on the next step's critical path. Off: the pull is its own request (see
+  // kDefaultFusedPushPull for the main command's choice).
+  bool fused_push_pull = false;
   // Staleness options of the model's Adam (docs/staleness.md): pushes staler than
   // max_staleness are refused and their steps recomputed (negative: no bound), and the
   // staleness-aware learning rate (lr / max(1, staleness)).
