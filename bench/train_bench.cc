@@ -17,7 +17,7 @@
 // Configurations: the main command's default (fashion_mnist with no step flags: overlap_pull and
 // 2 closures per worker), TensorFlow's defaults, overlap_pull alone, the default with the big
 // matrix split over both PS, 3 closures per worker, and the default with the pull fused into the
-// push (--fused_push_pull). The one-thread reference runs before
+// push (--fused_push_pull), with 2 and 3 closures per worker. The one-thread reference runs before
 // and after them; ratios are against the faster of its two runs.
 // On a machine shared with other jobs the figures mean little unless the bench gets the cores;
 // see the README (Measured) for how they were taken.
@@ -84,6 +84,8 @@ const Config kConfigs[] = {
     {"pipelined_3", "overlap_pull and 3 closures per worker (deeper pipelining: more staleness)", true, 3, false},
     {"fused", "the default with the next step's pull fused into its push (one request per PS, values read after the apply)",
      true, 2, false, true},
+    {"fused_3", "fused_push_pull with 3 closures per worker (the later push answer hidden by one more closure)",
+     true, 3, false, true},
 };
 
 // Every metrics text and CPU time of the cluster at one moment.
