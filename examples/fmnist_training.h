@@ -33,8 +33,9 @@ inline constexpr int kDefaultClosuresPerWorker = 3;
 // Options::fused_push_pull in the main command: on, with 3 closures per worker. Measured with
 // train_bench (same-run pairs, 2-core VM under load; docs/performance.md): fused with 2 closures
 // per worker was slower than the plain pull (its push is answered later, and the worker's model
-// sat idle waiting for its next closure); fused with 3 was 12-15% faster than the plain pull with
-// 2 at the same mean staleness (0.97-0.98) and lower CPU per example, test accuracy 0.881-0.883.
+// sat idle waiting for its next closure); fused with 3 was 11-15% faster than the plain pull with
+// 2 in 5 of 6 pairs (0.95x in one), at the same mean staleness (0.97-0.98), with lower CPU per
+// example in 5 of 6, test accuracy 0.881-0.888.
 inline constexpr bool kDefaultFusedPushPull = true;
 
 struct Options {
