@@ -14,9 +14,11 @@
 //     (dispatch), the PS handler time per request (asyncps_rpc_server_seconds, queueing on the
 //     PS included) and every process's CPU time (/proc/PID/stat) per step, against the
 //     reference's: how many cores keeping up with the reference would take.
-// Configurations: the main command's default (fashion_mnist with no step flags: overlap_pull and
-// 2 closures per worker), TensorFlow's defaults, overlap_pull alone, the default with the big
-// matrix split over both PS, and 3 closures per worker. The one-thread reference runs before
+// Configurations: the main command's default (fashion_mnist with no step flags: overlap_pull
+// fused into the push, 3 closures per worker), TensorFlow's defaults, overlap_pull alone, the
+// plain pipelined step (2 closures per worker) with the big matrix split over both PS, 3 closures per worker with the plain pull, the pull fused into the
+// push (--fused_push_pull) with 2 closures per worker, and the earlier default (plain: overlap_pull,
+// its own pull, 2 closures per worker). The one-thread reference runs before
 // and after them; ratios are against the faster of its two runs.
 // On a machine shared with other jobs the figures mean little unless the bench gets the cores;
 // see the README (Measured) for how they were taken.
@@ -69,17 +71,23 @@ struct Config {
   bool overlap_pull;
   int closures_per_worker;
   bool split;  // fc1.weight (803 KB of the model's 940 KB) split over both PS
+  bool fused_push_pull = fmnist::kDefaultFusedPushPull;  // fmnist::Options::fused_push_pull
 };
 
 const Config kConfigs[] = {
-    {"default", "the main command's default step (fashion_mnist without step flags): overlap_pull, 2 closures per worker",
+    {"default", "the main command's default step (fashion_mnist without step flags): overlap_pull fused into the push, 3 closures per worker",
      fmnist::kDefaultOverlapPull, fmnist::kDefaultClosuresPerWorker, false},
     {"baseline", "TensorFlow's defaults: 1 closure per worker; pull, compute, push and wait", false, 1, false},
     {"overlap_pull", "next step's pull sent behind this push, answer awaited with the model free (1 step staler)",
-     true, 1, false},
+     true, 1, false, false},
     {"pipelined_split", "overlap_pull, 2 closures per worker, and fc1.weight split over both PS (MinSizePartitioner, 2 shards)",
-     true, 2, true},
-    {"pipelined_3", "overlap_pull and 3 closures per worker (deeper pipelining: more staleness)", true, 3, false},
+     true, 2, true, false},
+    {"pipelined_3", "overlap_pull (its own pull) and 3 closures per worker (deeper pipelining: more staleness)", true, 3,
+     false, false},
+    {"fused", "the next step's pull fused into this push (values read after the apply), 2 closures per worker",
+     true, 2, false, true},
+    {"plain", "the step that was the default before the fused push-and-read: overlap_pull, its own pull, 2 closures per worker",
+     true, 2, false, false},
 };
 
 // Every metrics text and CPU time of the cluster at one moment.
@@ -242,6 +250,7 @@ absl::StatusOr<Run> TrainDistributed(const Config& config, const fmnist::Options
 
   fmnist::Options run = options;
   run.overlap_pull = config.overlap_pull;
+  run.fused_push_pull = config.fused_push_pull;
   // The window: from a tenth of the first epoch (after start-up) to the last step.
   const int64_t total_steps = static_cast<int64_t>(options.epochs) * (60'000 / options.batch_size);
   const int64_t first = std::max<int64_t>(1, 60'000 / options.batch_size / 10);

@@ -4,7 +4,7 @@
 //   build/bin/asyncps_launch --ps 2 --workers 2 -- build/bin/fashion_mnist [--model mlp|cnn]
 //       [--epochs N] [--batch_size N] [--data_dir DIR] [--torch_threads N] [--eval_every EPOCHS]
 //       [--checkpoint_dir DIR [--checkpoint_every_steps N] [--max_to_keep N]] [--sharding off|dynamic]
-//       [--ps_recovery auto|off] [--overlap_pull=true|false] [--closures_per_worker N]
+//       [--ps_recovery auto|off] [--overlap_pull=true|false] [--fused_push_pull=true|false] [--closures_per_worker N]
 //       [--stop_at_accuracy A]   (stop once an evaluation, e.g. every --eval_every epochs, reaches A)
 //       [--count_examples]       (a counter per example on the PS: fail unless each was applied
 //                                 exactly once per epoch; needs --sharding dynamic)
@@ -58,7 +58,10 @@
 namespace {
 
 struct Flags {
-  Flags() { train.overlap_pull = asyncps::fmnist::kDefaultOverlapPull; }
+  Flags() {
+    train.overlap_pull = asyncps::fmnist::kDefaultOverlapPull;
+    train.fused_push_pull = asyncps::fmnist::kDefaultFusedPushPull;
+  }
   asyncps::fmnist::Options train;
   int torch_threads = 1;
   bool ps_recovery = false;
@@ -71,14 +74,18 @@ constexpr char kUsage[] =
     "              [--torch_threads N] [--eval_every EPOCHS] [--seed N]\n"
     "              [--checkpoint_dir DIR] [--checkpoint_every_steps N] [--max_to_keep N]\n"
     "              [--sharding off|dynamic] [--stop_at_accuracy A] [--ps_recovery auto|off]\n"
-    "              [--overlap_pull=true|false] [--closures_per_worker N] [--count_examples]\n"
+    "              [--overlap_pull=true|false] [--fused_push_pull=true|false] [--closures_per_worker N]\n"
+    "              [--count_examples]\n"
     "              [--augment] [--data_service auto|off]\n"
     "  --augment: a random crop (of the image padded by one pixel) and flip of every image.\n"
     "  --data_service auto: with a dispatcher in the cluster (asyncps_launch --data_workers D),\n"
     "    the data workers run the input pipeline (implies --sharding dynamic); off: the workers.\n"
     "  --overlap_pull (default true): pull the next step's parameters behind this step's push\n"
-    "    and free the model before the push's answer (ONE STEP MORE STALENESS); pays with\n"
-    "    --closures_per_worker 2 (closures running at once per worker; default 2).\n"
+    "    and free the model before the push's answer; pays with --closures_per_worker 2 or more\n"
+    "    (closures running at once per worker; default 3).\n"
+    "  --fused_push_pull (default true): with --overlap_pull, the pull rides on the push (one\n"
+    "    request per PS, answered with the values once the push is applied); false: the pull is\n"
+    "    its own request and may miss this push (ONE STEP MORE STALENESS).\n"
     "    --overlap_pull=false --closures_per_worker 1: TensorFlow's step (pull, compute, push, wait).\n"
     "  --count_examples: count on the PS how often each training example was applied and fail\n"
     "    unless it is exactly once per epoch (needs --sharding dynamic and a --batch_size that\n"
@@ -137,6 +144,12 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
       const bool has_value = arg.find('=') != std::string::npos;
       ok = !has_value || value == "true" || value == "false";
       flags->train.overlap_pull = !has_value || value == "true";
+    } else if (name == "fused_push_pull") {
+      // A switch like --overlap_pull.
+      switch_flag = true;
+      const bool has_value = arg.find('=') != std::string::npos;
+      ok = !has_value || value == "true" || value == "false";
+      flags->train.fused_push_pull = !has_value || value == "true";
     } else if (name == "count_examples") {
       // A switch like --overlap_pull.
       switch_flag = true;

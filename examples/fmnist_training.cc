@@ -95,12 +95,15 @@ absl::StatusOr<Net> MakeNet(const std::string& kind, uint64_t seed) {
 // A worker's own copy of the model; its parameters are pulled from the PS every step.
 class ModelResource : public Resource {
  public:
-  ModelResource(Net net, bool overlap_pull) : overlap_pull(overlap_pull), net_(std::move(net)) {}
+  ModelResource(Net net, bool overlap_pull, bool fused_push_pull)
+      : overlap_pull(overlap_pull), fused_push_pull(fused_push_pull), net_(std::move(net)) {}
   // The model is used by one step at a time (closures may overlap on a worker).
   Mutex mu;
   Net& net() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return net_; }
   // Options::overlap_pull: the read a step starts for the next step's parameters.
   const bool overlap_pull;
+  // Options::fused_push_pull.
+  const bool fused_push_pull;
   std::optional<PsFuture<VersionedValues>> next_pull ABSL_GUARDED_BY(mu);
 
  private:
@@ -212,7 +215,14 @@ absl::StatusOr<Values> TrainStep(StepContext& ctx) {
       return absl::OkStatus();
     }));
     phase("compute");
-    if (model->overlap_pull) {
+    if (model->overlap_pull && model->fused_push_pull) {
+      // The push carries the next step's read (one request per PS): its answer holds the
+      // values with this push applied. The model is free for the worker's next closure, which
+      // waits for that answer, while this one waits for the push's own result.
+      StepContext::PushAndRead fused = torch_bridge::PushGradientsAndPullAsync(ctx, *net.module);
+      push = std::move(fused.pushed);
+      model->next_pull = std::move(fused.values);
+    } else if (model->overlap_pull) {
       // The next step's read goes out right behind this push, so its round trip overlaps the
       // push's; it may miss this push (one step more staleness: measured, sending the read
       // first costs more accuracy than it gains speed). The model is free for the worker's
@@ -470,9 +480,11 @@ Program MakeProgram(std::string cluster_token) {
     ASSIGN_OR_RETURN(std::string kind, ctx.Arg("model"));
     // Absent (an older chief): no overlap.
     const bool overlap = ctx.Arg("overlap_pull").value_or("0") == "1";
+    // Absent (an older chief): the pull as its own request.
+    const bool fused = ctx.Arg("fused_push_pull").value_or("0") == "1";
     return CatchTorch([&]() -> absl::StatusOr<std::unique_ptr<Resource>> {
       ASSIGN_OR_RETURN(Net net, MakeNet(kind, 0));
-      return std::make_unique<ModelResource>(std::move(net), overlap);
+      return std::make_unique<ModelResource>(std::move(net), overlap, fused);
     });
   });
   program.AddFunction("fmnist_train_step", TrainStep);
@@ -532,7 +544,8 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   ASSIGN_OR_RETURN(PerWorkerValues iterators, dataset.MakeIterator());
   ASSIGN_OR_RETURN(PerWorkerValues models, coordinator.CreatePerWorkerResource(
                                        "fmnist_model", {{"model", options.model},
-                                                        {"overlap_pull", options.overlap_pull ? "1" : "0"}}));
+                                                        {"overlap_pull", options.overlap_pull ? "1" : "0"},
+                                                        {"fused_push_pull", options.fused_push_pull ? "1" : "0"}}));
 
   const int64_t total_steps = steps_per_epoch * options.epochs;
   if (start_step > 0 && options.progress) {

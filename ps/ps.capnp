@@ -112,6 +112,10 @@ struct UpdateResponse {
   alreadyApplied @0 :UInt32;   # variables of the request skipped as applied before (UpdateTag)
   staleness @1 :Int64 = -1;    # the largest staleness among the gradients applied that named a
                                # base version; -1 when none did
+  values @2 :List(TensorRef);  # ps.PushGradients with readAfter: those variables' values once the
+                               # push is applied here (also when it was applied before: a retry);
+                               # absent from a PS older than readAfter, and from ps.Update
+  versions @3 :List(Int64);    # parallel to values: each variable's version (Variable::version)
 }
 
 # A gradient for the variable's optimizer: dense, or rows (ids local to the shard) when hasIds.
@@ -128,6 +132,10 @@ struct PushGradientsRequest {
   gradients @0 :List(Gradient);
   tag @1 :UpdateTag;
   route @2 :Route;
+  readAfter @3 :List(Text);    # variables (of this PS) to answer in UpdateResponse.values once the
+                               # push is applied: a push and the next pull in one round trip. Checked
+                               # with the gradients (an unknown name applies nothing); a PS older
+                               # than this field ignores it and answers no values
 }
 
 struct GatherRequest {

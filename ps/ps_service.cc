@@ -262,13 +262,30 @@ absl::Status PsService::UpdateIn(ShardState state, const net::InMessage& request
 }
 
 absl::Status PsService::PushGradients(const net::InMessage& request, net::OutMessage* response) {
-  return PushGradientsIn(default_state(), request, request.RequestBody<wire::PushGradientsRequest>(), response);
+  return PushGradientsIn(default_state(), request, request.RequestBody<wire::PushGradientsRequest>(), response,
+                         /*answer_read_after=*/true);
 }
 
 absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& request,
-                                        wire::PushGradientsRequest::Reader req, net::OutMessage* response) {
+                                        wire::PushGradientsRequest::Reader req, net::OutMessage* response,
+                                        bool answer_read_after) {
   VariableStore& store = *state.store;
   UpdateDedup& dedup = *state.dedup;
+  // readAfter (the fused push-and-read): resolved and sized before anything is applied, so a
+  // bad name or an oversized answer refuses the push rather than answering an error for a push
+  // that was applied (an untagged retry would apply it twice).
+  std::vector<std::shared_ptr<Variable>> read_after;
+  if (req.hasReadAfter()) {
+    auto names = req.getReadAfter();
+    read_after.reserve(names.size());
+    uint64_t bytes = 0;
+    for (auto name : names) {
+      ASSIGN_OR_RETURN(auto v, store.Find(name.cStr()));
+      bytes = SaturatingAdd(bytes, static_cast<uint64_t>(NumElements(v->shape())) * DTypeSize(v->dtype()));
+      read_after.push_back(std::move(v));
+    }
+    RETURN_IF_ERROR(CheckResponseBytes("ps.PushGradients (readAfter)", bytes));
+  }
   auto gradients = req.getGradients();
   std::vector<Prepared> prepared;
   for (auto g : gradients) {
@@ -314,6 +331,16 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
   auto body = response->InitResponseBody<wire::UpdateResponse>();
   body.setAlreadyApplied(admission.already_applied());
   body.setStaleness(max_staleness);
+  if (answer_read_after && !read_after.empty()) {
+    // After the apply (or after finding it applied before): the values include this push.
+    auto out = body.initValues(static_cast<unsigned>(read_after.size()));
+    auto versions = body.initVersions(static_cast<unsigned>(read_after.size()));
+    for (unsigned i = 0; i < read_after.size(); ++i) {
+      int64_t version = 0;
+      response->AddTensor(read_after[i]->ReadVersioned(&version), out[i]);
+      versions.set(i, version);
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -91,8 +91,13 @@ class PsService {
   absl::Status ReadIn(ShardState state, wire::ReadRequest::Reader body, net::OutMessage* response);
   absl::Status UpdateIn(ShardState state, const net::InMessage& frame, wire::UpdateRequest::Reader body,
                         net::OutMessage* response);
+  // `answer_read_after`: the request's readAfter variables are answered (UpdateResponse.values)
+  // once the push is applied; the copy that answers the client passes true, a backup replaying
+  // the write false. Either way they are checked before anything is applied (an unknown name or
+  // an answer over max_response_bytes refuses the whole push), so every copy decides alike.
   absl::Status PushGradientsIn(ShardState state, const net::InMessage& frame,
-                               wire::PushGradientsRequest::Reader body, net::OutMessage* response);
+                               wire::PushGradientsRequest::Reader body, net::OutMessage* response,
+                               bool answer_read_after = false);
   absl::Status GatherIn(ShardState state, const net::InMessage& frame, wire::GatherRequest::Reader body,
                         net::OutMessage* response);
   absl::Status ListVariablesIn(ShardState state, net::OutMessage* response);

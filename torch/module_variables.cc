@@ -156,6 +156,21 @@ PsFuture<void> PushGradientsAsync(StepContext& ctx, ::torch::nn::Module& module,
   return ctx.PushGradientsAsync(*gradients);
 }
 
+StepContext::PushAndRead PushGradientsAndPullAsync(StepContext& ctx, ::torch::nn::Module& module,
+                                                   const std::string& prefix) {
+  std::vector<std::string> names;
+  absl::Status status = Guard("PushGradientsAndPullAsync", [&]() -> absl::Status {
+    names = NamedParameters(module, prefix).names;
+    return absl::OkStatus();
+  });
+  absl::StatusOr<std::vector<GradientUpdate>> gradients =
+      status.ok() ? TakeGradients(module, prefix) : absl::StatusOr<std::vector<GradientUpdate>>(status);
+  if (!gradients.ok()) {
+    return {PsFuture<void>::Ready(gradients.status()), PsFuture<VersionedValues>::Ready(gradients.status())};
+  }
+  return ctx.PushGradientsAndReadAsync(*gradients, names);
+}
+
 absl::Status PushGradients(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix) {
   ASSIGN_OR_RETURN(std::vector<GradientUpdate> gradients, TakeGradients(module, prefix));
   if (gradients.empty()) return absl::OkStatus();

@@ -22,6 +22,7 @@
 #include "core/tensor.h"
 #include "worker/ps_client.h"
 #include "worker/ps_future.h"
+#include "worker/step_context.h"
 
 namespace torch::nn {
 class Module;
@@ -29,7 +30,6 @@ class Module;
 
 namespace asyncps {
 class ParameterServerStrategy;
-class StepContext;
 }  // namespace asyncps
 
 namespace asyncps::torch_bridge {
@@ -84,6 +84,13 @@ absl::StatusOr<std::vector<GradientUpdate>> TakeGradients(::torch::nn::Module& m
 // Worker: PushGradients without waiting: sends the gradients and clears them at once (the
 // requests keep autograd's buffers alive); the future says whether every PS applied them.
 PsFuture<void> PushGradientsAsync(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix = "");
+
+// Worker: PushGradientsAsync and PullVersionedAsync(ctx, module) in one request per PS
+// (StepContext::PushGradientsAndReadAsync): `pushed` says whether every PS applied the
+// gradients; `values`, for FinishPull(ctx, ...), holds the parameters as each PS held them once
+// it applied this push (so the next step computes from values that include it).
+StepContext::PushAndRead PushGradientsAndPullAsync(StepContext& ctx, ::torch::nn::Module& module,
+                                                   const std::string& prefix = "");
 
 }  // namespace asyncps::torch_bridge
 

@@ -721,6 +721,161 @@ void PsClient::GatherVersionedAsync(const std::string& name, const Tensor& ids, 
                options_.shard_map);
 }
 
+// ---- The fused push-and-read (issue 23): PushGradientsAndReadAsync ---------------------------
+
+namespace {
+
+// The values a ps.PushGradients with readAfter answered, reassembled like FinishRead's (the
+// same checks against the placement). `*unanswered` is set, and nothing returned, when a PS
+// that was asked for values answered none: a PS older than readAfter.
+absl::StatusOr<VersionedValues> FinishPushAndRead(const ReadPlan& plan, const CallResults& results,
+                                                  bool* unanswered) {
+  *unanswered = false;
+  ShardVersions versions;
+  const size_t num_variables = plan.placements.size();
+  std::vector<std::vector<Tensor>> shards(num_variables);
+  for (size_t v = 0; v < num_variables; ++v) shards[v].resize(plan.placements[v]->shards.size());
+  for (size_t c = 0; c < results.size(); ++c) {
+    if (plan.refs[c].empty()) continue;
+    RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
+      auto body = results[c]->ResponseBody<wire::UpdateResponse>();
+      auto tensors = body.getValues();
+      if (tensors.size() == 0) {
+        *unanswered = true;
+        return absl::OkStatus();
+      }
+      if (tensors.size() != plan.refs[c].size()) {
+        return absl::InternalError("ps.PushGradients answered the wrong count of values");
+      }
+      auto shard_versions = body.getVersions();
+      const bool has_versions = shard_versions.size() == tensors.size();
+      for (unsigned i = 0; i < tensors.size(); ++i) {
+        const ReadPlan::Ref& ref = plan.refs[c][i];
+        ASSIGN_OR_RETURN(Tensor shard, results[c]->TensorAt(tensors[i]));
+        const VariablePlacement& p = *plan.placements[ref.variable];
+        const Shape expected = p.ShardShape(ref.shard);
+        if (shard.dtype() != p.dtype || shard.shape() != expected) {
+          return absl::InternalError(absl::StrCat("ps.PushGradients answered ", DTypeName(shard.dtype()),
+                                                  ShapeString(shard.shape()), " for '", p.shards[ref.shard].name,
+                                                  "', which is ", DTypeName(p.dtype), ShapeString(expected)));
+        }
+        shards[ref.variable][ref.shard] = std::move(shard);
+        if (has_versions) versions[p.shards[ref.shard].name] = shard_versions[i];
+      }
+      return absl::OkStatus();
+    }));
+    if (*unanswered) return VersionedValues();
+  }
+  VersionedValues out;
+  out.values.reserve(num_variables);
+  for (size_t v = 0; v < num_variables; ++v) {
+    if (shards[v].size() == 1) {
+      out.values.push_back(std::move(shards[v][0]));  // zero-copy view of the response
+    } else {
+      ASSIGN_OR_RETURN(Tensor whole, Concat(shards[v]));
+      out.values.push_back(std::move(whole));
+    }
+  }
+  out.versions = std::move(versions);
+  return out;
+}
+
+}  // namespace
+
+PsFuture<VersionedValues> PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& gradients,
+                                                              const std::vector<std::string>& read_after,
+                                                              const ps::UpdateTag& tag, const ShardVersions& base) {
+  auto [future, complete] = PsFuture<VersionedValues>::Make();
+  PushGradientsAndReadAsync(gradients, read_after, [](absl::Status) {}, std::move(complete), tag, base);
+  return future;
+}
+
+void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& gradients,
+                                         const std::vector<std::string>& read_after, PsCallback<void> pushed,
+                                         PsCallback<VersionedValues> done, const ps::UpdateTag& given_tag,
+                                         const ShardVersions& base) {
+  // An untagged write tagged here (Options::tag_own_writes) leaves the in-flight set once the
+  // push is answered, as PushGradientsAsync's does.
+  const ps::UpdateTag tag = TagOwnWrite(given_tag, &pushed);
+  auto fail = [&](absl::Status status) {
+    pushed(status);
+    done(std::move(status));
+  };
+  std::map<int, std::vector<ShardPiece>> by_ps;
+  for (const GradientUpdate& g : gradients) {
+    absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(g.name);
+    if (!p.ok()) return fail(p.status());
+    if (absl::Status s = SplitUpdate(**p, UpdateKind::kAssign, g.value, g.ids, &by_ps); !s.ok()) return fail(s);
+  }
+  for (auto& [ps, pieces] : by_ps) {
+    for (ShardPiece& piece : pieces) {
+      if (auto it = base.find(piece.shard_name); it != base.end()) piece.base_version = it->second;
+    }
+  }
+  // The reads ride on the pushes: a PS holding only read shards gets a push of no gradients.
+  auto plan = std::make_shared<ReadPlan>();
+  std::map<int, std::vector<std::pair<const std::string*, ReadPlan::Ref>>> reads_by_ps;
+  for (size_t v = 0; v < read_after.size(); ++v) {
+    absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(read_after[v]);
+    if (!p.ok()) return fail(p.status());
+    for (size_t s = 0; s < (*p)->shards.size(); ++s) {
+      reads_by_ps[(*p)->shards[s].ps].push_back({&(*p)->shards[s].name, ReadPlan::Ref{v, s}});
+      by_ps.try_emplace((*p)->shards[s].ps);
+    }
+    plan->placements.push_back(*std::move(p));
+  }
+  std::vector<Outgoing> calls = PieceCalls<wire::PushGradientsRequest>(by_ps, tag);
+  std::vector<int> call_ps;
+  call_ps.reserve(calls.size());
+  for (Outgoing& call : calls) {
+    call_ps.push_back(call.ps);
+    std::vector<ReadPlan::Ref> refs;
+    if (auto it = reads_by_ps.find(call.ps); it != reads_by_ps.end()) {
+      auto body = call.message.envelope().getRequest().getBody().getAs<wire::PushGradientsRequest>();
+      auto names = body.initReadAfter(static_cast<unsigned>(it->second.size()));
+      refs.reserve(it->second.size());
+      for (unsigned i = 0; i < it->second.size(); ++i) {
+        names.set(i, *it->second[i].first);
+        refs.push_back(it->second[i].second);
+      }
+    }
+    plan->refs.push_back(std::move(refs));
+  }
+  CallAllAsync(
+      ps_, "ps.PushGradients", std::move(calls), {options_.timeout, std::nullopt},
+      [connections = ps_, shard_map = options_.shard_map, timeout = options_.timeout, call_ps = std::move(call_ps),
+       plan = std::move(plan), pushed = std::move(pushed), done = std::move(done)](CallResults results) mutable {
+        absl::Status status = FirstError(results);
+        pushed(status);
+        if (!status.ok()) return done(std::move(status));
+        bool unanswered = false;
+        absl::StatusOr<VersionedValues> values = FinishPushAndRead(*plan, results, &unanswered);
+        if (!unanswered) return done(std::move(values));
+        // A PS that predates readAfter applied the push and answered no values: every read is
+        // sent again as a ps.Read, now that the push is applied (what the caller would have
+        // done without the fused call), and reassembled as ReadVersionedAsync does.
+        auto reread = std::make_shared<ReadPlan>();
+        reread->placements = plan->placements;
+        std::vector<Outgoing> reads;
+        for (size_t c = 0; c < plan->refs.size(); ++c) {
+          if (plan->refs[c].empty()) continue;
+          Outgoing call{call_ps[c], net::OutMessage()};
+          auto names =
+              call.message.InitRequestBody<wire::ReadRequest>().initNames(static_cast<unsigned>(plan->refs[c].size()));
+          for (unsigned i = 0; i < plan->refs[c].size(); ++i) {
+            const ReadPlan::Ref& ref = plan->refs[c][i];
+            names.set(i, plan->placements[ref.variable]->shards[ref.shard].name);
+          }
+          reads.push_back(std::move(call));
+          reread->refs.push_back(plan->refs[c]);
+        }
+        CallAllAsync(
+            connections, "ps.Read", std::move(reads), {timeout, std::nullopt},
+            [reread, done = std::move(done)](CallResults r) { done(FinishRead(*reread, std::move(r))); }, shard_map);
+      },
+      options_.shard_map);
+}
+
 absl::Status PsClient::CreateVariable(const VariablePlacement& placement, const ps::InitializerSpec& init,
                                       const OptimizerConfig* optimizer, bool wait_for_ready) {
   std::vector<Outgoing> calls;

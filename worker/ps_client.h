@@ -164,6 +164,24 @@ class PsClient {
   PsFuture<void> PushGradientsAsync(const std::vector<GradientUpdate>& gradients, const ps::UpdateTag& tag,
                                     const ShardVersions& base);
 
+  // A push and the next pull in one round trip (issue 23): applies `gradients` exactly as
+  // PushGradientsAsync(gradients, done, tag, base) does — the same requests, tagging, staleness
+  // checks and errors — and each PS then answers the values of those of `read_after` it holds
+  // (with their versions, as ReadVersionedAsync), read once its part of the push is applied
+  // there (or found applied before: a retry answers the values too). One request per PS that
+  // holds a gradient's shard or a read's shard. A refused push (stale, non-finite, unknown
+  // variable) is an error and yields no values. A PS older than the fused answer is read
+  // afresh with ps.Read after its push. Calls `pushed` (the push's own result) and then `done`
+  // exactly once each, as the other callback forms call theirs.
+  void PushGradientsAndReadAsync(const std::vector<GradientUpdate>& gradients,
+                                 const std::vector<std::string>& read_after, PsCallback<void> pushed,
+                                 PsCallback<VersionedValues> done, const ps::UpdateTag& tag,
+                                 const ShardVersions& base);
+  PsFuture<VersionedValues> PushGradientsAndReadAsync(const std::vector<GradientUpdate>& gradients,
+                                                      const std::vector<std::string>& read_after,
+                                                      const ps::UpdateTag& tag = {},
+                                                      const ShardVersions& base = {});
+
   // Creates every shard of `placement` on its PS (in parallel), each filled by `init`
   // evaluated for that shard's rows. Idempotent. With `wait_for_ready`, waits (up to the
   // timeout) for PS that are still starting.

@@ -1,5 +1,6 @@
 #include "worker/step_context.h"
 
+#include <tuple>
 #include <type_traits>
 
 #include "worker/dataset_resources.h"
@@ -116,6 +117,28 @@ PsFuture<void> StepContext::PushGradientsAsync(const std::vector<GradientUpdate>
   const ShardVersions base = versions();
   return TrackedAsync<void>(
       [&](PsCallback<void> done) { ps_.PushGradientsAsync(gradients, std::move(done), tag, base); });
+}
+
+StepContext::PushAndRead StepContext::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& gradients,
+                                                                const std::vector<std::string>& read_after) {
+  const ps::UpdateTag tag = NextTag();
+  const ShardVersions base = versions();
+  PushAndRead out;
+  PsCallback<void> push_done;
+  std::tie(out.pushed, push_done) = PsFuture<void>::Make();
+  bool sent = false;
+  out.values = TrackedAsync<VersionedValues>([&](PsCallback<VersionedValues> done) {
+    sent = true;
+    ps_.PushGradientsAndReadAsync(
+        gradients, read_after,
+        [failures = failures_, push_done](absl::Status s) {
+          failures->Track(s);
+          push_done(std::move(s));
+        },
+        std::move(done), tag, base);
+  });
+  if (!sent) push_done(CheckCancelled());  // cancelled: nothing was sent
+  return out;
 }
 
 absl::Status StepContext::CheckCancelled() const {

@@ -100,6 +100,17 @@ class StepContext {
   PsFuture<void> UpdateAsync(const std::vector<VariableUpdate>& updates);
   PsFuture<Tensor> GatherAsync(const std::string& name, const Tensor& ids);
   PsFuture<void> PushGradientsAsync(const std::vector<GradientUpdate>& gradients);
+  // PushGradientsAsync and ReadManyVersionedAsync(read_after) in one request per PS
+  // (PsClient::PushGradientsAndReadAsync): `pushed` is PushGradientsAsync's result (the same
+  // tag and base versions: numbered as one update call of the step); `values` holds the
+  // variables as each PS held them once it applied its part of the push, with their versions,
+  // which are NOT recorded in this context (for the step that computes with them: NoteVersions).
+  struct PushAndRead {
+    PsFuture<void> pushed;
+    PsFuture<VersionedValues> values;
+  };
+  PushAndRead PushGradientsAndReadAsync(const std::vector<GradientUpdate>& gradients,
+                                        const std::vector<std::string>& read_after);
 
   // Embedding tables (ParameterServerStrategy::CreateEmbeddingTable; EmbeddingClient says how
   // keys travel). LookupEmbeddings: rows of `keys` (i64 [n], duplicates allowed) as f32

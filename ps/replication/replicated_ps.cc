@@ -176,7 +176,10 @@ void ReplicatedPs::RegisterWith(net::MethodTable& server) {
   RegisterWrite<wire::PushGradientsRequest>(server, "ps.PushGradients", net::PsCallers(), updates,
                                             [this](PsService::ShardState s, const net::InMessage& req,
                                                    wire::PushGradientsRequest::Reader body, net::OutMessage* resp) {
-                                              return service_.PushGradientsIn(s, req, body, resp);
+                                              // The copy answering the client answers readAfter too
+                                              // (after the write; backups replay it without).
+                                              return service_.PushGradientsIn(s, req, body, resp,
+                                                                              /*answer_read_after=*/true);
                                             });
   server.Register<wire::ReadRequest>(
       "ps.Read", net::PsReaders(), [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {

@@ -2,8 +2,8 @@
 // 2 workers, Adam on 2 PS, each PS the other's backup) with PS 0 SIGKILLed mid-training and
 // restarted empty. Its groups fail over to PS 1, training goes on without a checkpoint restore,
 // PS 0 is rebuilt by state transfer, and training reaches the main job's target, 0.88, in
-// fifteen epochs like the worker-kill test (the default pipelined step, overlap_pull with two
-// closures per worker, is a little staler than TensorFlow's; its 10-epoch runs missed 0.88 in 3
+// fifteen epochs like the worker-kill test (the default pipelined step, overlap_pull fused into
+// the push with three closures per worker, is a little staler than TensorFlow's; its 10-epoch runs missed 0.88 in 3
 // of 25 under load). As a person runs it: asyncps_launch --ps_replicas 2
 // --max_restarts 1, PS 0 killed by pid, the launcher restarting it. (An in-process twin of this
 // test, on a LocalCluster, checked nothing this one does not and cost a minute of CI.)
