@@ -418,9 +418,9 @@ struct ReadPlan {
 
 // The whole value a sharded variable is read into, uninitialised: every byte is one shard's,
 // and the value is handed out only once every shard is in (FinishRead).
-Tensor UninitializedWhole(const VariablePlacement& p) {
+Tensor UninitializedWhole(const VariablePlacement& p, BlockPool& pool) {
   const size_t bytes = static_cast<size_t>(NumElements(p.shape)) * DTypeSize(p.dtype);
-  std::shared_ptr<void> block = AllocateAlignedUninitialized(bytes);
+  std::shared_ptr<void> block = pool.AllocateUninitialized(bytes);
   void* data = block.get();
   return Tensor::View(p.dtype, p.shape, std::move(block), data);
 }
@@ -619,7 +619,7 @@ void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallb
     for (size_t s = 0; s < (*p)->shards.size(); ++s) {
       by_ps[(*p)->shards[s].ps].push_back({&(*p)->shards[s].name, ReadPlan::Ref{v, s}});
     }
-    plan->wholes.push_back((*p)->shards.size() > 1 ? UninitializedWhole(**p) : Tensor());
+    plan->wholes.push_back((*p)->shards.size() > 1 ? UninitializedWhole(**p, whole_values_) : Tensor());
     plan->whole_data.push_back(static_cast<char*>(plan->wholes.back().raw_data()));
     plan->placements.push_back(*std::move(p));
   }

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/block_pool.h"
 #include "core/tensor.h"
 #include "ps/shard_initializer.h"
 #include "core/optimizer_config.h"
@@ -202,6 +203,9 @@ class PsClient {
   const Options options_;
   // Shared with the completions of calls in flight, which may outlive this client.
   const std::shared_ptr<OwnWrites> own_writes_;
+  // The whole values sharded variables are read into: a training loop pulls the same sizes
+  // every step, and a fresh block over glibc's mmap threshold costs its pages' zeroing.
+  BlockPool whole_values_;
 };
 
 // True when `status` says a PS could not be reached (as opposed to the PS rejecting a request).
