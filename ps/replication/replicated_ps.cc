@@ -222,10 +222,13 @@ void ReplicatedPs::RegisterWith(net::MethodTable& server) {
                                [this](const net::RequestContext&, const net::InMessage&, net::OutMessage* resp) {
                                  return GetShardMap(resp);
                                });
-  server.Register<wire::Empty>("ps.ReplicaStatus", net::ChiefOnly(),
-                               [this](const net::RequestContext&, const net::InMessage&, net::OutMessage* resp) {
-                                 return ReplicaStatus(resp);
-                               });
+  // The chief's heartbeat: answered on the I/O thread, so it never queues behind pooled
+  // writes, restores or transfers (a PS whose pool is busy is alive). It takes only the short
+  // state locks (mu_, each copy's mu), which no write holds across an apply or a call.
+  server.Register<wire::Empty>(
+      "ps.ReplicaStatus", net::ChiefOnly(),
+      [this](const net::RequestContext&, const net::InMessage&, net::OutMessage* resp) { return ReplicaStatus(resp); },
+      net::Dispatch::kInline);
   server.Register<wire::ReplicateRequest>(
       "ps.Replicate", net::PeerRoles{"ps"},
       [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
