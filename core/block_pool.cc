@@ -12,15 +12,17 @@ namespace {
 
 constexpr size_t kAlignment = 64;  // as AllocateAlignedUninitialized's
 
-struct IdleBlock {
-  std::shared_ptr<void> block;  // from AllocateAlignedUninitialized
-  size_t capacity;              // usable bytes
-};
-
 }  // namespace
 
 class BlockPool::Shelf {
  public:
+  // A member type, not one of this file's anonymous namespace: the unity build includes this
+  // file into another, where a field of an anonymous-namespace type is an error.
+  struct IdleBlock {
+    std::shared_ptr<void> block;  // from AllocateAlignedUninitialized
+    size_t capacity;              // usable bytes
+  };
+
   explicit Shelf(Options options) : options_(options) {}
 
   const Options& options() const { return options_; }
@@ -88,7 +90,7 @@ BlockPool::~BlockPool() { shelf_->Close(); }
 std::shared_ptr<void> BlockPool::AllocateUninitialized(size_t bytes) {
   const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   if (rounded < shelf_->options().min_block_bytes) return AllocateAlignedUninitialized(bytes);
-  IdleBlock b = shelf_->Take(rounded);
+  Shelf::IdleBlock b = shelf_->Take(rounded);
   if (b.block == nullptr) b = {AllocateAlignedUninitialized(rounded), rounded};
   void* data = b.block.get();
   // The returned pointer's deleter gives the block back to the shelf (which the block keeps
