@@ -126,6 +126,24 @@ std::string Members(const std::vector<int32_t>& list) {
   return list.empty() ? "-" : absl::StrJoin(list, ",");
 }
 
+const char* WireCopyRoleName(wire::CopyRole role) {
+  switch (role) {
+    case wire::CopyRole::PRIMARY:
+      return "primary";
+    case wire::CopyRole::BACKUP:
+      return "backup";
+    case wire::CopyRole::REBUILDING:
+      return "rebuilding";
+    case wire::CopyRole::NEEDS_REBUILD:
+      return "needs_rebuild";
+    case wire::CopyRole::FENCED:
+      return "fenced";
+    case wire::CopyRole::RESTORING:
+      return "restoring";
+  }
+  return "unknown";
+}
+
 }  // namespace
 
 PsMonitor::PsMonitor(std::vector<net::RpcClient*> ps, std::vector<std::string> addresses, ShardMapCache& cache,
@@ -377,12 +395,7 @@ void PsMonitor::Handle(int ps, const Answer& a) {
                                 "): rebuilding its copies"));
     const ps::ShardMap before = owner_->map();
     const std::vector<int> changed = owner_->Returned(ps);
-    for (int g : owner_->TakeNoLiveCopy()) {
-      ++stats_.no_live_copy;
-      gauges_->no_live_copy->Increment();
-      Event("no_live_copy", absl::StrCat("shard group ", g, " lost every copy; ps ", ps,
-                                         " holds it empty and serves only its restore from the checkpoint"));
-    }
+    NoteNoLiveCopy(ps);
     Changed(before, changed, absl::StrCat("ps ", ps, " returned"));
   }
   // The primaries' view of their copies: who caught up, who needs a new transfer.
@@ -390,6 +403,21 @@ void PsMonitor::Handle(int ps, const Answer& a) {
   for (const Answer::Copy& c : a.copies) {
     const ps::GroupEntry* g = map.Find(static_cast<uint32_t>(c.group));
     if (g == nullptr) continue;
+    // The group's primary, at the map's generation, holding a copy that cannot serve (a backup
+    // that refused its stream and was promoted before this monitor heard of it, say): nothing
+    // on the PS makes such a copy serve again, so it is a lost copy of the group. (At an older
+    // generation the PS has not installed the map yet: its next answer tells.)
+    const bool cannot_serve = c.role == wire::CopyRole::NEEDS_REBUILD || c.role == wire::CopyRole::REBUILDING ||
+                              c.role == wire::CopyRole::FENCED;
+    if (cannot_serve && g->primary == ps && c.generation == g->generation && !g->restore_pending) {
+      Event("ps_primary_cannot_serve",
+            absl::StrCat("ps ", ps, " is primary of shard group ", c.group, " at generation ", c.generation,
+                         " but holds a ", WireCopyRoleName(c.role), " copy: a lost copy of the group"));
+      const std::vector<int> changed = owner_->CannotServe(ps, c.group);
+      NoteNoLiveCopy(ps);
+      Changed(map, changed, absl::StrCat("ps ", ps, "'s copy of group ", c.group, " cannot serve"));
+      continue;
+    }
     if (c.role == wire::CopyRole::NEEDS_REBUILD &&
         std::find(g->backups.begin(), g->backups.end(), ps) != g->backups.end()) {
       Changed(map, owner_->NeedsRebuild(ps, c.group), absl::StrCat("ps ", ps, " needs a rebuild of group ", c.group));
@@ -415,12 +443,21 @@ void PsMonitor::Handle(int ps, const Answer& a) {
         Changed(map, owner_->InSync(b.ps, c.group), absl::StrCat("ps ", b.ps, " rebuilt group ", c.group));
         continue;
       }
-      if (backup && b.needs_rebuild) {
+      if ((backup || rebuilding) && b.needs_rebuild) {
         Changed(map, owner_->NeedsRebuild(b.ps, c.group),
                 absl::StrCat("ps ", b.ps, " refused group ", c.group, "'s stream"));
         continue;
       }
     }
+  }
+}
+
+void PsMonitor::NoteNoLiveCopy(int ps) {
+  for (int g : owner_->TakeNoLiveCopy()) {
+    ++stats_.no_live_copy;
+    gauges_->no_live_copy->Increment();
+    Event("no_live_copy", absl::StrCat("shard group ", g, " lost every copy; ps ", ps,
+                                       " holds it empty and serves only its restore from the checkpoint"));
   }
 }
 

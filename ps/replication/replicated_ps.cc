@@ -455,6 +455,13 @@ absl::Status ReplicatedPs::SetShardMap(const net::InMessage& request) {
           // A backup promoted, or the primary confirmed; a copy without the group's state never serves.
           if (copy->role == CopyRole::kBackup || copy->role == CopyRole::kPrimary || copy->role == CopyRole::kFenced) {
             copy->role = CopyRole::kPrimary;
+          } else if (copy->role == CopyRole::kRebuilding && copy->receive_complete && !restoring) {
+            // A rebuilt copy promoted before this PS installed the map that listed it as a
+            // backup (maps arrive in any order; the older one is then refused). The chief
+            // lists a copy as a backup only once its primary reported it in sync, and from
+            // then on every write waited for it: it holds every acknowledged write, as a
+            // backup does. (Left rebuilding, its group would have no serving primary.)
+            copy->role = CopyRole::kPrimary;
           } else if (copy->role == CopyRole::kRestoring && !e.restore_pending) {
             copy->role = CopyRole::kPrimary;  // the chief restored it
           }
@@ -504,7 +511,9 @@ void ReplicatedPs::ReconcileStreams(GroupCopy& copy, const GroupEntry& entry,
   for (auto& s : copy.streams) {
     const bool backup = Contains(entry.backups, s->target());
     const bool rebuilding = Contains(entry.rebuilding, s->target());
-    if ((backup || rebuilding) && !s->broken) {
+    // A copy listed rebuilding gets a state transfer: a stream that was a backup's (the chief
+    // moved it from the backups, or this PS missed the map that dropped it) starts over.
+    if ((backup || (rebuilding && s->transfers())) && !s->broken) {
       s->counted = backup || s->in_sync;
       keep.push_back(std::move(s));
     } else {
