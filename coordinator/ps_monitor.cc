@@ -224,6 +224,7 @@ absl::Status PsMonitor::Start() {
   // (which they would refuse as older). Waits for PS that are still starting.
   ps::ShardMap newest;
   std::vector<uint64_t> incarnations(ps_.size(), 0);
+  std::vector<uint64_t> held_generations(ps_.size(), 0);
   for (int i = 0; i < num_ps; ++i) {
     absl::StatusOr<net::InMessage> r = ps_[i]->Call("ps.GetShardMap", net::OutMessage(),
                                                     net::RpcClient::CallOptions{options_.start_timeout, true});
@@ -239,12 +240,30 @@ absl::Status PsMonitor::Start() {
       return held.status();
     });
     if (!decoded.ok()) return decoded;
+    held_generations[i] = held->generation;
     if (held->generation > newest.generation) newest = *std::move(held);
   }
   MutexLock lock(&mu_);
   if (newest.generation > 0 && newest.replicas == static_cast<uint32_t>(options_.replicas)) {
     owner_ = std::make_unique<ShardMapOwner>(std::move(newest), num_ps);
     Event("shard_map", absl::StrCat("took over the map the PS hold: ", owner_->map().DebugString()));
+    // A PS holds a map from the chief's first push on: one that holds none restarted while no
+    // chief watched, so it holds no copy (its primaries would say they need a rebuild, and
+    // its backups would count as in sync while empty). It is lost and returns, as if seen.
+    for (int i = 0; i < num_ps; ++i) {
+      if (held_generations[i] != 0) continue;
+      ++stats_.ps_lost;
+      gauges_->ps_lost->Increment();
+      Event("ps_down", absl::StrCat("ps ", i, " (", addresses_[i], ") holds no shard map: it restarted empty ",
+                                    "while no chief watched; rebuilding its copies"));
+      const ps::ShardMap before = owner_->map();
+      std::vector<int> changed = owner_->Lost(i);
+      for (int g : owner_->Returned(i)) changed.push_back(g);
+      std::sort(changed.begin(), changed.end());
+      changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
+      NoteNoLiveCopy(i);
+      Changed(before, changed, absl::StrCat("ps ", i, " restarted empty"));
+    }
   } else {
     owner_ = std::make_unique<ShardMapOwner>(*std::move(initial));
     Event("shard_map", absl::StrCat("initial map: ", owner_->map().DebugString()));

@@ -29,7 +29,8 @@ class RpcClient;
 // issue 19), and the owner of the shard map they serve by.
 //
 // Start pushes the map (the ring map at generation 1, or the newest map a PS already holds
-// when the chief restarted) to every PS before any variable is created. Then one thread sends
+// when the chief restarted; a PS then holding no map restarted empty meanwhile, and is lost
+// and rebuilt as below) to every PS before any variable is created. Then one thread sends
 // ps.ReplicaStatus to every PS every `heartbeat_interval` and decides (ShardMapOwner):
 //   * a PS that has left a heartbeat unanswered for `heartbeat_timeout` (counted from the
 //     first heartbeat sent since its last answer, so time the monitor itself did not run is

@@ -44,7 +44,8 @@ bool WaitUntil(const std::function<bool()>& condition) {
 // broken copy does (ps/replication/replicated_ps.cc, SetShardMap).
 class FakePs {
  public:
-  FakePs(int index, int num_ps) : index_(index), num_ps_(num_ps) {
+  // `held`: the map it holds already (none: a PS that just started).
+  FakePs(int index, int num_ps, ps::ShardMap held = ps::ShardMap()) : index_(index), num_ps_(num_ps), map_(held) {
     net::RpcServer::Options o;
     o.role = "ps";
     o.task_index = index;
@@ -149,11 +150,12 @@ class FakePs {
 
 class PsMonitorTest : public ::testing::Test {
  protected:
-  void Start(int num_ps) {
+  // `held`: per PS, the map it holds when the monitor starts (none by default).
+  void Start(int num_ps, const std::vector<ps::ShardMap>& held = {}) {
     std::vector<std::string> addresses;
     std::vector<net::RpcClient*> ptrs;
     for (int i = 0; i < num_ps; ++i) {
-      ps_.push_back(std::make_unique<FakePs>(i, num_ps));
+      ps_.push_back(std::make_unique<FakePs>(i, num_ps, i < static_cast<int>(held.size()) ? held[i] : ps::ShardMap()));
       ASSERT_TRUE(ps_.back()->started().ok()) << ps_.back()->started();
       addresses.push_back(ps_.back()->address());
       net::RpcClient::Options co;
@@ -266,6 +268,26 @@ TEST_F(PsMonitorTest, GroupWhoseEveryCopyCannotServeIsRestoredOnce) {
   EXPECT_EQ(stats.restored, 1);
   EXPECT_EQ(stats.ps_lost, 0);
   EXPECT_TRUE(monitor_->RestoresPending().empty());
+}
+
+// A chief that restarts takes over the newest map the PS hold; PS 0 restarted meanwhile (it
+// holds no map, so no copy): its groups are rebuilt as if the chief had seen it restart. It
+// is no longer group 0's primary (its backup is), and it rebuilds group 0 and group 2 (where
+// it was a backup: left in the map, an empty copy would count as in sync).
+TEST_F(PsMonitorTest, ChiefTakingOverAMapRebuildsAPsThatRestartedEmptyMeanwhile) {
+  ps::ShardMap held = *ps::ShardMap::Initial(3, 2);
+  for (ps::GroupEntry& g : held.groups) g.generation = 4 + g.group;
+  held.generation = 6;
+  Start(3, {ps::ShardMap(), held, held});
+  ASSERT_TRUE(WaitUntil([&] { return GroupIs(0, 1, {0}) && GroupIs(2, 2, {0}); })) << monitor_->map().DebugString();
+  EXPECT_TRUE(GroupIs(1, 1, {2})) << monitor_->map().DebugString();
+  EXPECT_GT(monitor_->map().generation, held.generation);
+  const PsMonitor::Stats stats = monitor_->stats();
+  EXPECT_EQ(stats.ps_lost, 1);
+  EXPECT_EQ(stats.failovers, 1);
+  EXPECT_EQ(stats.state_transfers, 2);
+  EXPECT_EQ(stats.rebuilt, 2);
+  EXPECT_EQ(stats.no_live_copy, 0);
 }
 
 }  // namespace
