@@ -816,6 +816,34 @@ TEST_F(ReplicationTest, BrokenCopyMadePrimaryServesNothingUntilTheMapRestoresOrR
   }
 }
 
+// A PS that restarted empty gets, as its first map, one the cluster has changed since it
+// started (generation > 1) that still names it primary of its own group and backup of another
+// (the chief has not seen the restart yet). Its copies hold nothing of those groups: none
+// serves (its own group's default copy would serve empty and stream to the group's backups,
+// whose sequences it does not hold), and each says it needs a rebuild.
+TEST_F(ReplicationTest, PsRestartedEmptyServesNothingFromItsFirstMap) {
+  Start(2, 0);
+  ShardMap later = *ShardMap::Initial(2, 2);
+  later.groups[1].generation = 3;
+  later.generation = 3;
+  ASSERT_TRUE(cluster_->SetMap(0, later).ok());
+  EXPECT_EQ(RoleOf(*cluster_, 0, 0), CopyRole::kNeedsRebuild) << "its own group";
+  EXPECT_EQ(RoleOf(*cluster_, 0, 1), CopyRole::kNeedsRebuild) << "a group it backs up";
+  auto refused = CreateAdam(0, "v", {4}, 0, 1);
+  EXPECT_TRUE(IsStaleShardMap(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("needs_rebuild copy"));
+  net::InMessage holder;
+  auto status = Status(*cluster_, 0, &holder);
+  ASSERT_TRUE(status.ok());
+  for (auto c : status->getCopies()) EXPECT_EQ(c.getRole(), wire::CopyRole::NEEDS_REBUILD) << c.getGroup();
+  // Made rebuilding by the chief, it takes a state transfer as usual.
+  ShardMap seen = later;
+  seen.groups[0] = GroupEntry{0, 4, 1, {}, {0}};
+  seen.generation = 4;
+  ASSERT_TRUE(cluster_->SetMap(0, seen).ok());
+  EXPECT_EQ(RoleOf(*cluster_, 0, 0), CopyRole::kRebuilding);
+}
+
 // --ps_max_variable_bytes is per process: the copies a PS holds share its cap. Each PS holds a
 // copy of both groups (k = 2 of 2), so a variable that fits a group alone is refused once the
 // PS holds another group's copy that fills the rest.
