@@ -126,6 +126,24 @@ std::string Members(const std::vector<int32_t>& list) {
   return list.empty() ? "-" : absl::StrJoin(list, ",");
 }
 
+const char* WireCopyRoleName(wire::CopyRole role) {
+  switch (role) {
+    case wire::CopyRole::PRIMARY:
+      return "primary";
+    case wire::CopyRole::BACKUP:
+      return "backup";
+    case wire::CopyRole::REBUILDING:
+      return "rebuilding";
+    case wire::CopyRole::NEEDS_REBUILD:
+      return "needs_rebuild";
+    case wire::CopyRole::FENCED:
+      return "fenced";
+    case wire::CopyRole::RESTORING:
+      return "restoring";
+  }
+  return "unknown";
+}
+
 }  // namespace
 
 PsMonitor::PsMonitor(std::vector<net::RpcClient*> ps, std::vector<std::string> addresses, ShardMapCache& cache,
@@ -206,6 +224,7 @@ absl::Status PsMonitor::Start() {
   // (which they would refuse as older). Waits for PS that are still starting.
   ps::ShardMap newest;
   std::vector<uint64_t> incarnations(ps_.size(), 0);
+  std::vector<uint64_t> held_generations(ps_.size(), 0);
   for (int i = 0; i < num_ps; ++i) {
     absl::StatusOr<net::InMessage> r = ps_[i]->Call("ps.GetShardMap", net::OutMessage(),
                                                     net::RpcClient::CallOptions{options_.start_timeout, true});
@@ -221,12 +240,30 @@ absl::Status PsMonitor::Start() {
       return held.status();
     });
     if (!decoded.ok()) return decoded;
+    held_generations[i] = held->generation;
     if (held->generation > newest.generation) newest = *std::move(held);
   }
   MutexLock lock(&mu_);
   if (newest.generation > 0 && newest.replicas == static_cast<uint32_t>(options_.replicas)) {
     owner_ = std::make_unique<ShardMapOwner>(std::move(newest), num_ps);
     Event("shard_map", absl::StrCat("took over the map the PS hold: ", owner_->map().DebugString()));
+    // A PS holds a map from the chief's first push on: one that holds none restarted while no
+    // chief watched, so it holds no copy (its primaries would say they need a rebuild, and
+    // its backups would count as in sync while empty). It is lost and returns, as if seen.
+    for (int i = 0; i < num_ps; ++i) {
+      if (held_generations[i] != 0) continue;
+      ++stats_.ps_lost;
+      gauges_->ps_lost->Increment();
+      Event("ps_down", absl::StrCat("ps ", i, " (", addresses_[i], ") holds no shard map: it restarted empty ",
+                                    "while no chief watched; rebuilding its copies"));
+      const ps::ShardMap before = owner_->map();
+      std::vector<int> changed = owner_->Lost(i);
+      for (int g : owner_->Returned(i)) changed.push_back(g);
+      std::sort(changed.begin(), changed.end());
+      changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
+      NoteNoLiveCopy(i);
+      Changed(before, changed, absl::StrCat("ps ", i, " restarted empty"));
+    }
   } else {
     owner_ = std::make_unique<ShardMapOwner>(*std::move(initial));
     Event("shard_map", absl::StrCat("initial map: ", owner_->map().DebugString()));
@@ -377,12 +414,7 @@ void PsMonitor::Handle(int ps, const Answer& a) {
                                 "): rebuilding its copies"));
     const ps::ShardMap before = owner_->map();
     const std::vector<int> changed = owner_->Returned(ps);
-    for (int g : owner_->TakeNoLiveCopy()) {
-      ++stats_.no_live_copy;
-      gauges_->no_live_copy->Increment();
-      Event("no_live_copy", absl::StrCat("shard group ", g, " lost every copy; ps ", ps,
-                                         " holds it empty and serves only its restore from the checkpoint"));
-    }
+    NoteNoLiveCopy(ps);
     Changed(before, changed, absl::StrCat("ps ", ps, " returned"));
   }
   // The primaries' view of their copies: who caught up, who needs a new transfer.
@@ -390,6 +422,21 @@ void PsMonitor::Handle(int ps, const Answer& a) {
   for (const Answer::Copy& c : a.copies) {
     const ps::GroupEntry* g = map.Find(static_cast<uint32_t>(c.group));
     if (g == nullptr) continue;
+    // The group's primary, at the map's generation, holding a copy that cannot serve (a backup
+    // that refused its stream and was promoted before this monitor heard of it, say): nothing
+    // on the PS makes such a copy serve again, so it is a lost copy of the group. (At an older
+    // generation the PS has not installed the map yet: its next answer tells.)
+    const bool cannot_serve = c.role == wire::CopyRole::NEEDS_REBUILD || c.role == wire::CopyRole::REBUILDING ||
+                              c.role == wire::CopyRole::FENCED;
+    if (cannot_serve && g->primary == ps && c.generation == g->generation && !g->restore_pending) {
+      Event("ps_primary_cannot_serve",
+            absl::StrCat("ps ", ps, " is primary of shard group ", c.group, " at generation ", c.generation,
+                         " but holds a ", WireCopyRoleName(c.role), " copy: a lost copy of the group"));
+      const std::vector<int> changed = owner_->CannotServe(ps, c.group);
+      NoteNoLiveCopy(ps);
+      Changed(map, changed, absl::StrCat("ps ", ps, "'s copy of group ", c.group, " cannot serve"));
+      continue;
+    }
     if (c.role == wire::CopyRole::NEEDS_REBUILD &&
         std::find(g->backups.begin(), g->backups.end(), ps) != g->backups.end()) {
       Changed(map, owner_->NeedsRebuild(ps, c.group), absl::StrCat("ps ", ps, " needs a rebuild of group ", c.group));
@@ -415,12 +462,21 @@ void PsMonitor::Handle(int ps, const Answer& a) {
         Changed(map, owner_->InSync(b.ps, c.group), absl::StrCat("ps ", b.ps, " rebuilt group ", c.group));
         continue;
       }
-      if (backup && b.needs_rebuild) {
+      if ((backup || rebuilding) && b.needs_rebuild) {
         Changed(map, owner_->NeedsRebuild(b.ps, c.group),
                 absl::StrCat("ps ", b.ps, " refused group ", c.group, "'s stream"));
         continue;
       }
     }
+  }
+}
+
+void PsMonitor::NoteNoLiveCopy(int ps) {
+  for (int g : owner_->TakeNoLiveCopy()) {
+    ++stats_.no_live_copy;
+    gauges_->no_live_copy->Increment();
+    Event("no_live_copy", absl::StrCat("shard group ", g, " lost every copy; ps ", ps,
+                                       " holds it empty and serves only its restore from the checkpoint"));
   }
 }
 

@@ -29,13 +29,18 @@ class RpcClient;
 // issue 19), and the owner of the shard map they serve by.
 //
 // Start pushes the map (the ring map at generation 1, or the newest map a PS already holds
-// when the chief restarted) to every PS before any variable is created. Then one thread sends
+// when the chief restarted; a PS then holding no map restarted empty meanwhile, and is lost
+// and rebuilt as below) to every PS before any variable is created. Then one thread sends
 // ps.ReplicaStatus to every PS every `heartbeat_interval` and decides (ShardMapOwner):
 //   * a PS that has left a heartbeat unanswered for `heartbeat_timeout` (counted from the
 //     first heartbeat sent since its last answer, so time the monitor itself did not run is
 //     not held against the PS), or answers with another incarnation (it restarted empty), is
 //     lost: its groups fail over to their backups, generations rise,
 //     and the new map goes to every PS that answers (and to `cache`, the chief's own client);
+//   * a PS that the map names primary of a group, and that reports (at the map's generation)
+//     a copy of it that cannot serve (needs-rebuild, rebuilding, fenced), is a lost copy of
+//     that group: an in-sync backup is promoted (the PS rebuilds), or with none the group has
+//     no live copy and awaits a restore (below);
 //   * a lost PS that answers again (restarted, or resumed after a stall) rebuilds its ring
 //     groups by state transfer (rebuilding) and becomes a backup when its primary reports it in
 //     sync; a backup that refused its stream goes back to rebuilding;
@@ -123,6 +128,9 @@ class PsMonitor {
   void Changed(const ps::ShardMap& before, const std::vector<int>& groups, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushMap(int ps) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts and reports the groups the owner left without a live copy (ShardMapOwner::
+  // TakeNoLiveCopy), whose empty primary is now `ps`.
+  void NoteNoLiveCopy(int ps) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Event(const std::string& kind, const std::string& text);
 

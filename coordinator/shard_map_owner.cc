@@ -88,8 +88,33 @@ std::vector<int> ShardMapOwner::InSync(int ps, int group) {
 
 std::vector<int> ShardMapOwner::NeedsRebuild(int ps, int group) {
   for (ps::GroupEntry& g : map_.groups) {
-    if (static_cast<int>(g.group) != group || !Remove(g.backups, ps)) continue;
-    g.rebuilding.push_back(ps);
+    if (static_cast<int>(g.group) != group) continue;
+    if (Remove(g.backups, ps)) {
+      g.rebuilding.push_back(ps);
+    } else if (std::find(g.rebuilding.begin(), g.rebuilding.end(), ps) == g.rebuilding.end()) {
+      return {};
+    }
+    // (Already rebuilding: its stream stopped, and only a new map makes the primary start
+    // another transfer.)
+    Bump(g);
+    return {group};
+  }
+  return {};
+}
+
+std::vector<int> ShardMapOwner::CannotServe(int ps, int group) {
+  for (ps::GroupEntry& g : map_.groups) {
+    if (static_cast<int>(g.group) != group || g.primary != ps || g.restore_pending) continue;
+    if (!g.backups.empty()) {
+      g.primary = g.backups.front();
+      g.backups.erase(g.backups.begin());
+      g.rebuilding.push_back(ps);
+    } else {
+      // No copy holds every acknowledged write: the PS starts the group over empty (a new
+      // restoring copy, as its map says) and takes the chief's restore.
+      g.restore_pending = true;
+      no_live_copy_.push_back(group);
+    }
     Bump(g);
     return {group};
   }

@@ -27,7 +27,15 @@ namespace asyncps {
 //     cleared and its primary serves again (nothing changes while it has no primary).
 //   * InSync(ps, group): a rebuilding copy the primary reports caught up becomes a backup.
 //   * NeedsRebuild(ps, group): a backup that refused the stream (gap, out of order) goes back to
-//     rebuilding, so the primary sends it a fresh state transfer.
+//     rebuilding, so the primary sends it a fresh state transfer; a rebuilding copy whose
+//     stream stopped gets a new generation (the primary starts a new transfer at each map).
+//   * CannotServe(ps, group): the group's primary `ps` holds a copy that cannot serve (it
+//     reports needs-rebuild, rebuilding or fenced at the map's generation: e.g. a backup that
+//     refused its stream and was promoted before the chief heard of it). It is a lost copy of
+//     the group, though the PS is alive: the first backup (in sync) is promoted and `ps` goes
+//     to rebuilding; with no backup left the group has no live copy, so `ps` stays its (empty)
+//     primary, the group is marked restore_pending and is listed by TakeNoLiveCopy (the
+//     checkpoint restore, once). Nothing changes for a group awaiting its restore already.
 // Each returns the groups it changed (empty: the map is unchanged).
 //
 // Not thread-safe: the PS monitor owns it and calls it from its one thread.
@@ -45,6 +53,7 @@ class ShardMapOwner {
   std::vector<int> Returned(int ps);
   std::vector<int> InSync(int ps, int group);
   std::vector<int> NeedsRebuild(int ps, int group);
+  std::vector<int> CannotServe(int ps, int group);
   std::vector<int> Restored(int group);
 
   // Groups that were left without any live copy and were given an empty primary since the

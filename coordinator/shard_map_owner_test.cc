@@ -64,6 +64,11 @@ TEST(ShardMapOwnerTest, BackupThatNeedsRebuildGoesBackToRebuilding) {
   EXPECT_TRUE(owner.map().groups[0].backups.empty());
   EXPECT_EQ(owner.map().groups[0].rebuilding, std::vector<int32_t>{1});
   EXPECT_TRUE(owner.NeedsRebuild(2, 0).empty()) << "ps 2 holds no copy of group 0";
+  // Rebuilding already, its transfer stream stopped: a new generation restarts it.
+  const uint64_t before = owner.map().generation;
+  EXPECT_EQ(owner.NeedsRebuild(1, 0), std::vector<int>{0});
+  EXPECT_EQ(owner.map().groups[0].rebuilding, std::vector<int32_t>{1});
+  EXPECT_GT(owner.map().groups[0].generation, before);
 }
 
 TEST(ShardMapOwnerTest, GroupWithNoLiveCopyGetsAnEmptyPrimaryForRecovery) {
@@ -100,6 +105,39 @@ TEST(ShardMapOwnerTest, GroupThatLostEveryCopyAwaitsItsRestore) {
   EXPECT_GT(owner.map().groups[0].generation, before);
   EXPECT_TRUE(owner.Restored(0).empty()) << "restored once";
   EXPECT_TRUE(owner.map().Validate(3).ok());
+}
+
+// A primary whose copy cannot serve (it reports needs-rebuild, say) is a lost copy of its
+// group: its in-sync backup is promoted and it rebuilds; with no backup left the group has no
+// live copy and awaits one restore, its primary the (now empty) PS.
+TEST(ShardMapOwnerTest, PrimaryThatCannotServeIsALostCopyOfItsGroup) {
+  ShardMapOwner owner = ThreePsTwoCopies();
+  EXPECT_TRUE(owner.CannotServe(1, 0).empty()) << "ps 1 is not group 0's primary";
+  const uint64_t before = owner.map().generation;
+  EXPECT_EQ(owner.CannotServe(0, 0), std::vector<int>{0});
+  const ps::GroupEntry& g0 = owner.map().groups[0];
+  EXPECT_EQ(g0.primary, 1);
+  EXPECT_TRUE(g0.backups.empty());
+  EXPECT_EQ(g0.rebuilding, std::vector<int32_t>{0});
+  EXPECT_FALSE(g0.restore_pending);
+  EXPECT_GT(g0.generation, before);
+  EXPECT_EQ(owner.map().generation, g0.generation);
+  EXPECT_TRUE(owner.TakeNoLiveCopy().empty());
+  EXPECT_TRUE(owner.map().Validate(3).ok()) << owner.map().Validate(3);
+
+  // The promoted copy cannot serve either: no copy holds the group's writes any more.
+  const uint64_t promoted = owner.map().generation;
+  EXPECT_EQ(owner.CannotServe(1, 0), std::vector<int>{0});
+  EXPECT_EQ(owner.map().groups[0].primary, 1);
+  EXPECT_TRUE(owner.map().groups[0].restore_pending);
+  EXPECT_EQ(owner.map().groups[0].rebuilding, std::vector<int32_t>{0}) << "rebuilds from the restored primary";
+  EXPECT_GT(owner.map().generation, promoted);
+  EXPECT_EQ(owner.TakeNoLiveCopy(), std::vector<int>{0});
+  EXPECT_TRUE(owner.CannotServe(1, 0).empty()) << "already awaiting its restore";
+  EXPECT_TRUE(owner.TakeNoLiveCopy().empty()) << "one restore";
+  EXPECT_EQ(owner.Restored(0), std::vector<int>{0});
+  EXPECT_FALSE(owner.map().groups[0].restore_pending);
+  EXPECT_TRUE(owner.map().Validate(3).ok()) << owner.map().Validate(3);
 }
 
 }  // namespace

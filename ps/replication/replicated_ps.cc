@@ -396,6 +396,12 @@ absl::Status ReplicatedPs::SetShardMap(const net::InMessage& request) {
   MutexLock install(&install_mu_);
   std::vector<std::shared_ptr<GroupCopy>> dropped;
   std::vector<std::unique_ptr<BackupStream>> retired;
+  // This PS restarted empty: its first map is not the one every PS starts with (the chief
+  // pushes generation 1 to every PS before any variable exists, and raises it at every
+  // change). Until the chief has seen the restart it may still name this PS primary or backup
+  // of groups whose writes are elsewhere: none of its copies may serve or count (its own
+  // group's default copy would serve empty, and its stream would break the group's backups).
+  bool restarted;
   {
     MutexLock lock(&mu_);
     if (map.generation < map_.generation) {
@@ -403,6 +409,7 @@ absl::Status ReplicatedPs::SetShardMap(const net::InMessage& request) {
                                                         " is older than the one held (", map_.generation, ")"));
     }
     if (map == map_) return absl::OkStatus();
+    restarted = map_.generation == 0 && map.generation > 1;
   }
   spdlog::info("ps {}: shard map {}", options_.ps_index, map.DebugString());
   absl::flat_hash_map<uint32_t, std::shared_ptr<GroupCopy>> copies;
@@ -414,7 +421,7 @@ absl::Status ReplicatedPs::SetShardMap(const net::InMessage& request) {
   const int32_t self = options_.ps_index;
   for (const GroupEntry& e : map.groups) {
     if (!e.Holds(self)) continue;
-    std::shared_ptr<GroupCopy> copy = copies.contains(e.group) ? copies[e.group] : nullptr;
+    std::shared_ptr<GroupCopy> copy = copies.contains(e.group) && !restarted ? copies[e.group] : nullptr;
     const bool rebuilding = Contains(e.rebuilding, self);
     if (copy != nullptr && rebuilding) {
       // Keep a copy that is already receiving (or has received) its transfer; any other copy
@@ -438,6 +445,9 @@ absl::Status ReplicatedPs::SetShardMap(const net::InMessage& request) {
       // ps.Replicate shows a gap and the copy is rebuilt.
       if (restoring) {
         copy->role = CopyRole::kRestoring;
+      } else if (restarted && !rebuilding) {
+        copy->role = CopyRole::kNeedsRebuild;
+        copy->why_not_serving = "this PS restarted empty";
       } else if (e.primary == self) {
         copy->role = CopyRole::kNeedsRebuild;
         copy->why_not_serving = "made primary without a copy of the group";
@@ -454,6 +464,13 @@ absl::Status ReplicatedPs::SetShardMap(const net::InMessage& request) {
         if (e.primary == self) {
           // A backup promoted, or the primary confirmed; a copy without the group's state never serves.
           if (copy->role == CopyRole::kBackup || copy->role == CopyRole::kPrimary || copy->role == CopyRole::kFenced) {
+            copy->role = CopyRole::kPrimary;
+          } else if (copy->role == CopyRole::kRebuilding && copy->receive_complete && !restoring) {
+            // A rebuilt copy promoted before this PS installed the map that listed it as a
+            // backup (maps arrive in any order; the older one is then refused). The chief
+            // lists a copy as a backup only once its primary reported it in sync, and from
+            // then on every write waited for it: it holds every acknowledged write, as a
+            // backup does. (Left rebuilding, its group would have no serving primary.)
             copy->role = CopyRole::kPrimary;
           } else if (copy->role == CopyRole::kRestoring && !e.restore_pending) {
             copy->role = CopyRole::kPrimary;  // the chief restored it
@@ -504,7 +521,9 @@ void ReplicatedPs::ReconcileStreams(GroupCopy& copy, const GroupEntry& entry,
   for (auto& s : copy.streams) {
     const bool backup = Contains(entry.backups, s->target());
     const bool rebuilding = Contains(entry.rebuilding, s->target());
-    if ((backup || rebuilding) && !s->broken) {
+    // A copy listed rebuilding gets a state transfer: a stream that was a backup's (the chief
+    // moved it from the backups, or this PS missed the map that dropped it) starts over.
+    if ((backup || (rebuilding && s->transfers())) && !s->broken) {
       s->counted = backup || s->in_sync;
       keep.push_back(std::move(s));
     } else {

@@ -708,6 +708,142 @@ TEST_F(ReplicationTest, RestoringPrimaryServesOnlyTheChiefsRestore) {
   EXPECT_TRUE(serves.ok()) << serves.status();
 }
 
+// A copy rebuilt by a state transfer and reported in sync (so the chief lists it as a backup)
+// is promoted before its PS installed the map that listed it as one (maps reach a PS in any
+// order; the older is then refused): it holds every acknowledged write and serves as the
+// group's primary. (Left rebuilding, the group would have no primary that serves.)
+TEST_F(ReplicationTest, RebuiltCopyPromotedBeforeItLearnedItIsABackupServes) {
+  Start(2, 0);
+  ShardMap rebuild = *ShardMap::Initial(2, 2);
+  rebuild.groups[0].backups = {};
+  rebuild.groups[0].rebuilding = {1};
+  ASSERT_TRUE(cluster_->SetMapEverywhere(rebuild).ok());
+  ASSERT_TRUE(CreateAdam(0, "v", {64, 4}, 0, 1).ok());
+  auto in_sync = [&] {
+    net::InMessage holder;
+    auto status = Status(*cluster_, 0, &holder);
+    if (!status.ok()) return false;
+    for (auto c : status->getCopies()) {
+      if (c.getGroup() != 0) continue;
+      for (auto b : c.getBackups()) {
+        if (b.getPs() == 1 && b.getInSync()) return true;
+      }
+    }
+    return false;
+  };
+  ASSERT_TRUE(Eventually(in_sync));
+  for (uint64_t closure = 1; closure <= 5; ++closure) {
+    auto pushed = Push(0, "v", Filled({64, 4}, 0.1f), std::nullopt, closure, 0, 1);
+    ASSERT_TRUE(pushed.ok()) << pushed.status();  // acknowledged by the rebuilt copy too
+  }
+  EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kRebuilding);
+  const std::string primary_bytes = CopyBytes(*cluster_, 0, 0);
+  // PS 0 is lost; the chief had listed PS 1 as a backup (generation 2), then promoted it
+  // (generation 3): only the latter reaches PS 1.
+  ShardMap promoted = rebuild;
+  promoted.groups[0] = GroupEntry{0, 3, 1, {}, {}};
+  promoted.groups[1].backups = {};
+  promoted.groups[1].generation = 3;
+  promoted.generation = 3;
+  ASSERT_TRUE(cluster_->SetMap(1, promoted).ok());
+  EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kPrimary);
+  EXPECT_TRUE(CopyBytes(*cluster_, 1, 0) == primary_bytes) << "the promoted copy lacks acknowledged writes";
+  auto again = Push(1, "v", Filled({64, 4}, 0.1f), std::nullopt, 5, 0, 3);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, 1u) << "the retried closure was applied once, before the failover";
+  auto serves = Push(1, "v", Filled({64, 4}, 0.1f), std::nullopt, 6, 0, 3);
+  ASSERT_TRUE(serves.ok()) << serves.status();
+  EXPECT_EQ(*serves, 0u);
+}
+
+// A copy that refused its stream (needs rebuild) and was then made primary serves nothing and
+// says so at the map's generation (which the chief acts on: coordinator/ps_monitor.h); it
+// starts over when the chief's next map makes it the restoring primary (every copy lost) or a
+// rebuilding copy of a new primary.
+TEST_F(ReplicationTest, BrokenCopyMadePrimaryServesNothingUntilTheMapRestoresOrRebuildsIt) {
+  for (const bool restore : {true, false}) {
+    SCOPED_TRACE(restore ? "restore" : "rebuild");
+    Start(3, 2);  // group 0: primary 0, backup 1
+    ASSERT_TRUE(CreateAdam(0, "v", {4}, 0, 1).ok());
+    net::OutMessage gap;
+    auto body = gap.InitRequestBody<wire::ReplicateRequest>();
+    body.setGroup(0);
+    body.setGeneration(1);
+    body.setFirstSequence(7);
+    body.setFromPs(0);
+    body.initEntries(1)[0].setMethod("ps.PushGradients");
+    ASSERT_FALSE(cluster_->Call(1, "ps", "ps.Replicate", std::move(gap)).ok());
+    ASSERT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kNeedsRebuild);
+    // Promoted (PS 0 lost) before the chief heard of it.
+    ShardMap promoted = map_;
+    promoted.groups[0] = GroupEntry{0, 2, 1, {}, {}};
+    promoted.generation = 2;
+    ASSERT_TRUE(cluster_->SetMap(1, promoted).ok());
+    EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kNeedsRebuild);
+    auto refused = Push(1, "v", Filled({4}, 1), std::nullopt, 0, 0, 2);
+    EXPECT_TRUE(IsStaleShardMap(refused.status())) << refused.status();
+    EXPECT_THAT(refused.status().message(), HasSubstr("needs_rebuild copy"));
+    {
+      net::InMessage holder;
+      auto status = Status(*cluster_, 1, &holder);
+      ASSERT_TRUE(status.ok());
+      bool reported = false;
+      for (auto c : status->getCopies()) {
+        if (c.getGroup() != 0) continue;
+        reported = true;
+        EXPECT_EQ(c.getRole(), wire::CopyRole::NEEDS_REBUILD);
+        EXPECT_EQ(c.getGeneration(), 2u);
+      }
+      EXPECT_TRUE(reported);
+    }
+    ShardMap next = promoted;
+    next.generation = 3;
+    if (restore) {
+      // No backup: every copy lost, PS 1 the empty primary that takes the restore.
+      next.groups[0] = GroupEntry{0, 3, 1, {}, {}, /*restore_pending=*/true};
+      ASSERT_TRUE(cluster_->SetMap(1, next).ok());
+      EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kRestoring);
+      EXPECT_TRUE(cluster_->replicated(1).CopyOf(0)->state.store->List().empty()) << "starts over empty";
+    } else {
+      // PS 0 came back as primary (a backup at the time), PS 1 rebuilds from it.
+      next.groups[0] = GroupEntry{0, 3, 0, {}, {1}};
+      ASSERT_TRUE(cluster_->SetMapEverywhere(next).ok());
+      EXPECT_NE(RoleOf(*cluster_, 1, 0), CopyRole::kNeedsRebuild);
+      EXPECT_TRUE(Eventually([&] { return static_cast<bool>(SameCopies(*cluster_, 0, 1, 0)); }));
+      auto pushed = Push(0, "v", Filled({4}, 1), std::nullopt, 1, 0, 3);
+      EXPECT_TRUE(pushed.ok()) << pushed.status();
+    }
+  }
+}
+
+// A PS that restarted empty gets, as its first map, one the cluster has changed since it
+// started (generation > 1) that still names it primary of its own group and backup of another
+// (the chief has not seen the restart yet). Its copies hold nothing of those groups: none
+// serves (its own group's default copy would serve empty and stream to the group's backups,
+// whose sequences it does not hold), and each says it needs a rebuild.
+TEST_F(ReplicationTest, PsRestartedEmptyServesNothingFromItsFirstMap) {
+  Start(2, 0);
+  ShardMap later = *ShardMap::Initial(2, 2);
+  later.groups[1].generation = 3;
+  later.generation = 3;
+  ASSERT_TRUE(cluster_->SetMap(0, later).ok());
+  EXPECT_EQ(RoleOf(*cluster_, 0, 0), CopyRole::kNeedsRebuild) << "its own group";
+  EXPECT_EQ(RoleOf(*cluster_, 0, 1), CopyRole::kNeedsRebuild) << "a group it backs up";
+  auto refused = CreateAdam(0, "v", {4}, 0, 1);
+  EXPECT_TRUE(IsStaleShardMap(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("needs_rebuild copy"));
+  net::InMessage holder;
+  auto status = Status(*cluster_, 0, &holder);
+  ASSERT_TRUE(status.ok());
+  for (auto c : status->getCopies()) EXPECT_EQ(c.getRole(), wire::CopyRole::NEEDS_REBUILD) << c.getGroup();
+  // Made rebuilding by the chief, it takes a state transfer as usual.
+  ShardMap seen = later;
+  seen.groups[0] = GroupEntry{0, 4, 1, {}, {0}};
+  seen.generation = 4;
+  ASSERT_TRUE(cluster_->SetMap(0, seen).ok());
+  EXPECT_EQ(RoleOf(*cluster_, 0, 0), CopyRole::kRebuilding);
+}
+
 // --ps_max_variable_bytes is per process: the copies a PS holds share its cap. Each PS holds a
 // copy of both groups (k = 2 of 2), so a variable that fits a group alone is refused once the
 // PS holds another group's copy that fills the rest.

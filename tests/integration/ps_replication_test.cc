@@ -573,6 +573,57 @@ TEST_F(PsReplicationTest, StalledPrimaryIsFencedWhenItResumes) {
   EXPECT_EQ(compared.size(), static_cast<size_t>(kPs));
 }
 
+// The chief ends; while none runs, PS 0 (group 0's primary, group 2's backup) is SIGKILLed
+// and restarted empty. The new chief takes over the map the other PS hold, in which PS 0 is
+// still group 0's primary and group 2's backup: it must count PS 0 lost and rebuild both
+// copies (not leave group 0 with a primary that holds nothing, nor group 2 with an empty
+// backup counted in sync). Then each group's other copy is made to serve (PS 1 and PS 2
+// SIGKILLed in turn, PS 0's rebuilt copies promoted) and every counter holds exactly the
+// writes acknowledged before the restart.
+TEST_F(PsReplicationTest, PrimaryRestartedWhileNoChiefRunsIsRebuiltByTheNextChief) {
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  std::vector<int64_t> row_zeros;
+  for (int g = 0; g < kPs; ++g) row_zeros.push_back(g * ((kIds + kPs - 1) / kPs));
+  int64_t acknowledged = 0;
+  {
+    ChiefWriter writer(chief_->process(), row_zeros);
+    ASSERT_TRUE(WaitFor([&] { return writer.acknowledged() >= 20 || writer.failed(); }));
+    const absl::Status error = writer.Stop();
+    ASSERT_TRUE(error.ok()) << error;
+    acknowledged = writer.acknowledged();
+  }
+  std::vector<int64_t> expected(kIds, 0);
+  for (int64_t row : row_zeros) expected[row] = acknowledged;
+  ASSERT_TRUE(Counts() == expected);
+
+  counts_.reset();  // the old chief's
+  const absl::Status restarted = replicated_->RestartChief([](LocalCluster& cluster) {
+    RETURN_IF_ERROR(cluster.KillPs(0));
+    return cluster.RestartPs(0);
+  });
+  ASSERT_TRUE(restarted.ok()) << restarted;
+  chief_ = &replicated_->chief();
+  EXPECT_EQ(monitor()->stats().ps_lost, 1) << "the new chief counts PS 0 lost: " << monitor()->map().DebugString();
+  EXPECT_NE(monitor()->map().Find(0)->primary, 0) << monitor()->map().DebugString();
+  // The same variable, taken over (an existing variable of the same shape is not created again).
+  auto counts = chief_->strategy().CreateVariable("counts", init::Zeros({kIds}, DType::kI64));
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  counts_ = std::make_unique<ShardedVariable>(*counts);
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  EXPECT_EQ(monitor()->stats().rebuilt, 2) << "PS 0 rebuilt groups 0 and 2";
+  EXPECT_TRUE(Counts() == expected);
+
+  // PS 0's rebuilt copies serve: group 0's once PS 1 is gone, group 2's once PS 2 is.
+  for (int victim : {1, 2}) {
+    SCOPED_TRACE(victim);
+    KillUntilLostAndRestart(victim);
+    EXPECT_EQ(replicated_->PrimaryOf(victim == 1 ? 0 : 2), 0) << monitor()->map().DebugString();
+    EXPECT_TRUE(Counts() == expected) << "a rebuilt copy differs from the writes acknowledged";
+    ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  }
+  EXPECT_EQ(monitor()->stats().no_live_copy, 0);
+}
+
 // PS `ps` SIGKILLed together past a checkpoint, taking every copy of groups `groups` (k = 2):
 // the chief marks those groups restore_pending, the returning copies serve nothing but the
 // restore, and automatic PS recovery starts at once (told by the monitor, not by closures

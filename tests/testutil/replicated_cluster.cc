@@ -28,17 +28,27 @@ absl::StatusOr<std::unique_ptr<ReplicatedCluster>> ReplicatedCluster::Start(
   std::unique_ptr<ReplicatedCluster> cluster(new ReplicatedCluster(std::move(local), replicas));
   cluster->num_ps_ = num_ps;
   if (before_chief) RETURN_IF_ERROR(before_chief(*cluster->cluster_));
-  ChiefProcess::Options chief_options = cluster->cluster_->ChiefOptions();
-  chief_options.process.ps_replicas = replicas;
+  RETURN_IF_ERROR(cluster->StartChief());
+  return cluster;
+}
+
+absl::Status ReplicatedCluster::StartChief() {
+  ChiefProcess::Options chief_options = cluster_->ChiefOptions();
+  chief_options.process.ps_replicas = replicas_;
   chief_options.process.ps_heartbeat_timeout = absl::Seconds(2);
-  ASSIGN_OR_RETURN(std::unique_ptr<ChiefProcess> process,
-                   ChiefProcess::Create(cluster->cluster_->chief_spec(), chief_options));
-  ASSIGN_OR_RETURN(std::unique_ptr<FixedShardsPartitioner> partitioner, FixedShardsPartitioner::Create(num_ps));
-  cluster->chief_ = std::make_unique<TestChief>(std::move(process), std::move(partitioner));
-  if (cluster->chief_->process().ps_monitor() == nullptr) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ChiefProcess> process, ChiefProcess::Create(cluster_->chief_spec(), chief_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<FixedShardsPartitioner> partitioner, FixedShardsPartitioner::Create(num_ps_));
+  chief_ = std::make_unique<TestChief>(std::move(process), std::move(partitioner));
+  if (chief_->process().ps_monitor() == nullptr) {
     return absl::InternalError("the chief watches no replicated PS (ps_replicas not taken)");
   }
-  return cluster;
+  return absl::OkStatus();
+}
+
+absl::Status ReplicatedCluster::RestartChief(const std::function<absl::Status(LocalCluster&)>& meanwhile) {
+  chief_.reset();
+  if (meanwhile) RETURN_IF_ERROR(meanwhile(*cluster_));
+  return StartChief();
 }
 
 bool ReplicatedCluster::FullyReplicated() {

@@ -52,7 +52,14 @@ class ReplicatedCluster {
   // KillUntilLostAndRestart, then WaitFullyReplicated: the PS is back and rebuilt.
   absl::Status KillAndWaitRebuilt(int ps, absl::Duration timeout);
 
+  // Ends the chief (destroy what uses its strategy first), runs `meanwhile` on the cluster
+  // when set, and starts a new chief, which takes over the map the PS hold. Errors of those
+  // steps.
+  absl::Status RestartChief(const std::function<absl::Status(LocalCluster&)>& meanwhile = nullptr);
+
  private:
+  absl::Status StartChief();
+
   ReplicatedCluster(std::unique_ptr<LocalCluster> cluster, int replicas)
       : cluster_(std::move(cluster)), replicas_(replicas) {}
 

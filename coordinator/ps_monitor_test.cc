@@ -1,0 +1,295 @@
+#include "coordinator/ps_monitor.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/sync.h"
+#include "gtest/gtest.h"
+#include "metrics/process_metrics.h"
+#include "metrics/status_board.h"
+#include "net/event_loop.h"
+#include "net/rpc_client.h"
+#include "net/rpc_server.h"
+#include "ps/ps.capnp.h"
+#include "ps/replication/shard_map.h"
+#include "worker/shard_map_cache.h"
+
+// PsMonitor against scripted parameter servers: each fake PS answers the chief's calls
+// (ps.GetShardMap, ps.SetShardMap, ps.ReplicaStatus) from the map it was given, as a real PS
+// would, except for the copies a test marks as unable to serve. No processes; every wait is
+// on a condition with a deadline.
+
+namespace asyncps {
+namespace ps_monitor_test_internal {
+namespace {
+
+constexpr absl::Duration kEventually = absl::Seconds(30);
+
+bool WaitUntil(const std::function<bool()>& condition) {
+  const absl::Time deadline = absl::Now() + kEventually;
+  while (absl::Now() < deadline) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(5));  // polling the monitor, not synchronising with it
+  }
+  return condition();
+}
+
+// One scripted PS. Its copy of a group reports the role the map it holds gives it (a primary
+// reports every other copy in sync), unless Break marked it: then it reports `role` until a
+// map makes it start that copy over (rebuilding, or the restoring primary), as a real PS's
+// broken copy does (ps/replication/replicated_ps.cc, SetShardMap).
+class FakePs {
+ public:
+  // `held`: the map it holds already (none: a PS that just started).
+  FakePs(int index, int num_ps, ps::ShardMap held = ps::ShardMap()) : index_(index), num_ps_(num_ps), map_(held) {
+    net::RpcServer::Options o;
+    o.role = "ps";
+    o.task_index = index;
+    server_ = std::make_unique<net::RpcServer>(loop_, o);
+    server_->Register<wire::Empty>(
+        "ps.GetShardMap", net::PeerRoles{"chief", "worker"},
+        [this](const net::RequestContext&, const net::InMessage&, net::OutMessage* resp) {
+          MutexLock lock(&mu_);
+          auto out = resp->InitResponseBody<wire::GetShardMapResponse>();
+          ps::ShardMapToWire(map_, out.initMap());
+          out.setPsIndex(index_);
+          out.setIncarnation(kIncarnation);
+          return absl::OkStatus();
+        },
+        net::Dispatch::kInline);
+    server_->Register<wire::SetShardMapRequest>(
+        "ps.SetShardMap", net::ChiefOnly(),
+        [this](const net::RequestContext&, const net::InMessage& req, net::OutMessage*) {
+          absl::StatusOr<ps::ShardMap> map =
+              ps::ShardMapFromWire(req.RequestBody<wire::SetShardMapRequest>().getMap(), num_ps_);
+          if (!map.ok()) return map.status();
+          MutexLock lock(&mu_);
+          if (map->generation < map_.generation) return absl::FailedPreconditionError("older map");
+          map_ = *std::move(map);
+          for (auto it = broken_.begin(); it != broken_.end();) {
+            const ps::GroupEntry* e = map_.Find(it->first);
+            const bool starts_over =
+                e == nullptr || std::find(e->rebuilding.begin(), e->rebuilding.end(), index_) != e->rebuilding.end() ||
+                (e->primary == index_ && e->restore_pending);
+            it = starts_over ? broken_.erase(it) : std::next(it);
+          }
+          return absl::OkStatus();
+        },
+        net::Dispatch::kInline);
+    server_->Register<wire::Empty>(
+        "ps.ReplicaStatus", net::ChiefOnly(),
+        [this](const net::RequestContext&, const net::InMessage&, net::OutMessage* resp) {
+          MutexLock lock(&mu_);
+          auto out = resp->InitResponseBody<wire::ReplicaStatusResponse>();
+          out.setPsIndex(index_);
+          out.setIncarnation(kIncarnation);
+          out.setMapGeneration(map_.generation);
+          std::vector<const ps::GroupEntry*> held;
+          for (const ps::GroupEntry& e : map_.groups) {
+            if (e.Holds(index_)) held.push_back(&e);
+          }
+          auto copies = out.initCopies(static_cast<unsigned>(held.size()));
+          for (unsigned i = 0; i < held.size(); ++i) {
+            const ps::GroupEntry& e = *held[i];
+            auto c = copies[i];
+            c.setGroup(e.group);
+            c.setGeneration(e.generation);
+            auto broken = broken_.find(e.group);
+            if (broken != broken_.end()) {
+              c.setRole(broken->second);
+              continue;
+            }
+            if (e.primary != index_) {
+              const bool backup = std::find(e.backups.begin(), e.backups.end(), index_) != e.backups.end();
+              c.setRole(backup ? wire::CopyRole::BACKUP : wire::CopyRole::REBUILDING);
+              continue;
+            }
+            c.setRole(e.restore_pending ? wire::CopyRole::RESTORING : wire::CopyRole::PRIMARY);
+            std::vector<int32_t> others = e.backups;
+            others.insert(others.end(), e.rebuilding.begin(), e.rebuilding.end());
+            auto backups = c.initBackups(static_cast<unsigned>(others.size()));
+            for (unsigned j = 0; j < others.size(); ++j) {
+              backups[j].setPs(others[j]);
+              backups[j].setInSync(true);
+              backups[j].setTransferBytesCopied(100);
+            }
+          }
+          return absl::OkStatus();
+        },
+        net::Dispatch::kInline);
+    started_ = server_->Start();
+  }
+
+  ~FakePs() { server_.reset(); }
+
+  absl::Status started() const { return started_; }
+  std::string address() const { return absl::StrCat("127.0.0.1:", server_->port()); }
+
+  // From now on this PS's copy of `group` reports `role` (a copy that cannot serve), until a
+  // map makes it start the copy over.
+  void Break(uint32_t group, wire::CopyRole role) {
+    MutexLock lock(&mu_);
+    broken_[group] = role;
+  }
+
+ private:
+  static constexpr uint64_t kIncarnation = 77;
+  const int index_;
+  const int num_ps_;
+  net::EventLoop loop_;
+  std::unique_ptr<net::RpcServer> server_;
+  absl::Status started_;
+  Mutex mu_;
+  ps::ShardMap map_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, wire::CopyRole> broken_ ABSL_GUARDED_BY(mu_);
+};
+
+class PsMonitorTest : public ::testing::Test {
+ protected:
+  // `held`: per PS, the map it holds when the monitor starts (none by default).
+  void Start(int num_ps, const std::vector<ps::ShardMap>& held = {}) {
+    std::vector<std::string> addresses;
+    std::vector<net::RpcClient*> ptrs;
+    for (int i = 0; i < num_ps; ++i) {
+      ps_.push_back(std::make_unique<FakePs>(i, num_ps, i < static_cast<int>(held.size()) ? held[i] : ps::ShardMap()));
+      ASSERT_TRUE(ps_.back()->started().ok()) << ps_.back()->started();
+      addresses.push_back(ps_.back()->address());
+      net::RpcClient::Options co;
+      co.address = addresses.back();
+      co.role = "chief";
+      clients_.push_back(std::make_unique<net::RpcClient>(client_loop_, co));
+      ptrs.push_back(clients_.back().get());
+    }
+    cache_ = std::make_unique<ShardMapCache>(ptrs, ShardMapCache::Options());
+    auto metrics = metrics::ProcessMetrics::Create("chief", 0, "");
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    metrics_ = *std::move(metrics);
+    board_ = std::make_unique<metrics::StatusBoard>(*metrics_);
+    PsMonitor::Options o;
+    o.replicas = 2;
+    o.heartbeat_interval = absl::Milliseconds(20);
+    o.heartbeat_timeout = absl::Seconds(30);  // no PS is lost in these tests
+    o.start_timeout = absl::Seconds(10);
+    monitor_ = std::make_unique<PsMonitor>(ptrs, addresses, *cache_, *metrics_, *board_, o);
+    monitor_->SetRestoreListener([this](const absl::Status&) {
+      MutexLock lock(&mu_);
+      ++restore_calls_;
+    });
+    const absl::Status started = monitor_->Start();
+    ASSERT_TRUE(started.ok()) << started;
+  }
+
+  void TearDown() override {
+    monitor_.reset();
+    cache_.reset();
+    clients_.clear();
+    ps_.clear();
+  }
+
+  // Group `group` has primary `primary`, backups `backups` and nothing rebuilding or pending.
+  bool GroupIs(uint32_t group, int32_t primary, const std::vector<int32_t>& backups) {
+    const ps::ShardMap map = monitor_->map();
+    const ps::GroupEntry* g = map.Find(group);
+    return g != nullptr && g->primary == primary && g->backups == backups && g->rebuilding.empty() &&
+           !g->restore_pending;
+  }
+
+  int restore_calls() {
+    MutexLock lock(&mu_);
+    return restore_calls_;
+  }
+
+  net::EventLoop client_loop_;
+  std::vector<std::unique_ptr<FakePs>> ps_;
+  std::vector<std::unique_ptr<net::RpcClient>> clients_;
+  std::unique_ptr<ShardMapCache> cache_;
+  std::unique_ptr<metrics::ProcessMetrics> metrics_;
+  std::unique_ptr<metrics::StatusBoard> board_;
+  std::unique_ptr<PsMonitor> monitor_;
+  Mutex mu_;
+  int restore_calls_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The primary of group 0 says its copy needs a rebuild (a backup that refused its stream and
+// was promoted before the chief heard of it does): the group fails over to its in-sync backup
+// at a higher generation, and the old primary rebuilds and becomes the backup. No restore.
+TEST_F(PsMonitorTest, PrimaryThatNeedsARebuildFailsOverToItsBackup) {
+  Start(3);
+  ASSERT_TRUE(GroupIs(0, 0, {1})) << monitor_->map().DebugString();
+  const uint64_t generation = monitor_->map().Find(0)->generation;
+  ps_[0]->Break(0, wire::CopyRole::NEEDS_REBUILD);
+  ASSERT_TRUE(WaitUntil([&] { return GroupIs(0, 1, {0}); })) << monitor_->map().DebugString();
+  EXPECT_GT(monitor_->map().Find(0)->generation, generation);
+  const PsMonitor::Stats stats = monitor_->stats();
+  EXPECT_EQ(stats.failovers, 1);
+  EXPECT_EQ(stats.rebuilt, 1);
+  EXPECT_EQ(stats.ps_lost, 0) << "the PS itself is alive";
+  EXPECT_EQ(stats.no_live_copy, 0);
+  EXPECT_TRUE(monitor_->RestoresPending().empty());
+  EXPECT_EQ(restore_calls(), 0);
+  EXPECT_TRUE(GroupIs(1, 1, {2}) && GroupIs(2, 2, {0})) << "other groups untouched: " << monitor_->map().DebugString();
+}
+
+// A primary holding a copy that is still rebuilding, or fenced, at the map's generation
+// cannot serve either.
+TEST_F(PsMonitorTest, PrimaryRebuildingOrFencedFailsOverToItsBackup) {
+  Start(3);
+  ps_[1]->Break(1, wire::CopyRole::REBUILDING);
+  ps_[2]->Break(2, wire::CopyRole::FENCED);
+  ASSERT_TRUE(WaitUntil([&] { return GroupIs(1, 2, {1}) && GroupIs(2, 0, {2}); })) << monitor_->map().DebugString();
+  EXPECT_EQ(monitor_->stats().failovers, 2);
+  EXPECT_EQ(monitor_->stats().no_live_copy, 0);
+}
+
+// Both copies of group 0 cannot serve (primary and backup report needs-rebuild at once): no
+// copy holds its writes, so the group awaits a restore from the checkpoint, once, with one of
+// them as its empty primary; once restored it serves and is replicated again.
+TEST_F(PsMonitorTest, GroupWhoseEveryCopyCannotServeIsRestoredOnce) {
+  Start(3);
+  ps_[0]->Break(0, wire::CopyRole::NEEDS_REBUILD);
+  ps_[1]->Break(0, wire::CopyRole::NEEDS_REBUILD);
+  ASSERT_TRUE(WaitUntil([&] { return !monitor_->RestoresPending().empty(); })) << monitor_->map().DebugString();
+  const std::vector<PsMonitor::PendingRestore> pending = monitor_->RestoresPending();
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].group, 0);
+  EXPECT_GE(pending[0].primary, 0) << "a PS holds it (empty) for the restore";
+  ASSERT_TRUE(WaitUntil([&] { return restore_calls() > 0; })) << "the recovery is told";
+  EXPECT_EQ(monitor_->stats().no_live_copy, 1);
+  monitor_->Restored(pending);
+  const int32_t primary = pending[0].primary;
+  ASSERT_TRUE(WaitUntil([&] { return GroupIs(0, primary, {primary == 0 ? 1 : 0}); }))
+      << monitor_->map().DebugString();
+  const PsMonitor::Stats stats = monitor_->stats();
+  EXPECT_EQ(stats.no_live_copy, 1) << "one loss of every copy";
+  EXPECT_EQ(stats.restored, 1);
+  EXPECT_EQ(stats.ps_lost, 0);
+  EXPECT_TRUE(monitor_->RestoresPending().empty());
+}
+
+// A chief that restarts takes over the newest map the PS hold; PS 0 restarted meanwhile (it
+// holds no map, so no copy): its groups are rebuilt as if the chief had seen it restart. It
+// is no longer group 0's primary (its backup is), and it rebuilds group 0 and group 2 (where
+// it was a backup: left in the map, an empty copy would count as in sync).
+TEST_F(PsMonitorTest, ChiefTakingOverAMapRebuildsAPsThatRestartedEmptyMeanwhile) {
+  ps::ShardMap held = *ps::ShardMap::Initial(3, 2);
+  for (ps::GroupEntry& g : held.groups) g.generation = 4 + g.group;
+  held.generation = 6;
+  Start(3, {ps::ShardMap(), held, held});
+  ASSERT_TRUE(WaitUntil([&] { return GroupIs(0, 1, {0}) && GroupIs(2, 2, {0}); })) << monitor_->map().DebugString();
+  EXPECT_TRUE(GroupIs(1, 1, {2})) << monitor_->map().DebugString();
+  EXPECT_GT(monitor_->map().generation, held.generation);
+  const PsMonitor::Stats stats = monitor_->stats();
+  EXPECT_EQ(stats.ps_lost, 1);
+  EXPECT_EQ(stats.failovers, 1);
+  EXPECT_EQ(stats.state_transfers, 2);
+  EXPECT_EQ(stats.rebuilt, 2);
+  EXPECT_EQ(stats.no_live_copy, 0);
+}
+
+}  // namespace
+}  // namespace ps_monitor_test_internal
+}  // namespace asyncps
