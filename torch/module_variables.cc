@@ -128,10 +128,13 @@ absl::Status FinishPull(StepContext& ctx, PsFuture<VersionedValues> pull, ::torc
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<GradientUpdate>> TakeGradients(::torch::nn::Module& module, const std::string& prefix) {
+namespace {
+
+// TakeGradients of `params` (a module's NamedParameters).
+absl::StatusOr<std::vector<GradientUpdate>> TakeGradientsOf(Parameters& params) {
   std::vector<GradientUpdate> gradients;
+  gradients.reserve(params.tensors.size());
   RETURN_IF_ERROR(Guard("TakeGradients", [&]() -> absl::Status {
-    Parameters params = NamedParameters(module, prefix);
     absl::Status status;
     for (size_t i = 0; i < params.tensors.size() && status.ok(); ++i) {
       const at::Tensor& grad = params.tensors[i].grad();
@@ -150,6 +153,17 @@ absl::StatusOr<std::vector<GradientUpdate>> TakeGradients(::torch::nn::Module& m
   return gradients;
 }
 
+}  // namespace
+
+absl::StatusOr<std::vector<GradientUpdate>> TakeGradients(::torch::nn::Module& module, const std::string& prefix) {
+  Parameters params;
+  RETURN_IF_ERROR(Guard("TakeGradients", [&]() -> absl::Status {
+    params = NamedParameters(module, prefix);
+    return absl::OkStatus();
+  }));
+  return TakeGradientsOf(params);
+}
+
 PsFuture<void> PushGradientsAsync(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix) {
   absl::StatusOr<std::vector<GradientUpdate>> gradients = TakeGradients(module, prefix);
   if (!gradients.ok()) return PsFuture<void>::Ready(gradients.status());
@@ -158,17 +172,18 @@ PsFuture<void> PushGradientsAsync(StepContext& ctx, ::torch::nn::Module& module,
 
 StepContext::PushAndRead PushGradientsAndPullAsync(StepContext& ctx, ::torch::nn::Module& module,
                                                    const std::string& prefix) {
-  std::vector<std::string> names;
+  // One walk over the module for both the names read and the gradients pushed.
+  Parameters params;
   absl::Status status = Guard("PushGradientsAndPullAsync", [&]() -> absl::Status {
-    names = NamedParameters(module, prefix).names;
+    params = NamedParameters(module, prefix);
     return absl::OkStatus();
   });
   absl::StatusOr<std::vector<GradientUpdate>> gradients =
-      status.ok() ? TakeGradients(module, prefix) : absl::StatusOr<std::vector<GradientUpdate>>(status);
+      status.ok() ? TakeGradientsOf(params) : absl::StatusOr<std::vector<GradientUpdate>>(status);
   if (!gradients.ok()) {
     return {PsFuture<void>::Ready(gradients.status()), PsFuture<VersionedValues>::Ready(gradients.status())};
   }
-  return ctx.PushGradientsAndReadAsync(*gradients, names);
+  return ctx.PushGradientsAndReadAsync(*gradients, params.names);
 }
 
 absl::Status PushGradients(StepContext& ctx, ::torch::nn::Module& module, const std::string& prefix) {

@@ -200,6 +200,53 @@ TEST_F(ModuleVariablesTest, PushAppliesExactlyTheAutogradGradients) {
   }
 }
 
+// The fused step (PushGradientsAndPullAsync, then FinishPull): each push applies exactly the
+// autograd gradients, and the parameters become the values with that push applied, bit for bit,
+// every variable split over both PS (each shard received into its rows of the whole value).
+TEST_F(ModuleVariablesTest, FusedPushAndPullAppliesTheGradientsAndPullsTheResult) {
+  const OptimizerConfig adam = opt::Adam(0.01f);
+  auto local = ps::UpdateRule::Create(adam);
+  ASSERT_TRUE(local.ok());
+  Net chief;
+  ASSERT_TRUE(torch_bridge::CreateVariables(chief_->strategy(), *chief, adam, "net/").ok());
+  std::map<std::string, std::vector<Tensor>> expected;  // name -> {var, m, v}
+  for (const auto& p : chief->named_parameters()) {
+    Tensor value = torch_bridge::FromTorch(p.value())->Clone();
+    expected[p.key()] = {value, Tensor(DType::kF32, value.shape()), Tensor(DType::kF32, value.shape())};
+  }
+
+  Net worker;
+  at::manual_seed(11);
+  {
+    StepContext ctx = Context();
+    ASSERT_TRUE(torch_bridge::Pull(ctx, *worker, "net/").ok());
+  }
+  for (int step = 1; step <= 3; ++step) {
+    SCOPED_TRACE(step);
+    StepContext ctx = Context();
+    at::Tensor loss = ::torch::nn::functional::cross_entropy(worker->forward(at::randn({8, 6})),
+                                                             at::randint(0, 3, {8}, at::kLong));
+    loss.backward();
+    std::map<std::string, Tensor> grads;
+    for (const auto& p : worker->named_parameters()) grads[p.key()] = torch_bridge::FromTorch(p.value().grad())->Clone();
+    StepContext::PushAndRead fused = torch_bridge::PushGradientsAndPullAsync(ctx, *worker, "net/");
+    for (const auto& p : worker->named_parameters()) EXPECT_FALSE(p.value().grad().defined()) << p.key();
+    ASSERT_TRUE(fused.pushed.Get().ok());
+    StepContext next = Context();
+    ASSERT_TRUE(torch_bridge::FinishPull(next, std::move(fused.values), *worker, "net/").ok());
+    EXPECT_EQ(next.versions().size(), 2 * expected.size());  // every shard's version, for the next push
+
+    for (auto& [name, state] : expected) {
+      SCOPED_TRACE(name);
+      float* slots[] = {state[1].data<float>(), state[2].data<float>()};
+      (*local)->Apply(state[0].data<float>(), grads[name].data<float>(), slots, state[0].num_elements(), step);
+      EXPECT_TRUE(PsValue("net/" + name).Equals(state[0]));
+      EXPECT_TRUE(SameBytes(worker->named_parameters()[name], state[0]));
+      EXPECT_TRUE(worker->named_parameters()[name].requires_grad());
+    }
+  }
+}
+
 TEST_F(ModuleVariablesTest, MismatchedModuleIsRejectedAndLeftUnchanged) {
   Net chief;
   ASSERT_TRUE(torch_bridge::CreateVariables(chief_->strategy(), *chief, opt::SGD(0.1f)).ok());

@@ -425,13 +425,31 @@ Tensor UninitializedWhole(const VariablePlacement& p, BlockPool& pool) {
   return Tensor::View(p.dtype, p.shape, std::move(block), data);
 }
 
-// Call `c` of `plan`'s answer is read, payload by payload, straight into the rows of the
-// whole values its shards belong to, where the answer describes a shard as the placement
-// does (anything else lands in the frame's own block, and FinishRead refuses or copies it).
+// Adds `p` to the variables `plan` reads (a sharded one whole, into a block of `pool`).
+void AddRead(ReadPlan& plan, std::shared_ptr<const VariablePlacement> p, BlockPool& pool) {
+  plan.wholes.push_back(p->shards.size() > 1 ? UninitializedWhole(*p, pool) : Tensor());
+  plan.whole_data.push_back(static_cast<char*>(plan.wholes.back().raw_data()));
+  plan.placements.push_back(std::move(p));
+}
+
+// The values a read's answer carries: ps.Read's, or those of a ps.PushGradients with readAfter
+// (issue 23), which has the same TensorRefs and versions under other field names.
+capnp::List<wire::TensorRef>::Reader AnsweredValues(wire::ReadResponse::Reader body) { return body.getTensors(); }
+capnp::List<wire::TensorRef>::Reader AnsweredValues(wire::UpdateResponse::Reader body) { return body.getValues(); }
+template <typename Response>
+constexpr const char* AnsweringMethod() {
+  return std::is_same_v<Response, wire::ReadResponse> ? "ps.Read" : "ps.PushGradients";
+}
+
+// Call `c` of `plan`'s answer (a `Response`) is read, payload by payload, straight into the
+// rows of the whole values its shards belong to, where the answer describes a shard as the
+// placement does (anything else lands in the frame's own block, and FinishRead refuses or
+// copies it).
+template <typename Response>
 net::PayloadPlacer PlaceRead(std::shared_ptr<const ReadPlan> plan, size_t c) {
   return [plan = std::move(plan), c](const net::InMessage& header) {
     net::PayloadPlacement placement;
-    auto tensors = header.ResponseBody<wire::ReadResponse>().getTensors();
+    auto tensors = AnsweredValues(header.ResponseBody<Response>());
     const std::vector<ReadPlan::Ref>& refs = plan->refs[c];
     if (tensors.size() != refs.size()) return placement;
     for (unsigned i = 0; i < tensors.size(); ++i) {
@@ -455,17 +473,47 @@ net::PayloadPlacer PlaceRead(std::shared_ptr<const ReadPlan> plan, size_t c) {
   };
 }
 
-absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, CallResults results) {
+// Gives every call of `plan` that reads a sharded variable its placer (PlaceRead).
+template <typename Response>
+void PlaceReads(const std::shared_ptr<const ReadPlan>& plan, std::vector<Outgoing>& calls) {
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const std::vector<ReadPlan::Ref>& refs = plan->refs[c];
+    if (std::any_of(refs.begin(), refs.end(), [&](const ReadPlan::Ref& ref) { return plan->InPlace(ref.variable); })) {
+      calls[c].place_payloads = PlaceRead<Response>(plan, c);
+    }
+  }
+}
+
+// The one reassembly of a read's answers (ps.Read's ReadResponse, or the values a
+// ps.PushGradients with readAfter answered in its UpdateResponse): every answered shard is
+// checked against the placement (another count, shape or dtype is Internal, never a value),
+// sharded variables come whole (received in place or copied there), and the versions are
+// collected. A call with no refs (a PS only pushed to) is skipped. With `unanswered` (the
+// fused push-and-read), a call that was asked for values and answered none (a PS older than
+// readAfter) sets it and nothing is returned; without it, that is the wrong count.
+template <typename Response>
+absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, const CallResults& results,
+                                           bool* unanswered = nullptr) {
+  if (unanswered != nullptr) *unanswered = false;
   RETURN_IF_ERROR(FirstError(results));
+  constexpr const char* kMethod = AnsweringMethod<Response>();
   ShardVersions versions;
   const size_t num_variables = plan.placements.size();
   std::vector<std::vector<Tensor>> shards(num_variables);
   for (size_t v = 0; v < num_variables; ++v) shards[v].resize(plan.placements[v]->shards.size());
   for (size_t c = 0; c < results.size(); ++c) {
+    if (plan.refs[c].empty()) continue;
+    bool none = false;
     RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
-      auto body = results[c]->ResponseBody<wire::ReadResponse>();
-      auto tensors = body.getTensors();
-      if (tensors.size() != plan.refs[c].size()) return absl::InternalError("ps.Read answered the wrong count");
+      auto body = results[c]->ResponseBody<Response>();
+      auto tensors = AnsweredValues(body);
+      if (tensors.size() == 0 && unanswered != nullptr) {
+        none = true;
+        return absl::OkStatus();
+      }
+      if (tensors.size() != plan.refs[c].size()) {
+        return absl::InternalError(absl::StrCat(kMethod, " answered the wrong count of values"));
+      }
       // Absent from a PS older than versions: its shards stay unversioned (pushed unchecked).
       auto shard_versions = body.getVersions();
       const bool has_versions = shard_versions.size() == tensors.size();
@@ -477,7 +525,7 @@ absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, CallResults res
         const VariablePlacement& p = *plan.placements[ref.variable];
         const Shape expected = p.ShardShape(ref.shard);
         if (shard.dtype() != p.dtype || shard.shape() != expected) {
-          return absl::InternalError(absl::StrCat("ps.Read answered ", DTypeName(shard.dtype()),
+          return absl::InternalError(absl::StrCat(kMethod, " answered ", DTypeName(shard.dtype()),
                                                   ShapeString(shard.shape()), " for '", p.shards[ref.shard].name,
                                                   "', which is ", DTypeName(p.dtype), ShapeString(expected)));
         }
@@ -492,6 +540,10 @@ absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, CallResults res
       }
       return absl::OkStatus();
     }));
+    if (none) {
+      *unanswered = true;
+      return VersionedValues();
+    }
   }
   VersionedValues out;
   out.values.reserve(num_variables);
@@ -619,9 +671,7 @@ void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallb
     for (size_t s = 0; s < (*p)->shards.size(); ++s) {
       by_ps[(*p)->shards[s].ps].push_back({&(*p)->shards[s].name, ReadPlan::Ref{v, s}});
     }
-    plan->wholes.push_back((*p)->shards.size() > 1 ? UninitializedWhole(**p, whole_values_) : Tensor());
-    plan->whole_data.push_back(static_cast<char*>(plan->wholes.back().raw_data()));
-    plan->placements.push_back(*std::move(p));
+    AddRead(*plan, *std::move(p), whole_values_);
   }
   std::vector<Outgoing> calls;
   calls.reserve(by_ps.size());
@@ -637,16 +687,10 @@ void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallb
     calls.push_back(std::move(call));
     plan->refs.push_back(std::move(refs));
   }
-  for (size_t c = 0; c < calls.size(); ++c) {
-    const std::vector<ReadPlan::Ref>& refs = plan->refs[c];
-    const bool any_sharded = std::any_of(refs.begin(), refs.end(), [&](const ReadPlan::Ref& ref) {
-      return plan->InPlace(ref.variable);
-    });
-    if (any_sharded) calls[c].place_payloads = PlaceRead(plan, c);
-  }
+  PlaceReads<wire::ReadResponse>(plan, calls);
   CallAllAsync(ps_, "ps.Read", std::move(calls), {options_.timeout, std::nullopt},
                [plan = std::move(plan), done = std::move(done)](CallResults results) {
-                 done(FinishRead(*plan, std::move(results)));
+                 done(FinishRead<wire::ReadResponse>(*plan, results));
                },
                options_.shard_map);
 }
@@ -723,65 +767,6 @@ void PsClient::GatherVersionedAsync(const std::string& name, const Tensor& ids, 
 
 // ---- The fused push-and-read (issue 23): PushGradientsAndReadAsync ---------------------------
 
-namespace {
-
-// The values a ps.PushGradients with readAfter answered, reassembled like FinishRead's (the
-// same checks against the placement). `*unanswered` is set, and nothing returned, when a PS
-// that was asked for values answered none: a PS older than readAfter.
-absl::StatusOr<VersionedValues> FinishPushAndRead(const ReadPlan& plan, const CallResults& results,
-                                                  bool* unanswered) {
-  *unanswered = false;
-  ShardVersions versions;
-  const size_t num_variables = plan.placements.size();
-  std::vector<std::vector<Tensor>> shards(num_variables);
-  for (size_t v = 0; v < num_variables; ++v) shards[v].resize(plan.placements[v]->shards.size());
-  for (size_t c = 0; c < results.size(); ++c) {
-    if (plan.refs[c].empty()) continue;
-    RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
-      auto body = results[c]->ResponseBody<wire::UpdateResponse>();
-      auto tensors = body.getValues();
-      if (tensors.size() == 0) {
-        *unanswered = true;
-        return absl::OkStatus();
-      }
-      if (tensors.size() != plan.refs[c].size()) {
-        return absl::InternalError("ps.PushGradients answered the wrong count of values");
-      }
-      auto shard_versions = body.getVersions();
-      const bool has_versions = shard_versions.size() == tensors.size();
-      for (unsigned i = 0; i < tensors.size(); ++i) {
-        const ReadPlan::Ref& ref = plan.refs[c][i];
-        ASSIGN_OR_RETURN(Tensor shard, results[c]->TensorAt(tensors[i]));
-        const VariablePlacement& p = *plan.placements[ref.variable];
-        const Shape expected = p.ShardShape(ref.shard);
-        if (shard.dtype() != p.dtype || shard.shape() != expected) {
-          return absl::InternalError(absl::StrCat("ps.PushGradients answered ", DTypeName(shard.dtype()),
-                                                  ShapeString(shard.shape()), " for '", p.shards[ref.shard].name,
-                                                  "', which is ", DTypeName(p.dtype), ShapeString(expected)));
-        }
-        shards[ref.variable][ref.shard] = std::move(shard);
-        if (has_versions) versions[p.shards[ref.shard].name] = shard_versions[i];
-      }
-      return absl::OkStatus();
-    }));
-    if (*unanswered) return VersionedValues();
-  }
-  VersionedValues out;
-  out.values.reserve(num_variables);
-  for (size_t v = 0; v < num_variables; ++v) {
-    if (shards[v].size() == 1) {
-      out.values.push_back(std::move(shards[v][0]));  // zero-copy view of the response
-    } else {
-      ASSIGN_OR_RETURN(Tensor whole, Concat(shards[v]));
-      out.values.push_back(std::move(whole));
-    }
-  }
-  out.versions = std::move(versions);
-  return out;
-}
-
-}  // namespace
-
 PsFuture<VersionedValues> PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& gradients,
                                                               const std::vector<std::string>& read_after,
                                                               const ps::UpdateTag& tag, const ShardVersions& base) {
@@ -822,7 +807,7 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
       reads_by_ps[(*p)->shards[s].ps].push_back({&(*p)->shards[s].name, ReadPlan::Ref{v, s}});
       by_ps.try_emplace((*p)->shards[s].ps);
     }
-    plan->placements.push_back(*std::move(p));
+    AddRead(*plan, *std::move(p), whole_values_);
   }
   std::vector<Outgoing> calls = PieceCalls<wire::PushGradientsRequest>(by_ps, tag);
   std::vector<int> call_ps;
@@ -841,6 +826,8 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
     }
     plan->refs.push_back(std::move(refs));
   }
+  // The values are received like a read's: sharded variables straight into their whole values.
+  PlaceReads<wire::UpdateResponse>(plan, calls);
   CallAllAsync(
       ps_, "ps.PushGradients", std::move(calls), {options_.timeout, std::nullopt},
       [connections = ps_, shard_map = options_.shard_map, timeout = options_.timeout, call_ps = std::move(call_ps),
@@ -849,13 +836,16 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
         pushed(status);
         if (!status.ok()) return done(std::move(status));
         bool unanswered = false;
-        absl::StatusOr<VersionedValues> values = FinishPushAndRead(*plan, results, &unanswered);
+        absl::StatusOr<VersionedValues> values = FinishRead<wire::UpdateResponse>(*plan, results, &unanswered);
         if (!unanswered) return done(std::move(values));
         // A PS that predates readAfter applied the push and answered no values: every read is
         // sent again as a ps.Read, now that the push is applied (what the caller would have
         // done without the fused call), and reassembled as ReadVersionedAsync does.
+        // Read into the same whole values: no shard of them has been handed out.
         auto reread = std::make_shared<ReadPlan>();
         reread->placements = plan->placements;
+        reread->wholes = plan->wholes;
+        reread->whole_data = plan->whole_data;
         std::vector<Outgoing> reads;
         for (size_t c = 0; c < plan->refs.size(); ++c) {
           if (plan->refs[c].empty()) continue;
@@ -869,9 +859,11 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
           reads.push_back(std::move(call));
           reread->refs.push_back(plan->refs[c]);
         }
+        PlaceReads<wire::ReadResponse>(reread, reads);
         CallAllAsync(
             connections, "ps.Read", std::move(reads), {timeout, std::nullopt},
-            [reread, done = std::move(done)](CallResults r) { done(FinishRead(*reread, std::move(r))); }, shard_map);
+            [reread, done = std::move(done)](CallResults r) { done(FinishRead<wire::ReadResponse>(*reread, r)); },
+            shard_map);
       },
       options_.shard_map);
 }

@@ -140,6 +140,28 @@ TEST_F(PushAndReadTest, AnswersTheValuesWithThePushApplied) {
   EXPECT_EQ(Value("table"), std::vector<float>(8, -1.0f));
 }
 
+// Each shard of `table` is received straight into its rows of the whole value (the fused
+// answer shares ps.Read's reassembly): every row distinct, so a shard placed at the wrong rows,
+// or a step that saw another step's block, shows.
+TEST_F(PushAndReadTest, ShardedValuesAreReceivedIntoTheirRowsStepAfterStep) {
+  std::vector<float> expected(8, 0.0f);
+  for (int step = 1; step <= 3; ++step) {
+    std::vector<float> gradient(8);
+    for (int i = 0; i < 8; ++i) gradient[i] = static_cast<float>(step * 10 + i);
+    auto r = client_->PushGradientsAndReadAsync({{"table", Tensor::FromVector<float>({4, 2}, gradient), std::nullopt}},
+                                                {"bias", "table"})
+                 .Get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (int i = 0; i < 8; ++i) expected[i] -= gradient[i];
+    ASSERT_EQ(r->values.size(), 2u);
+    EXPECT_EQ(r->values[1].shape(), (Shape{4, 2}));
+    EXPECT_EQ(Floats(r->values[1]), expected) << "step " << step;
+    EXPECT_EQ(Floats(r->values[1]), Value("table")) << "step " << step;
+    EXPECT_EQ(r->versions.at("table/part_0"), step);
+    EXPECT_EQ(r->versions.at("table/part_1"), step);
+  }
+}
+
 TEST_F(PushAndReadTest, ARetriedTaggedPushIsAppliedOnceAndAnswersTheValuesAgain) {
   ps::UpdateTag tag;
   tag.coordinator = 100;
@@ -222,14 +244,17 @@ class OldPsTest : public PushAndReadTest {
 // A PS from before readAfter applies the push and ignores the names: its values are read with
 // ps.Read once the push is answered, so the caller still sees them with the push applied.
 TEST_F(OldPsTest, APsThatAnswersNoValuesIsReadAfterThePush) {
-  auto r = client_->PushGradientsAndReadAsync({{"table", Filled({4, 2}, 1.0f), std::nullopt}}, {"table", "bias"})
+  const std::vector<float> gradient = {1, 2, 3, 4, 5, 6, 7, 8};
+  auto r = client_->PushGradientsAndReadAsync({{"table", Tensor::FromVector<float>({4, 2}, gradient), std::nullopt}},
+                                              {"table", "bias"})
                .Get();
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(Floats(r->values[0]), std::vector<float>(8, -1.0f));
+  // Both shards read again into the whole value, each at its rows.
+  EXPECT_EQ(Floats(r->values[0]), std::vector<float>({-1, -2, -3, -4, -5, -6, -7, -8}));
   EXPECT_EQ(Floats(r->values[1]), std::vector<float>({0.0f, 0.0f}));
   EXPECT_EQ(r->versions, (ShardVersions{{"table/part_0", 1}, {"table/part_1", 1}, {"bias", 0}}));
   EXPECT_EQ(reads_[1].load(), 1);
-  EXPECT_EQ(Value("table"), std::vector<float>(8, -1.0f));  // applied once
+  EXPECT_EQ(Value("table"), std::vector<float>({-1, -2, -3, -4, -5, -6, -7, -8}));  // applied once
 }
 
 }  // namespace
