@@ -274,7 +274,7 @@ void Connection::Send(OutMessage message) {
   q.frame = EncodeFrame(q.message);  // the ranges view heap memory, so they survive moves of q
   // Only the loop thread reads corked_, and only the loop thread sets it.
   const bool corked = std::this_thread::get_id() == loop_thread_ && corked_;
-  std::vector<Queued> sent;  // destroyed after unlocking: freeing big tensors takes a while
+  SentFrames sent;  // destroyed after unlocking: freeing big tensors takes a while
   bool schedule = false;
   {
     MutexLock lock(&send_mu_);
@@ -294,7 +294,7 @@ void Connection::SendDeferred(OutMessage message, size_t flush_frames) {
   if (std::this_thread::get_id() == loop_thread_) return Send(std::move(message));
   Queued q{std::move(message), {}, 0};
   q.frame = EncodeFrame(q.message);
-  std::vector<Queued> sent;  // destroyed after unlocking
+  SentFrames sent;  // destroyed after unlocking
   bool post = false;
   bool schedule = false;
   {
@@ -317,7 +317,7 @@ void Connection::SendDeferred(OutMessage message, size_t flush_frames) {
 }
 
 void Connection::FlushQueued() {
-  std::vector<Queued> sent;
+  SentFrames sent;
   {
     MutexLock lock(&send_mu_);
     flush_posted_ = false;
@@ -328,7 +328,7 @@ void Connection::FlushQueued() {
   WriteQueued();
 }
 
-bool Connection::WriteDirectLocked(std::vector<Queued>* sent) {
+bool Connection::WriteDirectLocked(SentFrames* sent) {
   iovec iov[kMaxGatherRanges];
   while (!queue_.empty()) {
     size_t count = 0;
@@ -416,7 +416,7 @@ void Connection::Uncork() {
   corked_ = false;
   if (!queued_while_corked_) return;  // nothing to flush: skip the lock
   queued_while_corked_ = false;
-  std::vector<Queued> sent;
+  SentFrames sent;
   bool schedule = false;
   {
     MutexLock lock(&send_mu_);
@@ -429,8 +429,8 @@ void Connection::Uncork() {
 void Connection::Close(const absl::Status& reason) {
   if (closed_) return;
   closed_ = true;
-  std::vector<Queued> sent;
-  std::deque<Queued> dropped;
+  SentFrames sent;
+  FrameQueue dropped;
   {
     MutexLock lock(&send_mu_);
     // Best effort, without blocking: frames already queued still go out, e.g. answers to the

@@ -4,7 +4,6 @@
 // Private to net/: one framed TCP connection. Includes Asio, so only net .cc files include it.
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -12,10 +11,12 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "core/sync.h"
 #include "metrics/rpc_metrics.h"
 #include "net/asio.h"
+#include "net/fifo.h"
 #include "net/frame_codec.h"
 #include "net/message.h"
 
@@ -83,6 +84,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     EncodedFrame frame;  // views `message`
     size_t written = 0;  // bytes of `frame` already on the wire
   };
+  // Frames written by a direct write, freed once the lock is released. Inline: a send that
+  // writes a frame or a few at once allocates nothing for them.
+  using SentFrames = absl::InlinedVector<Queued, 4>;
+  using FrameQueue = Fifo<Queued>;
   enum class Stage { kFrameStart, kPayloads };
 
   // ----- reading (loop thread) -----
@@ -106,7 +111,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // ----- writing -----
   // Writes queue_ without blocking until it is empty (true) or the socket would block or
   // failed (false: writer_active_ is set and WriteQueued must run on the loop thread).
-  bool WriteDirectLocked(std::vector<Queued>* sent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(send_mu_);
+  bool WriteDirectLocked(SentFrames* sent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(send_mu_);
   // Loop thread: writes queue_ with async_write until it is empty, then clears writer_active_.
   void WriteQueued() ABSL_LOCKS_EXCLUDED(send_mu_);
   // Runs WriteQueued on the loop thread: at once when called there, else posted.
@@ -141,7 +146,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Write state.
   Mutex send_mu_;
-  std::deque<Queued> queue_ ABSL_GUARDED_BY(send_mu_);
+  FrameQueue queue_ ABSL_GUARDED_BY(send_mu_);
   // The loop thread owns the socket's write side (an async_write is in flight or scheduled);
   // Send only queues.
   bool writer_active_ ABSL_GUARDED_BY(send_mu_) = false;

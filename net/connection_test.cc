@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "core/sync.h"
 #include "gtest/gtest.h"
 #include "net/connection.h"
+#include "net/fifo.h"
 #include "net/frame_codec.h"
 #include "net/test_messages.capnp.h"
 #include "net/rpc_client.h"
@@ -357,6 +359,38 @@ TEST_F(ConnectionTest, OversizedPayloadIsRejectedBeforeReadingIt) {
   ASSERT_TRUE(raw.Write(frame.substr(0, header_bytes)));
   absl::StatusOr<InMessage> next = raw.ReadFrame();
   EXPECT_EQ(next.status().code(), absl::StatusCode::kUnavailable) << next.status();
+}
+
+TEST(FifoTest, KeepsOrderAcrossReuseAndCompactionAndReusesItsStorage) {
+  Fifo<std::unique_ptr<int>> fifo;
+  int next_in = 0;
+  int next_out = 0;
+  auto pop = [&] {
+    ASSERT_FALSE(fifo.empty());
+    std::unique_ptr<int> v = std::move(fifo.front());
+    fifo.pop_front();
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(*v, next_out++);
+  };
+  // Drains now and then: the storage starts over instead of growing.
+  for (int round = 0; round < 50; ++round) {
+    for (int i = 0; i < 5; ++i) fifo.push_back(std::make_unique<int>(next_in++));
+    while (!fifo.empty()) pop();
+    EXPECT_EQ(fifo.storage_size(), 0u);
+  }
+  // Never drains (one more in than out each step): the popped front is dropped once it is
+  // half the storage, so the storage stays within twice what is queued (plus the threshold).
+  for (int step = 0; step < 2000; ++step) {
+    fifo.push_back(std::make_unique<int>(next_in++));
+    fifo.push_back(std::make_unique<int>(next_in++));
+    pop();
+    EXPECT_LE(fifo.storage_size(), 2 * fifo.size() + Fifo<int>::kCompactAfter + 2);
+  }
+  size_t counted = 0;
+  for (auto& v : fifo) EXPECT_EQ(*v, next_out + static_cast<int>(counted++));
+  EXPECT_EQ(counted, fifo.size());
+  while (!fifo.empty()) pop();
+  EXPECT_EQ(next_out, next_in);
 }
 
 }  // namespace

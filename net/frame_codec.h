@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/block_pool.h"
@@ -65,6 +66,16 @@ class FrameDecoder {
                                              const PayloadPlacer* placer = nullptr);
 
  private:
+  // Payload blocks up to these sizes are one allocation with their shared count (glibc's
+  // per-thread cache serves them); larger ones come from `pool_`.
+  static constexpr size_t kSmallBlockBytes[2] = {128, 768};
+  template <size_t N>
+  struct alignas(64) SmallBlock {
+    static constexpr size_t kBytes = N;
+    unsigned char bytes[N];
+  };
+  std::shared_ptr<void> AllocateBlock(size_t bytes);
+
   FrameLimits limits_;
   // One idle block at most: a connection's frames are read one after another, and the message
   // read last is usually released before the next one is read.
@@ -81,12 +92,16 @@ class FrameDecoder {
 // payloads (tensor memory itself) each followed by its zero padding. Nothing is copied, so the
 // ranges are valid while `message` is alive and unmodified.
 struct EncodedFrame {
-  kj::Array<capnp::word> table;  // the stream-framing segment table
+  // The stream-framing segment table when it does not fit the message's own table space
+  // (OutMessage::table_space, where it usually goes).
+  kj::Array<capnp::word> table;
   struct Range {
     const void* data;
     size_t size;
   };
-  std::vector<Range> ranges;  // table, segments..., then payload, padding, payload, padding...
+  // Table, segments..., then payload, padding, payload, padding... A small frame's ranges
+  // (one segment, a payload or two) fit inline: no allocation per frame sent.
+  absl::InlinedVector<Range, 6> ranges;
   size_t total_bytes = 0;
 };
 EncodedFrame EncodeFrame(OutMessage& message);

@@ -273,5 +273,72 @@ TEST(FrameCodecTest, APlacerThatThrowsPlacesNothing) {
   EXPECT_TRUE(t->Equals(a));
 }
 
+TEST(FrameCodecTest, PayloadBlocksOfEverySizeClassAreAlignedZeroPaddedAndOutliveTheMessage) {
+  // Sizes on both sides of the small-block classes (one allocation with their count) and of
+  // the pooled blocks, alone and several to a frame.
+  const std::vector<std::vector<size_t>> frames = {{1}, {4}, {64}, {65}, {128}, {129}, {700}, {768}, {769},
+                                                   {5000}, {3, 60, 1}, {100, 600}, {700, 100}};
+  uint8_t seed = 1;
+  for (const std::vector<size_t>& sizes : frames) {
+    std::vector<Tensor> tensors;
+    for (size_t size : sizes) {
+      Tensor t(DType::kU8, {static_cast<int64_t>(size)});
+      for (auto& b : t.flat<uint8_t>()) b = seed++ | 1;  // never 0, so padding is told apart
+      tensors.push_back(t);
+    }
+    OutMessage out = MakeReadResponse(tensors);
+    const std::string bytes = EncodeFrameToString(out);
+    std::vector<Tensor> views;
+    {
+      auto in = FrameDecoder::DecodeAll(Bytes(bytes), FrameLimits(), nullptr);
+      ASSERT_TRUE(in.ok()) << in.status();
+      auto refs = in->ResponseBody<testwire::ReadResponse>().getTensors();
+      ASSERT_EQ(refs.size(), sizes.size());
+      for (unsigned i = 0; i < refs.size(); ++i) {
+        auto t = in->TensorAt(refs[i]);
+        ASSERT_TRUE(t.ok()) << t.status();
+        const auto* data = static_cast<const uint8_t*>(t->raw_data());
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % 64, 0u) << "payload of " << sizes[i] << " bytes";
+        const size_t padded = (sizes[i] + 63) / 64 * 64;
+        for (size_t b = sizes[i]; b < padded; ++b) ASSERT_EQ(data[b], 0) << "padding byte " << b;
+        views.push_back(*t);
+      }
+    }
+    // The message is gone; its tensors still own the block.
+    for (size_t i = 0; i < views.size(); ++i) EXPECT_TRUE(views[i].Equals(tensors[i])) << "payload " << i;
+  }
+}
+
+TEST(FrameCodecTest, HeadersOfOneAndOfManySegmentsRoundTrip) {
+  // The segment table of a frame of up to 7 segments goes in the message's own table space,
+  // a larger one in an array of its own.
+  for (const int names : {1, 40, 400}) {
+    const size_t length = names == 1 ? 10 : 900;
+    OutMessage out;
+    out.envelope().setRequestId(7);
+    auto list = out.InitResponseBody<testwire::ReadRequest>().initNames(static_cast<unsigned>(names));
+    for (int i = 0; i < names; ++i) {
+      list.set(static_cast<unsigned>(i), std::string(length, static_cast<char>('a' + i % 26)));
+    }
+    const size_t segments = out.builder().getSegmentsForOutput().size();
+    if (names == 1) {
+      EXPECT_EQ(segments, 1u);
+    }
+    if (names == 400) {
+      EXPECT_GT(segments, 2 * OutMessage::kTableSpaceWords - 1);
+    }
+    const std::string bytes = EncodeFrameToString(out);
+    size_t consumed = 0;
+    auto in = FrameDecoder::DecodeAll(Bytes(bytes), FrameLimits(), &consumed);
+    ASSERT_TRUE(in.ok()) << in.status() << " (" << segments << " segments)";
+    EXPECT_EQ(consumed, bytes.size());
+    auto got = in->ResponseBody<testwire::ReadRequest>().getNames();
+    ASSERT_EQ(got.size(), static_cast<unsigned>(names));
+    for (int i = 0; i < names; ++i) {
+      ASSERT_EQ(std::string(got[static_cast<unsigned>(i)].cStr()), std::string(length, static_cast<char>('a' + i % 26)));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace asyncps::net

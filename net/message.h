@@ -2,12 +2,14 @@
 #define ASYNCPS_NET_MESSAGE_H_
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
+#include <kj/exception.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -57,10 +59,21 @@ class OutMessage {
   void AddTensor(const Tensor& tensor, wire::TensorRef::Builder ref);
 
   const std::vector<Tensor>& payloads() const { return payloads_; }
-  capnp::MessageBuilder& builder() { return *builder_; }
+  capnp::MessageBuilder& builder() { return storage_->builder; }
+
+  // Room for the stream-framing segment table of a frame of up to kTableSpaceWords * 2 - 1
+  // segments (EncodeFrame), allocated with the builder: at an address that survives moves of
+  // the message, and without an allocation of its own.
+  static constexpr size_t kTableSpaceWords = 4;
+  capnp::word* table_space() { return storage_->table; }
 
  private:
-  std::unique_ptr<capnp::MallocMessageBuilder> builder_;
+  struct Storage {
+    explicit Storage(unsigned first_segment_words) : builder(first_segment_words) {}
+    capnp::MallocMessageBuilder builder;
+    capnp::word table[kTableSpaceWords];
+  };
+  std::unique_ptr<Storage> storage_;
   std::vector<Tensor> payloads_;
 };
 
@@ -148,7 +161,26 @@ class InMessage {
 // std::exception into InvalidArgument. Every read of received data goes through this, runs
 // inside a server handler (which does the same), or follows a complete check
 // (net/wire_check.h), so no exception leaves the network edge.
-absl::Status CatchDecodeErrors(const std::function<absl::Status()>& decode);
+// A template rather than a std::function: the lambdas callers pass capture several
+// references, and a std::function of more than two would be a heap allocation per frame.
+template <typename Decode>
+absl::Status CatchDecodeErrors(Decode&& decode);
+
+namespace message_internal {
+absl::Status MalformedMessage(const kj::Exception& e);
+absl::Status MalformedMessage(const std::exception& e);
+}  // namespace message_internal
+
+template <typename Decode>
+absl::Status CatchDecodeErrors(Decode&& decode) {
+  try {
+    return decode();
+  } catch (const kj::Exception& e) {
+    return message_internal::MalformedMessage(e);
+  } catch (const std::exception& e) {
+    return message_internal::MalformedMessage(e);
+  }
+}
 
 // Cap'n Proto builder helpers for repeated tensor-shaped fields.
 void SetShape(capnp::List<int64_t>::Builder list, const Shape& shape);

@@ -34,7 +34,15 @@ class DeferredResponse {
  public:
   using SendFn = std::function<void(const absl::Status& status, OutMessage response)>;
   DeferredResponse() = default;  // answers nothing (for tests)
-  explicit DeferredResponse(SendFn send) : state_(std::make_shared<State>(std::move(send))) {}
+  explicit DeferredResponse(SendFn send) : state_(std::make_shared<StateWith<SendFn>>(std::move(send))) {}
+  // The same for any callable `send`: the answer's state and `send` are one allocation (a
+  // std::function of a capture this large would be a second one per request).
+  template <typename Fn>
+  static DeferredResponse Of(Fn send) {
+    DeferredResponse r;
+    r.state_ = std::make_shared<StateWith<Fn>>(std::move(send));
+    return r;
+  }
 
   // Sends `status`, with `response`'s body and payloads when it is OK. Any thread.
   void Send(const absl::Status& status, OutMessage response = OutMessage()) const {
@@ -45,15 +53,21 @@ class DeferredResponse {
 
  private:
   struct State {
-    explicit State(SendFn f) : send(std::move(f)) {}
-    ~State() {
+    virtual ~State() = default;
+    void Send(const absl::Status& status, OutMessage response) {
+      if (!sent.exchange(true)) Answer(status, std::move(response));
+    }
+    virtual void Answer(const absl::Status& status, OutMessage response) = 0;
+    std::atomic<bool> sent{false};
+  };
+  template <typename Fn>
+  struct StateWith final : State {
+    explicit StateWith(Fn s) : send(std::move(s)) {}
+    ~StateWith() override {
       if (!sent.load()) send(absl::InternalError("the request's answer was dropped"), OutMessage());
     }
-    void Send(const absl::Status& status, OutMessage response) {
-      if (!sent.exchange(true)) send(status, std::move(response));
-    }
-    const SendFn send;
-    std::atomic<bool> sent{false};
+    void Answer(const absl::Status& status, OutMessage response) override { send(status, std::move(response)); }
+    Fn send;
   };
   std::shared_ptr<State> state_;
 };
@@ -111,13 +125,17 @@ class MethodTable {
     Handler handler;
     Dispatch dispatch;
     DeferredHandler deferred;  // set (and `handler` empty) for RegisterDeferred's methods
+    // The method's name, shared by everything that outlives the request (a deferred answer
+    // labels its metrics with it) without a copy of the string per request.
+    std::shared_ptr<const std::string> name;
   };
 
   template <typename Request>
   void Register(const std::string& method, PeerRoles callers, Handler handler,
                 Dispatch dispatch = Dispatch::kPool) {
     methods_.insert_or_assign(method, Entry{WireChecker(capnp::Schema::from<Request>()), std::move(callers),
-                                            std::move(handler), dispatch, nullptr});
+                                            std::move(handler), dispatch, nullptr,
+                                            std::make_shared<const std::string>(method)});
   }
   // The same for a handler that answers later (DeferredResponse): its dispatch says where it
   // starts; its answer goes out from whichever thread sends it.
@@ -125,7 +143,8 @@ class MethodTable {
   void RegisterDeferred(const std::string& method, PeerRoles callers, DeferredHandler handler,
                         Dispatch dispatch = Dispatch::kPool) {
     methods_.insert_or_assign(method, Entry{WireChecker(capnp::Schema::from<Request>()), std::move(callers),
-                                            nullptr, dispatch, std::move(handler)});
+                                            nullptr, dispatch, std::move(handler),
+                                            std::make_shared<const std::string>(method)});
   }
 
   // nullptr when `method` is not registered.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,9 @@
 
 namespace asyncps::net {
 namespace {
+
+// fmt formats std::string_view, not this absl's own string_view.
+std::string_view ForLog(absl::string_view s) { return std::string_view(s.data(), s.size()); }
 
 absl::string_view ToView(capnp::Data::Reader data) {
   return absl::string_view(reinterpret_cast<const char*>(data.begin()), data.size());
@@ -25,12 +29,12 @@ capnp::Data::Reader ToData(absl::string_view s) {
 
 // The response frame for request `request_id` answered with `status` (and `response`'s body
 // when OK); counts the call.
-OutMessage Finish(OutMessage response, absl::Status status, uint64_t request_id, const std::string& method,
+OutMessage Finish(OutMessage response, absl::Status status, uint64_t request_id, absl::string_view method,
                   absl::Time received, const RequestContext& ctx, metrics::RpcMetrics* metrics) {
   if (!status.ok()) {
     response = OutMessage();  // drop any partial body or payloads
     if (status.code() == absl::StatusCode::kInvalidArgument) {
-      spdlog::warn("{} from {}: {}", method, ctx.peer.address, status.ToString());
+      spdlog::warn("{} from {}: {}", ForLog(method), ctx.peer.address, status.ToString());
     }
   }
   auto env = response.envelope();
@@ -71,7 +75,7 @@ absl::Status Expired(const RequestContext& ctx) {
 // Runs `entry`'s (non-deferred) handler for one request and returns the response frame to
 // send back.
 OutMessage Serve(const MethodTable::Entry& entry, const RequestContext& ctx, uint64_t request_id,
-                 const std::string& method, absl::Time received, const InMessage& frame,
+                 absl::string_view method, absl::Time received, const InMessage& frame,
                  metrics::RpcMetrics* metrics) {
   OutMessage response;
   absl::Status status = Expired(ctx);
@@ -195,7 +199,7 @@ void ServerSession::HandleHello(const InMessage& frame) {
   transport_->Send(std::move(ack_message));
 }
 
-void ServerSession::Answer(uint64_t request_id, const std::string& method, const absl::Status& status) {
+void ServerSession::Answer(uint64_t request_id, absl::string_view method, const absl::Status& status) {
   OutMessage response;
   response.envelope().setRequestId(request_id);
   auto r = response.envelope().initResponse();
@@ -223,7 +227,10 @@ bool ServerSession::RunInline(Dispatch dispatch, bool small_update) const {
 void ServerSession::HandleRequest(InMessage frame) {
   auto envelope = frame.envelope();
   const uint64_t request_id = envelope.getRequestId();
-  std::string method = envelope.getRequest().getMethod().cStr();
+  // A view into the frame: the name is copied nowhere per request (entry->name labels what
+  // outlives the frame).
+  const capnp::Text::Reader method_text = envelope.getRequest().getMethod();
+  const absl::string_view method(method_text.cStr(), method_text.size());
   const int64_t timeout_us = envelope.getRequest().getTimeoutMicros();
   RequestContext ctx;
   ctx.peer = peer_;
@@ -233,14 +240,14 @@ void ServerSession::HandleRequest(InMessage frame) {
 
   const MethodTable::Entry* entry = methods_.Find(method);
   if (entry == nullptr) {
-    spdlog::warn("unknown method '{}' from {}", method, peer_.address);
+    spdlog::warn("unknown method '{}' from {}", ForLog(method), peer_.address);
     if (config_.metrics != nullptr) config_.metrics->RecordRejected("unknown_method");
     // Labelled "unknown": the method name comes from the peer and must not grow the metric.
     return Answer(request_id, "unknown",
                   absl::UnimplementedError(absl::StrCat("unknown method '", method, "'")));
   }
   if (!entry->callers.Allows(peer_.role)) {
-    spdlog::warn("{} from {} ({}:{}) refused: only {} may call it", method, peer_.address, peer_.role,
+    spdlog::warn("{} from {} ({}:{}) refused: only {} may call it", ForLog(method), peer_.address, peer_.role,
                  peer_.task_index, entry->callers.ToString());
     if (config_.metrics != nullptr) config_.metrics->RecordRejected("wrong_role");
     return Answer(request_id, method,
@@ -254,7 +261,7 @@ void ServerSession::HandleRequest(InMessage frame) {
   // reads, and must not fail on budget the parse and the checks spent (a list of
   // zero-sized structs is charged per element on every read, not per byte on the wire).
   if (absl::Status s = entry->request.Check(envelope.getRequest().getBody()); !s.ok()) {
-    spdlog::warn("{} from {}: {}", method, peer_.address, s.ToString());
+    spdlog::warn("{} from {}: {}", ForLog(method), peer_.address, s.ToString());
     return Answer(request_id, method, s);
   }
   frame.LiftTraversalLimit();
@@ -263,8 +270,7 @@ void ServerSession::HandleRequest(InMessage frame) {
   const bool small_update = (entry->dispatch == Dispatch::kAdaptive || entry->dispatch == Dispatch::kInlineIfSmall) &&
                             frame.payload_bytes() <= kSmallRequestPayloadBytes;
   in_flight_.fetch_add(1);
-  if (entry->deferred) return StartDeferred(*entry, std::move(ctx), request_id, std::move(method), received,
-                                            std::move(frame), small_update);
+  if (entry->deferred) return StartDeferred(*entry, std::move(ctx), request_id, received, std::move(frame), small_update);
   if (RunInline(entry->dispatch, small_update)) {
     transport_->Send(Serve(*entry, ctx, request_id, method, received, frame, config_.metrics));
     in_flight_.fetch_sub(1);
@@ -275,9 +281,9 @@ void ServerSession::HandleRequest(InMessage frame) {
   if (load != nullptr) load->fetch_add(1, std::memory_order_relaxed);
   // The pool thread sends the response itself (transports are thread-safe), so a pooled call
   // costs one hop (loop -> pool), not two.
-  pool_([entry, metrics = config_.metrics, ctx = std::move(ctx), request_id, method = std::move(method),
-         received, load, weak = weak_from_this(), frame = std::make_shared<InMessage>(std::move(frame))] {
-    OutMessage response = Serve(*entry, ctx, request_id, method, received, *frame, metrics);
+  pool_([entry, metrics = config_.metrics, ctx = std::move(ctx), request_id, received, load, weak = weak_from_this(),
+         frame = std::make_shared<InMessage>(std::move(frame))] {
+    OutMessage response = Serve(*entry, ctx, request_id, *entry->name, received, *frame, metrics);
     if (load != nullptr) load->fetch_sub(1, std::memory_order_relaxed);
     if (auto self = weak.lock()) {
       self->transport_->Send(std::move(response));
@@ -288,11 +294,12 @@ void ServerSession::HandleRequest(InMessage frame) {
 }
 
 void ServerSession::StartDeferred(const MethodTable::Entry& entry, RequestContext ctx, uint64_t request_id,
-                                  std::string method, absl::Time received, InMessage frame, bool small_update) {
+                                  absl::Time received, InMessage frame, bool small_update) {
   // The answer, from whichever thread sends it: straight to the transport (thread-safe).
-  DeferredResponse answer([weak = weak_from_this(), metrics = config_.metrics, ctx, request_id, method, received](
-                              const absl::Status& status, OutMessage response) {
-    OutMessage out = Finish(std::move(response), status, request_id, method, received, ctx, metrics);
+  DeferredResponse answer = DeferredResponse::Of([weak = weak_from_this(), metrics = config_.metrics, ctx, request_id,
+                                                  method = entry.name, received](const absl::Status& status,
+                                                                                 OutMessage response) {
+    OutMessage out = Finish(std::move(response), status, request_id, *method, received, ctx, metrics);
     if (auto self = weak.lock()) {
       self->transport_->Send(std::move(out));
       self->in_flight_.fetch_sub(1);

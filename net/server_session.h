@@ -101,11 +101,11 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   bool RunInline(Dispatch dispatch, bool small_update) const;
   // Runs a deferred handler (MethodTable::RegisterDeferred) where its dispatch says; its
   // answer is sent by whichever thread calls DeferredResponse::Send.
-  void StartDeferred(const MethodTable::Entry& entry, RequestContext ctx, uint64_t request_id, std::string method,
-                     absl::Time received, InMessage frame, bool small_update);
+  void StartDeferred(const MethodTable::Entry& entry, RequestContext ctx, uint64_t request_id, absl::Time received,
+                     InMessage frame, bool small_update);
   void Touch();
   // Answers request `request_id` with `status` (no body) at once.
-  void Answer(uint64_t request_id, const std::string& method, const absl::Status& status);
+  void Answer(uint64_t request_id, absl::string_view method, const absl::Status& status);
 
   const SessionConfig& config_;
   const MethodTable& methods_;

@@ -3,9 +3,12 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "metrics/process_metrics.h"
+#include "metrics/rpc_metrics.h"
 #include "net/frame_codec.h"
 #include "net/handshake.h"
 #include "net/in_memory_transport.h"
@@ -231,6 +234,35 @@ TEST_F(ServerSessionTest, DroppedOrThrownDeferredAnswerIsAnswered) {
   EXPECT_EQ(Last().envelope().getRequestId(), 9u);
   EXPECT_EQ(Last().envelope().getResponse().getCode(), static_cast<int>(absl::StatusCode::kInternal));
   EXPECT_EQ(session_->in_flight(), 0);
+}
+
+// A deferred answer sent after the request frame is gone still labels the server's call
+// metric with the method's name (the session keeps no view into the frame for it).
+TEST_F(ServerSessionTest, ADeferredAnswerSentLaterIsCountedUnderItsMethod) {
+  auto process = metrics::ProcessMetrics::Create("ps", 2, "");
+  ASSERT_TRUE(process.ok()) << process.status();
+  metrics::RpcMetrics rpc(**process);
+  config_.metrics = &rpc;
+  NewSession();
+  std::vector<DeferredResponse> kept;
+  methods_.RegisterDeferred<testwire::ReadRequest>(
+      "t.AnsweredMuchLater", {"worker"},
+      [&kept](const RequestContext&, const InMessage&, DeferredResponse answer) { kept.push_back(answer); });
+  Handshake();
+  for (uint64_t id = 20; id < 23; ++id) {
+    OutMessage m;
+    m.InitRequestBody<testwire::ReadRequest>().initNames(3);
+    Feed(testutil::RequestFrame(std::move(m), id, "t.AnsweredMuchLater"));
+  }
+  ASSERT_EQ(kept.size(), 3u);
+  // Other frames come and go (reusing the memory the requests were read into) before the
+  // answers are sent.
+  for (uint64_t id = 30; id < 40; ++id) Feed(NamesRequest(id, 5));
+  for (DeferredResponse& answer : kept) answer.Send(absl::OkStatus());
+  EXPECT_EQ(session_->in_flight(), 0);
+  const std::string text = (*process)->Serialize();
+  EXPECT_NE(text.find("method=\"t.AnsweredMuchLater\""), std::string::npos) << text;
+  config_.metrics = nullptr;
 }
 
 }  // namespace
