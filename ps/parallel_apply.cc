@@ -13,6 +13,11 @@ namespace {
 
 // Beyond a few threads these memory-bound loops gain little, and a PS shares its machine.
 constexpr int kMaxApplyHelpers = 3;
+// A loop is cut into a few parts per thread rather than one: a part claimed by a thread that
+// is then preempted (a loaded machine) holds up the caller for that part only, while the
+// threads that run take the rest.
+constexpr int kParallelPartsPerThread = 4;
+static_assert((kMaxApplyHelpers + 1) * kParallelPartsPerThread <= kMaxParallelParts);
 
 int DefaultApplyHelpers() {
   const int cpus = static_cast<int>(std::thread::hardware_concurrency());
@@ -35,7 +40,7 @@ class ApplyHelpers {
   }
 
   void Reset(int helpers) {
-    helpers = std::max(0, helpers);
+    helpers = std::clamp(helpers, 0, kMaxApplyHelpers);
     std::unique_ptr<ThreadPool> fresh = helpers > 0 ? std::make_unique<ThreadPool>(helpers) : nullptr;
     std::unique_ptr<ThreadPool> old;
     {
@@ -102,8 +107,11 @@ void ParallelFor(int parts, absl::FunctionRef<void(int)> fn) {
 int ParallelApplyThreads() { return 1 + ApplyHelpers::Get().pool().second; }
 
 int ParallelParts(int64_t work, int64_t min_part_work) {
-  if (min_part_work <= 0) return ParallelApplyThreads();
-  return static_cast<int>(std::clamp<int64_t>(work / min_part_work, 1, ParallelApplyThreads()));
+  const int threads = ParallelApplyThreads();
+  if (threads == 1) return 1;
+  const int64_t most = int64_t{threads} * kParallelPartsPerThread;
+  if (min_part_work <= 0) return static_cast<int>(most);
+  return static_cast<int>(std::clamp<int64_t>(work / min_part_work, 1, most));
 }
 
 void SetParallelApplyHelpersForTesting(int helpers) { ApplyHelpers::Get().Reset(helpers); }

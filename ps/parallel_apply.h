@@ -29,14 +29,18 @@ namespace asyncps::ps {
 void ParallelFor(int parts, absl::FunctionRef<void(int)> fn);
 
 // How many parts a loop of `work` units is worth splitting into, given that a part should be
-// at least `min_part_work` units (below that the hand-off costs more than it saves): between 1
-// and ParallelApplyThreads().
+// at least `min_part_work` units (below that the hand-off costs more than it saves): 1 without
+// helpers, else between 1 and kMaxParallelParts (a few per thread, so that the threads that
+// are running share out the parts of one that was preempted).
 int ParallelParts(int64_t work, int64_t min_part_work);
+inline constexpr int kMaxParallelParts = 16;
 
-// The threads an apply may use: the caller plus the helpers (1 when the machine has one CPU).
+// The threads an apply may use: the caller plus the helpers (1 when the machine has one CPU),
+// at most 4.
 int ParallelApplyThreads();
 
-// For tests: the helper count from now on (0 makes every ParallelFor serial on the caller).
+// For tests: the helper count from now on, at most 3 (0 makes every ParallelFor serial on
+// the caller).
 // Not to be called while a ParallelFor runs.
 void SetParallelApplyHelpersForTesting(int helpers);
 

@@ -58,12 +58,15 @@ TEST_F(ParallelApplyTest, PartsRunConcurrentlyOnTheHelpers) {
   EXPECT_EQ(threads.size(), 2u);
 }
 
-TEST_F(ParallelApplyTest, PartsAreAtLeastTheMinimumWorkAndAtMostTheThreads) {
+TEST_F(ParallelApplyTest, PartsAreAtLeastTheMinimumWorkAndAFewPerThread) {
   SetParallelApplyHelpersForTesting(3);
   EXPECT_EQ(ParallelParts(0, 100), 1);
   EXPECT_EQ(ParallelParts(199, 100), 1);
   EXPECT_EQ(ParallelParts(200, 100), 2);
-  EXPECT_EQ(ParallelParts(1000000, 100), 4);
+  EXPECT_EQ(ParallelParts(1000000, 100), 16);
+  EXPECT_EQ(ParallelParts(1000000, 0), 16);
+  SetParallelApplyHelpersForTesting(1);
+  EXPECT_EQ(ParallelParts(1000000, 100), 8);
   SetParallelApplyHelpersForTesting(0);
   EXPECT_EQ(ParallelParts(1000000, 100), 1);
 }

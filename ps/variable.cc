@@ -178,8 +178,8 @@ constexpr int64_t kVariableParallelMinRowElements = int64_t{1} << 15;
 // The finiteness check reads each element once and does little else.
 constexpr int64_t kVariableParallelMinCheckElements = int64_t{1} << 19;
 
-// The most parts an apply is split into (ParallelApplyThreads() is at most 4).
-constexpr int kVariableMaxApplyParts = 8;
+// The most parts an apply is split into.
+constexpr int kVariableMaxApplyParts = kMaxParallelParts;
 // The most slots an optimizer keeps (Adam and FTRL have two).
 constexpr size_t kVariableMaxSlots = 4;
 
@@ -222,7 +222,7 @@ bool AllFinite(const Tensor& t) {
     return f32 ? AllFiniteAs<float, uint32_t>(data, end - begin) : AllFiniteAs<double, uint64_t>(data, end - begin);
   };
   // A large gradient is checked in parts on several threads (ps/parallel_apply.h).
-  std::array<bool, 8> finite{};
+  std::array<bool, kVariableMaxApplyParts> finite{};
   const int parts = std::min<int>(ParallelParts(t.num_elements(), kVariableParallelMinCheckElements),
                                   static_cast<int>(finite.size()));
   if (parts == 1) return check(0, t.num_elements());
@@ -603,7 +603,7 @@ absl::Status Variable::ApplyGradient(const Tensor& gradient, float lr_scale) {
   // a large value is updated in parts on several threads with the very bits of one pass
   // (ps/parallel_apply.h); they run inside this exclusive lock.
   const int64_t n = value_.num_elements();
-  const int parts = ParallelParts(n, kVariableParallelMinElements);
+  const int parts = std::min(ParallelParts(n, kVariableParallelMinElements), kVariableMaxApplyParts);
   assert(slot_data_.size() <= kVariableMaxSlots);
   float* const value = value_.data<float>();
   const float* const grad = gradient.data<float>();
