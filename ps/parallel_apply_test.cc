@@ -231,6 +231,73 @@ TEST_F(ParallelApplyTest, SparseGradientInPartsMatchesOnePassBitForBit) {
   }
 }
 
+// Large sparse and dense SGD pushes in parts, from several threads at once, while others
+// gather and read: every update lands exactly once (integer-valued floats, so the sums are
+// exact) and no reader sees a row half written (each row's elements move together).
+TEST_F(ParallelApplyTest, ConcurrentPushesInPartsGiveExactTotals) {
+  SetParallelApplyHelpersForTesting(3);
+  constexpr int64_t kRows = 40000;
+  constexpr int64_t kCols = 16;
+  constexpr int64_t kIds = 8000;
+  constexpr int kPushers = 3;
+  constexpr int kPushes = 4;
+  OptimizerConfig sgd;
+  sgd.kind = OptimizerKind::kSgd;
+  sgd.learning_rate = 1.0f;
+  auto v = Variable::Create("table", Tensor(DType::kF32, {kRows, kCols}), &sgd);
+  ASSERT_TRUE(v.ok());
+  Variable& table = **v;
+  // Pusher t pushes ids (i * 7 + t) % kRows with gradient -1: each push adds 1 to those rows.
+  std::vector<std::vector<int64_t>> ids(kPushers);
+  std::vector<int64_t> expected(kRows, 0);
+  for (int t = 0; t < kPushers; ++t) {
+    for (int64_t i = 0; i < kIds; ++i) ids[static_cast<size_t>(t)].push_back((i * 7 + t) % kRows);
+    for (int64_t id : ids[static_cast<size_t>(t)]) expected[static_cast<size_t>(id)] += kPushes;
+  }
+  for (int64_t& e : expected) e += kPushes;  // the dense pushes
+  Tensor minus_one(DType::kF32, {kIds, kCols});
+  std::fill_n(minus_one.data<float>(), minus_one.num_elements(), -1.0f);
+  Tensor dense_minus_one(DType::kF32, {kRows, kCols});
+  std::fill_n(dense_minus_one.data<float>(), dense_minus_one.num_elements(), -1.0f);
+  std::atomic<bool> torn{false};
+  std::atomic<int> writers{kPushers + 1};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kPushers; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPushes; ++i) {
+        EXPECT_TRUE(table.ApplyRowGradients(Tensor::FromVector(ids[static_cast<size_t>(t)]), minus_one).ok());
+      }
+      writers.fetch_sub(1);
+    });
+  }
+  threads.emplace_back([&] {
+    for (int i = 0; i < kPushes; ++i) EXPECT_TRUE(table.ApplyGradient(dense_minus_one).ok());
+    writers.fetch_sub(1);
+  });
+  threads.emplace_back([&] {
+    const Tensor some = Tensor::FromVector(std::vector<int64_t>{0, 1, 2, 7, 14, 9999, kRows - 1});
+    while (writers.load() > 0) {
+      auto rows = table.Gather(some);
+      ASSERT_TRUE(rows.ok());
+      for (int64_t r = 0; r < rows->dim(0); ++r) {
+        const float* row = rows->data<float>() + r * kCols;
+        for (int64_t c = 1; c < kCols; ++c) torn = torn || row[c] != row[0];
+      }
+    }
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(torn.load());
+  const Tensor value = table.Read();
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t c = 0; c < kCols; ++c) {
+      wrong += value.data<float>()[r * kCols + c] != static_cast<float>(expected[static_cast<size_t>(r)]) ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(table.iterations(), kPushers * kPushes + kPushes);
+}
+
 // The check of a large gradient in parts finds a NaN or an infinity in any part, including
 // the last element and the first.
 TEST_F(ParallelApplyTest, FinitenessOfALargeGradientIsCheckedInEveryPart) {
