@@ -202,9 +202,9 @@ TEST_F(ParallelApplyTest, DenseGradientInPartsMatchesOnePassBitForBit) {
 // rows are 17 floats wide, split into runs of stripes (and on one thread), against the
 // reference; then an empty push, which changes nothing.
 TEST_F(ParallelApplyTest, SparseGradientInPartsMatchesOnePassBitForBit) {
-  constexpr int64_t kRows = 50000;
+  constexpr int64_t kRows = 100000;
   constexpr int64_t kCols = 17;
-  constexpr int64_t kIds = 12000;
+  constexpr int64_t kIds = 30000;
   for (const OptimizerConfig& config : EveryOptimizer()) {
     SCOPED_TRACE(OptimizerKindName(config.kind));
     for (int helpers : {3, 0}) {
@@ -238,7 +238,7 @@ TEST_F(ParallelApplyTest, ConcurrentPushesInPartsGiveExactTotals) {
   SetParallelApplyHelpersForTesting(3);
   constexpr int64_t kRows = 40000;
   constexpr int64_t kCols = 16;
-  constexpr int64_t kIds = 8000;
+  constexpr int64_t kIds = 16000;
   constexpr int kPushers = 3;
   constexpr int kPushes = 4;
   OptimizerConfig sgd;
