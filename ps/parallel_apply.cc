@@ -39,13 +39,19 @@ class ApplyHelpers {
     return {pool_.get(), helpers_};
   }
 
-  void Reset(int helpers) {
+  int64_t min_part_divisor() {
+    MutexLock lock(&mu_);
+    return min_part_divisor_;
+  }
+
+  void Reset(int helpers, int64_t min_part_divisor) {
     helpers = std::clamp(helpers, 0, kMaxApplyHelpers);
     std::unique_ptr<ThreadPool> fresh = helpers > 0 ? std::make_unique<ThreadPool>(helpers) : nullptr;
     std::unique_ptr<ThreadPool> old;
     {
       MutexLock lock(&mu_);
       helpers_ = helpers;
+      min_part_divisor_ = std::max<int64_t>(1, min_part_divisor);
       old = std::move(pool_);
       pool_ = std::move(fresh);
     }
@@ -53,11 +59,12 @@ class ApplyHelpers {
   }
 
  private:
-  explicit ApplyHelpers(int helpers) { Reset(helpers); }
+  explicit ApplyHelpers(int helpers) { Reset(helpers, 1); }
 
   Mutex mu_;
   std::unique_ptr<ThreadPool> pool_ ABSL_GUARDED_BY(mu_);
   int helpers_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t min_part_divisor_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 // One ParallelFor: its parts are claimed through `next`, and `done` counts those finished.
@@ -110,10 +117,13 @@ int ParallelParts(int64_t work, int64_t min_part_work) {
   const int threads = ParallelApplyThreads();
   if (threads == 1) return 1;
   const int64_t most = int64_t{threads} * kParallelPartsPerThread;
+  min_part_work /= ApplyHelpers::Get().min_part_divisor();
   if (min_part_work <= 0) return static_cast<int>(most);
   return static_cast<int>(std::clamp<int64_t>(work / min_part_work, 1, most));
 }
 
-void SetParallelApplyHelpersForTesting(int helpers) { ApplyHelpers::Get().Reset(helpers); }
+void SetParallelApplyHelpersForTesting(int helpers, int64_t min_part_divisor) {
+  ApplyHelpers::Get().Reset(helpers, min_part_divisor);
+}
 
 }  // namespace asyncps::ps

@@ -40,9 +40,10 @@ inline constexpr int kMaxParallelParts = 16;
 int ParallelApplyThreads();
 
 // For tests: the helper count from now on, at most 3 (0 makes every ParallelFor serial on
-// the caller).
-// Not to be called while a ParallelFor runs.
-void SetParallelApplyHelpersForTesting(int helpers);
+// the caller), and a divisor of every minimum part size ParallelParts is given (so that a
+// test splits arrays much smaller than the PS would). Not to be called while a ParallelFor
+// runs.
+void SetParallelApplyHelpersForTesting(int helpers, int64_t min_part_divisor = 1);
 
 }  // namespace asyncps::ps
 

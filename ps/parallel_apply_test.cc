@@ -23,7 +23,7 @@ namespace parallel_apply_test_internal {
 // Restores the default helper count when a test ends, whatever it set.
 class ParallelApplyTest : public ::testing::Test {
  protected:
-  ~ParallelApplyTest() override { SetParallelApplyHelpersForTesting(kDefaultHelpers); }
+  ~ParallelApplyTest() override { SetParallelApplyHelpersForTesting(kDefaultHelpers, 1); }
   static inline const int kDefaultHelpers = ParallelApplyThreads() - 1;
 };
 
@@ -67,6 +67,8 @@ TEST_F(ParallelApplyTest, PartsAreAtLeastTheMinimumWorkAndAFewPerThread) {
   EXPECT_EQ(ParallelParts(1000000, 0), 16);
   SetParallelApplyHelpersForTesting(1);
   EXPECT_EQ(ParallelParts(1000000, 100), 8);
+  SetParallelApplyHelpersForTesting(3, /*min_part_divisor=*/10);
+  EXPECT_EQ(ParallelParts(20, 100), 2);
   SetParallelApplyHelpersForTesting(0);
   EXPECT_EQ(ParallelParts(1000000, 100), 1);
 }
@@ -184,7 +186,7 @@ TEST_F(ParallelApplyTest, DenseGradientInPartsMatchesOnePassBitForBit) {
     SCOPED_TRACE(OptimizerKindName(config.kind));
     for (int helpers : {3, 0}) {
       SCOPED_TRACE(testing::Message() << helpers << " helpers");
-      SetParallelApplyHelpersForTesting(helpers);
+      SetParallelApplyHelpersForTesting(helpers, /*min_part_divisor=*/4);
       auto v = MakeTable(kRows, kCols, config, 1);
       ASSERT_NE(v, nullptr);
       Reference reference(kRows, kCols, config, 1);
@@ -202,14 +204,14 @@ TEST_F(ParallelApplyTest, DenseGradientInPartsMatchesOnePassBitForBit) {
 // rows are 17 floats wide, split into runs of stripes (and on one thread), against the
 // reference; then an empty push, which changes nothing.
 TEST_F(ParallelApplyTest, SparseGradientInPartsMatchesOnePassBitForBit) {
-  constexpr int64_t kRows = 100000;
+  constexpr int64_t kRows = 50000;
   constexpr int64_t kCols = 17;
-  constexpr int64_t kIds = 30000;
+  constexpr int64_t kIds = 12000;
   for (const OptimizerConfig& config : EveryOptimizer()) {
     SCOPED_TRACE(OptimizerKindName(config.kind));
     for (int helpers : {3, 0}) {
       SCOPED_TRACE(testing::Message() << helpers << " helpers");
-      SetParallelApplyHelpersForTesting(helpers);
+      SetParallelApplyHelpersForTesting(helpers, /*min_part_divisor=*/64);
       auto v = MakeTable(kRows, kCols, config, 2);
       ASSERT_NE(v, nullptr);
       Reference reference(kRows, kCols, config, 2);
@@ -235,7 +237,7 @@ TEST_F(ParallelApplyTest, SparseGradientInPartsMatchesOnePassBitForBit) {
 // gather and read: every update lands exactly once (integer-valued floats, so the sums are
 // exact) and no reader sees a row half written (each row's elements move together).
 TEST_F(ParallelApplyTest, ConcurrentPushesInPartsGiveExactTotals) {
-  SetParallelApplyHelpersForTesting(3);
+  SetParallelApplyHelpersForTesting(3, /*min_part_divisor=*/64);
   constexpr int64_t kRows = 40000;
   constexpr int64_t kCols = 16;
   constexpr int64_t kIds = 16000;
@@ -301,7 +303,7 @@ TEST_F(ParallelApplyTest, ConcurrentPushesInPartsGiveExactTotals) {
 // The check of a large gradient in parts finds a NaN or an infinity in any part, including
 // the last element and the first.
 TEST_F(ParallelApplyTest, FinitenessOfALargeGradientIsCheckedInEveryPart) {
-  SetParallelApplyHelpersForTesting(3);
+  SetParallelApplyHelpersForTesting(3, /*min_part_divisor=*/4);
   constexpr int64_t kElements = (int64_t{4} << 20) + 3;
   Tensor g(DType::kF32, {kElements});
   std::fill_n(g.data<float>(), kElements, 0.25f);

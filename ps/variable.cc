@@ -171,13 +171,17 @@ void VisitStripeRows(const StripeGroups& groups, int s, absl::Span<const int64_t
 }
 
 // The smallest share of a large apply worth handing to another thread (ps/parallel_apply.h),
-// in f32 elements: a dense Adam step over 1 MiB takes ~0.4 ms on one core of the 2-core VM, a
-// hand-off tens of microseconds. A sparse push counts the elements of its distinct rows; one of
-// 1k rows of 64 floats (~0.13 ms of Adam) measured 2-3% slower split in two, so it stays whole.
-constexpr int64_t kVariableParallelMinElements = int64_t{1} << 18;
-constexpr int64_t kVariableParallelMinRowElements = int64_t{1} << 16;
+// in f32 elements (a sparse push counts the elements of its distinct rows). Not the hand-off
+// cost (tens of microseconds) but preemption sets it: a helper that claimed a part and is then
+// preempted on a busy machine makes the caller wait a scheduler slice (milliseconds), so only
+// parts of several milliseconds of work are handed out. On the 2-core VM at load 5-6, 10k-row
+// pushes (2.5 MB of rows, 8 parts of ~0.3 ms) measured no faster and SGD ones slower
+// (ps_bench 0.27-0.30x against 0.31-0.40x), so a push of that size stays whole; a 4 MiB part
+// of dense Adam is ~1.5 ms.
+constexpr int64_t kVariableParallelMinElements = int64_t{1} << 20;
+constexpr int64_t kVariableParallelMinRowElements = int64_t{1} << 20;
 // The finiteness check reads each element once and does little else.
-constexpr int64_t kVariableParallelMinCheckElements = int64_t{1} << 19;
+constexpr int64_t kVariableParallelMinCheckElements = int64_t{1} << 21;
 
 // The most parts an apply is split into.
 constexpr int kVariableMaxApplyParts = kMaxParallelParts;
