@@ -376,7 +376,9 @@ bool ReportDense(Report& report, int num_ps, const char* what, size_t bytes, con
        .reference_value = raw_gbs,
        .aim = aim,
        .note = t.adam_seconds > 0
-                   ? absl::StrFormat("bound with Adam after the transfer (raw / (raw + Adam alone)): %.2f", push_bound)
+                   ? absl::StrFormat("bound with the PS's check and Adam after the transfer (raw / (raw + check "
+                                     "and Adam alone)): %.2f",
+                                     push_bound)
                    : ""});
   report.Add({.name = label + ", memcpy of the same bytes", .value = memcpy_gbs, .unit = "GB/s"});
   if (t.adam_seconds > 0) {
@@ -385,7 +387,7 @@ bool ReportDense(Report& report, int num_ps, const char* what, size_t bytes, con
                 .unit = "GB/s"});
   }
   const std::string adam = t.adam_seconds > 0
-                               ? absl::StrFormat(" | Adam alone %5.2f GB/s, bound raw/(raw+Adam) %.2f",
+                               ? absl::StrFormat(" | check+Adam alone %5.2f GB/s, bound raw/(raw+check+Adam) %.2f",
                                                  static_cast<double>(bytes) / t.adam_seconds / 1e9, push_bound)
                                : "";
   std::printf(
