@@ -32,7 +32,7 @@ void PsService::RegisterWith(net::MethodTable& server) {
   server.Register<wire::UpdateRequest>("ps.Update", net::PsCallers(), bind(&PsService::Update), updates);
   server.Register<wire::PushGradientsRequest>("ps.PushGradients", net::PsCallers(), bind(&PsService::PushGradients),
                                               updates);
-  server.Register<wire::GatherRequest>("ps.Gather", net::PsReaders(), bind(&PsService::Gather));
+  server.Register<wire::GatherRequest>("ps.Gather", net::PsReaders(), bind(&PsService::Gather), kGatherDispatch);
   server.Register<wire::Empty>("ps.ListVariables", net::PsReaders(), bind(&PsService::ListVariables));
   server.Register<wire::Empty>(
       "ps.Health", net::PsReaders(), [](const net::RequestContext&, const net::InMessage&, net::OutMessage*) { return absl::OkStatus(); },

@@ -70,6 +70,12 @@ class PsService {
     PsMetrics* metrics = nullptr;  // optional; not owned
   };
 
+  // How ps.Gather is dispatched (here and by ReplicatedPs): on the I/O thread when its ids
+  // are small (at most net::kSmallRequestPayloadBytes, 2048 i64 ids) and the pool is idle,
+  // else on the pool. A gather of a few thousand rows costs less than the pool hand-off it
+  // would otherwise wait for; its answer is bounded by those ids x the row width.
+  static constexpr net::Dispatch kGatherDispatch = net::Dispatch::kAdaptive;
+
   explicit PsService(VariableStore& store) : PsService(store, Options()) {}
   PsService(VariableStore& store, Options options)
       : store_(store), options_(options), dedup_(DedupOptions(options)) {}

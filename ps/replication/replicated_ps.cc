@@ -193,7 +193,8 @@ void ReplicatedPs::RegisterWith(net::MethodTable& server) {
         auto body = req.RequestBody<wire::GatherRequest>();
         return ReadAt(body.hasRoute(), body.getRoute(), "ps.Gather",
                       [&](PsService::ShardState s) { return service_.GatherIn(s, req, body, resp); });
-      });
+      },
+      PsService::kGatherDispatch);
   server.Register<wire::Empty>(
       "ps.ListVariables", net::PsReaders(),
       [this](const net::RequestContext&, const net::InMessage&, net::OutMessage* resp) {
