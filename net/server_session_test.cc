@@ -14,6 +14,7 @@
 #include "net/wire_check.h"
 
 namespace asyncps::net {
+namespace server_session_test_internal {
 namespace {
 
 constexpr char kToken[] = "session-token";
@@ -234,4 +235,5 @@ TEST_F(ServerSessionTest, DroppedOrThrownDeferredAnswerIsAnswered) {
 }
 
 }  // namespace
+}  // namespace server_session_test_internal
 }  // namespace asyncps::net
