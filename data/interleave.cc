@@ -53,10 +53,10 @@ class CycleIterator : public Iterator {
         input_(std::move(input)),
         fn_(std::move(fn)),
         inner_ctx_(std::move(inner_ctx)),
-        base_(input_->SaveState()) {}
+        replay_("Interleave", input_->SaveState()) {}
 
   absl::StatusOr<Element> Next() override {
-    ++calls_;
+    replay_.CountCall();
     while (!input_ended_ || num_open_ > 0) {
       if (IsOpen(cycle_index_)) {
         absl::StatusOr<Element> e = NextOf(cycle_index_);
@@ -91,19 +91,8 @@ class CycleIterator : public Iterator {
 
   // The open inner iterators are not saved: the state is where the input started and the
   // number of calls, and restoring replays them.
-  absl::StatusOr<std::string> SaveState() const override {
-    if (!base_.ok()) return base_.status();
-    return EncodeReplay("Interleave", {*base_, calls_});
-  }
-  absl::Status RestoreState(absl::string_view state) override {
-    ASSIGN_OR_RETURN(ReplayState replay, DecodeReplay("Interleave", state));
-    RETURN_IF_ERROR(input_->RestoreState(replay.base));
-    base_ = replay.base;
-    calls_ = 0;
-    SkipCalls(*this, replay.calls);
-    calls_ = replay.calls;
-    return absl::OkStatus();
-  }
+  absl::StatusOr<std::string> SaveState() const override { return replay_.Save(); }
+  absl::Status RestoreState(absl::string_view state) override { return replay_.Restore(state, *input_, *this); }
 
  protected:
   virtual bool IsOpen(int64_t slot) = 0;
@@ -128,8 +117,7 @@ class CycleIterator : public Iterator {
   int64_t num_open_ = 0;
   int64_t opened_ = 0;
   bool input_ended_ = false;
-  absl::StatusOr<std::string> base_;  // the input's state when this pass started
-  int64_t calls_ = 0;
+  SelfReplay replay_;
 };
 
 class SequentialInterleaveIterator : public CycleIterator {

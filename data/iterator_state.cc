@@ -70,4 +70,19 @@ void SkipCalls(Iterator& it, int64_t n) {
   }
 }
 
+absl::StatusOr<std::string> SelfReplay::Save() const {
+  if (!base_.ok()) return base_.status();
+  return EncodeReplay(kind_, {*base_, calls_});
+}
+
+absl::Status SelfReplay::Restore(absl::string_view state, Iterator& input, Iterator& self) {
+  ASSIGN_OR_RETURN(ReplayState replay, DecodeReplay(kind_, state));
+  RETURN_IF_ERROR(input.RestoreState(replay.base));
+  base_ = replay.base;
+  calls_ = 0;
+  SkipCalls(self, replay.calls);  // counts its calls again
+  calls_ = replay.calls;
+  return absl::OkStatus();
+}
+
 }  // namespace asyncps::data::internal

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -53,6 +54,28 @@ absl::StatusOr<ReplayState> DecodeReplay(absl::string_view kind, absl::string_vi
 // Calls it.Next() `n` times, ignoring elements and errors (they were returned before the save);
 // stops early at the end of the data.
 void SkipCalls(Iterator& it, int64_t n);
+
+// The position of an iterator that replays its own Next() calls (Shuffle, Interleave): the
+// input's state when this pass started, and how many times the iterator's Next() was called
+// since. The owner calls CountCall() at the top of each Next().
+class SelfReplay {
+ public:
+  // `kind`: the state's record kind (a string literal). `base`: input.SaveState() at the start.
+  SelfReplay(const char* kind, absl::StatusOr<std::string> base) : kind_(kind), base_(std::move(base)) {}
+
+  void CountCall() { ++calls_; }
+
+  // The input's error when its state could not be saved.
+  absl::StatusOr<std::string> Save() const;
+  // Restores `input` to the saved base, then replays the saved number of calls of
+  // `self.Next()` (`self` owns `input` and this object; it starts from a fresh pass).
+  absl::Status Restore(absl::string_view state, Iterator& input, Iterator& self);
+
+ private:
+  const char* const kind_;
+  absl::StatusOr<std::string> base_;
+  int64_t calls_ = 0;
+};
 
 }  // namespace asyncps::data::internal
 

@@ -39,10 +39,10 @@ class ShuffleIterator : public Iterator {
       : input_(std::move(input)),
         capacity_(static_cast<size_t>(buffer_size)),
         rng_(seed),
-        base_(input_->SaveState()) {}
+        replay_("Shuffle", input_->SaveState()) {}
 
   absl::StatusOr<Element> Next() override {
-    ++calls_;
+    replay_.CountCall();
     while (!input_done_ && buffer_.size() < capacity_) {
       absl::StatusOr<Element> e = input_->Next();
       if (!e.ok()) {
@@ -62,19 +62,8 @@ class ShuffleIterator : public Iterator {
 
   // The buffer is not saved (it may hold thousands of images): the state is where the input
   // started and the number of calls, and restoring replays them.
-  absl::StatusOr<std::string> SaveState() const override {
-    if (!base_.ok()) return base_.status();
-    return EncodeReplay("Shuffle", {*base_, calls_});
-  }
-  absl::Status RestoreState(absl::string_view state) override {
-    ASSIGN_OR_RETURN(ReplayState replay, DecodeReplay("Shuffle", state));
-    RETURN_IF_ERROR(input_->RestoreState(replay.base));
-    base_ = replay.base;
-    calls_ = 0;
-    SkipCalls(*this, replay.calls);
-    calls_ = replay.calls;
-    return absl::OkStatus();
-  }
+  absl::StatusOr<std::string> SaveState() const override { return replay_.Save(); }
+  absl::Status RestoreState(absl::string_view state) override { return replay_.Restore(state, *input_, *this); }
 
  private:
   const std::unique_ptr<Iterator> input_;
@@ -82,8 +71,7 @@ class ShuffleIterator : public Iterator {
   Rng rng_;
   std::vector<Element> buffer_;
   bool input_done_ = false;
-  absl::StatusOr<std::string> base_;  // the input's state when this pass started
-  int64_t calls_ = 0;
+  SelfReplay replay_;
 };
 
 class ShuffleNode : public DatasetNode {

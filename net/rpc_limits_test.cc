@@ -26,6 +26,7 @@
 #include "net/rpc_server.h"
 
 namespace asyncps::net {
+namespace rpc_limits_test_internal {
 namespace {
 
 using testutil::RawClient;
@@ -331,4 +332,5 @@ TEST(RpcClientHostileServerTest, MalformedHandshakeFromServerFailsTheCall) {
 }
 
 }  // namespace
+}  // namespace rpc_limits_test_internal
 }  // namespace asyncps::net

@@ -22,6 +22,7 @@
 #include "net/rpc_server.h"
 
 namespace asyncps::net {
+namespace rpc_test_internal {
 namespace {
 
 constexpr char kToken[] = "s3cret";
@@ -789,4 +790,5 @@ TEST_F(RpcTest, WaitForReadyCallSucceedsOnceServerStarts) {
 }
 
 }  // namespace
+}  // namespace rpc_test_internal
 }  // namespace asyncps::net

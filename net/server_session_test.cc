@@ -17,6 +17,7 @@
 #include "net/wire_check.h"
 
 namespace asyncps::net {
+namespace server_session_test_internal {
 namespace {
 
 constexpr char kToken[] = "session-token";
@@ -266,4 +267,5 @@ TEST_F(ServerSessionTest, ADeferredAnswerSentLaterIsCountedUnderItsMethod) {
 }
 
 }  // namespace
+}  // namespace server_session_test_internal
 }  // namespace asyncps::net

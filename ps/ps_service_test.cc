@@ -18,6 +18,7 @@
 #include "ps/read_wire_testing.h"
 
 namespace asyncps::ps {
+namespace ps_service_test_internal {
 namespace {
 
 constexpr char kToken[] = "ps-test-token";
@@ -831,4 +832,5 @@ TEST_F(PsLimitsTest, IntegerUpdatesWrapThroughTheService) {
 }
 
 }  // namespace
+}  // namespace ps_service_test_internal
 }  // namespace asyncps::ps

@@ -14,6 +14,7 @@
 #include "ps/update_rule.h"
 
 namespace asyncps::ps {
+namespace variable_test_internal {
 namespace {
 
 std::unique_ptr<Variable> MakeVariable(const std::string& name, Tensor initial,
@@ -1028,4 +1029,5 @@ TEST(VariableConcurrencyTest, ReadersNeverSeeTornRows) {
 }
 
 }  // namespace
+}  // namespace variable_test_internal
 }  // namespace asyncps::ps

@@ -30,6 +30,7 @@
 #include "worker/variable_directory.h"
 
 namespace asyncps {
+namespace ps_client_sync_test_internal {
 namespace {
 
 constexpr char kToken[] = "ps-client-sync-test";
@@ -855,4 +856,5 @@ TEST_F(FakePsTest, APsThatDoesNotAnswerInTimeIsDeadlineExceededNamingIt) {
 }
 
 }  // namespace
+}  // namespace ps_client_sync_test_internal
 }  // namespace asyncps

@@ -8,54 +8,34 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "core/optimizer_config.h"
 #include "core/stale_gradient.h"
 #include "core/sync.h"
 #include "net/event_loop.h"
 #include "ps/ps.capnp.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
-#include "ps/ps_service.h"
-#include "ps/variable_store.h"
+#include "worker/local_ps_services_testing.h"
 #include "worker/step_context.h"
 #include "worker/variable_directory.h"
 
 namespace asyncps {
+namespace ps_client_test_internal {
 namespace {
 
 constexpr char kToken[] = "ps-client-test";
 
-VariablePlacement Plain(const std::string& name, Shape shape) {
-  VariablePlacement p;
-  p.name = name;
-  p.dtype = DType::kF32;
-  p.shape = shape;
-  p.shards.push_back({name, 0, 0, shape.empty() ? 1 : shape[0]});
-  return p;
-}
+VariablePlacement Plain(const std::string& name, Shape shape) { return PlainPlacement(name, shape); }
 
 // Two real PsServices on real RpcServers; `table` [8, 2] is split in two shards, one per PS,
 // so row operations cross both PS.
 class PsClientAsyncTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (int i = 0; i < 2; ++i) {
-      stores_.push_back(std::make_unique<ps::VariableStore>());
-      ps::PsService::Options service_options;
-      services_.push_back(std::make_unique<ps::PsService>(*stores_.back(), service_options));
-      net::RpcServer::Options server_options;
-      server_options.role = "ps";
-      server_options.token = kToken;
-      servers_.push_back(std::make_unique<net::RpcServer>(loop_, server_options));
-      services_.back()->RegisterWith(servers_.back()->methods());
-      ASSERT_TRUE(servers_.back()->Start().ok());
-      net::RpcClient::Options client_options;
-      client_options.address = "127.0.0.1:" + std::to_string(servers_.back()->port());
-      client_options.role = "worker";
-      client_options.token = kToken;
-      clients_.push_back(std::make_unique<net::RpcClient>(client_loop_, client_options));
-    }
-    client_ = std::make_unique<PsClient>(std::vector<net::RpcClient*>{clients_[0].get(), clients_[1].get()},
-                                         directory_);
+    auto ps = LocalPsServices::Start(2, kToken);
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    ps_ = std::move(*ps);
+    client_ = &ps_->client();
     VariablePlacement table;
     table.name = "table";
     table.shape = {8, 2};
@@ -64,27 +44,10 @@ class PsClientAsyncTest : public ::testing::Test {
     Create(Plain("counter", {1}));
   }
 
-  void TearDown() override {
-    client_.reset();
-    clients_.clear();
-    servers_.clear();
-  }
+  void Create(const VariablePlacement& p) { ASSERT_TRUE(ps_->Create(p, opt::SGD(1.0f)).ok()); }
 
-  void Create(const VariablePlacement& p) {
-    OptimizerConfig sgd;
-    sgd.learning_rate = 1.0f;
-    ASSERT_TRUE(client_->CreateVariable(p, ps::InitializerSpec(), &sgd, false).ok());
-    directory_.Add(p);
-  }
-
-  net::EventLoop loop_;
-  net::EventLoop client_loop_;
-  std::vector<std::unique_ptr<ps::VariableStore>> stores_;
-  std::vector<std::unique_ptr<ps::PsService>> services_;
-  std::vector<std::unique_ptr<net::RpcServer>> servers_;
-  std::vector<std::unique_ptr<net::RpcClient>> clients_;
-  VariableDirectory directory_;
-  std::unique_ptr<PsClient> client_;
+  std::unique_ptr<LocalPsServices> ps_;
+  PsClient* client_ = nullptr;  // ps_'s
 };
 
 TEST_F(PsClientAsyncTest, ManyUpdatesInFlightFromOneThreadAllApply) {
@@ -196,7 +159,7 @@ TEST_F(PsClientAsyncTest, ErrorsFromThePsArriveThroughTheFuture) {
 
 TEST_F(PsClientAsyncTest, AVariableTheAnsweringPsLostIsPsStateLost) {
   // The directory knows a variable no PS holds: what a PS that restarted empty answers.
-  directory_.Add(Plain("ghost", {1}));
+  ps_->directory().Add(Plain("ghost", {1}));
   absl::StatusOr<std::vector<Tensor>> read = client_->ReadAsync({"ghost"}).Get();
   ASSERT_FALSE(read.ok());
   EXPECT_TRUE(IsPsStateLost(read.status())) << read.status();
@@ -226,7 +189,7 @@ TEST_F(PsClientAsyncTest, StepPushNamesTheVersionsItReadAndAStaleOneIsRefused) {
   const OptimizerConfig bounded = opt::MaxStaleness(opt::SGD(1.0f), 0);
   VariablePlacement w = Plain("w", {2});
   ASSERT_TRUE(client_->CreateVariable(w, ps::InitializerSpec(), &bounded, false).ok());
-  directory_.Add(w);
+  ps_->directory().Add(w);
   ASSERT_TRUE(client_->PushGradients({{"table", Tensor::FromVector<float>({8, 2}, std::vector<float>(16, 1.0f)),
                                        std::nullopt}}).ok());
   auto read = client_->ReadVersioned({"table", "w"});
@@ -381,4 +344,5 @@ TEST_F(GatedPsTest, DestroyingTheRpcClientCancelsCallsInFlight) {
 }
 
 }  // namespace
+}  // namespace ps_client_test_internal
 }  // namespace asyncps

@@ -11,15 +11,12 @@
 #include "gtest/gtest.h"
 #include "core/optimizer_config.h"
 #include "core/stale_gradient.h"
-#include "net/event_loop.h"
-#include "net/rpc_client.h"
-#include "net/rpc_server.h"
+#include "net/method_table.h"
 #include "ps/ps.capnp.h"
 #include "ps/ps_service.h"
-#include "ps/variable_store.h"
+#include "worker/local_ps_services_testing.h"
 #include "worker/ps_client.h"
 #include "worker/step_context.h"
-#include "worker/variable_directory.h"
 
 namespace asyncps {
 namespace push_and_read_test_internal {
@@ -27,14 +24,7 @@ namespace {
 
 constexpr char kToken[] = "push-and-read-test";
 
-VariablePlacement Plain(const std::string& name, Shape shape, int ps = 0) {
-  VariablePlacement p;
-  p.name = name;
-  p.dtype = DType::kF32;
-  p.shape = shape;
-  p.shards.push_back({name, ps, 0, shape.empty() ? 1 : shape[0]});
-  return p;
-}
+VariablePlacement Plain(const std::string& name, Shape shape, int ps = 0) { return PlainPlacement(name, shape, ps); }
 
 std::vector<float> Floats(const Tensor& t) { return std::vector<float>(t.flat<float>().begin(), t.flat<float>().end()); }
 
@@ -51,17 +41,8 @@ class PushAndReadTest : public ::testing::Test {
   void SetUp() override { Start(/*old_ps1=*/false); }
 
   void Start(bool old_ps1) {
-    for (int i = 0; i < 2; ++i) {
-      stores_.push_back(std::make_unique<ps::VariableStore>());
-      services_.push_back(std::make_unique<ps::PsService>(*stores_.back(), ps::PsService::Options()));
-      net::RpcServer::Options server_options;
-      server_options.role = "ps";
-      server_options.token = kToken;
-      servers_.push_back(std::make_unique<net::RpcServer>(loop_, server_options));
-      ps::PsService& service = *services_.back();
-      service.RegisterWith(servers_.back()->methods());
-      // Registering again replaces the method (MethodTable::Register): ps.Read counted.
-      net::MethodTable& methods = servers_.back()->methods();
+    // Registering again replaces the method (MethodTable::Register): ps.Read counted.
+    auto customize = [this, old_ps1](int i, ps::PsService& service, net::MethodTable& methods) {
       methods.Register<wire::ReadRequest>(
           "ps.Read", net::PsReaders(),
           [this, i, &service](const net::RequestContext&, const net::InMessage& req, net::OutMessage* resp) {
@@ -77,15 +58,11 @@ class PushAndReadTest : public ::testing::Test {
                                              /*answer_read_after=*/false);
             });
       }
-      ASSERT_TRUE(servers_.back()->Start().ok());
-      net::RpcClient::Options client_options;
-      client_options.address = "127.0.0.1:" + std::to_string(servers_.back()->port());
-      client_options.role = "worker";
-      client_options.token = kToken;
-      clients_.push_back(std::make_unique<net::RpcClient>(client_loop_, client_options));
-    }
-    client_ = std::make_unique<PsClient>(std::vector<net::RpcClient*>{clients_[0].get(), clients_[1].get()},
-                                         directory_);
+    };
+    auto ps = LocalPsServices::Start(2, kToken, customize);
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    ps_ = std::move(*ps);
+    client_ = &ps_->client();
     VariablePlacement table;
     table.name = "table";
     table.dtype = DType::kF32;
@@ -96,15 +73,8 @@ class PushAndReadTest : public ::testing::Test {
     Create(Plain("bias", {2}, 1), opt::SGD(1.0f));
   }
 
-  void TearDown() override {
-    client_.reset();
-    clients_.clear();
-    servers_.clear();
-  }
-
   void Create(const VariablePlacement& p, const OptimizerConfig& optimizer) {
-    ASSERT_TRUE(client_->CreateVariable(p, ps::InitializerSpec(), &optimizer, false).ok());
-    directory_.Add(p);
+    ASSERT_TRUE(ps_->Create(p, optimizer).ok());
   }
 
   std::vector<float> Value(const std::string& name) {
@@ -113,15 +83,9 @@ class PushAndReadTest : public ::testing::Test {
     return read.ok() ? Floats((*read)[0]) : std::vector<float>();
   }
 
-  net::EventLoop loop_;
-  net::EventLoop client_loop_;
-  std::vector<std::unique_ptr<ps::VariableStore>> stores_;
-  std::vector<std::unique_ptr<ps::PsService>> services_;
-  std::vector<std::unique_ptr<net::RpcServer>> servers_;
-  std::vector<std::unique_ptr<net::RpcClient>> clients_;
   std::atomic<int> reads_[2] = {0, 0};  // ps.Read requests each PS served
-  VariableDirectory directory_;
-  std::unique_ptr<PsClient> client_;
+  std::unique_ptr<LocalPsServices> ps_;
+  PsClient* client_ = nullptr;  // ps_'s
 };
 
 TEST_F(PushAndReadTest, AnswersTheValuesWithThePushApplied) {
@@ -210,7 +174,7 @@ TEST_F(PushAndReadTest, ANonFiniteGradientIsRefusedWithNoValues) {
 }
 
 TEST_F(PushAndReadTest, AReadOfAVariableThePsLacksAppliesNothingOfThatPs) {
-  directory_.Add(Plain("ghost", {1}));  // in the directory, never created on PS 0
+  ps_->directory().Add(Plain("ghost", {1}));  // in the directory, never created on PS 0
   auto r = client_->PushGradientsAndReadAsync({{"counter", Filled({1}, 1.0f), std::nullopt}}, {"ghost"}).Get();
   EXPECT_TRUE(IsPsStateLost(r.status())) << r.status();
   EXPECT_EQ(Value("counter"), std::vector<float>({0.0f}));

@@ -16,6 +16,7 @@
 #include "worker/variable_directory.h"
 
 namespace asyncps {
+namespace routed_call_test_internal {
 namespace {
 
 constexpr char kToken[] = "routed-call-test";
@@ -166,4 +167,5 @@ TEST(CopyOutMessageTest, CopyKeepsEnvelopeAndPayloads) {
 }
 
 }  // namespace
+}  // namespace routed_call_test_internal
 }  // namespace asyncps

@@ -44,6 +44,7 @@
 #include "worker/worker.capnp.h"
 
 namespace asyncps {
+namespace worker_service_test_internal {
 namespace {
 
 constexpr char kToken[] = "worker-service-test";
@@ -1038,4 +1039,5 @@ TEST_F(WorkerServiceTest, ConcurrentClosuresEachGetTheirOwnResult) {
 }
 
 }  // namespace
+}  // namespace worker_service_test_internal
 }  // namespace asyncps

@@ -22,6 +22,7 @@
 #include "ps/embedding/key_partition.h"
 
 namespace asyncps::ps {
+namespace embedding_service_test_internal {
 namespace {
 
 constexpr char kToken[] = "emb-test-token";
@@ -334,4 +335,5 @@ TEST(EmbeddingCheckpointTest, FilesOfFourPsRestoreIntoThree) { ReshardThroughFil
 TEST(EmbeddingCheckpointTest, FilesOfTwoPsRestoreIntoFive) { ReshardThroughFiles(2, 5); }
 
 }  // namespace
+}  // namespace embedding_service_test_internal
 }  // namespace asyncps::ps

@@ -154,6 +154,32 @@ Program MakeTestProgram() {
     }
     return Values{};
   });
+  // Exactly once through the fused push-and-read (StepContext::PushGradientsAndReadAsync):
+  // one request per PS pushes gradient -1 to row `row` of the f32 vector "fused_rows" (SGD at
+  // learning rate 1: +1) and answers "fused_rows" as it stands once the push is applied (a
+  // retried push found applied answers it too). The row read must then be exactly 1: 0 would be
+  // a read from before the push, 2 a push applied twice. Then works `ms`, so a worker killed
+  // then has applied the push but not answered.
+  program.AddFunction("push_and_read_row", [](StepContext& ctx) -> absl::StatusOr<Values> {
+    ASSIGN_OR_RETURN(Tensor row_arg, ctx.arg(0));
+    ASSIGN_OR_RETURN(Tensor ms, ctx.arg(1));
+    const int64_t row = row_arg.data<int64_t>()[0];
+    StepContext::PushAndRead fused = ctx.PushGradientsAndReadAsync(
+        {{"fused_rows", Tensor::FromVector<float>({1}, {-1.0f}), Tensor::FromVector<int64_t>({1}, {row})}},
+        {"fused_rows"});
+    RETURN_IF_ERROR(fused.pushed.Get());
+    ASSIGN_OR_RETURN(VersionedValues read, fused.values.Get());
+    const float seen = read.values.at(0).data<float>()[row];
+    if (seen != 1.0f) {
+      return absl::InternalError(absl::StrCat("push_and_read_row: row ", row, " read ", seen, " after its push"));
+    }
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
+    while (std::chrono::steady_clock::now() < end) {
+      if (ctx.cancelled()) return absl::CancelledError("cancelled");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return Values{};
+  });
   // Staleness (tests/integration/staleness_test.cc): adds 1 to rows[row] (exactly once), reads
   // "seen" (f32), works `ms`, then pushes gradient -1 to row v of "seen", v being the version
   // of "seen" this step read. With SGD at learning rate 1, each applied push adds 1 to the row

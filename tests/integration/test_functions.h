@@ -28,6 +28,10 @@ namespace asyncps::testutil {
 //   "add_to_row"       adds 1 to row arg0 (i64) of the i64 vector "rows", then works for arg1
 //                      (i64 ms) in 2 ms slices, so a worker killed then has applied the update
 //                      but not answered (exactly-once tests)
+//   "push_and_read_row"  pushes gradient -1 to row arg0 (i64) of the f32 vector "fused_rows"
+//                      (SGD, learning rate 1) and reads "fused_rows" in the same request
+//                      (StepContext::PushGradientsAndReadAsync); fails (Internal) unless the row
+//                      read is exactly 1; then works for arg1 (i64 ms) like "add_to_row"
 //   "count_ids"        arg0 is an iterator over "ids": adds 1 to row id of the i64 vector "counts"
 //                      for every id of its next batch, then works for arg1 (i64 ms) in 2 ms
 //                      slices; returns [worker index, ids counted] (0 at the end of the data)
