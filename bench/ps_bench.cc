@@ -239,7 +239,7 @@ Tensor Gradient(Shape shape);
 
 // The PS's own apply of a dense Adam push of `bytes` of f32, without the transfer: the
 // finiteness check and Variable::ApplyGradient (variable, gradient and slots allocated once),
-// each split over threads as the PS splits them (ps/parallel_apply.h): median seconds. With 2
+// on one thread as the PS applies them: median seconds. With 2
 // PS each applies half of this, at the same time.
 double AdamSeconds(size_t bytes, int iterations) {
   const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
