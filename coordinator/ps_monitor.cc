@@ -126,24 +126,6 @@ std::string Members(const std::vector<int32_t>& list) {
   return list.empty() ? "-" : absl::StrJoin(list, ",");
 }
 
-const char* WireCopyRoleName(wire::CopyRole role) {
-  switch (role) {
-    case wire::CopyRole::PRIMARY:
-      return "primary";
-    case wire::CopyRole::BACKUP:
-      return "backup";
-    case wire::CopyRole::REBUILDING:
-      return "rebuilding";
-    case wire::CopyRole::NEEDS_REBUILD:
-      return "needs_rebuild";
-    case wire::CopyRole::FENCED:
-      return "fenced";
-    case wire::CopyRole::RESTORING:
-      return "restoring";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 PsMonitor::PsMonitor(std::vector<net::RpcClient*> ps, std::vector<std::string> addresses, ShardMapCache& cache,
@@ -431,7 +413,7 @@ void PsMonitor::Handle(int ps, const Answer& a) {
     if (cannot_serve && g->primary == ps && c.generation == g->generation && !g->restore_pending) {
       Event("ps_primary_cannot_serve",
             absl::StrCat("ps ", ps, " is primary of shard group ", c.group, " at generation ", c.generation,
-                         " but holds a ", WireCopyRoleName(c.role), " copy: a lost copy of the group"));
+                         " but holds a ", ps::WireCopyRoleName(c.role), " copy: a lost copy of the group"));
       const std::vector<int> changed = owner_->CannotServe(ps, c.group);
       NoteNoLiveCopy(ps);
       Changed(map, changed, absl::StrCat("ps ", ps, "'s copy of group ", c.group, " cannot serve"));

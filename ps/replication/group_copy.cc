@@ -10,23 +10,7 @@
 
 namespace asyncps::ps {
 
-const char* CopyRoleName(CopyRole role) {
-  switch (role) {
-    case CopyRole::kPrimary:
-      return "primary";
-    case CopyRole::kBackup:
-      return "backup";
-    case CopyRole::kRebuilding:
-      return "rebuilding";
-    case CopyRole::kNeedsRebuild:
-      return "needs_rebuild";
-    case CopyRole::kFenced:
-      return "fenced";
-    case CopyRole::kRestoring:
-      return "restoring";
-  }
-  return "unknown";
-}
+const char* CopyRoleName(CopyRole role) { return WireCopyRoleName(CopyRoleToWire(role)); }
 
 wire::CopyRole CopyRoleToWire(CopyRole role) {
   switch (role) {

@@ -179,4 +179,22 @@ bool IsRestorePending(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable && absl::StrContains(status.message(), kAwaitsRestore);
 }
 
+const char* WireCopyRoleName(wire::CopyRole role) {
+  switch (role) {
+    case wire::CopyRole::PRIMARY:
+      return "primary";
+    case wire::CopyRole::BACKUP:
+      return "backup";
+    case wire::CopyRole::REBUILDING:
+      return "rebuilding";
+    case wire::CopyRole::NEEDS_REBUILD:
+      return "needs_rebuild";
+    case wire::CopyRole::FENCED:
+      return "fenced";
+    case wire::CopyRole::RESTORING:
+      return "restoring";
+  }
+  return "unknown";
+}
+
 }  // namespace asyncps::ps

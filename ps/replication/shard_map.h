@@ -79,6 +79,10 @@ absl::Status RestorePendingError(uint32_t group, int32_t ps, const char* method)
 // True for a status made by RestorePendingError (or relayed from one).
 bool IsRestorePending(const absl::Status& status);
 
+// The name of a copy's role as the PS reports it (ps.ReplicaStatus) and as events, metrics
+// and errors print it, on the chief and on the PS alike: "primary", "needs_rebuild", ...
+const char* WireCopyRoleName(wire::CopyRole role);
+
 }  // namespace asyncps::ps
 
 #endif  // ASYNCPS_PS_REPLICATION_SHARD_MAP_H_
