@@ -175,6 +175,8 @@ struct Prepared {
   Tensor value;
   std::optional<Tensor> ids;
   std::optional<int64_t> base_version;  // gradients that name the version they were computed from
+  // A row gradient, checked and its duplicates summed (Variable::PrepareRowGradients).
+  std::unique_ptr<const RowGradientBatch> rows;
 };
 
 // Locks the bounded variables `admission` applies and checks the gradients' staleness
@@ -297,8 +299,13 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
       p.ids = std::move(ids);
     }
     if (g.getBaseVersion() >= 0) p.base_version = g.getBaseVersion();
-    RETURN_IF_ERROR(p.variable->CheckGradient(p.ids ? &*p.ids : nullptr, p.value));
-    if (!AllFinite(p.value)) {
+    // A row gradient is checked, its floats included, in the pass that sums its duplicates.
+    if (p.ids) {
+      ASSIGN_OR_RETURN(p.rows, p.variable->PrepareRowGradients(*p.ids, p.value));
+    } else {
+      RETURN_IF_ERROR(p.variable->CheckGradient(nullptr, p.value));
+    }
+    if (p.rows ? !p.rows->all_finite() : !AllFinite(p.value)) {
       if (options_.metrics != nullptr) options_.metrics->RecordNonfiniteGradient();
       if (!options_.allow_nonfinite_gradients) {
         return Reject(RejectReason::kNonfiniteGradient,
@@ -319,8 +326,11 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
   for (size_t i = 0; i < prepared.size(); ++i) {
     if (!admission.apply(i)) continue;
     const Prepared& p = prepared[i];
-    RETURN_IF_ERROR(p.ids ? p.variable->ApplyRowGradients(*p.ids, p.value, gate.lr_scale(i))
-                          : p.variable->ApplyGradient(p.value, gate.lr_scale(i)));
+    if (p.rows) {
+      p.variable->ApplyRowGradients(*p.rows, gate.lr_scale(i));
+    } else {
+      RETURN_IF_ERROR(p.variable->ApplyGradient(p.value, gate.lr_scale(i)));
+    }
     if (gate.staleness(i) >= 0) {
       max_staleness = std::max(max_staleness, gate.staleness(i));
       if (options_.metrics != nullptr) options_.metrics->ObserveStaleness(gate.staleness(i));

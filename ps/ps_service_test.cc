@@ -774,6 +774,29 @@ TEST_F(PsLimitsTest, NonfiniteGradientsAreRefusedAndApplyNothing) {
   EXPECT_EQ(Values<float>(ReadOne("a")), (std::vector<float>{0, 1}));
 }
 
+// The sparse check rides on the pass that sums duplicates: a NaN in the last occurrence of a
+// repeated id, after a good row gradient in the same push, still refuses the whole push.
+TEST_F(PsLimitsTest, NonfiniteRepeatedRowGradientRefusesTheWholePush) {
+  OptimizerConfig sgd;
+  sgd.learning_rate = 1;
+  CreateWith("e", {4, 2}, {1, 1, 2, 2, 3, 3, 4, 4}, &sgd);
+  CreateWith("f", {4, 2}, {5, 5, 6, 6, 7, 7, 8, 8}, &sgd);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  absl::Status s = Push({{"e", Tensor::FromVector<float>({2, 2}, {1, 1, 1, 1}), Ids64({0, 3})},
+                         {"f", Tensor::FromVector<float>({3, 2}, {1, 1, 1, 1, 1, nan}), Ids64({2, 1, 2})}});
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("'f'"));
+  EXPECT_EQ(Values<float>(ReadOne("e")), (std::vector<float>{1, 1, 2, 2, 3, 3, 4, 4}));
+  EXPECT_EQ(Values<float>(ReadOne("f")), (std::vector<float>{5, 5, 6, 6, 7, 7, 8, 8}));
+  EXPECT_EQ(Nonfinite(), 1);
+  // The same push made finite applies both, the repeated row summed once.
+  ASSERT_TRUE(Push({{"e", Tensor::FromVector<float>({2, 2}, {1, 1, 1, 1}), Ids64({0, 3})},
+                    {"f", Tensor::FromVector<float>({3, 2}, {1, 1, 1, 1, 1, 2}), Ids64({2, 1, 2})}})
+                  .ok());
+  EXPECT_EQ(Values<float>(ReadOne("e")), (std::vector<float>{0, 0, 2, 2, 3, 3, 3, 3}));
+  EXPECT_EQ(Values<float>(ReadOne("f")), (std::vector<float>{5, 5, 5, 5, 5, 4, 8, 8}));
+}
+
 TEST_F(PsLimitsTest, AllowNonfiniteGradientsAppliesThem) {
   PsService::Options options;
   options.allow_nonfinite_gradients = true;

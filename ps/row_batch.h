@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,9 +54,11 @@ struct StripeGroups {
 // sparse apply semantics: duplicates are summed, then the optimizer runs once per row). The
 // rows come grouped by stripe, in no particular order within a stripe.
 //
-// Duplicates are found with one pass over the ids through an open-addressing table (no sort,
-// no per-row allocation). `rows` must be checked ids; `grads` holds rows.size() x `width`
-// floats and must outlive this object.
+// One pass over the request finds the duplicates (an open-addressing table keyed on the row,
+// no sort, no per-row allocation) and checks, in the same pass, that every gradient float is
+// finite (all_finite), so a push reads its gradient once before the apply rather than twice.
+// Only the duplicates are visited again (to sum them). `rows` must be checked ids; `grads`
+// holds rows.size() x `width` floats and must outlive this object.
 class SummedRowGradients {
  public:
   SummedRowGradients(absl::Span<const int64_t> rows, const float* grads, int64_t width);
@@ -64,19 +67,46 @@ class SummedRowGradients {
 
   // Distinct rows of stripe `s` and, parallel to them, pointers to their `width` summed floats.
   absl::Span<const int64_t> rows(int s) const {
-    return absl::MakeConstSpan(rows_.data() + begin_[s], begin_[s + 1] - begin_[s]);
+    return absl::MakeConstSpan(rows_.get() + begin_[s], begin_[s + 1] - begin_[s]);
   }
   absl::Span<const float* const> grads(int s) const {
-    return absl::MakeConstSpan(grads_.data() + begin_[s], begin_[s + 1] - begin_[s]);
+    return absl::MakeConstSpan(grads_.get() + begin_[s], begin_[s + 1] - begin_[s]);
   }
-  size_t num_distinct() const { return rows_.size(); }
+  size_t num_distinct() const { return begin_[kRowStripes]; }
+  // False when some gradient float (of any row, repeated or not) is a NaN or an infinity.
+  bool all_finite() const { return all_finite_; }
 
  private:
-  std::vector<int64_t> rows_;
-  std::vector<const float*> grads_;
+  std::unique_ptr<int64_t[]> rows_;
+  std::unique_ptr<const float*[]> grads_;
   std::array<uint32_t, kRowStripes + 1> begin_{};
   // Sums of the rows that occur more than once.
-  std::vector<float> sums_;
+  std::unique_ptr<float[]> sums_;
+  bool all_finite_ = true;
+};
+
+// A sparse gradient push made ready to apply to one variable: its ids checked and widened, its
+// duplicates summed and its floats checked for NaN and infinity (SummedRowGradients), so the
+// check before a push's apply and the apply itself share one pass over the request. Holds
+// views of `ids` and `gradients` (their storage is shared, not copied). Built by
+// Variable::PrepareRowGradients.
+class RowGradientBatch {
+ public:
+  // `ids` must be checked against the variable's rows; `gradients` is [len(ids), width] f32.
+  RowGradientBatch(const Tensor& ids, const Tensor& gradients, int64_t width);
+  RowGradientBatch(const RowGradientBatch&) = delete;
+  RowGradientBatch& operator=(const RowGradientBatch&) = delete;
+
+  const SummedRowGradients& summed() const { return summed_; }
+  bool all_finite() const { return summed_.all_finite(); }
+  int64_t width() const { return width_; }
+
+ private:
+  const Tensor ids_;
+  const Tensor gradients_;
+  const int64_t width_;
+  const RowIds row_ids_;
+  const SummedRowGradients summed_;
 };
 
 }  // namespace asyncps::ps

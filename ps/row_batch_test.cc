@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -132,6 +133,54 @@ TEST(SummedRowGradientsTest, SingleOccurrencesPointIntoTheRequest) {
   const SummedRowGradients summed(rows, grads.data(), 2);
   ASSERT_EQ(summed.rows(9 % kRowStripes).size(), 1u);
   EXPECT_EQ(summed.grads(9 % kRowStripes)[0], grads.data() + 2);
+  ASSERT_EQ(summed.rows(4).size(), 1u);
+  EXPECT_EQ(std::vector<float>(summed.grads(4)[0], summed.grads(4)[0] + 2), (std::vector<float>{6, 8}));
+}
+
+// The dedup pass checks every float for NaN and infinity: in a row that occurs once, in either
+// occurrence of a repeated row, in a row's tail past the vectorised chunks; extreme finite
+// values and subnormals pass.
+TEST(SummedRowGradientsTest, FindsNonFiniteFloatsInAnyOccurrence) {
+  constexpr int64_t kWidth = 19;  // one chunk of 16 and a tail of 3
+  const std::vector<int64_t> rows = {5, 40, 5, 7, 5};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> clean(rows.size() * kWidth, 1.0f);
+  clean[3] = std::numeric_limits<float>::max();
+  clean[kWidth + 4] = -std::numeric_limits<float>::max();
+  clean[2 * kWidth + 5] = std::numeric_limits<float>::denorm_min();
+  EXPECT_TRUE(SummedRowGradients(rows, clean.data(), kWidth).all_finite());
+  for (size_t position : {size_t{0}, size_t{1}, size_t{2}, size_t{4}}) {
+    for (int64_t column : {int64_t{0}, int64_t{15}, int64_t{16}, kWidth - 1}) {
+      for (float bad : {nan, inf, -inf, -nan}) {
+        SCOPED_TRACE(testing::Message() << "position " << position << " column " << column << " value " << bad);
+        std::vector<float> grads = clean;
+        grads[position * kWidth + static_cast<size_t>(column)] = bad;
+        const SummedRowGradients summed(rows, grads.data(), kWidth);
+        EXPECT_FALSE(summed.all_finite());
+        // Still summed as usual (a PS that allows non-finite gradients applies them).
+        EXPECT_EQ(summed.num_distinct(), 3u);
+      }
+    }
+  }
+}
+
+// A batch keeps the request's tensors alive and sums as SummedRowGradients does, from i32 ids too.
+TEST(RowGradientBatchTest, OwnsItsViewsAndWidensI32Ids) {
+  const float* data = nullptr;
+  std::unique_ptr<RowGradientBatch> batch;
+  {
+    Tensor grads = Tensor::FromVector<float>({3, 2}, {1, 2, 3, 4, 5, 6});
+    data = grads.data<float>();
+    batch = std::make_unique<RowGradientBatch>(Ids32({4, 9, 4}), grads, 2);
+  }
+  EXPECT_TRUE(batch->all_finite());
+  EXPECT_EQ(batch->width(), 2);
+  const SummedRowGradients& summed = batch->summed();
+  EXPECT_EQ(summed.num_distinct(), 2u);
+  ASSERT_EQ(summed.rows(9).size(), 1u);
+  EXPECT_EQ(summed.grads(9)[0], data + 2);  // the request's own row, still alive
+  EXPECT_EQ(std::vector<float>(summed.grads(9)[0], summed.grads(9)[0] + 2), (std::vector<float>{3, 4}));
   ASSERT_EQ(summed.rows(4).size(), 1u);
   EXPECT_EQ(std::vector<float>(summed.grads(4)[0], summed.grads(4)[0] + 2), (std::vector<float>{6, 8}));
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -144,6 +145,11 @@ bool AllFiniteAs(const Tensor& t) {
 // scattered rows of a large table are cache misses, and a row's copy is too short to hide one.
 constexpr size_t kPrefetchRowsAhead = 8;
 constexpr size_t kPrefetchBytes = 512;
+
+// A gather of at most this many ids holds every stripe it touches for its whole copy (a few
+// microseconds of row copies at most); a larger one takes one stripe at a time, so that it does
+// not hold writers off every stripe at once for long.
+constexpr size_t kGatherHoldingStripesRows = 2048;
 
 void PrefetchRow(const char* row, size_t bytes, int write) {
   for (size_t b = 0; b < std::min(bytes, kPrefetchBytes); b += 64) {
@@ -529,6 +535,32 @@ absl::StatusOr<Tensor> Variable::GatherVersioned(const Tensor& ids, int64_t* ver
   std::shared_ptr<void> block = AllocateAlignedUninitialized(rows.size() * bytes);
   char* dst = static_cast<char*>(block.get());
   Tensor out = Tensor::View(dtype_, std::move(out_shape), block, block.get());
+  if (rows.size() <= kGatherHoldingStripesRows) {
+    // The stripes the ids touch, held together for the whole copy (ascending: the documented
+    // order), so the rows are copied in request order without a grouping pass and the answer is
+    // written front to back.
+    static_assert(kStripes <= 32, "one bit per stripe");
+    uint32_t touched = 0;
+    for (int64_t row : rows) touched |= uint32_t{1} << (static_cast<uint64_t>(row) % kStripes);
+    ReaderMutexLock lock(&mu_);
+    const char* base = row_ptr(0);
+    *version = version_.load(std::memory_order_acquire);
+    [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      for (int s = 0; s < kStripes; ++s) {
+        if ((touched >> s) & 1) stripes_[static_cast<size_t>(s)].ReaderLock();
+      }
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (i + kPrefetchRowsAhead < rows.size()) {
+          PrefetchRow(base + rows[i + kPrefetchRowsAhead] * bytes, bytes, /*write=*/0);
+        }
+        std::memcpy(dst + i * bytes, base + rows[i] * bytes, bytes);
+      }
+      for (int s = 0; s < kStripes; ++s) {
+        if ((touched >> s) & 1) stripes_[static_cast<size_t>(s)].ReaderUnlock();
+      }
+    }();
+    return out;
+  }
   const StripeGroups groups(rows);
   ReaderMutexLock lock(&mu_);
   const char* base = row_ptr(0);
@@ -555,12 +587,23 @@ absl::Status Variable::ApplyGradient(const Tensor& gradient, float lr_scale) {
 }
 
 absl::Status Variable::ApplyRowGradients(const Tensor& ids, const Tensor& gradients, float lr_scale) {
-  if (absl::Status s = CheckGradient(&ids, gradients); !s.ok()) return s;
-  const RowIds row_ids(ids);
+  ASSIGN_OR_RETURN(std::unique_ptr<const RowGradientBatch> batch, PrepareRowGradients(ids, gradients));
+  ApplyRowGradients(*batch, lr_scale);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<const RowGradientBatch>> Variable::PrepareRowGradients(const Tensor& ids,
+                                                                                     const Tensor& gradients) const {
+  RETURN_IF_ERROR(CheckGradient(&ids, gradients));
   // Duplicate ids summed in request order (TF's sparse apply semantics: sum, then apply once),
   // distinct rows grouped by stripe; rows that occur once use the request's gradient in place.
-  const int64_t row_elements = static_cast<int64_t>(row_bytes() / sizeof(float));
-  const SummedRowGradients summed(row_ids.span(), gradients.data<float>(), row_elements);
+  return std::make_unique<const RowGradientBatch>(ids, gradients, static_cast<int64_t>(row_bytes() / sizeof(float)));
+}
+
+void Variable::ApplyRowGradients(const RowGradientBatch& batch, float lr_scale) {
+  const SummedRowGradients& summed = batch.summed();
+  const int64_t row_elements = batch.width();
+  assert(row_elements == static_cast<int64_t>(row_bytes() / sizeof(float)));
   WithUnsharedValueShared(/*slots_too=*/true, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     float* value = value_.data<float>();
     const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -573,7 +616,6 @@ absl::Status Variable::ApplyRowGradients(const Tensor& ids, const Tensor& gradie
       optimizer_->ApplyRowsScaled(value, slot_data_, row_elements, summed.rows(s), summed.grads(s), step, lr_scale);
     }
   });
-  return absl::OkStatus();
 }
 
 }  // namespace asyncps::ps

@@ -123,6 +123,16 @@ class Variable {
   // touched rows and their slots change. `lr_scale` as for ApplyGradient.
   absl::Status ApplyRowGradients(const Tensor& ids, const Tensor& gradients, float lr_scale = 1.0f);
 
+  // Checks a row gradient push as CheckGradient does and makes it ready to apply: duplicates
+  // summed, and every float checked for NaN and infinity (the batch's all_finite(), which the
+  // caller judges), in one pass over the request. The batch shares the bytes of `ids` and
+  // `gradients`. Nothing is changed.
+  absl::StatusOr<std::unique_ptr<const RowGradientBatch>> PrepareRowGradients(const Tensor& ids,
+                                                                              const Tensor& gradients) const;
+  // Applies a batch that PrepareRowGradients of this variable returned, as ApplyRowGradients
+  // (which is Prepare then this), without checking it again.
+  void ApplyRowGradients(const RowGradientBatch& batch, float lr_scale = 1.0f);
+
   // Validation only (used to check a whole batch before applying any of it).
   absl::Status CheckDense(const Tensor& value) const;
   absl::Status CheckRows(const Tensor& ids, const Tensor& values) const;
