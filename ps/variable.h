@@ -63,6 +63,8 @@ class Variable {
   const Shape& shape() const { return shape_; }
   int64_t rows() const { return shape_.empty() ? 1 : shape_[0]; }
   bool has_optimizer() const { return optimizer_ != nullptr; }
+  // The pool given at creation (null: applies run in one pass on the caller).
+  ApplyPool* apply_pool() const { return apply_pool_; }
   const OptimizerConfig* optimizer_config() const;
   // Number of gradient pushes applied so far.
   int64_t iterations() const { return iterations_.load(std::memory_order_relaxed); }
