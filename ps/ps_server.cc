@@ -12,6 +12,7 @@
 #include "ps/embedding/embedding_metrics.h"
 #include "ps/embedding/embedding_service.h"
 #include "ps/embedding/embedding_store.h"
+#include "ps/parallel_apply.h"
 #include "ps/ps_service.h"
 #include "ps/replication/replicated_ps.h"
 #include "ps/replication/replicated_tables.h"
@@ -26,7 +27,10 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
     return ExitCodeForStatus(process.status());
   }
   PsMetrics metrics((*process)->process_metrics());
-  VariableStore store(options.ps_max_variable_bytes);
+  // The threads a large apply or finiteness check is split over, for every store and service
+  // below (which hold it by pointer): declared first, so it outlives them.
+  ApplyPool apply_pool;
+  VariableStore store(options.ps_max_variable_bytes, &apply_pool);
   PsService::Options service_options;
   service_options.max_response_bytes = options.ps_max_response_bytes;
   service_options.allow_nonfinite_gradients = options.allow_nonfinite_gradients;
@@ -45,6 +49,7 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   embedding_options.dedup_max_entries = static_cast<uint64_t>(options.ps_dedup_max_entries);
   embedding_options.ps_metrics = &metrics;
   embedding_options.metrics = &embedding_metrics;
+  embedding_options.apply_pool = &apply_pool;
   EmbeddingService embeddings(embedding_tables, embedding_options);
   embeddings.RegisterWith((*process)->server().methods());
   // With ps_replicas >= 2 the tables are part of every group copy like its variables.

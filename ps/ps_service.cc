@@ -126,7 +126,7 @@ absl::Status PsService::CreateVariableIn(ShardState state, const net::InMessage&
     RETURN_IF_ERROR(Named(name, spec.status()));
     auto initial = Initialize(*spec, dtype, shape);
     RETURN_IF_ERROR(Named(name, initial.status()));
-    ASSIGN_OR_RETURN(auto variable, Variable::Create(name, std::move(*initial), optimizer.get()));
+    ASSIGN_OR_RETURN(auto variable, Variable::Create(name, std::move(*initial), optimizer.get(), store.apply_pool()));
     ASSIGN_OR_RETURN(created, store.Insert(std::move(variable), std::move(*reservation)));
     if (options_.metrics != nullptr) {
       options_.metrics->SetVariableBytes(store.bytes());
@@ -305,7 +305,7 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
     } else {
       RETURN_IF_ERROR(p.variable->CheckGradient(nullptr, p.value));
     }
-    if (p.rows ? !p.rows->all_finite() : !AllFinite(p.value)) {
+    if (p.rows ? !p.rows->all_finite() : !AllFinite(p.value, store.apply_pool())) {
       if (options_.metrics != nullptr) options_.metrics->RecordNonfiniteGradient();
       if (!options_.allow_nonfinite_gradients) {
         return Reject(RejectReason::kNonfiniteGradient,

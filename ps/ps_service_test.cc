@@ -1,5 +1,6 @@
 #include "ps/ps_service.h"
 
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "metrics/process_metrics.h"
 #include "net/envelope.capnp.h"
 #include "net/event_loop.h"
+#include "ps/parallel_apply.h"
 #include "ps/ps.capnp.h"
 #include "net/rpc_client.h"
 #include "net/rpc_server.h"
@@ -53,13 +55,14 @@ class PsServiceTest : public ::testing::Test {
  protected:
   void SetUp() override { StartServer(std::numeric_limits<uint64_t>::max(), PsService::Options()); }
 
-  // (Re)starts the server with a store capped at `max_bytes` and a service with `options`
-  // (whose metrics, when not given, are recorded in metrics_).
-  void StartServer(uint64_t max_bytes, PsService::Options options) {
+  // (Re)starts the server with a store capped at `max_bytes` (splitting applies over
+  // `apply_pool`, when given) and a service with `options` (whose metrics, when not given, are
+  // recorded in metrics_).
+  void StartServer(uint64_t max_bytes, PsService::Options options, ApplyPool* apply_pool = nullptr) {
     client_.reset();
     server_.reset();
     if (options.metrics == nullptr) options.metrics = ps_metrics_.get();
-    store_ = std::make_unique<VariableStore>(max_bytes);
+    store_ = std::make_unique<VariableStore>(max_bytes, apply_pool);
     service_ = std::make_unique<PsService>(*store_, options);
     net::RpcServer::Options server_options;
     server_options.role = "ps";
@@ -236,6 +239,35 @@ TEST_F(PsServiceTest, CreateIsIdempotentAndRejectsAConflictingShapeOrDtype) {
   EXPECT_EQ(Create("w", DType::kF64, {2, 3}).status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(Values<float>(ReadOne("w")), std::vector<float>(6, 3.0f));
   EXPECT_EQ(store_->List().size(), 1u);
+}
+
+// With a pool in its store, the service makes variables that split their applies over it and
+// checks a push's finiteness in parts: a NaN in the last part still refuses the whole push.
+TEST_F(PsServiceTest, VariablesOfAStoreWithAPoolApplyInPartsAllOrNothing) {
+  ApplyPool::Options small;
+  small.helpers = 3;
+  small.min_dense_elements = 16;
+  small.min_check_elements = 16;
+  ApplyPool pool(small);
+  StartServer(std::numeric_limits<uint64_t>::max(), PsService::Options(), &pool);
+  OptimizerConfig sgd;
+  sgd.learning_rate = 1;
+  ASSERT_TRUE(Create("w", DType::kF32, {64, 8}, InitializerSpec(), &sgd).ok());
+  EXPECT_EQ(store_->Find("w").value()->apply_pool(), &pool);
+  const Tensor before = ReadOne("w");
+  Tensor minus_one(DType::kF32, {64, 8});
+  std::fill_n(minus_one.data<float>(), minus_one.num_elements(), -1.0f);
+  Tensor bad = minus_one.Clone();
+  bad.data<float>()[bad.num_elements() - 1] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(Push({{"w", bad, std::nullopt}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ReadOne("w").Equals(before));
+  ASSERT_TRUE(Push({{"w", minus_one, std::nullopt}}).ok());
+  const Tensor after = ReadOne("w");
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < after.num_elements(); ++i) {
+    wrong += after.data<float>()[i] != before.data<float>()[i] + 1.0f ? 1 : 0;
+  }
+  EXPECT_EQ(wrong, 0);
 }
 
 TEST_F(PsServiceTest, CreateBuildsTheShardOnTheServer) {

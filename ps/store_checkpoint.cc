@@ -149,7 +149,8 @@ absl::Status RestoreShards(VariableStore& store, const RestorePlan& plan) {
       }
     } else {
       ASSIGN_OR_RETURN(p.created, Variable::Create(shard.name, Tensor(shard.dtype, shard.shape),
-                                                   shard.optimizer ? &*shard.optimizer : nullptr));
+                                                   shard.optimizer ? &*shard.optimizer : nullptr,
+                                                   store.apply_pool()));
     }
     Variable& target = p.existing ? *p.existing : *p.created;
     const std::vector<std::string> slot_names = target.slot_names();

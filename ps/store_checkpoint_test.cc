@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "core/durable_file.h"
 #include "checkpoint/test_temp_dir.h"
+#include "ps/parallel_apply.h"
 #include "ps/variable_store.h"
 
 namespace asyncps::ps {
@@ -81,8 +83,11 @@ TEST(CheckpointShardTest, RoundTripsValuesSlotsAndCountersIntoAnEmptyStore) {
   EXPECT_FALSE(saved->shards[1].optimizer.has_value());
   EXPECT_EQ(saved->digest.bytes, FileSize(dir + "/ps-0.safetensors").value());
 
-  VariableStore fresh;
+  // Variables a restore creates split their applies over the store's pool.
+  ApplyPool pool(ApplyPool::Options{.helpers = 0});
+  VariableStore fresh(std::numeric_limits<uint64_t>::max(), &pool);
   ASSERT_TRUE(RestoreShards(fresh, WholePlan(dir, *saved)).ok());
+  EXPECT_EQ(fresh.Find("w").value()->apply_pool(), &pool);
   auto restored = fresh.Find("w").value()->CheckpointState();
   EXPECT_TRUE(restored.value.Equals(before.value));
   ASSERT_EQ(restored.slots.size(), 2u);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "core/status_macros.h"
+#include "ps/parallel_apply.h"
 #include "ps/row_batch.h"
 
 namespace asyncps::ps {
@@ -125,13 +126,12 @@ absl::Status CheckKind(const std::string& name, DType dtype, UpdateKind kind, co
 }
 
 template <typename T, typename Bits>
-bool AllFiniteAs(const Tensor& t) {
+bool AllFiniteAs(const void* data, int64_t n) {
   // Exponent bits all set is infinity or NaN. A count over the whole array (no early exit) in
   // fixed-length chunks vectorises at -O2; a gradient is read once more anyway when applied.
   constexpr Bits kExponent = static_cast<Bits>(std::is_same_v<T, float> ? 0x7f800000ULL : 0x7ff0000000000000ULL);
   constexpr int64_t kChunk = 64;
-  const Bits* bits = static_cast<const Bits*>(t.raw_data());
-  const int64_t n = t.num_elements();
+  const Bits* bits = static_cast<const Bits*>(data);
   Bits bad = 0;
   int64_t i = 0;
   for (; i + kChunk <= n; i += kChunk) {
@@ -175,22 +175,63 @@ void VisitStripeRows(const StripeGroups& groups, int s, absl::Span<const int64_t
   }
 }
 
+// The most slots an optimizer keeps (Adam and FTRL have two).
+constexpr size_t kVariableMaxSlots = 4;
+
+// Where each of `parts` runs of whole stripes begins, for about equal numbers of rows:
+// part p applies stripes [first[p], first[p + 1]); first[parts] is kRowStripes.
+std::array<int, ApplyPool::kMaxParts + 1> VariableStripeRuns(const SummedRowGradients& summed, int parts) {
+  std::array<int, ApplyPool::kMaxParts + 1> first{};
+  first[static_cast<size_t>(parts)] = kRowStripes;
+  const size_t total = summed.num_distinct();
+  size_t seen = 0;
+  int p = 1;
+  for (int s = 0; s < kRowStripes && p < parts; ++s) {
+    seen += summed.rows(s).size();
+    // Part p starts after the stripe that brings the count to p / parts of the rows.
+    while (p < parts && seen * static_cast<size_t>(parts) >= total * static_cast<size_t>(p)) {
+      first[static_cast<size_t>(p++)] = s + 1;
+    }
+  }
+  while (p < parts) first[static_cast<size_t>(p++)] = kRowStripes;
+  return first;
+}
+
+// [begin, end) of part `p` of `parts` of n elements, the boundaries on whole cache lines so
+// that a part's vector loop sees the alignment the whole array has.
+std::pair<int64_t, int64_t> VariablePartRange(int64_t n, int parts, int p) {
+  constexpr int64_t kGrain = 16;
+  auto boundary = [&](int q) { return q == parts ? n : std::min(n, n * q / parts / kGrain * kGrain); };
+  return {boundary(p), boundary(p + 1)};
+}
+
 }  // namespace
 
-bool AllFinite(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::kF32:
-      return AllFiniteAs<float, uint32_t>(t);
-    case DType::kF64:
-      return AllFiniteAs<double, uint64_t>(t);
-    default:
-      return true;
-  }
+bool AllFinite(const Tensor& t, ApplyPool* pool) {
+  if (t.dtype() != DType::kF32 && t.dtype() != DType::kF64) return true;
+  const bool f32 = t.dtype() == DType::kF32;
+  const char* base = static_cast<const char*>(t.raw_data());
+  const size_t size = DTypeSize(t.dtype());
+  auto check = [&](int64_t begin, int64_t end) {
+    const char* data = base + static_cast<size_t>(begin) * size;
+    return f32 ? AllFiniteAs<float, uint32_t>(data, end - begin) : AllFiniteAs<double, uint64_t>(data, end - begin);
+  };
+  const int parts =
+      ApplyParts(pool, t.num_elements(), pool == nullptr ? 0 : pool->options().min_check_elements);
+  if (parts == 1) return check(0, t.num_elements());
+  // A large gradient is checked in parts on the pool's threads.
+  std::array<bool, ApplyPool::kMaxParts> finite{};
+  ApplyInParts(pool, parts, [&](int p) {
+    const auto [begin, end] = VariablePartRange(t.num_elements(), parts, p);
+    finite[static_cast<size_t>(p)] = check(begin, end);
+  });
+  return std::all_of(finite.begin(), finite.begin() + parts, [](bool f) { return f; });
 }
 
 absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(std::string name, Tensor initial,
-                                                           const OptimizerConfig* optimizer) {
+                                                           const OptimizerConfig* optimizer, ApplyPool* apply_pool) {
   std::unique_ptr<Variable> v(new Variable());
+  v->apply_pool_ = apply_pool;
   v->name_ = std::move(name);
   v->dtype_ = initial.dtype();
   v->shape_ = initial.shape();
@@ -215,7 +256,8 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(std::string name, Ten
 }
 
 absl::StatusOr<std::unique_ptr<Variable>> Variable::CreateFromState(std::string name, State state,
-                                                                    const OptimizerConfig* optimizer) {
+                                                                    const OptimizerConfig* optimizer,
+                                                                    ApplyPool* apply_pool) {
   if (state.iterations < 0) {
     return absl::InvalidArgumentError(absl::StrCat("negative step counter for '", name, "'"));
   }
@@ -241,7 +283,7 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::CreateFromState(std::string 
   }
   // Create with the received value and no optimizer (so no slots are allocated), then the
   // optimizer and the received slots.
-  ASSIGN_OR_RETURN(std::unique_ptr<Variable> v, Create(std::move(name), std::move(state.value), nullptr));
+  ASSIGN_OR_RETURN(std::unique_ptr<Variable> v, Create(std::move(name), std::move(state.value), nullptr, apply_pool));
   v->optimizer_ = std::move(rule);
   for (Tensor& slot : state.slots) {
     v->slots_.push_back(std::move(slot));
@@ -580,8 +622,25 @@ absl::Status Variable::ApplyGradient(const Tensor& gradient, float lr_scale) {
   UnshareValueLocked(/*keep_bytes=*/true);
   UnshareSlotsLocked(/*keep_bytes=*/true);
   const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
-  optimizer_->ApplyScaled(value_.data<float>(), gradient.data<float>(), slot_data_, value_.num_elements(), step,
-                          lr_scale);
+  // Every optimizer here updates each element from that element alone (one step for all), so
+  // a large value is updated in parts on the pool's threads with the very bits of one pass;
+  // they run inside this exclusive lock.
+  const int64_t n = value_.num_elements();
+  const int parts = ApplyParts(apply_pool_, n, apply_pool_ == nullptr ? 0 : apply_pool_->options().min_dense_elements);
+  if (parts == 1) {
+    optimizer_->ApplyScaled(value_.data<float>(), gradient.data<float>(), slot_data_, n, step, lr_scale);
+  } else {
+    assert(slot_data_.size() <= kVariableMaxSlots);
+    float* const value = value_.data<float>();
+    const float* const grad = gradient.data<float>();
+    ApplyInParts(apply_pool_, parts, [&](int p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      const auto [begin, end] = VariablePartRange(n, parts, p);
+      std::array<float*, kVariableMaxSlots> slots{};
+      for (size_t i = 0; i < slot_data_.size(); ++i) slots[i] = slot_data_[i] + begin;
+      optimizer_->ApplyScaled(value + begin, grad + begin, absl::MakeConstSpan(slots.data(), slot_data_.size()),
+                              end - begin, step, lr_scale);
+    });
+  }
   version_.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();
 }
@@ -609,12 +668,21 @@ void Variable::ApplyRowGradients(const RowGradientBatch& batch, float lr_scale) 
     const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
     version_.fetch_add(1, std::memory_order_release);
     // Each stripe lock once, ascending; all of the stripe's rows go through one ApplyRows,
-    // which computes the per-step constants once.
-    for (int s = 0; s < kStripes; ++s) {
-      if (summed.rows(s).empty()) continue;
-      MutexLock stripe(&stripes_[static_cast<size_t>(s)]);
-      optimizer_->ApplyRowsScaled(value, slot_data_, row_elements, summed.rows(s), summed.grads(s), step, lr_scale);
-    }
+    // which computes the per-step constants once. The rows are distinct, so a large push is
+    // applied as runs of whole stripes on the pool's threads, each row getting the same bits
+    // as in one pass; each part takes its stripes in ascending order, one at a time, inside
+    // this call's shared mu_.
+    const int parts = ApplyParts(apply_pool_, static_cast<int64_t>(summed.num_distinct()) * row_elements,
+                                 apply_pool_ == nullptr ? 0 : apply_pool_->options().min_row_elements);
+    const std::array<int, ApplyPool::kMaxParts + 1> first = VariableStripeRuns(summed, parts);
+    ApplyInParts(apply_pool_, parts, [&](int p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      for (int s = first[static_cast<size_t>(p)]; s < first[static_cast<size_t>(p) + 1]; ++s) {
+        if (summed.rows(s).empty()) continue;
+        MutexLock stripe(&stripes_[static_cast<size_t>(s)]);
+        optimizer_->ApplyRowsScaled(value, slot_data_, row_elements, summed.rows(s), summed.grads(s), step,
+                                    lr_scale);
+      }
+    });
   });
 }
 

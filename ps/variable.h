@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "core/sync.h"
 #include "core/tensor.h"
+#include "ps/parallel_apply.h"
 #include "ps/row_batch.h"
 #include "ps/update_rule.h"
 #include "core/update_kind.h"
@@ -41,8 +42,12 @@ class Variable {
 
   // Takes `initial` as the value (its storage must not be shared). `optimizer` may be null
   // (the variable then rejects gradients). Slots are allocated at their initial values.
+  // `apply_pool` (not owned; may be null, then every apply is one pass on the caller) splits
+  // large applies (ApplyGradient, ApplyRowGradients) over its threads; it must outlive every
+  // apply of this variable.
   static absl::StatusOr<std::unique_ptr<Variable>> Create(std::string name, Tensor initial,
-                                                          const OptimizerConfig* optimizer);
+                                                          const OptimizerConfig* optimizer,
+                                                          ApplyPool* apply_pool = nullptr);
 
   // Fixed bytes each variable is charged beyond its arrays (its locks, map entry...), so that
   // not even empty variables can be created without bound.
@@ -58,6 +63,8 @@ class Variable {
   const Shape& shape() const { return shape_; }
   int64_t rows() const { return shape_.empty() ? 1 : shape_[0]; }
   bool has_optimizer() const { return optimizer_ != nullptr; }
+  // The pool given at creation (null: applies run in one pass on the caller).
+  ApplyPool* apply_pool() const { return apply_pool_; }
   const OptimizerConfig* optimizer_config() const;
   // Number of gradient pushes applied so far.
   int64_t iterations() const { return iterations_.load(std::memory_order_relaxed); }
@@ -116,7 +123,8 @@ class Variable {
   absl::StatusOr<Tensor> GatherVersioned(const Tensor& ids, int64_t* version) const;
 
   // Applies a dense gradient through the optimizer (f32 only), its learning rate multiplied by
-  // `lr_scale` (UpdateRule::LearningRateScale; 1 for the configured rate).
+  // `lr_scale` (UpdateRule::LearningRateScale; 1 for the configured rate). A large one is
+  // applied in parts on the apply pool's threads, to the very bits one pass gives.
   absl::Status ApplyGradient(const Tensor& gradient, float lr_scale = 1.0f);
 
   // Applies row gradients through the optimizer: duplicate ids are summed first; only the
@@ -157,9 +165,10 @@ class Variable {
   // that shape per slot of `optimizer`, in slot_names() order; none when it is null) as its
   // arrays, without the zero-filled arrays and the copy that Create then RestoreState cost.
   // Their storage must not be shared. The step counter and version() are state.iterations;
-  // restores() is 0 (set_restores).
+  // restores() is 0 (set_restores). `apply_pool` as for Create.
   static absl::StatusOr<std::unique_ptr<Variable>> CreateFromState(std::string name, State state,
-                                                                   const OptimizerConfig* optimizer);
+                                                                   const OptimizerConfig* optimizer,
+                                                                   ApplyPool* apply_pool = nullptr);
 
   // The slot names of this variable's optimizer, in its order (empty without an optimizer).
   std::vector<std::string> slot_names() const;
@@ -229,6 +238,7 @@ class Variable {
   DType dtype_ = DType::kF32;
   Shape shape_;
   std::unique_ptr<UpdateRule> optimizer_;
+  ApplyPool* apply_pool_ = nullptr;  // not owned; may be null
   mutable Mutex mu_;
   mutable std::array<Mutex, kStripes> stripes_;
   // The bytes of value_ and slots_ are guarded by mu_ and stripes_ as described above. Their
@@ -247,8 +257,9 @@ class Variable {
   mutable Mutex write_order_mu_;
 };
 
-// False when a float tensor holds a NaN or an infinity; true for other dtypes.
-bool AllFinite(const Tensor& t);
+// False when a float tensor holds a NaN or an infinity; true for other dtypes. A large tensor
+// is checked in parts on `pool`'s threads (null: one pass on the caller).
+bool AllFinite(const Tensor& t, ApplyPool* pool = nullptr);
 
 }  // namespace asyncps::ps
 

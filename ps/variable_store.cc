@@ -24,7 +24,8 @@ VariableStore::Reservation::~Reservation() {
   if (store_ != nullptr) store_->Release(bytes_);
 }
 
-VariableStore::VariableStore(VariableStore* budget) : budget_(budget), max_bytes_(budget->max_bytes()) {}
+VariableStore::VariableStore(VariableStore* budget)
+    : budget_(budget), max_bytes_(budget->max_bytes()), apply_pool_(budget->apply_pool()) {}
 
 VariableStore::~VariableStore() {
   if (budget_ != nullptr) budget_->Release(bytes_);

@@ -41,11 +41,14 @@ class VariableStore {
     uint64_t bytes_ = 0;
   };
 
-  explicit VariableStore(uint64_t max_bytes = std::numeric_limits<uint64_t>::max()) : max_bytes_(max_bytes) {}
+  // `apply_pool` (not owned; may be null) is the pool the variables created for this store
+  // split their large applies and finiteness checks over (apply_pool()); it must outlive them.
+  explicit VariableStore(uint64_t max_bytes = std::numeric_limits<uint64_t>::max(), ApplyPool* apply_pool = nullptr)
+      : max_bytes_(max_bytes), apply_pool_(apply_pool) {}
   // A store whose bytes are also charged to `budget` (not owned; must outlive this store), so
   // that several stores of one process share budget's cap (the copies of the shard groups a
   // replicated PS holds: ps/replication). Its own cap is budget's; bytes() counts its own.
-  // Destroying it returns its bytes to `budget`.
+  // Destroying it returns its bytes to `budget`. Its apply pool is budget's.
   explicit VariableStore(VariableStore* budget);
   ~VariableStore();
   VariableStore(const VariableStore&) = delete;
@@ -72,12 +75,16 @@ class VariableStore {
   // Bytes held by the variables and by outstanding reservations.
   uint64_t bytes() const;
   uint64_t max_bytes() const { return max_bytes_; }
+  // The pool given at construction, for Variable::Create and AllFinite of this store's
+  // variables and gradients (null: one pass on the caller).
+  ApplyPool* apply_pool() const { return apply_pool_; }
 
  private:
   void Release(uint64_t bytes);
 
   VariableStore* const budget_ = nullptr;
   const uint64_t max_bytes_;
+  ApplyPool* const apply_pool_ = nullptr;  // not owned
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Variable>> variables_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -174,7 +174,7 @@ absl::Status EmbeddingService::PushIn(Shard shard, const net::InMessage& request
           "; want f32[", keys.num_elements(), ",", table->dim(), "] (", keys.num_elements(),
           " keys of dim ", table->dim(), ")"));
     }
-    if (!AllFinite(*gradients)) {
+    if (!AllFinite(*gradients, options_.apply_pool)) {
       if (options_.ps_metrics != nullptr) options_.ps_metrics->RecordNonfiniteGradient();
       if (!options_.allow_nonfinite_gradients) {
         return Reject(RejectReason::kNonfiniteGradient,

@@ -9,6 +9,7 @@
 #include "net/method_table.h"
 #include "ps/embedding/embedding_metrics.h"
 #include "ps/embedding/embedding_store.h"
+#include "ps/parallel_apply.h"
 #include "ps/ps_metrics.h"
 #include "ps/update_dedup.h"
 
@@ -47,6 +48,9 @@ class EmbeddingService {
     uint64_t dedup_max_entries = UpdateDedup::kDefaultMaxEntries;
     PsMetrics* ps_metrics = nullptr;              // optional; not owned (rejections, dedup)
     EmbeddingMetrics* metrics = nullptr;          // optional; not owned
+    // Splits the finiteness check of a large push over its threads (ps/parallel_apply.h).
+    // Optional (null: one pass on the caller); not owned.
+    ApplyPool* apply_pool = nullptr;
   };
 
   EmbeddingService(EmbeddingStore& store, Options options);

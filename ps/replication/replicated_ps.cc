@@ -886,7 +886,8 @@ absl::Status ReplicatedPs::InstallChunk(GroupCopy& copy, const net::InMessage& f
     p.rows_filled += piece_rows;
     if (p.rows_filled == rows) {
       // The received arrays become the variable's own: no second zero-filled set to copy into.
-      ASSIGN_OR_RETURN(auto variable, Variable::CreateFromState(name, std::move(p.state), p.optimizer.get()));
+      ASSIGN_OR_RETURN(auto variable, Variable::CreateFromState(name, std::move(p.state), p.optimizer.get(),
+                                                                          copy.state.store->apply_pool()));
       variable->set_restores(p.restores);
       RETURN_IF_ERROR(copy.state.store->Insert(std::move(variable)).status());
       r.pending.erase(name);
