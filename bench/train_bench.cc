@@ -306,6 +306,14 @@ std::string Breakdown(const Snapshot& a, const Snapshot& b, double* cpu_per_step
       worker_cpu, ps_cpu, chief_cpu, worker_cpu + ps_cpu + chief_cpu, sent / steps / 1e6,
       (Sum(b.worker_cpu) - Sum(a.worker_cpu) + Sum(b.ps_cpu) - Sum(a.ps_cpu) + b.chief_cpu - a.chief_cpu) / wall,
       cores));
+  // With static shards a worker that gets fewer steps leaves its half of the data seen less.
+  std::string shares;
+  for (int i = 0; i < kNumWorkers; ++i) {
+    const double mine = bench::SumSamples(b.workers[i], "asyncps_worker_steps_total", {"result=\"ok\""}) -
+                        bench::SumSamples(a.workers[i], "asyncps_worker_steps_total", {"result=\"ok\""});
+    absl::StrAppend(&shares, i == 0 ? "" : " / ", absl::StrFormat("%.1f%%", 100 * mine / steps));
+  }
+  absl::StrAppend(&out, "    steps by worker: ", shares, "\n");
   // Per step of the cluster (both workers' steps): the hand-offs between threads.
   absl::StrAppend(&out, absl::StrFormat("    context switches per step: workers %s, PS %s, chief %s\n",
                                         SwitchesPerStep(b.worker_switches, a.worker_switches, steps),
