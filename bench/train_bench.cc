@@ -28,7 +28,7 @@
 // see the README (Measured) for how they were taken.
 // Flags: --quick (one epoch, the default configuration: a smoke run for ctest), --epochs N (default 10,
 // the main job's), --only NAME[,NAME...] (those configurations), --repeat N (each of them N times, in
-// turn), --json=PATH (the figures as JSON too,
+// turn), --seed N (the model's initialisation and the data's shuffles, both sides), --json=PATH (the figures as JSON too,
 // bench/report.h), --staleness_table (instead: accuracy and examples/s against closures in
 // flight per worker, 1, 2, 4, 8, with overlap_pull, without and with each staleness option —
 // the table of docs/staleness.md; --epochs applies, e.g. 3).
@@ -462,9 +462,10 @@ int StalenessTable(int epochs, bench::Report& report) {
   return 0;
 }
 
-int Main(bool quick, int epochs, const std::string& only, int repeat, bench::Report& report) {
+int Main(bool quick, int epochs, const std::string& only, int repeat, uint64_t seed, bench::Report& report) {
   fmnist::Options options;
   options.progress = false;
+  options.seed = seed;
   options.epochs = quick ? 1 : epochs;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::printf("train_bench: Fashion-MNIST MLP 784-256-128-10, batch %d, Adam 1e-3, %d epoch(s), %d cores%s\n",
@@ -590,6 +591,7 @@ int main(int argc, char** argv) {
   int epochs = 10;
   std::string only;
   int repeat = 1;
+  uint64_t seed = asyncps::fmnist::Options().seed;
   std::string json;
   bool staleness_table = false;
   for (int i = 1; i < argc; ++i) {
@@ -600,17 +602,19 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (arg == "--epochs" && i + 1 < argc) {
       epochs = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--seed" && i + 1 < argc) {
+      seed = std::strtoull(argv[++i], nullptr, 10);
     } else if (arg == "--repeat" && i + 1 < argc) {
       repeat = std::max(1, std::atoi(argv[++i]));
     } else if (arg == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else if (asyncps::bench::ParseJsonFlag(argv[i], &json)) {
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--epochs N] [--only CONFIG[,CONFIG...]] [--repeat N] [--json=PATH] [--staleness_table]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--epochs N] [--only CONFIG[,CONFIG...]] [--repeat N] [--seed N] [--json=PATH] [--staleness_table]\n", argv[0]);
       return 2;
     }
   }
   asyncps::bench::Report report(argc, argv);
   if (staleness_table) return report.Finish(json, asyncps::StalenessTable(epochs, report));
-  return report.Finish(json, asyncps::Main(quick, epochs, only, repeat, report));
+  return report.Finish(json, asyncps::Main(quick, epochs, only, repeat, seed, report));
 }
