@@ -523,11 +523,14 @@ int Main(bool quick, int epochs, const std::string& only, int repeat, uint64_t s
   AddReference(report, "reference (1 thread)", ref1);
 
   report.aims().Declare(kSpeedAim, bench::AimBound::kAtLeast, kSpeedAimRatio);
+  std::map<std::string, int> runs_of;
   for (const auto& [config, d] : runs) {
     std::printf("\n  distributed, %s: %.0f examples/s, test accuracy %.4f\n    (%s)\n", config->name,
                 d.result.examples_per_second, d.result.test_accuracy, config->what);
     const double e = d.result.examples_per_second;
-    const std::string label = absl::StrCat("distributed ", config->name);
+    // --repeat: each run of a configuration under its own name (" #2", " #3", ...).
+    const int nth = ++runs_of[config->name];
+    const std::string label = absl::StrCat("distributed ", config->name, nth > 1 ? absl::StrCat(" #", nth) : "");
     const bool met = report.Add({.name = label + " examples/s",
                                  .value = e,
                                  .unit = "examples/s",
