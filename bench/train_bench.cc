@@ -13,27 +13,36 @@
 //     wait and step time, the chief's worker.Run round trip against the workers' step time
 //     (dispatch), the PS handler time per request (asyncps_rpc_server_seconds, queueing on the
 //     PS included) and every process's CPU time (/proc/PID/stat) per step, against the
-//     reference's: how many cores keeping up with the reference would take.
+//     reference's: how many cores keeping up with the reference would take; every process's
+//     context switches per step (/proc/PID/task/*/status: the hand-offs between threads), and
+//     the staleness of the applied gradients (mean, and the share staler than 1, 2 and 4).
 // Configurations: the main command's default (fashion_mnist with no step flags: overlap_pull
 // fused into the push, 3 closures per worker), TensorFlow's defaults, overlap_pull alone, the
 // plain pipelined step (2 closures per worker) with the big matrix split over both PS, 3 closures per worker with the plain pull, the pull fused into the
 // push (--fused_push_pull) with 2 closures per worker, and the earlier default (plain: overlap_pull,
-// its own pull, 2 closures per worker). The one-thread reference runs before
+// its own pull, 2 closures per worker), and the default with one thing changed (default_*: without the
+// staleness options, with the staleness-aware learning rate, with max_staleness 4 or 2, with
+// fc1.weight split over both PS). The one-thread reference runs before
 // and after them; ratios are against the faster of its two runs.
 // On a machine shared with other jobs the figures mean little unless the bench gets the cores;
 // see the README (Measured) for how they were taken.
 // Flags: --quick (one epoch, the default configuration: a smoke run for ctest), --epochs N (default 10,
-// the main job's), --only NAME[,NAME...] (those configurations), --json=PATH (the figures as JSON too,
+// the main job's), --only NAME[,NAME...] (those configurations), --repeat N (each of them N times, in
+// turn), --seed N (the model's initialisation and the data's shuffles, both sides), --json=PATH (the figures as JSON too,
 // bench/report.h), --staleness_table (instead: accuracy and examples/s against closures in
 // flight per worker, 1, 2, 4, 8, with overlap_pull, without and with each staleness option —
 // the table of docs/staleness.md; --epochs applies, e.g. 3).
+#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +50,7 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -72,6 +82,9 @@ struct Config {
   int closures_per_worker;
   bool split;  // fc1.weight (803 KB of the model's 940 KB) split over both PS
   bool fused_push_pull = fmnist::kDefaultFusedPushPull;  // fmnist::Options::fused_push_pull
+  // fmnist::Options' staleness options (docs/staleness.md).
+  int64_t max_staleness = fmnist::kDefaultMaxStaleness;
+  bool staleness_aware_lr = fmnist::kDefaultStalenessAwareLr;
 };
 
 const Config kConfigs[] = {
@@ -88,15 +101,53 @@ const Config kConfigs[] = {
      true, 2, false, true},
     {"plain", "the step that was the default before the fused push-and-read: overlap_pull, its own pull, 2 closures per worker",
      true, 2, false, false},
+    {"default_no_bound", "the default step without a staleness option (no max_staleness, plain learning rate)",
+     fmnist::kDefaultOverlapPull, fmnist::kDefaultClosuresPerWorker, false, fmnist::kDefaultFusedPushPull, -1, false},
+    {"default_aware", "the default step with the staleness-aware learning rate (lr / max(1, staleness))",
+     fmnist::kDefaultOverlapPull, fmnist::kDefaultClosuresPerWorker, false, fmnist::kDefaultFusedPushPull,
+     fmnist::kDefaultMaxStaleness, true},
+    {"default_max4", "the default step with max_staleness 4 (staler pushes refused and recomputed)",
+     fmnist::kDefaultOverlapPull, fmnist::kDefaultClosuresPerWorker, false, fmnist::kDefaultFusedPushPull, 4,
+     fmnist::kDefaultStalenessAwareLr},
+    {"default_split", "the default step with fc1.weight (803 KB of the model's 940 KB) split over both PS",
+     fmnist::kDefaultOverlapPull, fmnist::kDefaultClosuresPerWorker, true, fmnist::kDefaultFusedPushPull},
+    {"default_max2", "the default step with max_staleness 2 (staler pushes refused and recomputed)",
+     fmnist::kDefaultOverlapPull, fmnist::kDefaultClosuresPerWorker, false, fmnist::kDefaultFusedPushPull, 2,
+     fmnist::kDefaultStalenessAwareLr},
 };
 
-// Every metrics text and CPU time of the cluster at one moment.
+// Context switches (voluntary + involuntary) of each live thread of process `pid`, by thread
+// id (/proc/PID/task/TID/status): where a step's hand-offs happen. Threads that ended in a
+// window are not counted (none do in steady training).
+std::map<int, double> ThreadSwitches(int pid) {
+  std::map<int, double> out;
+  const std::string dir = absl::StrCat("/proc/", pid, "/task");
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream in(absl::StrCat(dir, "/", e->d_name, "/status"));
+    double n = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (absl::StartsWith(line, "voluntary_ctxt_switches:") || absl::StartsWith(line, "nonvoluntary_ctxt_switches:")) {
+        n += std::strtod(line.c_str() + line.find(':') + 1, nullptr);
+      }
+    }
+    out[std::atoi(e->d_name)] = n;
+  }
+  closedir(d);
+  return out;
+}
+
+// Every metrics text, CPU time and context switch count of the cluster at one moment.
 struct Snapshot {
   absl::Time at;
   std::vector<std::string> workers, ps;
   std::string chief;
   std::vector<double> worker_cpu, ps_cpu;
   double chief_cpu = 0;
+  std::vector<std::map<int, double>> worker_switches, ps_switches;
+  std::map<int, double> chief_switches;
 };
 
 // Metrics port of a process, from its "ready ... (metrics on port N)" line.
@@ -123,13 +174,16 @@ class ClusterProbe {
     for (int i = 0; i < kNumWorkers; ++i) {
       s.workers.push_back(testutil::HttpGetBody(worker_ports_[i], "/metrics"));
       s.worker_cpu.push_back(bench::ProcessCpuSeconds(cluster_.worker_pid(i)));
+      s.worker_switches.push_back(ThreadSwitches(cluster_.worker_pid(i)));
     }
     for (int i = 0; i < kNumPs; ++i) {
       s.ps.push_back(testutil::HttpGetBody(ps_ports_[i], "/metrics"));
       s.ps_cpu.push_back(bench::ProcessCpuSeconds(cluster_.ps_pid(i)));
+      s.ps_switches.push_back(ThreadSwitches(cluster_.ps_pid(i)));
     }
     s.chief = strategy_.process().process_metrics().Serialize();
     s.chief_cpu = bench::ProcessCpuSeconds(getpid());
+    s.chief_switches = ThreadSwitches(getpid());
     return s;
   }
 
@@ -148,6 +202,32 @@ double Delta(const std::vector<std::string>& after, const std::vector<std::strin
   return d;
 }
 
+// Context switches per step of processes `after` (against `before`): the total over every
+// process, then the busiest threads' (summed over processes by rank), e.g. "20.1 (9.0 6.1 3.2)".
+std::string SwitchesPerStep(const std::vector<std::map<int, double>>& after,
+                            const std::vector<std::map<int, double>>& before, double steps) {
+  std::vector<double> by_rank;
+  double total = 0;
+  for (size_t p = 0; p < after.size(); ++p) {
+    std::vector<double> threads;
+    for (const auto& [tid, n] : after[p]) {
+      double d = n;
+      if (p < before.size()) {
+        auto it = before[p].find(tid);
+        if (it != before[p].end()) d -= it->second;
+      }
+      threads.push_back(d);
+      total += d;
+    }
+    absl::c_sort(threads, std::greater<double>());
+    if (by_rank.size() < threads.size()) by_rank.resize(threads.size());
+    for (size_t i = 0; i < threads.size(); ++i) by_rank[i] += threads[i];
+  }
+  std::string out = absl::StrFormat("%.1f (busiest threads:", total / steps);
+  for (size_t i = 0; i < by_rank.size() && i < 4; ++i) absl::StrAppend(&out, absl::StrFormat(" %.1f", by_rank[i] / steps));
+  return out + ")";
+}
+
 double Sum(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
@@ -162,6 +242,8 @@ struct Run {
   double cpu_per_step = 0;  // distributed runs: ms of CPU of every process per step
   double retried = 0;         // distributed runs: closures the coordinator ran again
   double mean_staleness = 0;  // distributed runs: mean staleness of the applied gradients
+  // distributed runs: fractions of the applied gradients with staleness above 1, 2 and 4
+  double staler_than_1 = 0, staler_than_2 = 0, staler_than_4 = 0;
 };
 
 // The breakdown of the window between `a` and `b`, per step (128 examples), in ms.
@@ -224,6 +306,19 @@ std::string Breakdown(const Snapshot& a, const Snapshot& b, double* cpu_per_step
       worker_cpu, ps_cpu, chief_cpu, worker_cpu + ps_cpu + chief_cpu, sent / steps / 1e6,
       (Sum(b.worker_cpu) - Sum(a.worker_cpu) + Sum(b.ps_cpu) - Sum(a.ps_cpu) + b.chief_cpu - a.chief_cpu) / wall,
       cores));
+  // With static shards a worker that gets fewer steps leaves its half of the data seen less.
+  std::string shares;
+  for (int i = 0; i < kNumWorkers; ++i) {
+    const double mine = bench::SumSamples(b.workers[i], "asyncps_worker_steps_total", {"result=\"ok\""}) -
+                        bench::SumSamples(a.workers[i], "asyncps_worker_steps_total", {"result=\"ok\""});
+    absl::StrAppend(&shares, i == 0 ? "" : " / ", absl::StrFormat("%.1f%%", 100 * mine / steps));
+  }
+  absl::StrAppend(&out, "    steps by worker: ", shares, "\n");
+  // Per step of the cluster (both workers' steps): the hand-offs between threads.
+  absl::StrAppend(&out, absl::StrFormat("    context switches per step: workers %s, PS %s, chief %s\n",
+                                        SwitchesPerStep(b.worker_switches, a.worker_switches, steps),
+                                        SwitchesPerStep(b.ps_switches, a.ps_switches, steps),
+                                        SwitchesPerStep({b.chief_switches}, {a.chief_switches}, steps)));
   return out;
 }
 
@@ -251,6 +346,8 @@ absl::StatusOr<Run> TrainDistributed(const Config& config, const fmnist::Options
   fmnist::Options run = options;
   run.overlap_pull = config.overlap_pull;
   run.fused_push_pull = config.fused_push_pull;
+  run.max_staleness = config.max_staleness;
+  run.staleness_aware_lr = config.staleness_aware_lr;
   // The window: from a tenth of the first epoch (after start-up) to the last step.
   const int64_t total_steps = static_cast<int64_t>(options.epochs) * (60'000 / options.batch_size);
   const int64_t first = std::max<int64_t>(1, 60'000 / options.batch_size / 10);
@@ -272,6 +369,16 @@ absl::StatusOr<Run> TrainDistributed(const Config& config, const fmnist::Options
     staleness_count += bench::SumSamples(ps, "asyncps_ps_gradient_staleness_count");
   }
   r.mean_staleness = staleness_count > 0 ? staleness_sum / staleness_count : 0;
+  auto staler_than = [&](const char* le) {
+    double at_most = 0;
+    for (const std::string& ps : after.ps) {
+      at_most += bench::SumSamples(ps, "asyncps_ps_gradient_staleness_bucket", {absl::StrCat("le=\"", le, "\"")});
+    }
+    return staleness_count > 0 ? 1 - at_most / staleness_count : 0;
+  };
+  r.staler_than_1 = staler_than("1");
+  r.staler_than_2 = staler_than("2");
+  r.staler_than_4 = staler_than("4");
   return r;
 }
 
@@ -355,9 +462,10 @@ int StalenessTable(int epochs, bench::Report& report) {
   return 0;
 }
 
-int Main(bool quick, int epochs, const std::string& only, bench::Report& report) {
+int Main(bool quick, int epochs, const std::string& only, int repeat, uint64_t seed, bench::Report& report) {
   fmnist::Options options;
   options.progress = false;
+  options.seed = seed;
   options.epochs = quick ? 1 : epochs;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::printf("train_bench: Fashion-MNIST MLP 784-256-128-10, batch %d, Adam 1e-3, %d epoch(s), %d cores%s\n",
@@ -392,14 +500,17 @@ int Main(bool quick, int epochs, const std::string& only, bench::Report& report)
   std::fflush(stdout);
   fmnist::SetTorchThreads(1);
   std::vector<std::pair<const Config*, Run>> runs;
-  for (const Config& config : kConfigs) {
-    if (!only.empty() && !absl::c_linear_search(absl::StrSplit(only, ','), config.name)) continue;
-    if (quick && only.empty() && std::strcmp(config.name, "default") != 0) continue;
-    absl::StatusOr<Run> d = TrainDistributed(config, options);
-    if (!d.ok()) return fail(config.name, d.status());
-    PrintLine(absl::StrCat("distributed, ", config.name), *d);
-    std::fflush(stdout);
-    runs.emplace_back(&config, *std::move(d));
+  // --repeat: the configurations in turn, so that load that comes or goes meets each alike.
+  for (int round = 0; round < repeat; ++round) {
+    for (const Config& config : kConfigs) {
+      if (!only.empty() && !absl::c_linear_search(absl::StrSplit(only, ','), config.name)) continue;
+      if (quick && only.empty() && std::strcmp(config.name, "default") != 0) continue;
+      absl::StatusOr<Run> d = TrainDistributed(config, options);
+      if (!d.ok()) return fail(config.name, d.status());
+      PrintLine(absl::StrCat("distributed, ", config.name), *d);
+      std::fflush(stdout);
+      runs.emplace_back(&config, *std::move(d));
+    }
   }
   absl::StatusOr<Run> ref_after = TrainReference(options, 1);
   if (!ref_after.ok()) return fail("reference", ref_after.status());
@@ -412,11 +523,14 @@ int Main(bool quick, int epochs, const std::string& only, bench::Report& report)
   AddReference(report, "reference (1 thread)", ref1);
 
   report.aims().Declare(kSpeedAim, bench::AimBound::kAtLeast, kSpeedAimRatio);
+  std::map<std::string, int> runs_of;
   for (const auto& [config, d] : runs) {
     std::printf("\n  distributed, %s: %.0f examples/s, test accuracy %.4f\n    (%s)\n", config->name,
                 d.result.examples_per_second, d.result.test_accuracy, config->what);
     const double e = d.result.examples_per_second;
-    const std::string label = absl::StrCat("distributed ", config->name);
+    // --repeat: each run of a configuration under its own name (" #2", " #3", ...).
+    const int nth = ++runs_of[config->name];
+    const std::string label = absl::StrCat("distributed ", config->name, nth > 1 ? absl::StrCat(" #", nth) : "");
     const bool met = report.Add({.name = label + " examples/s",
                                  .value = e,
                                  .unit = "examples/s",
@@ -448,8 +562,9 @@ int Main(bool quick, int epochs, const std::string& only, bench::Report& report)
     const double needed = ref1.result.examples_per_second / options.batch_size * d.cpu_per_step / 1e3;
     std::printf("    CPU per example %.2f x the reference's; keeping up with its rate needs %.2f cores busy (of %d)\n",
                 d.cpu_per_step / std::max(1e-9, RefCpuPerStepMs(ref1)), needed, cores);
-    std::printf("    mean staleness of the applied gradients %.2f (updates the PS applied in between)\n",
-                d.mean_staleness);
+    std::printf("    mean staleness of the applied gradients %.2f (updates the PS applied in between); staler than"
+                " 1: %.1f%%, 2: %.2f%%, 4: %.3f%%; closures recomputed %.0f\n",
+                d.mean_staleness, 100 * d.staler_than_1, 100 * d.staler_than_2, 100 * d.staler_than_4, d.retried);
   }
   std::printf("%s\n", report.aims().Summary().c_str());
   return 0;
@@ -478,6 +593,8 @@ int main(int argc, char** argv) {
   bool quick = false;
   int epochs = 10;
   std::string only;
+  int repeat = 1;
+  uint64_t seed = asyncps::fmnist::Options().seed;
   std::string json;
   bool staleness_table = false;
   for (int i = 1; i < argc; ++i) {
@@ -488,15 +605,19 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (arg == "--epochs" && i + 1 < argc) {
       epochs = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--seed" && i + 1 < argc) {
+      seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (arg == "--repeat" && i + 1 < argc) {
+      repeat = std::max(1, std::atoi(argv[++i]));
     } else if (arg == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else if (asyncps::bench::ParseJsonFlag(argv[i], &json)) {
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--epochs N] [--only CONFIG[,CONFIG...]] [--json=PATH] [--staleness_table]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--epochs N] [--only CONFIG[,CONFIG...]] [--repeat N] [--seed N] [--json=PATH] [--staleness_table]\n", argv[0]);
       return 2;
     }
   }
   asyncps::bench::Report report(argc, argv);
   if (staleness_table) return report.Finish(json, asyncps::StalenessTable(epochs, report));
-  return report.Finish(json, asyncps::Main(quick, epochs, only, report));
+  return report.Finish(json, asyncps::Main(quick, epochs, only, repeat, seed, report));
 }

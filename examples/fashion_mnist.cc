@@ -61,6 +61,8 @@ struct Flags {
   Flags() {
     train.overlap_pull = asyncps::fmnist::kDefaultOverlapPull;
     train.fused_push_pull = asyncps::fmnist::kDefaultFusedPushPull;
+    train.max_staleness = asyncps::fmnist::kDefaultMaxStaleness;
+    train.staleness_aware_lr = asyncps::fmnist::kDefaultStalenessAwareLr;
   }
   asyncps::fmnist::Options train;
   int torch_threads = 1;

@@ -37,6 +37,9 @@ inline constexpr int kDefaultClosuresPerWorker = 3;
 // 2 in 5 of 6 pairs (0.95x in one), at the same mean staleness (0.97-0.98), with lower CPU per
 // example in 5 of 6, test accuracy 0.881-0.888.
 inline constexpr bool kDefaultFusedPushPull = true;
+// Options::max_staleness and Options::staleness_aware_lr in the main command.
+inline constexpr int64_t kDefaultMaxStaleness = -1;
+inline constexpr bool kDefaultStalenessAwareLr = false;
 
 struct Options {
   std::string model = "mlp";  // "mlp" (784-256-128-10) or "cnn" (two conv layers)
