@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/wait_until.h"
 #include "worker/ps_client.h"
 
 namespace asyncps {
@@ -47,10 +48,7 @@ class CoordinatorRecoveryTest : public ::testing::Test {
   }
 
   void WaitForWorkersUp(int n) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (coordinator_->workers_up() != n && absl::Now() < deadline) {
-      Notification().WaitForNotificationWithTimeout(absl::Milliseconds(10));  // poll pacing
-    }
+    testutil::WaitUntil([&] { return coordinator_->workers_up() == n; }, absl::Seconds(30));
     ASSERT_EQ(coordinator_->workers_up(), n) << "worker count never reached " << n;
   }
 

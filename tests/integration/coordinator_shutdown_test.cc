@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/wait_until.h"
 
 namespace asyncps {
 namespace {
@@ -84,18 +85,12 @@ class CoordinatorShutdownTest : public ::testing::Test {
 
   // Blocks until the worker has started `n` mark_then_work closures (deadline-bounded).
   void WaitForStarted(int64_t n) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (Started() < n && absl::Now() < deadline) {
-      Notification().WaitForNotificationWithTimeout(absl::Milliseconds(5));  // poll pacing
-    }
+    testutil::WaitUntil([&] { return Started() >= n; }, absl::Seconds(30), absl::Milliseconds(5));
     ASSERT_GE(Started(), n) << "the closure never started";
   }
 
   void WaitForWorkersUp(int n) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (coordinator_->workers_up() != n && absl::Now() < deadline) {
-      Notification().WaitForNotificationWithTimeout(absl::Milliseconds(10));  // poll pacing
-    }
+    testutil::WaitUntil([&] { return coordinator_->workers_up() == n; }, absl::Seconds(30));
     ASSERT_EQ(coordinator_->workers_up(), n);
   }
 

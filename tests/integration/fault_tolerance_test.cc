@@ -3,7 +3,6 @@
 // The test process is the chief. Cluster sizes as in TF: (2 workers, 2 PS) and (1, 1).
 #include <signal.h>
 
-#include <functional>
 #include <memory>
 #include <set>
 #include <ostream>
@@ -11,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/functional/function_ref.h"
 #include "coordinator/cluster_coordinator.h"
 #include "coordinator/parameter_server_strategy.h"
 #include "gtest/gtest.h"
@@ -18,6 +18,7 @@
 #include "metrics/status_board.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/wait_until.h"
 
 namespace asyncps {
 namespace {
@@ -76,10 +77,7 @@ class FaultToleranceTest : public ::testing::TestWithParam<ClusterSize> {
 
   // Blocks until the iterations counter reaches `n` (deadline-bounded; a failing test, not a hang).
   void WaitForIterations(int64_t n) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (Iterations() < n && absl::Now() < deadline) {
-      Notification().WaitForNotificationWithTimeout(absl::Milliseconds(5));  // poll pacing
-    }
+    testutil::WaitUntil([&] { return Iterations() >= n; }, absl::Seconds(60), absl::Milliseconds(5));
     ASSERT_GE(Iterations(), n) << "training made no progress";
   }
 
@@ -133,13 +131,7 @@ TEST_P(FaultToleranceTest, WorkerRestartShowsOnStatusBoardAndInMetrics) {
     }
     return false;
   };
-  auto wait_until = [](const std::function<bool()>& done) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (!done() && absl::Now() < deadline) {
-      Notification().WaitForNotificationWithTimeout(absl::Milliseconds(10));  // poll pacing
-    }
-    return done();
-  };
+  auto wait_until = [](absl::FunctionRef<bool()> done) { return testutil::WaitUntil(done, absl::Seconds(60)); };
   Schedule("increment", 2);
   ASSERT_TRUE(coordinator_->Join().ok());
   ASSERT_TRUE(wait_until([&] { return worker0()["state"] == "up"; })) << chief_->process().status_board().Json();
@@ -282,10 +274,8 @@ TEST_P(FaultToleranceTest, HungWorkerIsDetectedByHeartbeat) {
   Schedule("slow_increment", 10, {Millis(100)});
   WaitForIterations(1);
   cluster_->SignalWorker(0, SIGSTOP);
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (CoordinatorCounter("asyncps_coordinator_worker_failures_total") < 1 && absl::Now() < deadline) {
-    Notification().WaitForNotificationWithTimeout(absl::Milliseconds(20));  // poll pacing
-  }
+  testutil::WaitUntil([&] { return CoordinatorCounter("asyncps_coordinator_worker_failures_total") >= 1; },
+                      absl::Seconds(60), absl::Milliseconds(20));
   EXPECT_GE(CoordinatorCounter("asyncps_coordinator_worker_failures_total"), 1) << "hung worker not noticed";
   cluster_->SignalWorker(0, SIGCONT);
   ASSERT_TRUE(coordinator_->Join().ok());

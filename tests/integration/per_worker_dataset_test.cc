@@ -12,6 +12,7 @@
 #include "metrics/process_metrics.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/wait_until.h"
 
 namespace asyncps {
 namespace {
@@ -34,10 +35,8 @@ class PerWorkerDatasetTest : public ::testing::Test {
     coordinator_ = std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, co);
     // Datasets created while every worker is up are built at once, so a factory error reaches
     // CreatePerWorkerDataset (a worker still starting builds them when it is admitted).
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (coordinator_->workers_up() < workers && absl::Now() < deadline) {
-      Notification().WaitForNotificationWithTimeout(absl::Milliseconds(5));  // poll pacing
-    }
+    testutil::WaitUntil([&] { return coordinator_->workers_up() >= workers; }, absl::Seconds(30),
+                        absl::Milliseconds(5));
     ASSERT_EQ(coordinator_->workers_up(), workers);
   }
 
@@ -136,10 +135,8 @@ TEST_F(PerWorkerDatasetTest, RestartedWorkerRebuildsDatasetsAndIterators) {
   EXPECT_EQ(Take(*it, 3)[0], (std::vector<int64_t>{0, 1, 2}));
   // The coordinator counts the rebuild after it admitted the worker, so these closures can be
   // done before the count moves: wait for it (a rebuild never counted keeps this below 2).
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (CoordinatorCounter("asyncps_coordinator_resources_rebuilt_total") < 2 && absl::Now() < deadline) {
-    Notification().WaitForNotificationWithTimeout(absl::Milliseconds(5));  // poll pacing
-  }
+  testutil::WaitUntil([&] { return CoordinatorCounter("asyncps_coordinator_resources_rebuilt_total") >= 2; },
+                      absl::Seconds(30), absl::Milliseconds(5));
   EXPECT_EQ(CoordinatorCounter("asyncps_coordinator_resources_rebuilt_total"), 2);  // dataset + iterator
 }
 

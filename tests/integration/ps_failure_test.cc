@@ -21,6 +21,7 @@
 #include "metrics/process_metrics.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/wait_until.h"
 #include "worker/ps_client.h"
 
 namespace asyncps {
@@ -79,10 +80,7 @@ class PsFailureTest : public ::testing::Test {
 
   // Blocks until "iterations" reaches `n` (deadline-bounded; a failing test, not a hang).
   void WaitForIterations(int64_t n) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (Read("iterations") < n && absl::Now() < deadline) {
-      Notification().WaitForNotificationWithTimeout(absl::Milliseconds(5));  // poll pacing
-    }
+    testutil::WaitUntil([&] { return Read("iterations") >= n; }, absl::Seconds(60), absl::Milliseconds(5));
     ASSERT_GE(Read("iterations"), n) << "training made no progress";
   }
 
