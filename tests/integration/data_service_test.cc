@@ -35,6 +35,7 @@
 #include "partitioners/partitioner.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testutil/local_cluster.h"
+#include "tests/testutil/output_text.h"
 #include "tests/testutil/worker_killer.h"
 
 namespace asyncps {
@@ -77,7 +78,7 @@ class DataServiceTest : public ::testing::Test {
     cluster_ = std::move(*cluster);
 
     // The service's tasks join the training cluster's spec.
-    auto ports = PickUnusedPorts(1 + 2 * kDataWorkers);
+    auto ports = PickUnusedPorts(1 + kDataWorkers);
     ASSERT_TRUE(ports.ok()) << ports.status();
     std::map<TaskType, std::vector<std::string>> jobs = {{TaskType::kChief, {cluster_->chief_spec().chief()}},
                                                          {TaskType::kPs, cluster_->chief_spec().ps()},
@@ -85,7 +86,10 @@ class DataServiceTest : public ::testing::Test {
     if (!DispatcherInChief()) jobs[TaskType::kDispatcher] = {absl::StrCat("127.0.0.1:", (*ports)[0])};
     for (int i = 0; i < kDataWorkers; ++i) {
       jobs[TaskType::kDataWorker].push_back(absl::StrCat("127.0.0.1:", (*ports)[1 + i]));
-      if (ServeMetrics()) data_worker_metrics_ports_.push_back((*ports)[1 + kDataWorkers + i]);
+      // Each start takes an ephemeral metrics port and says which (Launch reads it): a port
+      // picked here and released could be taken by another test's process before the data
+      // worker binds it, and a data worker that cannot bind exits.
+      if (ServeMetrics()) data_worker_metrics_ports_.push_back(0);
     }
     auto spec = ClusterSpec::Create(jobs, TaskType::kChief, 0);
     ASSERT_TRUE(spec.ok()) << spec.status();
@@ -101,7 +105,10 @@ class DataServiceTest : public ::testing::Test {
       ASSERT_TRUE(RestartDispatcher().ok());
     }
     data_workers_.resize(kDataWorkers);
-    for (int i = 0; i < kDataWorkers; ++i) ASSERT_TRUE(RestartDataWorker(i).ok());
+    for (int i = 0; i < kDataWorkers; ++i) {
+      const absl::Status started = RestartDataWorker(i);
+      ASSERT_TRUE(started.ok()) << started;
+    }
     service_.dispatcher = spec_.data_service_dispatcher();
     service_.token = cluster_->token();
     service_.role = "chief";
@@ -144,12 +151,19 @@ class DataServiceTest : public ::testing::Test {
     const bool metrics = type == TaskType::kDataWorker && !data_worker_metrics_ports_.empty();
     o.env = {{"TF_CONFIG", spec_.ToTfConfig(type, index)},
              {"ASYNCPS_CLUSTER_TOKEN", cluster_->token()},
-             {"ASYNCPS_METRICS_PORT", metrics ? absl::StrCat(data_worker_metrics_ports_[index]) : "-1"},
+             {"ASYNCPS_METRICS_PORT", metrics ? "0" : "-1"},
              {"ASYNCPS_DISPATCHER_WORK_DIR", work_dir_.path()}};
     auto process = Subprocess::Start(std::move(o));
     if (!process.ok()) return process.status();
     auto line = (*process)->WaitForLine(ready, absl::Seconds(60));
     if (!line.ok()) return absl::Status(line.status().code(), (*process)->output());
+    if (metrics) {
+      auto bound = (*process)->WaitForLine("(metrics on port ", absl::Seconds(60));
+      if (!bound.ok()) return absl::Status(bound.status().code(), (*process)->output());
+      const int64_t port = testutil::NumberAfter(*bound, "(metrics on port ");
+      if (port <= 0) return absl::InternalError(absl::StrCat("no metrics port in: ", *bound));
+      data_worker_metrics_ports_[static_cast<size_t>(index)] = static_cast<int>(port);
+    }
     return process;
   }
 
@@ -245,7 +259,8 @@ class DataServiceTest : public ::testing::Test {
     int data_worker_kills = 0;
     const int64_t counted = RunDynamicEpoch(*iterator, [&](int round) {
       if (round % 2 == 1) {
-        ASSERT_TRUE(RestartDataWorker(round % kDataWorkers).ok());
+        const absl::Status restarted = RestartDataWorker(round % kDataWorkers);
+        ASSERT_TRUE(restarted.ok()) << restarted;
         ++data_worker_kills;
       }
     });
@@ -298,7 +313,8 @@ TEST_F(DataServiceTest, DynamicEveryRowOnceWhileEverythingIsKilled) {
     counted = RunDynamicEpoch(*iterator, [&](int round) {
       // A data worker SIGKILLed and restarted every other round; the dispatcher once.
       if (round % 2 == 0) {
-        ASSERT_TRUE(RestartDataWorker(static_cast<int>(rng() % kDataWorkers)).ok());
+        const absl::Status restarted = RestartDataWorker(static_cast<int>(rng() % kDataWorkers));
+        ASSERT_TRUE(restarted.ok()) << restarted;
         ++data_worker_kills;
       }
       if (round == 5) {
@@ -598,7 +614,8 @@ TEST_F(DataServiceTest, FileModeWaitsForEveryListedDataWorker) {
     auto two_shares = [&]() { return done || read >= 4 * kRecords; };
     EXPECT_TRUE(mu.AwaitWithTimeout(absl::Condition(&two_shares), absl::Seconds(60)));
   }
-  ASSERT_TRUE(RestartDataWorker(2).ok());
+  const absl::Status restarted = RestartDataWorker(2);
+  ASSERT_TRUE(restarted.ok()) << restarted;
   consumer.join();
   ASSERT_TRUE(failed.ok()) << failed;
   EXPECT_EQ(read, kFiles * kRecords);

@@ -156,12 +156,15 @@ TEST(LauncherRestartTest, DeadDispatcherAndDataWorkerAreRestarted) {
       << out;
 }
 #ifdef ASYNCPS_TEST_FASHION_MNIST
-// The main job, smaller (1 PS, 2 workers, 3 epochs, a target of 0.85: about 0.86 is usual)
-// under the launcher, with worker 1 SIGKILLed twice while it trains: restarted twice, the job
-// ends 0 at the target. Its output is the quiet main command's: the launcher's line per process,
-// then only the chief's, and at the end the checkpoint and the command that resumes from it.
+// The main job, smaller (1 PS, 2 workers, 3 epochs) under the launcher, with worker 1 SIGKILLed
+// twice while it trains: restarted twice, the job ends 0 at the target. The target says the model
+// trained (an untrained one scores ~0.10), not how well 3 epochs do: without kills, on a quiet
+// machine, 3 epochs gave 0.848-0.872 (10 runs), and once with the kills under CI's load 0.837, so
+// the earlier target of 0.85 failed now and then. Its output is the quiet main command's: the
+// launcher's line per process, then only the chief's, and at the end the checkpoint and the command
+// that resumes from it.
 TEST(LauncherRestartTest, MainJobSurvivesTwoWorkerKillsAndSaysHowToResume) {
-  constexpr double kTarget = 0.85;
+  constexpr double kTarget = 0.82;
   const std::string dir =
       (std::filesystem::path(::testing::TempDir()) / absl::StrCat("launcher_restart_", getpid()))
           .string();
