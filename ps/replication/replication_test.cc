@@ -218,17 +218,31 @@ TEST_F(ReplicationTest, UnacknowledgedWriteIsAnsweredUnavailableAtItsDeadline) {
   EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
 }
 
-// The backup's view of its stream from PS 0's ReplicaStatus: (in sync, needs rebuild).
-std::pair<bool, bool> StreamToPs1(LocalPsCluster& c) {
+// PS 0's stream to PS 1 in group 0, as PS 0's ReplicaStatus lists it (all false and 0 when it
+// lists none, or does not answer).
+struct StreamView {
+  bool in_sync = false;
+  bool needs_rebuild = false;
+  uint64_t transfer_bytes = 0;
+};
+StreamView StreamFromPs0ToPs1(LocalPsCluster& c) {
   net::InMessage holder;
   auto status = Status(c, 0, &holder);
-  if (!status.ok()) return {false, false};
+  if (!status.ok()) return {};
   for (auto copy : status->getCopies()) {
     for (auto b : copy.getBackups()) {
-      if (copy.getGroup() == 0 && b.getPs() == 1) return {b.getInSync(), b.getNeedsRebuild()};
+      if (copy.getGroup() == 0 && b.getPs() == 1) {
+        return {b.getInSync(), b.getNeedsRebuild(), b.getTransferBytesTotal()};
+      }
     }
   }
-  return {false, false};
+  return {};
+}
+
+// The backup's view of its stream: (in sync, needs rebuild).
+std::pair<bool, bool> StreamToPs1(LocalPsCluster& c) {
+  const StreamView s = StreamFromPs0ToPs1(c);
+  return {s.in_sync, s.needs_rebuild};
 }
 
 // Pushes are forwarded before the primary applies them (ForwardsBeforeApply): one the primary
@@ -544,16 +558,8 @@ TEST_F(ReplicationTest, StateTransferWhileWritesContinue) {
   ASSERT_TRUE(cluster_->SetMap(1, rebuild).ok());
   ASSERT_TRUE(cluster_->SetMap(0, rebuild).ok());
   auto in_sync = [&] {
-    net::InMessage holder;
-    auto status = Status(*cluster_, 0, &holder);
-    if (!status.ok()) return false;
-    for (auto c : status->getCopies()) {
-      if (c.getGroup() != 0) continue;
-      for (auto b : c.getBackups()) {
-        if (b.getPs() == 1 && b.getInSync()) return b.getTransferBytesTotal() > 0;
-      }
-    }
-    return false;
+    const StreamView s = StreamFromPs0ToPs1(*cluster_);
+    return s.in_sync && s.transfer_bytes > 0;
   };
   ASSERT_TRUE(Eventually(in_sync));
   ShardMap rebuilt = rebuild;
@@ -719,18 +725,7 @@ TEST_F(ReplicationTest, RebuiltCopyPromotedBeforeItLearnedItIsABackupServes) {
   rebuild.groups[0].rebuilding = {1};
   ASSERT_TRUE(cluster_->SetMapEverywhere(rebuild).ok());
   ASSERT_TRUE(CreateAdam(0, "v", {64, 4}, 0, 1).ok());
-  auto in_sync = [&] {
-    net::InMessage holder;
-    auto status = Status(*cluster_, 0, &holder);
-    if (!status.ok()) return false;
-    for (auto c : status->getCopies()) {
-      if (c.getGroup() != 0) continue;
-      for (auto b : c.getBackups()) {
-        if (b.getPs() == 1 && b.getInSync()) return true;
-      }
-    }
-    return false;
-  };
+  auto in_sync = [&] { return StreamFromPs0ToPs1(*cluster_).in_sync; };
   ASSERT_TRUE(Eventually(in_sync));
   for (uint64_t closure = 1; closure <= 5; ++closure) {
     auto pushed = Push(0, "v", Filled({64, 4}, 0.1f), std::nullopt, closure, 0, 1);
