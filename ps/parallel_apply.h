@@ -80,8 +80,10 @@ class ApplyPool {
 };
 
 // Parts and ParallelFor on `pool`, or one part run on the caller when `pool` is null.
-inline int ApplyParts(const ApplyPool* pool, int64_t work, int64_t min_part_work) {
-  return pool == nullptr ? 1 : pool->Parts(work, min_part_work);
+// `min_part` names the option that bounds a part of this loop (e.g.
+// &ApplyPool::Options::min_dense_elements).
+inline int ApplyParts(const ApplyPool* pool, int64_t work, int64_t ApplyPool::Options::*min_part) {
+  return pool == nullptr ? 1 : pool->Parts(work, pool->options().*min_part);
 }
 void ApplyInParts(ApplyPool* pool, int parts, absl::FunctionRef<void(int)> fn);
 

@@ -75,7 +75,7 @@ TEST(ApplyPoolTest, PartsAreAtLeastTheMinimumWorkAndAFewPerThread) {
   EXPECT_EQ(ApplyPool(SmallPartsOptions(1)).Parts(1000000, 100), 8);
   EXPECT_EQ(ApplyPool(SmallPartsOptions(0)).Parts(1000000, 100), 1);
   EXPECT_EQ(ApplyPool(SmallPartsOptions(99)).threads(), ApplyPool::kMaxHelpers + 1);
-  EXPECT_EQ(ApplyParts(nullptr, 1000000, 100), 1);
+  EXPECT_EQ(ApplyParts(nullptr, 1000000, &ApplyPool::Options::min_dense_elements), 1);
 }
 
 // The PS hands its pool to its store; the stores of a replicated PS's group copies, charged to

@@ -216,8 +216,7 @@ bool AllFinite(const Tensor& t, ApplyPool* pool) {
     const char* data = base + static_cast<size_t>(begin) * size;
     return f32 ? AllFiniteAs<float, uint32_t>(data, end - begin) : AllFiniteAs<double, uint64_t>(data, end - begin);
   };
-  const int parts =
-      ApplyParts(pool, t.num_elements(), pool == nullptr ? 0 : pool->options().min_check_elements);
+  const int parts = ApplyParts(pool, t.num_elements(), &ApplyPool::Options::min_check_elements);
   if (parts == 1) return check(0, t.num_elements());
   // A large gradient is checked in parts on the pool's threads.
   std::array<bool, ApplyPool::kMaxParts> finite{};
@@ -626,7 +625,7 @@ absl::Status Variable::ApplyGradient(const Tensor& gradient, float lr_scale) {
   // a large value is updated in parts on the pool's threads with the very bits of one pass;
   // they run inside this exclusive lock.
   const int64_t n = value_.num_elements();
-  const int parts = ApplyParts(apply_pool_, n, apply_pool_ == nullptr ? 0 : apply_pool_->options().min_dense_elements);
+  const int parts = ApplyParts(apply_pool_, n, &ApplyPool::Options::min_dense_elements);
   if (parts == 1) {
     optimizer_->ApplyScaled(value_.data<float>(), gradient.data<float>(), slot_data_, n, step, lr_scale);
   } else {
@@ -673,7 +672,7 @@ void Variable::ApplyRowGradients(const RowGradientBatch& batch, float lr_scale) 
     // as in one pass; each part takes its stripes in ascending order, one at a time, inside
     // this call's shared mu_.
     const int parts = ApplyParts(apply_pool_, static_cast<int64_t>(summed.num_distinct()) * row_elements,
-                                 apply_pool_ == nullptr ? 0 : apply_pool_->options().min_row_elements);
+                                 &ApplyPool::Options::min_row_elements);
     const std::array<int, ApplyPool::kMaxParts + 1> first = VariableStripeRuns(summed, parts);
     ApplyInParts(apply_pool_, parts, [&](int p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       for (int s = first[static_cast<size_t>(p)]; s < first[static_cast<size_t>(p) + 1]; ++s) {
