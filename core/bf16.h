@@ -54,6 +54,15 @@ absl::string_view WirePrecisionName(WirePrecision precision);
 void NarrowToBf16(const float* in, uint16_t* out, size_t n);
 void WidenFromBf16(const uint16_t* in, float* out, size_t n);
 
+namespace bf16_internal {
+// For tests: the loop bodies this CPU can run (SSE2, then AVX2, then AVX-512 where it has them),
+// each callable directly, so that every body is checked, not only the one the CPU picks.
+size_t NumNarrowBodies();
+size_t NumWidenBodies();
+void NarrowWithBody(size_t body, const float* in, uint16_t* out, size_t n);
+void WidenWithBody(size_t body, const uint16_t* in, float* out, size_t n);
+}  // namespace bf16_internal
+
 }  // namespace asyncps
 
 #endif  // ASYNCPS_CORE_BF16_H_

@@ -107,6 +107,18 @@ TEST(Bf16Test, MatchesReferenceRounding) {
   std::vector<float> back(out.size());
   WidenFromBf16(out.data(), back.data(), out.size());
   for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(Bits(back[i]), static_cast<uint32_t>(out[i]) << 16);
+  // Every body this CPU can run (not only the one it picks) gives the same bits.
+  ASSERT_GE(bf16_internal::NumNarrowBodies(), 1u);
+  for (size_t body = 0; body < bf16_internal::NumNarrowBodies(); ++body) {
+    std::vector<uint16_t> other(in.size());
+    bf16_internal::NarrowWithBody(body, in.data(), other.data(), in.size());
+    ASSERT_EQ(other, out) << "narrowing body " << body;
+  }
+  for (size_t body = 0; body < bf16_internal::NumWidenBodies(); ++body) {
+    std::vector<float> other(out.size());
+    bf16_internal::WidenWithBody(body, out.data(), other.data(), out.size());
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(Bits(other[i]), Bits(back[i])) << "widening body " << body;
+  }
 }
 
 // Lengths around the vector widths: the scalar tails agree with the vector bodies.
