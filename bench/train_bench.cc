@@ -22,7 +22,8 @@
 // push (--fused_push_pull) with 2 closures per worker, and the earlier default (plain: overlap_pull,
 // its own pull, 2 closures per worker), and the default with one thing changed (default_*: without the
 // staleness options, with the staleness-aware learning rate, with max_staleness 4 or 2, with
-// fc1.weight split over both PS). The one-thread reference runs before
+// fc1.weight split over both PS), and the default with the workers' pulls and pushes in bf16 (bf16:
+// --transport=bf16). The one-thread reference runs before
 // and after them; ratios are against the faster of its two runs.
 // On a machine shared with other jobs the figures mean little unless the bench gets the cores;
 // see the README (Measured) for how they were taken.
@@ -85,6 +86,8 @@ struct Config {
   // fmnist::Options' staleness options (docs/staleness.md).
   int64_t max_staleness = fmnist::kDefaultMaxStaleness;
   bool staleness_aware_lr = fmnist::kDefaultStalenessAwareLr;
+  // The workers' pulls and gradient pushes in bf16 (--transport=bf16; core/bf16.h).
+  bool bf16_transport = false;
 };
 
 const Config kConfigs[] = {
@@ -114,6 +117,9 @@ const Config kConfigs[] = {
     {"default_max2", "the default step with max_staleness 2 (staler pushes refused and recomputed)",
      fmnist::kDefaultOverlapPull, fmnist::kDefaultClosuresPerWorker, false, fmnist::kDefaultFusedPushPull, 2,
      fmnist::kDefaultStalenessAwareLr},
+    {"bf16", "the default step with the workers' pulls and gradient pushes in bf16 (--transport=bf16: half the bytes)",
+     fmnist::kDefaultOverlapPull, fmnist::kDefaultClosuresPerWorker, false, fmnist::kDefaultFusedPushPull,
+     fmnist::kDefaultMaxStaleness, fmnist::kDefaultStalenessAwareLr, true},
 };
 
 // Context switches (voluntary + involuntary) of each live thread of process `pid`, by thread
@@ -328,6 +334,8 @@ absl::StatusOr<Run> TrainDistributed(const Config& config, const fmnist::Options
   o.num_workers = kNumWorkers;
   o.worker_binary = "fashion_mnist";
   o.extra_env = {{"ASYNCPS_METRICS_PORT", "0"}};  // a free port each, read from the ready line
+  // Read by the workers (ProcessOptions::transport); the chief here reads f32 (its evaluation too).
+  if (config.bf16_transport) o.extra_env.emplace_back("ASYNCPS_TRANSPORT", "bf16");
   ASSIGN_OR_RETURN(auto cluster, testutil::LocalCluster::Start(o));
   std::shared_ptr<const Partitioner> partitioner;
   if (config.split) {

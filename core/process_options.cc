@@ -170,7 +170,7 @@ static bool DanglingFlag(int argc, char** argv, std::string_view name) {
 absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
   for (std::string_view flag : {"cluster_token", "metrics_port", "metrics_bind_address", "log_level",
                                 "ps_max_variable_bytes", "ps_max_response_bytes", "ps_replicas",
-                                "ps_heartbeat_timeout", "dispatcher_work_dir"}) {
+                                "ps_heartbeat_timeout", "dispatcher_work_dir", "transport"}) {
     if (DanglingFlag(argc, argv, flag)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", absl::string_view(flag.data(), flag.size()), " needs a value"));
@@ -219,6 +219,11 @@ absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
                                  &o.ps_heartbeat_timeout));
   if (Setting s = FlagOrEnv(argc, argv, "dispatcher_work_dir", "ASYNCPS_DISPATCHER_WORK_DIR"); s.value != nullptr) {
     o.dispatcher_work_dir = s.value;
+  }
+  if (Setting s = FlagOrEnv(argc, argv, "transport", "ASYNCPS_TRANSPORT"); s.value != nullptr) {
+    absl::StatusOr<WirePrecision> precision = ParseWirePrecision(s.value);
+    if (!precision.ok()) return absl::InvalidArgumentError(absl::StrCat(s.source, ": ", precision.status().message()));
+    o.transport = *precision;
   }
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_max_connections", "ASYNCPS_RPC_MAX_CONNECTIONS", 1, 1 << 20, &o.rpc_max_connections));
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_handshake_timeout_ms", "ASYNCPS_RPC_HANDSHAKE_TIMEOUT_MS", 1, 3600000, &o.rpc_handshake_timeout_ms));

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/bf16.h"
 
 namespace asyncps {
 
@@ -42,6 +43,12 @@ inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 
 //   --ps_heartbeat_timeout=D       ASYNCPS_PS_HEARTBEAT_TIMEOUT       how long the chief waits
 //                                  for a PS's heartbeat answer before it counts the PS as lost
 //                                  ("2s", "500ms"; at most 1h) (2s)
+// Workers (the worker role of any binary that calls Serve):
+//   --transport=P                  ASYNCPS_TRANSPORT                  precision of f32 values on
+//                                  the wire between a worker and the PS: its pulls (ps.Read and
+//                                  the fused push-and-read) and gradient pushes, dense and by
+//                                  row: f32 or bf16 (half the bytes; core/bf16.h). The PS keeps
+//                                  f32 whatever it is; other requests are f32 (f32)
 // The tf.data service (data_service/):
 //   --dispatcher_work_dir=D        ASYNCPS_DISPATCHER_WORK_DIR        the directory where the
 //                                  dispatcher (its own task, or the chief when the cluster lists
@@ -76,6 +83,7 @@ struct ProcessOptions {
   int64_t ps_replicas = 1;
   absl::Duration ps_heartbeat_timeout = absl::Seconds(2);
   std::string dispatcher_work_dir;
+  WirePrecision transport = WirePrecision::kF32;
 
   int64_t rpc_max_connections = 1024;
   int64_t rpc_handshake_timeout_ms = 5000;

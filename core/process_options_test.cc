@@ -34,6 +34,7 @@ class ProcessOptionsTest : public ::testing::Test {
   void TearDown() override { Clear(); }
   static void Clear() {
     unsetenv("ASYNCPS_METRICS_PORT");
+    unsetenv("ASYNCPS_TRANSPORT");
     unsetenv("ASYNCPS_LOG_LEVEL");
     unsetenv("ASYNCPS_CLUSTER_TOKEN");
     unsetenv("ASYNCPS_PS_MAX_VARIABLE_BYTES");
@@ -271,6 +272,34 @@ TEST_F(ProcessOptionsTest, DispatcherWorkDirFromFlagOrEnvironment) {
   auto bad = ProcessOptions::Parse(dangling.argc(), dangling.argv());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
   EXPECT_THAT(bad.status().message(), HasSubstr("--dispatcher_work_dir needs a value"));
+}
+
+TEST_F(ProcessOptionsTest, TransportFromFlagOrEnvironment) {
+  Argv none({});
+  auto d = ProcessOptions::Parse(none.argc(), none.argv());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->transport, WirePrecision::kF32) << "f32 unless asked";
+  setenv("ASYNCPS_TRANSPORT", "bf16", 1);
+  auto e = ProcessOptions::Parse(none.argc(), none.argv());
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->transport, WirePrecision::kBf16);
+  Argv flag({"--transport=f32"});
+  auto f = ProcessOptions::Parse(flag.argc(), flag.argv());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->transport, WirePrecision::kF32) << "the flag beats the environment";
+  Argv spaced({"--transport", "bf16"});
+  auto g = ProcessOptions::Parse(spaced.argc(), spaced.argv());
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->transport, WirePrecision::kBf16);
+  for (const char* bad : {"fp16", "BF16", ""}) {
+    Argv a({std::string("--transport=") + bad});
+    auto o = ProcessOptions::Parse(a.argc(), a.argv());
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(o.status().message(), HasSubstr("--transport")) << bad;
+  }
+  Argv dangling({"--transport"});
+  EXPECT_THAT(ProcessOptions::Parse(dangling.argc(), dangling.argv()).status().message(),
+              HasSubstr("--transport needs a value"));
 }
 
 }  // namespace

@@ -89,6 +89,8 @@ constexpr char kUsage[] =
     "    request per PS, answered with the values once the push is applied); false: the pull is\n"
     "    its own request and may miss this push (ONE STEP MORE STALENESS).\n"
     "    --overlap_pull=false --closures_per_worker 1: TensorFlow's step (pull, compute, push, wait).\n"
+    "  --transport=f32|bf16 (a process flag, default f32): the workers' pulls and gradient pushes\n"
+    "    in bf16, half the bytes on the wire (docs/performance.md, reduced-precision transport).\n"
     "  --count_examples: count on the PS how often each training example was applied and fail\n"
     "    unless it is exactly once per epoch (needs --sharding dynamic and a --batch_size that\n"
     "    divides 60000, e.g. 120; scripts/soak.py uses it).\n"

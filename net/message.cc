@@ -2,10 +2,12 @@
 
 #include <kj/exception.h>
 
+#include <algorithm>
 #include <exception>
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "core/bf16.h"
 
 namespace asyncps::net {
 
@@ -62,6 +64,23 @@ void OutMessage::AddTensor(const Tensor& tensor, wire::TensorRef::Builder ref) {
   payloads_.push_back(tensor);
 }
 
+void OutMessage::AddTensorAsBf16(const Tensor& tensor, wire::TensorRef::Builder ref) {
+  const size_t n = static_cast<size_t>(tensor.num_elements());
+  std::shared_ptr<void> block = AllocateAlignedUninitialized(std::max<size_t>(1, n * sizeof(uint16_t)));
+  void* data = block.get();
+  NarrowToBf16(tensor.data<float>(), static_cast<uint16_t*>(data), n);
+  // The payload's bytes as a u8 tensor: what the writer sends is only its bytes.
+  AddBf16(Tensor::View(DType::kU8, {static_cast<int64_t>(n * sizeof(uint16_t))}, std::move(block), data),
+          tensor.shape(), ref);
+}
+
+void OutMessage::AddBf16(const Tensor& bytes, const Shape& shape, wire::TensorRef::Builder ref) {
+  ref.setDtype(kBf16WireCode);
+  SetShape(ref.initShape(static_cast<unsigned>(shape.size())), shape);
+  ref.setPayload(static_cast<uint32_t>(payloads_.size()));
+  payloads_.push_back(bytes);
+}
+
 absl::StatusOr<Tensor> InMessage::TensorAt(wire::TensorRef::Reader ref) const {
   auto dtype = DTypeFromWire(ref.getDtype());
   if (!dtype.ok()) return dtype.status();
@@ -81,6 +100,43 @@ absl::StatusOr<Tensor> InMessage::TensorAt(wire::TensorRef::Reader ref) const {
   }
   if (p.placed != nullptr) return Tensor::View(*dtype, std::move(shape), placed_owner_, p.placed);
   return Tensor::View(*dtype, std::move(shape), block_, static_cast<char*>(block_.get()) + p.offset);
+}
+
+bool InMessage::IsBf16(wire::TensorRef::Reader ref) { return ref.getDtype() == kBf16WireCode; }
+
+absl::StatusOr<InMessage::Bf16View> InMessage::Bf16At(wire::TensorRef::Reader ref) const {
+  if (!IsBf16(ref)) return absl::InvalidArgumentError(absl::StrCat("tensor dtype code ", ref.getDtype(), " is not bf16"));
+  const uint32_t index = ref.getPayload();
+  if (index >= payloads_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor refers to payload ", index, " of ", payloads_.size()));
+  }
+  Bf16View view;
+  view.shape = GetShape(ref.getShape());
+  // Validated as f32 (4 bytes an element): a bf16 tensor may be no larger than its widened form.
+  if (absl::Status s = ValidateShape(view.shape, DType::kF32); !s.ok()) return s;
+  const Payload& p = payloads_[index];
+  view.count = static_cast<size_t>(NumElements(view.shape));
+  if (uint64_t{view.count} * sizeof(uint16_t) != p.size) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor bf16", ShapeString(view.shape), " needs ",
+                                                   uint64_t{view.count} * sizeof(uint16_t), " bytes, payload has ",
+                                                   p.size));
+  }
+  const Shape byte_shape = {static_cast<int64_t>(p.size)};
+  view.bytes = p.placed != nullptr ? Tensor::View(DType::kU8, byte_shape, placed_owner_, p.placed)
+                                   : Tensor::View(DType::kU8, byte_shape, block_, static_cast<char*>(block_.get()) + p.offset);
+  view.data = static_cast<const uint16_t*>(view.bytes.raw_data());
+  return view;
+}
+
+absl::StatusOr<Tensor> InMessage::WidenedTensorAt(wire::TensorRef::Reader ref) const {
+  if (!IsBf16(ref)) return TensorAt(ref);
+  absl::StatusOr<Bf16View> view = Bf16At(ref);
+  if (!view.ok()) return view.status();
+  const size_t bytes = view->count * sizeof(float);
+  std::shared_ptr<void> block = AllocateAlignedUninitialized(std::max<size_t>(1, bytes));
+  void* data = block.get();
+  WidenFromBf16(view->data, static_cast<float*>(data), view->count);
+  return Tensor::View(DType::kF32, std::move(view->shape), std::move(block), data);
 }
 
 namespace message_internal {

@@ -57,6 +57,15 @@ class OutMessage {
 
   // Appends `tensor` as a payload and describes it in `ref`. The bytes are not copied.
   void AddTensor(const Tensor& tensor, wire::TensorRef::Builder ref);
+  // Appends f32 `tensor` narrowed to bf16 (core/bf16.h: round to nearest, ties to even) as a
+  // payload of 2 bytes per element, described in `ref` with the bf16 wire code
+  // (kBf16WireCode) and the tensor's shape: reduced-precision transport. The narrowing writes
+  // a buffer of its own. `tensor` must be f32.
+  void AddTensorAsBf16(const Tensor& tensor, wire::TensorRef::Builder ref);
+  // Appends bf16 elements already narrowed: `bytes` (a u8 tensor, 2 bytes per element of
+  // `shape`, e.g. InMessage::Bf16View::bytes of a received frame) as a bf16 tensor of `shape`.
+  // The bytes are not copied.
+  void AddBf16(const Tensor& bytes, const Shape& shape, wire::TensorRef::Builder ref);
 
   const std::vector<Tensor>& payloads() const { return payloads_; }
   capnp::MessageBuilder& builder() { return storage_->builder; }
@@ -134,6 +143,22 @@ class InMessage {
   // The tensor `ref` describes, viewing this frame's payload in place. InvalidArgument when
   // the dtype is unknown, the payload index is out of range, or shape and size disagree.
   absl::StatusOr<Tensor> TensorAt(wire::TensorRef::Reader ref) const;
+
+  // Reduced-precision transport (core/bf16.h). A bf16 tensor is not a Tensor: TensorAt refuses
+  // it as an unknown dtype, so only a reader that asks for bf16 ever takes one.
+  static bool IsBf16(wire::TensorRef::Reader ref);
+  // The bf16 tensor `ref` describes, viewing this frame's payload in place (valid while this
+  // message is). InvalidArgument when `ref` is not bf16, the payload index is out of range, or
+  // shape and size (2 bytes per element) disagree.
+  struct Bf16View {
+    Shape shape;
+    const uint16_t* data = nullptr;
+    size_t count = 0;  // elements
+    Tensor bytes;      // the payload as u8 [2 * count], viewing it in place (and keeping it alive)
+  };
+  absl::StatusOr<Bf16View> Bf16At(wire::TensorRef::Reader ref) const;
+  // TensorAt, except that a bf16 tensor comes back widened (exactly) to a new f32 tensor.
+  absl::StatusOr<Tensor> WidenedTensorAt(wire::TensorRef::Reader ref) const;
 
   size_t num_payloads() const { return payloads_.size(); }
   // Bytes of all payloads together.

@@ -65,6 +65,10 @@ struct CreateVariableResponse {
 struct ReadRequest {
   names @0 :List(Text);
   route @1 :Route;
+  valuesAs @2 :UInt8;          # 0: each variable in its own dtype. 7 (bf16, core/bf16.h): f32
+                               # variables answered narrowed to bf16 (round to nearest even),
+                               # others in their own dtype; each TensorRef says which. A PS older
+                               # than this field answers f32
 }
 
 struct ReadResponse {
@@ -121,7 +125,9 @@ struct UpdateResponse {
 # A gradient for the variable's optimizer: dense, or rows (ids local to the shard) when hasIds.
 struct Gradient {
   name @0 :Text;
-  value @1 :TensorRef;
+  value @1 :TensorRef;         # the variable's dtype, or bf16 (wire code 7, core/bf16.h) for an
+                               # f32 variable: widened to f32 before it is checked and applied.
+                               # A PS older than bf16 refuses it (unknown dtype code)
   ids @2 :TensorRef;
   hasIds @3 :Bool;
   baseVersion @4 :Int64 = -1;  # the version the gradient was computed from; -1: unknown (never
@@ -136,6 +142,7 @@ struct PushGradientsRequest {
                                # push is applied: a push and the next pull in one round trip. Checked
                                # with the gradients (an unknown name applies nothing); a PS older
                                # than this field ignores it and answers no values
+  readAfterAs @4 :UInt8;       # the readAfter values' dtype, as ReadRequest.valuesAs
 }
 
 struct GatherRequest {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/bf16.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
 #include "ps/ps.capnp.h"
@@ -55,6 +56,24 @@ uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
 uint64_t SaturatingMul(uint64_t a, uint64_t b) {
   uint64_t out;
   return __builtin_mul_overflow(a, b, &out) ? std::numeric_limits<uint64_t>::max() : out;
+}
+
+// Whether a read answers its f32 values narrowed to bf16: ReadRequest.valuesAs and
+// PushGradientsRequest.readAfterAs, 0 (each variable's own dtype) or the bf16 wire code.
+absl::StatusOr<bool> ValuesAsBf16(uint8_t code, const char* field) {
+  if (code == 0) return false;
+  if (code == kBf16WireCode) return true;
+  return absl::InvalidArgumentError(absl::StrCat(field, " ", code, " is neither 0 (each variable's dtype) nor ",
+                                                 kBf16WireCode, " (bf16)"));
+}
+
+// Appends a read's value: narrowed to bf16 when asked and the variable is f32, else as it is.
+void AddValue(net::OutMessage* response, const Tensor& value, bool as_bf16, wire::TensorRef::Builder ref) {
+  if (as_bf16 && value.dtype() == DType::kF32) {
+    response->AddTensorAsBf16(value, ref);
+  } else {
+    response->AddTensor(value, ref);
+  }
 }
 
 }  // namespace
@@ -143,6 +162,7 @@ absl::Status PsService::Read(const net::InMessage& request, net::OutMessage* res
 
 absl::Status PsService::ReadIn(ShardState state, wire::ReadRequest::Reader body, net::OutMessage* response) {
   VariableStore& store = *state.store;
+  ASSIGN_OR_RETURN(const bool as_bf16, ValuesAsBf16(body.getValuesAs(), "ps.Read valuesAs"));
   auto names = body.getNames();
   std::vector<std::shared_ptr<Variable>> variables;
   for (auto name : names) {
@@ -160,7 +180,7 @@ absl::Status PsService::ReadIn(ShardState state, wire::ReadRequest::Reader body,
   auto versions = answer.initVersions(names.size());
   for (unsigned i = 0; i < variables.size(); ++i) {
     int64_t version = 0;
-    response->AddTensor(variables[i]->ReadVersioned(&version), out[i]);
+    AddValue(response, variables[i]->ReadVersioned(&version), as_bf16, out[i]);
     versions.set(i, version);
   }
   return absl::OkStatus();
@@ -277,6 +297,7 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
   // bad name or an oversized answer refuses the push rather than answering an error for a push
   // that was applied (an untagged retry would apply it twice).
   std::vector<std::shared_ptr<Variable>> read_after;
+  ASSIGN_OR_RETURN(const bool read_after_bf16, ValuesAsBf16(req.getReadAfterAs(), "ps.PushGradients readAfterAs"));
   if (req.hasReadAfter()) {
     auto names = req.getReadAfter();
     read_after.reserve(names.size());
@@ -293,7 +314,20 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
   for (auto g : gradients) {
     Prepared p;
     ASSIGN_OR_RETURN(p.variable, store.Find(g.getName().cStr()));
-    ASSIGN_OR_RETURN(p.value, request.TensorAt(g.getValue()));
+    if (net::InMessage::IsBf16(g.getValue())) {
+      // Reduced-precision transport: widened (exactly) to f32 here, then checked — shape,
+      // finiteness — and applied like any f32 gradient. Variables stay f32.
+      if (p.variable->dtype() != DType::kF32) {
+        return absl::InvalidArgumentError(absl::StrCat("gradient for variable '", p.variable->name(),
+                                                       "' is bf16, which only f32 variables take; it is ",
+                                                       DTypeName(p.variable->dtype())));
+      }
+      absl::StatusOr<Tensor> widened = request.WidenedTensorAt(g.getValue());
+      if (!widened.ok()) return Named(p.variable->name(), widened.status());
+      p.value = *std::move(widened);
+    } else {
+      ASSIGN_OR_RETURN(p.value, request.TensorAt(g.getValue()));
+    }
     if (g.getHasIds()) {
       ASSIGN_OR_RETURN(Tensor ids, request.TensorAt(g.getIds()));
       p.ids = std::move(ids);
@@ -347,7 +381,7 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
     auto versions = body.initVersions(static_cast<unsigned>(read_after.size()));
     for (unsigned i = 0; i < read_after.size(); ++i) {
       int64_t version = 0;
-      response->AddTensor(read_after[i]->ReadVersioned(&version), out[i]);
+      AddValue(response, read_after[i]->ReadVersioned(&version), read_after_bf16, out[i]);
       versions.set(i, version);
     }
   }

@@ -1,6 +1,7 @@
 #include "ps/ps_service.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "net/rpc_server.h"
 #include "ps/ps_wire.h"
 #include "ps/read_wire_testing.h"
+#include "core/bf16.h"
 
 namespace asyncps::ps {
 namespace ps_service_test_internal {
@@ -41,6 +43,7 @@ struct GradientSpec {
   std::string name;
   Tensor value;
   std::optional<Tensor> ids;
+  bool bf16 = false;  // value (f32) sent narrowed to bf16 (reduced-precision transport)
 };
 
 struct VariableInfo {
@@ -138,7 +141,11 @@ class PsServiceTest : public ::testing::Test {
     auto list = body.initGradients(static_cast<unsigned>(gradients.size()));
     for (unsigned i = 0; i < gradients.size(); ++i) {
       list[i].setName(gradients[i].name);
-      req.AddTensor(gradients[i].value, list[i].initValue());
+      if (gradients[i].bf16) {
+        req.AddTensorAsBf16(gradients[i].value, list[i].initValue());
+      } else {
+        req.AddTensor(gradients[i].value, list[i].initValue());
+      }
       if (gradients[i].ids) {
         list[i].setHasIds(true);
         req.AddTensor(*gradients[i].ids, list[i].initIds());
@@ -425,6 +432,140 @@ TEST_F(PsServiceTest, PushGradientsAppliesDenseAndSparseThroughTheOptimizer) {
   EXPECT_EQ((*list)[1].iterations, 0);
   EXPECT_EQ((*list)[2].name, "w");
   EXPECT_EQ((*list)[2].iterations, 1);
+}
+
+// f32 values that bf16 cannot hold exactly, and `t` narrowed to bf16 and widened back: what a
+// bf16 push of `t` delivers.
+Tensor Inexact(const Shape& shape, float scale) {
+  std::vector<float> v(static_cast<size_t>(NumElements(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * (0.1234567f + static_cast<float>(i) * 1.0001f) * (i % 2 ? -1 : 1);
+  return Tensor::FromVector<float>(shape, absl::MakeConstSpan(v));
+}
+Tensor RoundTripped(const Tensor& t) {
+  std::vector<uint16_t> narrow(static_cast<size_t>(t.num_elements()));
+  NarrowToBf16(t.data<float>(), narrow.data(), narrow.size());
+  Tensor out(DType::kF32, t.shape());
+  WidenFromBf16(narrow.data(), out.data<float>(), narrow.size());
+  return out;
+}
+std::vector<uint32_t> Bits(const Tensor& t) {
+  std::vector<uint32_t> out(static_cast<size_t>(t.num_elements()));
+  std::memcpy(out.data(), t.raw_data(), out.size() * 4);
+  return out;
+}
+
+// A bf16 push is the f32 push of its widened values, bit for bit (dense and by row, through
+// Adam), and its dedup and versions are any push's.
+TEST_F(PsServiceTest, Bf16PushAppliesTheWidenedGradient) {
+  OptimizerConfig adam;
+  adam.kind = OptimizerKind::kAdam;
+  adam.learning_rate = 0.01f;
+  const Tensor init = Inexact({3, 4}, 1);
+  for (const char* name : {"a", "b", "ea", "eb"}) {
+    CreateWith(name, {3, 4}, std::vector<float>(init.flat<float>().begin(), init.flat<float>().end()), &adam);
+  }
+  const Tensor g = Inexact({3, 4}, 1e-3f), rows = Inexact({2, 4}, 7e-2f);
+  ASSERT_NE(Bits(RoundTripped(g)), Bits(g)) << "the test needs values bf16 rounds";
+  const UpdateTag tag{/*coordinator=*/5, /*closure=*/5, /*sequence=*/1, /*watermark=*/5};
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(Push({{"a", g, std::nullopt, true}, {"ea", rows, Ids64({2, 0}), true}}, tag).ok());
+    EXPECT_EQ(already_applied_, round == 0 ? 0 : 2) << "a repeat is deduplicated as any push";
+  }
+  ASSERT_TRUE(Push({{"b", RoundTripped(g), std::nullopt}, {"eb", RoundTripped(rows), Ids64({2, 0})}}).ok());
+  EXPECT_EQ(Bits(ReadOne("a")), Bits(ReadOne("b")));
+  EXPECT_EQ(Bits(ReadOne("ea")), Bits(ReadOne("eb")));
+  EXPECT_NE(Bits(ReadOne("a")), Bits(init)) << "applied";
+  EXPECT_EQ(store_->Find("a").value()->version(), store_->Find("b").value()->version());
+}
+
+// A read (ps.Read valuesAs, or a push's readAfterAs) asking for bf16 gets f32 variables
+// narrowed to bf16 and others as they are, each TensorRef saying which.
+TEST_F(PsServiceTest, Bf16ReadAnswersTheNarrowedValue) {
+  OptimizerConfig sgd;
+  sgd.learning_rate = 1;
+  const Tensor value = Inexact({5}, 3);
+  CreateWith("w", {5}, std::vector<float>(value.flat<float>().begin(), value.flat<float>().end()), &sgd);
+  InitializerSpec ones;
+  ones.kind = "ones";
+  ASSERT_TRUE(Create("count", DType::kI64, {2}, ones).ok());
+  std::vector<uint16_t> expected(5);
+  NarrowToBf16(value.data<float>(), expected.data(), expected.size());
+
+  net::OutMessage req = ReadRequestFor({"w", "count"});
+  req.envelope().getRequest().getBody().getAs<wire::ReadRequest>().setValuesAs(kBf16WireCode);
+  auto resp = Call("ps.Read", std::move(req));
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  auto tensors = resp->ResponseBody<wire::ReadResponse>().getTensors();
+  ASSERT_EQ(tensors.size(), 2u);
+  ASSERT_TRUE(net::InMessage::IsBf16(tensors[0]));
+  EXPECT_FALSE(resp->TensorAt(tensors[0]).ok()) << "a bf16 tensor is not read as any Tensor";
+  auto w = resp->Bf16At(tensors[0]);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->shape, Shape({5}));
+  EXPECT_EQ(std::vector<uint16_t>(w->data, w->data + w->count), expected);
+  auto count = resp->TensorAt(tensors[1]);
+  ASSERT_TRUE(count.ok()) << count.status();
+  EXPECT_EQ(Values<int64_t>(*count), (std::vector<int64_t>{1, 1})) << "not f32: as it is";
+
+  // The fused push-and-read: the value after the push, narrowed.
+  net::OutMessage push;
+  auto body = push.InitRequestBody<wire::PushGradientsRequest>();
+  auto gradient = body.initGradients(1)[0];
+  gradient.setName("w");
+  push.AddTensorAsBf16(Tensor::FromVector<float>({5}, {1, 1, 1, 1, 1}), gradient.initValue());
+  body.initReadAfter(1).set(0, "w");
+  body.setReadAfterAs(kBf16WireCode);
+  auto pushed = Call("ps.PushGradients", std::move(push));
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  auto values = pushed->ResponseBody<wire::UpdateResponse>().getValues();
+  ASSERT_EQ(values.size(), 1u);
+  auto after = pushed->Bf16At(values[0]);
+  ASSERT_TRUE(after.ok()) << after.status();
+  const Tensor now = ReadOne("w");
+  std::vector<uint16_t> narrowed(5);
+  NarrowToBf16(now.data<float>(), narrowed.data(), narrowed.size());
+  EXPECT_EQ(std::vector<uint16_t>(after->data, after->data + after->count), narrowed);
+  EXPECT_NE(Bits(now), Bits(value)) << "the push was applied first";
+
+  // Any other code is refused.
+  net::OutMessage odd = ReadRequestFor({"w"});
+  odd.envelope().getRequest().getBody().getAs<wire::ReadRequest>().setValuesAs(2);
+  EXPECT_EQ(Call("ps.Read", std::move(odd)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A bf16 gradient whose payload does not hold 2 bytes per element of its shape, or that widens
+// to NaN or Inf, is refused like any bad push: nothing of the push is applied.
+TEST_F(PsServiceTest, BadBf16PushIsRefusedAndAppliesNothing) {
+  OptimizerConfig sgd;
+  sgd.learning_rate = 1;
+  CreateWith("a", {4}, {1, 2, 3, 4}, &sgd);
+  CreateWith("b", {4}, {1, 2, 3, 4}, &sgd);
+  const std::vector<float> untouched = {1, 2, 3, 4};
+  for (uint64_t payload_bytes : {6u, 16u, 0u}) {
+    net::OutMessage req;
+    auto list = req.InitRequestBody<wire::PushGradientsRequest>().initGradients(2);
+    list[0].setName("a");
+    req.AddTensorAsBf16(Tensor::FromVector<float>({4}, {1, 1, 1, 1}), list[0].initValue());
+    list[1].setName("b");
+    auto ref = list[1].initValue();
+    req.AddTensor(Tensor(DType::kU8, {static_cast<int64_t>(payload_bytes)}), ref);
+    ref.setDtype(kBf16WireCode);
+    net::SetShape(ref.initShape(1), {4});
+    absl::Status s = CallUpdate("ps.PushGradients", std::move(req));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << payload_bytes << " " << s;
+    EXPECT_THAT(s.message(), ::testing::HasSubstr("'b'"));
+    EXPECT_THAT(s.message(), ::testing::HasSubstr("bf16"));
+  }
+  for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::max()}) {  // the largest f32 narrows to Inf
+    absl::Status s = Push({{"a", Tensor::FromVector<float>({4}, {1, 1, 1, 1}), std::nullopt, true},
+                           {"b", Tensor::FromVector<float>({4}, {1, bad, 1, 1}), std::nullopt, true}});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.message(), ::testing::HasSubstr("NaN or Inf"));
+  }
+  EXPECT_EQ(Values<float>(ReadOne("a")), untouched);
+  EXPECT_EQ(Values<float>(ReadOne("b")), untouched);
+  EXPECT_EQ(store_->Find("a").value()->version(), 0);
 }
 
 TEST_F(PsServiceTest, GatherReturnsRowsOfSeveralVariables) {

@@ -405,6 +405,9 @@ struct ReadPlan {
   // is copied twice. Empty for a variable of one shard (its answer is the value).
   std::vector<Tensor> wholes;
   std::vector<char*> whole_data;  // per variable: wholes[v]'s bytes, written as answers arrive
+  // The reads asked for f32 values in bf16 (PsClient::Options::transport): such answers are
+  // widened into the values; without it a bf16 answer is refused.
+  bool bf16 = false;
   // Whether variable `v` is read into its whole value (a plan without wholes concatenates).
   bool InPlace(size_t v) const { return v < wholes.size() && wholes[v].num_bytes() > 0; }
   // Where shard `shard` of sharded variable `variable` belongs in its whole value.
@@ -519,11 +522,28 @@ absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, const CallResul
       const bool has_versions = shard_versions.size() == tensors.size();
       for (unsigned i = 0; i < tensors.size(); ++i) {
         const ReadPlan::Ref& ref = plan.refs[c][i];
+        const VariablePlacement& p = *plan.placements[ref.variable];
+        const Shape expected = p.ShardShape(ref.shard);
+        if (net::InMessage::IsBf16(tensors[i])) {
+          // Asked for in bf16 (a PS that predates it answers f32, read below as usual): widened
+          // straight into the whole value, or into a value of its own.
+          ASSIGN_OR_RETURN(net::InMessage::Bf16View bf16, results[c]->Bf16At(tensors[i]));
+          if (!plan.bf16 || p.dtype != DType::kF32 || bf16.shape != expected) {
+            return absl::InternalError(absl::StrCat(kMethod, " answered bf16", ShapeString(bf16.shape), " for '",
+                                                    p.shards[ref.shard].name, "', which is ", DTypeName(p.dtype),
+                                                    ShapeString(expected), plan.bf16 ? "" : " (asked for as it is)"));
+          }
+          if (plan.InPlace(ref.variable)) {
+            WidenFromBf16(bf16.data, reinterpret_cast<float*>(plan.ShardData(ref)), bf16.count);
+          } else {
+            ASSIGN_OR_RETURN(shards[ref.variable][ref.shard], results[c]->WidenedTensorAt(tensors[i]));
+          }
+          if (has_versions) versions[p.shards[ref.shard].name] = shard_versions[i];
+          continue;
+        }
         ASSIGN_OR_RETURN(Tensor shard, results[c]->TensorAt(tensors[i]));
         // The answer becomes the caller's value as it is (or is concatenated): a PS answering
         // another shape or dtype than the placement's is refused, not handed on.
-        const VariablePlacement& p = *plan.placements[ref.variable];
-        const Shape expected = p.ShardShape(ref.shard);
         if (shard.dtype() != p.dtype || shard.shape() != expected) {
           return absl::InternalError(absl::StrCat(kMethod, " answered ", DTypeName(shard.dtype()),
                                                   ShapeString(shard.shape()), " for '", p.shards[ref.shard].name,
@@ -563,8 +583,10 @@ absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, const CallResul
 
 // One request per PS carrying `by_ps`'s pieces as an update or gradient list, tagged with
 // `tag` when it is (exactly-once updates; see ps::UpdateDedup).
+// With `bf16` (gradients only: PsClient::Options::transport), f32 values travel narrowed to bf16.
 template <typename Request>
-std::vector<Outgoing> PieceCalls(std::map<int, std::vector<ShardPiece>>& by_ps, const ps::UpdateTag& tag) {
+std::vector<Outgoing> PieceCalls(std::map<int, std::vector<ShardPiece>>& by_ps, const ps::UpdateTag& tag,
+                                 bool bf16 = false) {
   std::vector<Outgoing> calls;
   calls.reserve(by_ps.size());
   for (auto& entry : by_ps) {
@@ -586,7 +608,11 @@ std::vector<Outgoing> PieceCalls(std::map<int, std::vector<ShardPiece>>& by_ps, 
       if constexpr (std::is_same_v<Request, wire::UpdateRequest>) {
         list[i].setKind(ps::UpdateKindToWire(pieces[i].kind));
       }
-      call.message.AddTensor(pieces[i].value, list[i].initValue());
+      if (bf16 && pieces[i].value.dtype() == DType::kF32) {
+        call.message.AddTensorAsBf16(pieces[i].value, list[i].initValue());
+      } else {
+        call.message.AddTensor(pieces[i].value, list[i].initValue());
+      }
       if constexpr (std::is_same_v<Request, wire::PushGradientsRequest>) {
         if (pieces[i].base_version >= 0) list[i].setBaseVersion(pieces[i].base_version);
       }
@@ -664,6 +690,7 @@ absl::StatusOr<VersionedRows> FinishGather(const GatherPlan& plan, CallResults r
 
 void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallback<VersionedValues> done) {
   auto plan = std::make_shared<ReadPlan>();
+  plan->bf16 = options_.transport == WirePrecision::kBf16;
   std::map<int, std::vector<std::pair<const std::string*, ReadPlan::Ref>>> by_ps;
   for (size_t v = 0; v < names.size(); ++v) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(names[v]);
@@ -677,7 +704,9 @@ void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallb
   calls.reserve(by_ps.size());
   for (const auto& [ps, items] : by_ps) {
     Outgoing call{ps, net::OutMessage()};
-    auto list = call.message.InitRequestBody<wire::ReadRequest>().initNames(static_cast<unsigned>(items.size()));
+    auto body = call.message.InitRequestBody<wire::ReadRequest>();
+    if (plan->bf16) body.setValuesAs(kBf16WireCode);
+    auto list = body.initNames(static_cast<unsigned>(items.size()));
     std::vector<ReadPlan::Ref> refs;
     refs.reserve(items.size());
     for (unsigned i = 0; i < items.size(); ++i) {
@@ -726,7 +755,8 @@ void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, 
       }
     }
   }
-  CallAllAsync(ps_, "ps.PushGradients", PieceCalls<wire::PushGradientsRequest>(by_ps, tag),
+  CallAllAsync(ps_, "ps.PushGradients",
+               PieceCalls<wire::PushGradientsRequest>(by_ps, tag, options_.transport == WirePrecision::kBf16),
                {options_.timeout, std::nullopt},
                [done = std::move(done)](CallResults results) { done(FirstError(results)); }, options_.shard_map);
 }
@@ -799,6 +829,7 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
   }
   // The reads ride on the pushes: a PS holding only read shards gets a push of no gradients.
   auto plan = std::make_shared<ReadPlan>();
+  plan->bf16 = options_.transport == WirePrecision::kBf16;
   std::map<int, std::vector<std::pair<const std::string*, ReadPlan::Ref>>> reads_by_ps;
   for (size_t v = 0; v < read_after.size(); ++v) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(read_after[v]);
@@ -809,7 +840,7 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
     }
     AddRead(*plan, *std::move(p), whole_values_);
   }
-  std::vector<Outgoing> calls = PieceCalls<wire::PushGradientsRequest>(by_ps, tag);
+  std::vector<Outgoing> calls = PieceCalls<wire::PushGradientsRequest>(by_ps, tag, plan->bf16);
   std::vector<int> call_ps;
   call_ps.reserve(calls.size());
   for (Outgoing& call : calls) {
@@ -817,6 +848,7 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
     std::vector<ReadPlan::Ref> refs;
     if (auto it = reads_by_ps.find(call.ps); it != reads_by_ps.end()) {
       auto body = call.message.envelope().getRequest().getBody().getAs<wire::PushGradientsRequest>();
+      if (plan->bf16) body.setReadAfterAs(kBf16WireCode);
       auto names = body.initReadAfter(static_cast<unsigned>(it->second.size()));
       refs.reserve(it->second.size());
       for (unsigned i = 0; i < it->second.size(); ++i) {
@@ -846,12 +878,14 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
         reread->placements = plan->placements;
         reread->wholes = plan->wholes;
         reread->whole_data = plan->whole_data;
+        reread->bf16 = plan->bf16;
         std::vector<Outgoing> reads;
         for (size_t c = 0; c < plan->refs.size(); ++c) {
           if (plan->refs[c].empty()) continue;
           Outgoing call{call_ps[c], net::OutMessage()};
-          auto names =
-              call.message.InitRequestBody<wire::ReadRequest>().initNames(static_cast<unsigned>(plan->refs[c].size()));
+          auto read = call.message.InitRequestBody<wire::ReadRequest>();
+          if (reread->bf16) read.setValuesAs(kBf16WireCode);
+          auto names = read.initNames(static_cast<unsigned>(plan->refs[c].size()));
           for (unsigned i = 0; i < plan->refs[c].size(); ++i) {
             const ReadPlan::Ref& ref = plan->refs[c][i];
             names.set(i, plan->placements[ref.variable]->shards[ref.shard].name);

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/bf16.h"
 #include "core/block_pool.h"
 #include "core/tensor.h"
 #include "ps/shard_initializer.h"
@@ -95,6 +96,15 @@ class PsClient {
     // closure's writes, it is resent across a failover and applied once (the replicated update
     // window). Off: such a write whose primary is lost is that call's Unavailable.
     bool tag_own_writes = false;
+    // Reduced-precision transport (core/bf16.h): with kBf16, the f32 values this client reads
+    // (Read*, and the values of PushGradientsAndRead*) are asked for in bf16 and widened here,
+    // and the f32 gradients it pushes (PushGradients*, dense and by row) are sent in bf16 and
+    // widened by the PS before it checks and applies them: half the bytes of each on the wire,
+    // each value rounded to 8 significant bits (round to nearest even). Every request says
+    // its precision, so a PS that predates bf16 refuses such a push (unknown dtype) and answers
+    // such a read in f32 (taken as it is). Variables, optimizer state and checkpoints on the PS
+    // stay f32; Update, Gather and CreateVariable always travel in f32.
+    WirePrecision transport = WirePrecision::kF32;
   };
 
   PsClient(std::vector<net::RpcClient*> ps, const VariableDirectory& directory, Options options);

@@ -35,6 +35,10 @@ int RunWorker(const ClusterSpec& cluster, const Program& program, const ProcessO
   // Replicated shards: requests go to each group's primary, learned from the PS' shard maps.
   std::unique_ptr<ShardMapCache> shard_map;
   PsClient::Options ps_options;
+  ps_options.transport = options.transport;
+  if (options.transport != WirePrecision::kF32) {
+    spdlog::info("pulls and gradient pushes travel in {} (--transport)", std::string(WirePrecisionName(options.transport)));
+  }
   if (options.ps_replicas >= 2) {
     shard_map = std::make_unique<ShardMapCache>(ps_ptrs, ShardMapCache::Options());
     ps_options.shard_map = shard_map.get();

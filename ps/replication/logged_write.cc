@@ -4,6 +4,7 @@
 #include <capnp/serialize.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/bf16.h"
 
 namespace asyncps::ps {
 namespace {
@@ -51,6 +52,18 @@ absl::StatusOr<std::shared_ptr<const LoggedWrite>> LoggedWrite::Make(const std::
   absl::Status bad;
   auto collect = [&](wire::TensorRef::Reader ref) {
     if (!bad.ok()) return;
+    if (net::InMessage::IsBf16(ref)) {
+      // A bf16 gradient (reduced-precision transport) is forwarded as it came: each copy widens
+      // the same bytes alike. AppendTo sees the bf16 reference in the copied body.
+      absl::StatusOr<net::InMessage::Bf16View> view = frame.Bf16At(ref);
+      if (!view.ok()) {
+        bad = view.status();
+        return;
+      }
+      write->bytes_ += view->bytes.num_bytes();
+      write->tensors_.push_back(std::move(view->bytes));
+      return;
+    }
     absl::StatusOr<Tensor> t = frame.TensorAt(ref);
     if (!t.ok()) {
       bad = t.status();
@@ -81,7 +94,13 @@ void LoggedWrite::AppendTo(wire::ReplicatedEntry::Builder entry, net::OutMessage
   entry.getBody().set(reader.getRoot<capnp::AnyPointer>());
   size_t next = 0;
   // The body was walked once in Make: the same method and body visit the same references.
-  auto add = [&](wire::TensorRef::Builder ref) { message.AddTensor(tensors_[next++], ref); };
+  auto add = [&](wire::TensorRef::Builder ref) {
+    if (ref.getDtype() == kBf16WireCode) {
+      message.AddBf16(tensors_[next++], net::GetShape(ref.getShape().asReader()), ref);
+    } else {
+      message.AddTensor(tensors_[next++], ref);
+    }
+  };
   if (extension_ != nullptr) {
     extension_->ForEachTensorRef(method_, entry.getBody(), add);
   } else {

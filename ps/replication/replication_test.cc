@@ -46,8 +46,9 @@ net::OutMessage CreateRequest(const std::string& name, const Shape& shape, const
 }
 
 // A push of `gradient` to `name` (rows `ids` when given), tagged by `closure` when non-zero.
+// With `bf16`, the gradient travels narrowed to bf16 (reduced-precision transport).
 net::OutMessage PushRequest(const std::string& name, const Tensor& gradient, const std::optional<Tensor>& ids,
-                            uint64_t closure, uint32_t group, uint64_t generation) {
+                            uint64_t closure, uint32_t group, uint64_t generation, bool bf16 = false) {
   net::OutMessage req;
   auto body = req.InitRequestBody<wire::PushGradientsRequest>();
   if (closure != 0) {
@@ -60,7 +61,11 @@ net::OutMessage PushRequest(const std::string& name, const Tensor& gradient, con
   }
   auto g = body.initGradients(1)[0];
   g.setName(name);
-  req.AddTensor(gradient, g.initValue());
+  if (bf16) {
+    req.AddTensorAsBf16(gradient, g.initValue());
+  } else {
+    req.AddTensor(gradient, g.initValue());
+  }
   if (ids) {
     g.setHasIds(true);
     req.AddTensor(*ids, g.initIds());
@@ -187,6 +192,26 @@ TEST_F(ReplicationTest, WriteIsOnTheBackupBeforeItIsAcked) {
   }
   EXPECT_THAT(CopyBytes(*cluster_, 1, 0), HasSubstr("|1@1,1/1"));
   EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kBackup);
+}
+
+// A bf16 gradient (reduced-precision transport) is forwarded as it came and widened alike on
+// every copy: dense and by row, the copies stay identical.
+TEST_F(ReplicationTest, Bf16PushesAreReplicatedAsSent) {
+  Start(2, 2);
+  ASSERT_TRUE(CreateAdam(0, "dense", {64, 8}, 0, 1).ok());
+  ASSERT_TRUE(CreateAdam(0, "table", {1000, 4}, 0, 1).ok());
+  for (uint64_t closure = 1; closure <= 5; ++closure) {
+    auto dense = cluster_->Call(0, "worker", "ps.PushGradients",
+                                PushRequest("dense", Filled({64, 8}, 0.1f * closure), std::nullopt, closure, 0, 1,
+                                            /*bf16=*/true));
+    ASSERT_TRUE(dense.ok()) << dense.status();
+    Tensor ids = Tensor::FromVector<int64_t>({3}, {static_cast<int64_t>(closure), 999, 5});
+    auto sparse = cluster_->Call(0, "worker", "ps.PushGradients",
+                                 PushRequest("table", Filled({3, 4}, 1.0f), ids, closure + 100, 0, 1, /*bf16=*/true));
+    ASSERT_TRUE(sparse.ok()) << sparse.status();
+    ASSERT_TRUE(SameCopies(*cluster_, 0, 1, 0)) << "after closure " << closure;
+  }
+  EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kBackup) << "the stream was taken";
 }
 
 // A write the backup does not acknowledge is answered Unavailable at the write deadline (the
