@@ -41,9 +41,9 @@ class ApplyPool {
     // caller then runs the parts itself: parts are claimed, not assigned; a helper preempted
     // after claiming one still holds up the caller for that part). A dense Adam part of
     // 128k elements is ~0.2 ms, so a 4 MiB dense push (1M elements) is split in 8: with 1 PS
-    // its median time through ps_bench was 6-20% lower in 4 of 5 paired A/B sets (6 pairs
-    // each, load 2-5; 4% higher in the fifth), with 2 PS (two PS processes on two cores)
-    // indistinguishable. The training model's arrays (the MLP's largest, 784x256 = 200k
+    // its median time through ps_bench was 1.5-20% lower in 5 of 6 paired A/B sets (6-8
+    // pairs each, load 2-5; 4% higher in the sixth), with 2 PS (two PS processes on two
+    // cores) indistinguishable. The training model's arrays (the MLP's largest, 784x256 = 200k
     // elements) stay whole: there the workers keep every core busy. Rows stay at 1M: 10k-row
     // pushes (640k elements) split in 5 parts measured within 4% of whole ones (1 PS and 2
     // PS, 6 paired runs), and earlier at load 5-6 SGD ones slower. Tests lower these to
