@@ -35,17 +35,24 @@ class ApplyPool {
     // less one (0 on one CPU, which makes every loop one pass on the caller).
     int helpers = -1;
     // The smallest share of a loop worth handing to another thread, in f32 elements (a sparse
-    // push counts the elements of its distinct rows). Not the hand-off cost (tens of
-    // microseconds) but preemption sets it: a helper that claimed a part and is then
-    // preempted on a busy machine makes the caller wait a scheduler slice (milliseconds), so
-    // only parts of several milliseconds of work are handed out. On the 2-core VM at load
-    // 5-6, 10k-row pushes (2.5 MB of rows, 8 parts of ~0.3 ms) measured no faster and SGD
-    // ones slower (ps_bench 0.27-0.30x against 0.31-0.40x), so a push of that size stays
-    // whole; a 4 MiB part of dense Adam is ~1.5 ms. Tests lower these to split small arrays.
-    int64_t min_dense_elements = int64_t{1} << 20;
+    // push counts the elements of its distinct rows). Measured on the 2-core VM (load 2-3): a
+    // ParallelFor costs its caller 3-14 us (median) to hand out, a helper starts its first
+    // part 30-55 us after (median), and in over a tenth of the calls not within 0.8 ms (the
+    // caller then runs the parts itself: parts are claimed, not assigned; a helper preempted
+    // after claiming one still holds up the caller for that part). A dense Adam part of
+    // 128k elements is ~0.2 ms, so a 4 MiB dense push (1M elements) is split in 8: with 1 PS
+    // its median time through ps_bench was 1.5-20% lower in 5 of 6 paired A/B sets (6-8
+    // pairs each, load 2-5; 4% higher in the sixth), with 2 PS (two PS processes on two
+    // cores) indistinguishable. The training model's arrays (the MLP's largest, 784x256 = 200k
+    // elements) stay whole: there the workers keep every core busy. Rows stay at 1M: 10k-row
+    // pushes (640k elements) split in 5 parts measured within 4% of whole ones (1 PS and 2
+    // PS, 6 paired runs), and earlier at load 5-6 SGD ones slower. Tests lower these to
+    // split small arrays.
+    int64_t min_dense_elements = int64_t{1} << 17;
     int64_t min_row_elements = int64_t{1} << 20;
-    // The finiteness check reads each element once and does little else.
-    int64_t min_check_elements = int64_t{1} << 21;
+    // The finiteness check reads each element once and does little else: twice the dense
+    // part, so it is split for a 4 MiB gradient too but not for a 200k-element one.
+    int64_t min_check_elements = int64_t{1} << 18;
   };
 
   explicit ApplyPool(Options options);

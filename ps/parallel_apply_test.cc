@@ -78,6 +78,23 @@ TEST(ApplyPoolTest, PartsAreAtLeastTheMinimumWorkAndAFewPerThread) {
   EXPECT_EQ(ApplyParts(nullptr, 1000000, &ApplyPool::Options::min_dense_elements), 1);
 }
 
+// The PS's defaults split a 4 MiB dense gradient (1M f32) and its check over the pool, and
+// keep the training model's arrays whole (the MLP's largest is 784x256), where the workers keep
+// every core busy and a hand-off would only add its cost.
+TEST(ApplyPoolTest, DefaultsSplitA4MiBGradientAndKeepTheTrainingModelsArraysWhole) {
+  ApplyPool::Options options;
+  options.helpers = 1;
+  ApplyPool pool(options);
+  constexpr int64_t kMlpLargest = 784 * 256;
+  constexpr int64_t k4MiB = int64_t{1} << 20;
+  EXPECT_EQ(ApplyParts(&pool, kMlpLargest, &ApplyPool::Options::min_dense_elements), 1);
+  EXPECT_EQ(ApplyParts(&pool, kMlpLargest, &ApplyPool::Options::min_check_elements), 1);
+  EXPECT_EQ(ApplyParts(&pool, k4MiB, &ApplyPool::Options::min_dense_elements), 8);
+  EXPECT_GE(ApplyParts(&pool, k4MiB, &ApplyPool::Options::min_check_elements), 2);
+  // A 10k-row push of 64 floats stays whole (no measured gain from splitting it).
+  EXPECT_EQ(ApplyParts(&pool, 10000 * 64, &ApplyPool::Options::min_row_elements), 1);
+}
+
 // The PS hands its pool to its store; the stores of a replicated PS's group copies, charged to
 // that store, use the same pool.
 TEST(ApplyPoolTest, AStoreChargedToABudgetUsesTheBudgetsPool) {
