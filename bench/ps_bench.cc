@@ -63,6 +63,7 @@
 #include "bench/pipelined_echo.h"
 #include "bench/report.h"
 #include "bench/stats.h"
+#include "bench/whole_transfer.h"
 #include "coordinator/initializers.h"
 #include "ps/update_rule.h"
 #include "coordinator/parameter_server_strategy.h"
@@ -142,14 +143,21 @@ double Seconds(Clock::time_point begin, Clock::time_point end) {
 // acknowledges. The client drives all connections from the calling thread with async
 // operations, as PsClient drives all PS from one I/O loop. `receiver_cpu` >= 0 pins the
 // receiver threads there (where the PS is pinned).
+//
+// `whole` picks how both ends call the kernel: false, in Asio's default 64 KiB steps (many
+// small copies that a sender and receiver running at once keep in cache, or a ping-pong of
+// wakeups when they share a CPU: 1.5 or 5-6 GB/s for 64 MiB from one run to the next); true, as
+// much per call as the kernel takes (bench/whole_transfer.h), as the PS's connections do.
+// Measure times both and takes the faster as the reference, so neither mode's bad luck
+// flatters the PS.
 class RawTransfer {
  public:
-  RawTransfer(int connections, size_t total_bytes, int receiver_cpu = -1) {
+  RawTransfer(int connections, size_t total_bytes, int receiver_cpu, bool whole) : whole_(whole) {
     const size_t share = total_bytes / static_cast<size_t>(connections);
     for (int i = 0; i < connections; ++i) {
       const size_t bytes =
           i + 1 == connections ? total_bytes - share * static_cast<size_t>(i) : share;
-      links_.push_back(std::make_unique<Link>(context_, bytes, receiver_cpu));
+      links_.push_back(std::make_unique<Link>(context_, bytes, receiver_cpu, whole));
     }
   }
 
@@ -166,8 +174,12 @@ class RawTransfer {
   bool Once() {
     bool ok = true;
     for (auto& link : links_) {
-      asio::async_write(link->socket, asio::buffer(link->out),
-                        [&ok](const boost::system::error_code& ec, size_t) { ok = ok && !ec; });
+      auto done = [&ok](const boost::system::error_code& ec, size_t) { ok = ok && !ec; };
+      if (whole_) {
+        asio::async_write(link->socket, asio::buffer(link->out), bench::WholeTransfer(), done);
+      } else {
+        asio::async_write(link->socket, asio::buffer(link->out), done);
+      }
       asio::async_read(link->socket, asio::buffer(&link->ack, 1),
                        [&ok](const boost::system::error_code& ec, size_t) { ok = ok && !ec; });
     }
@@ -178,8 +190,9 @@ class RawTransfer {
 
  private:
   struct Link {
-    Link(asio::io_context& context, size_t bytes, int receiver_cpu)
-        : acceptor(receiver_context, tcp::endpoint(make_address("127.0.0.1"), 0)),
+    Link(asio::io_context& context, size_t bytes, int receiver_cpu, bool whole)
+        : whole(whole),
+          acceptor(receiver_context, tcp::endpoint(make_address("127.0.0.1"), 0)),
           socket(context),
           out(bytes, 0x5a),
           in(bytes) {
@@ -200,13 +213,18 @@ class RawTransfer {
       s.set_option(tcp::no_delay(true), ec);
       const char ack_byte = 1;
       for (;;) {
-        asio::read(s, asio::buffer(in), ec);
+        if (whole) {
+          asio::read(s, asio::buffer(in), bench::WholeTransfer(), ec);
+        } else {
+          asio::read(s, asio::buffer(in), ec);
+        }
         if (ec) return;  // the client closed: done
         asio::write(s, asio::buffer(&ack_byte, 1), ec);
         if (ec) return;
       }
     }
 
+    const bool whole;
     asio::io_context receiver_context;
     tcp::acceptor acceptor;
     tcp::socket socket;  // the client end
@@ -216,6 +234,7 @@ class RawTransfer {
     std::thread receiver;
   };
 
+  const bool whole_;
   asio::io_context context_;
   std::vector<std::unique_ptr<Link>> links_;
 };
@@ -302,49 +321,44 @@ std::optional<PairTiming> MeasurePair(int iterations, const std::function<absl::
 
 struct Timing {
   double op_seconds = 0;   // median per PS operation
-  double raw_seconds = 0;  // median per raw transfer of the same bytes
+  double raw_seconds = 0;  // median per raw transfer of the same bytes, the faster mode's
   double memcpy_seconds = 0;
   double adam_seconds = 0;  // the PS's check and Adam alone over the same floats (push cases only)
   bool ok = false;
 };
 
-// Alternates `op` and a raw transfer of `bytes` over `connections`, after a warm-up (which
-// faults in buffers and lets TCP windows grow). `receiver_cpu` as for RawTransfer.
+// Alternates `op` and a raw transfer of `bytes` over `connections` in each of RawTransfer's
+// two modes, after a warm-up (which faults in buffers and lets TCP windows grow); the
+// reference is the faster mode's median. `receiver_cpu` as for RawTransfer.
 Timing Measure(int connections, size_t bytes, int iterations,
                const std::function<absl::Status()>& op, int receiver_cpu = -1) {
   Timing t;
-  RawTransfer raw(connections, bytes, receiver_cpu);
-  const int warmup = std::max(1, iterations / 10);
-  for (int i = 0; i < warmup; ++i) {
-    if (absl::Status s = op(); !s.ok()) {
-      std::fprintf(stderr, "operation failed: %s\n", s.ToString().c_str());
-      return t;
-    }
-    if (!raw.Once()) {
-      std::fprintf(stderr, "raw transfer failed\n");
-      return t;
-    }
-  }
+  RawTransfer chunked(connections, bytes, receiver_cpu, /*whole=*/false);
+  RawTransfer whole(connections, bytes, receiver_cpu, /*whole=*/true);
   std::vector<double> op_samples;
-  std::vector<double> raw_samples;
-  for (int i = 0; i < iterations; ++i) {
+  std::vector<double> chunked_samples;
+  std::vector<double> whole_samples;
+  const int warmup = std::max(1, iterations / 10);
+  for (int i = 0; i < warmup + iterations; ++i) {
     Clock::time_point begin = Clock::now();
     if (absl::Status s = op(); !s.ok()) {
       std::fprintf(stderr, "operation failed: %s\n", s.ToString().c_str());
       return t;
     }
     Clock::time_point end = Clock::now();
-    op_samples.push_back(Seconds(begin, end));
-    begin = Clock::now();
-    if (!raw.Once()) {
-      std::fprintf(stderr, "raw transfer failed\n");
-      return t;
+    if (i >= warmup) op_samples.push_back(Seconds(begin, end));
+    for (auto [raw, samples] : {std::pair{&chunked, &chunked_samples}, std::pair{&whole, &whole_samples}}) {
+      begin = Clock::now();
+      if (!raw->Once()) {
+        std::fprintf(stderr, "raw transfer failed\n");
+        return t;
+      }
+      end = Clock::now();
+      if (i >= warmup) samples->push_back(Seconds(begin, end));
     }
-    end = Clock::now();
-    raw_samples.push_back(Seconds(begin, end));
   }
   t.op_seconds = Median(op_samples);
-  t.raw_seconds = Median(raw_samples);
+  t.raw_seconds = std::min(Median(chunked_samples), Median(whole_samples));
   t.memcpy_seconds = MemcpySeconds(bytes, std::max(3, std::min(iterations, 50)));
   t.ok = true;
   return t;

@@ -47,6 +47,7 @@
 #include "bench/pipelined_echo.h"
 #include "bench/report.h"
 #include "bench/stats.h"
+#include "bench/whole_transfer.h"
 #include "core/one_shot_event.h"
 #include "core/sync.h"
 #include "core/logging.h"
@@ -144,9 +145,9 @@ class RawEchoServer {
     if (ec) return;
     socket.set_option(tcp::no_delay(true), ec);
     for (;;) {
-      asio::read(socket, asio::buffer(buffer_), ec);
+      asio::read(socket, asio::buffer(buffer_), bench::WholeTransfer(), ec);
       if (ec) return;  // the client closed: done
-      asio::write(socket, asio::buffer(buffer_), ec);
+      asio::write(socket, asio::buffer(buffer_), bench::WholeTransfer(), ec);
       if (ec) return;
     }
   }
@@ -168,9 +169,9 @@ class RawEchoClient {
   // One blocking round trip; false on a socket error or a corrupted echo.
   bool RoundTrip() {
     boost::system::error_code ec;
-    asio::write(socket_, asio::buffer(out_), ec);
+    asio::write(socket_, asio::buffer(out_), bench::WholeTransfer(), ec);
     if (ec) return false;
-    asio::read(socket_, asio::buffer(in_), ec);
+    asio::read(socket_, asio::buffer(in_), bench::WholeTransfer(), ec);
     return !ec;
   }
 
