@@ -10,7 +10,7 @@
 //                                 exactly once per epoch; needs --sharding dynamic)
 //       [--augment]              (a random crop and flip of every training image)
 //       [--data_service auto|off]
-//       [--lr_decay cosine|none] (the learning rate's cosine decay to 0 over the run's updates)
+//       [--lr_decay cosine|none] (default cosine: the learning rate's decay to 0 over the run's updates)
 //
 // Under asyncps_launch --data_workers D (a tf.data service dispatcher and D data workers in
 // TF_CONFIG), --data_service auto (the default) moves the input pipeline, augmentation
@@ -81,9 +81,9 @@ constexpr char kUsage[] =
     "              [--overlap_pull=true|false] [--fused_push_pull=true|false] [--closures_per_worker N]\n"
     "              [--count_examples]\n"
     "              [--augment] [--data_service auto|off] [--lr_decay cosine|none]\n"
-    "  --lr_decay cosine: the learning rate falls as a cosine from 1e-3 to 0 over the run's\n"
-    "    updates (epochs x 60000 / batch_size, keyed on each variable's version on the PS);\n"
-    "    none: constant (docs/operations.md).\n"
+    "  --lr_decay cosine (the default): the learning rate falls as a cosine from 1e-3 to 0 over\n"
+    "    the run's updates (epochs x 60000 / batch_size, keyed on each variable's version on the\n"
+    "    PS); none: constant (docs/operations.md).\n"
     "  --augment: a random crop (of the image padded by one pixel) and flip of every image.\n"
     "  --data_service auto: with a dispatcher in the cluster (asyncps_launch --data_workers D),\n"
     "    the data workers run the input pipeline (implies --sharding dynamic); off: the workers.\n"
