@@ -203,9 +203,9 @@ class Variable {
   void set_restores(uint64_t restores) { restores_.store(restores, std::memory_order_relaxed); }
 
  private:
+  Variable() = default;
   // UpdateRule::DecayScale of the optimizer's config at `version`; 1 without decay.
   float DecayScaleAt(int64_t version) const;
-  Variable() = default;
   absl::Status CheckIds(const Tensor& ids) const;
   // The first byte of row `row` of the current storage. Call with mu_ held (either mode).
   char* row_ptr(int64_t row) const;
