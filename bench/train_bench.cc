@@ -23,8 +23,12 @@
 // its own pull, 2 closures per worker), and the default with one thing changed (default_*: without the
 // staleness options, with the staleness-aware learning rate, with max_staleness 4 or 2, with
 // fc1.weight split over both PS), and the default with the workers' pulls and pushes in bf16 (bf16:
-// --transport=bf16). The one-thread reference runs before
-// and after them; ratios are against the faster of its two runs.
+// --transport=bf16), the default with the learning rate's cosine decay (decay: --lr_decay cosine)
+// and with a constant rate (default_constant_lr: --lr_decay none). The one-thread reference runs before
+// and after them (with a constant learning rate); ratios are against the faster of its two runs. The
+// configurations with the cosine decay (the default among them) have their accuracy compared with
+// one more one-thread reference run, after the others, trained with the same schedule
+// ("reference, cosine decay").
 // On a machine shared with other jobs the figures mean little unless the bench gets the cores;
 // see the README (Measured) for how they were taken.
 // Flags: --quick (one epoch, the default configuration: a smoke run for ctest), --epochs N (default 10,
@@ -88,6 +92,8 @@ struct Config {
   bool staleness_aware_lr = fmnist::kDefaultStalenessAwareLr;
   // The workers' pulls and gradient pushes in bf16 (--transport=bf16; core/bf16.h).
   bool bf16_transport = false;
+  // fmnist::Options::cosine_lr_decay (fashion_mnist --lr_decay).
+  bool cosine_lr_decay = fmnist::kDefaultCosineLrDecay;
 };
 
 const Config kConfigs[] = {
@@ -120,6 +126,12 @@ const Config kConfigs[] = {
     {"bf16", "the default step with the workers' pulls and gradient pushes in bf16 (--transport=bf16: half the bytes)",
      fmnist::kDefaultOverlapPull, fmnist::kDefaultClosuresPerWorker, false, fmnist::kDefaultFusedPushPull,
      fmnist::kDefaultMaxStaleness, fmnist::kDefaultStalenessAwareLr, true},
+    {"decay", "the default step with the learning rate's cosine decay to 0 over the run's updates (--lr_decay cosine)",
+     fmnist::kDefaultOverlapPull, fmnist::kDefaultClosuresPerWorker, false, fmnist::kDefaultFusedPushPull,
+     fmnist::kDefaultMaxStaleness, fmnist::kDefaultStalenessAwareLr, false, true},
+    {"default_constant_lr", "the default step with a constant learning rate (--lr_decay none)",
+     fmnist::kDefaultOverlapPull, fmnist::kDefaultClosuresPerWorker, false, fmnist::kDefaultFusedPushPull,
+     fmnist::kDefaultMaxStaleness, fmnist::kDefaultStalenessAwareLr, false, false},
 };
 
 // Context switches (voluntary + involuntary) of each live thread of process `pid`, by thread
@@ -356,6 +368,7 @@ absl::StatusOr<Run> TrainDistributed(const Config& config, const fmnist::Options
   run.fused_push_pull = config.fused_push_pull;
   run.max_staleness = config.max_staleness;
   run.staleness_aware_lr = config.staleness_aware_lr;
+  run.cosine_lr_decay = config.cosine_lr_decay;
   // The window: from a tenth of the first epoch (after start-up) to the last step.
   const int64_t total_steps = static_cast<int64_t>(options.epochs) * (60'000 / options.batch_size);
   const int64_t first = std::max<int64_t>(1, 60'000 / options.batch_size / 10);
@@ -475,6 +488,10 @@ int Main(bool quick, int epochs, const std::string& only, int repeat, uint64_t s
   options.progress = false;
   options.seed = seed;
   options.epochs = quick ? 1 : epochs;
+  // The references train with a constant learning rate (torch::optim::Adam as it comes);
+  // configurations with the cosine decay (the main command's default) have their accuracy
+  // compared with one more reference trained with it (below).
+  options.cosine_lr_decay = false;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::printf("train_bench: Fashion-MNIST MLP 784-256-128-10, batch %d, Adam 1e-3, %d epoch(s), %d cores%s\n",
               options.batch_size, options.epochs, cores, quick ? " (--quick)" : "");
@@ -529,6 +546,21 @@ int Main(bool quick, int epochs, const std::string& only, int repeat, uint64_t s
   std::printf("  the faster reference run (%.0f examples/s) is each ratio's reference\n",
               ref1.result.examples_per_second);
   AddReference(report, "reference (1 thread)", ref1);
+  // Configurations with the cosine decay: their accuracy against a reference trained with it
+  // too (torch::optim::Adam's rate set each step by the same formula over the same number of
+  // steps). Its speed is the other references'; speed ratios stay against ref1.
+  std::optional<Run> ref_cosine;
+  constexpr char kCosineLabel[] = "reference, cosine decay (1 thread)";
+  if (absl::c_any_of(runs, [](const auto& run) { return run.first->cosine_lr_decay; })) {
+    fmnist::Options cosine = options;
+    cosine.cosine_lr_decay = true;
+    absl::StatusOr<Run> r = TrainReference(cosine, 1);
+    if (!r.ok()) return fail("reference", r.status());
+    ref_cosine = *std::move(r);
+    PrintLine(kCosineLabel, *ref_cosine);
+    PrintReferenceCpu(*ref_cosine);
+    AddReference(report, kCosineLabel, *ref_cosine);
+  }
 
   report.aims().Declare(kSpeedAim, bench::AimBound::kAtLeast, kSpeedAimRatio);
   std::map<std::string, int> runs_of;
@@ -552,11 +584,12 @@ int Main(bool quick, int epochs, const std::string& only, int repeat, uint64_t s
                   .reference = absl::StrCat("reference (", cores, " threads)"),
                   .reference_value = refn->result.examples_per_second});
     }
+    const bool cosine = config->cosine_lr_decay;
     report.Add({.name = label + " test accuracy",
                 .value = d.result.test_accuracy,
                 .unit = "",
-                .reference = "reference (1 thread)",
-                .reference_value = ref1.result.test_accuracy});
+                .reference = cosine ? kCosineLabel : "reference (1 thread)",
+                .reference_value = cosine ? ref_cosine->result.test_accuracy : ref1.result.test_accuracy});
     report.Add({.name = label + " CPU per step",
                 .value = d.cpu_per_step,
                 .unit = "ms",

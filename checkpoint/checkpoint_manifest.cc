@@ -28,7 +28,9 @@ json OptimizerToJson(const OptimizerConfig& c) {
           {"l1", c.l1},
           {"l2", c.l2},
           {"l2_shrinkage", c.l2_shrinkage},
-          {"beta", c.beta}};
+          {"beta", c.beta},
+          {"decay_steps", c.decay_steps},
+          {"decay_alpha", c.decay_alpha}};
 }
 
 // Field access with errors that say which field of what is wrong.
@@ -103,6 +105,11 @@ absl::StatusOr<OptimizerConfig> OptimizerFromJson(const Reader& r, const json& j
   RETURN_IF_ERROR(number("l2", &c.l2));
   RETURN_IF_ERROR(number("l2_shrinkage", &c.l2_shrinkage));
   RETURN_IF_ERROR(number("beta", &c.beta));
+  // The decay fields are absent from manifests written before the decay existed: no decay.
+  if (j.contains("decay_steps")) {
+    ASSIGN_OR_RETURN(c.decay_steps, r.Int(j, "decay_steps", where, 0));
+  }
+  if (j.contains("decay_alpha")) RETURN_IF_ERROR(number("decay_alpha", &c.decay_alpha));
   return c;
 }
 

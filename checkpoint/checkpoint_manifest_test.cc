@@ -24,6 +24,8 @@ CheckpointManifest Sample() {
   ManifestVariable emb{"emb", DType::kF32, {5, 3}, AdamConfig(), {}};
   emb.optimizer->beta_2 = 0.98f;
   emb.optimizer->nesterov = true;
+  emb.optimizer->decay_steps = 4690;
+  emb.optimizer->decay_alpha = 0.25f;
   emb.shards.push_back(
       {"emb/part_0",
        0,
@@ -67,6 +69,8 @@ TEST(CheckpointManifestTest, RoundTripsEveryField) {
   EXPECT_FLOAT_EQ(emb.optimizer->learning_rate, 0.05f);
   EXPECT_FLOAT_EQ(emb.optimizer->beta_2, 0.98f);
   EXPECT_TRUE(emb.optimizer->nesterov);
+  EXPECT_EQ(emb.optimizer->decay_steps, 4690);
+  EXPECT_FLOAT_EQ(emb.optimizer->decay_alpha, 0.25f);
   ASSERT_EQ(emb.shards.size(), 2u);
   EXPECT_EQ(emb.shards[1].name, "emb/part_1");
   EXPECT_EQ(emb.shards[1].row_begin, 3);
@@ -142,6 +146,21 @@ TEST(CheckpointManifestTest, EmbeddingTablesRoundTripAndAreChecked) {
               HasSubstr("'key_partition' missing"));
 }
 
+// Manifests written before the learning-rate decay existed have no decay fields: they load with
+// no decay, as they trained.
+TEST(CheckpointManifestTest, ManifestWithoutDecayFieldsLoadsWithNoDecay) {
+  using nlohmann::json;
+  json j = json::parse(ManifestToJson(Sample()));
+  j["variables"][0]["optimizer"].erase("decay_steps");
+  j["variables"][0]["optimizer"].erase("decay_alpha");
+  auto back = ManifestFromJson(j.dump(), "test");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->variables[0].optimizer.has_value());
+  EXPECT_EQ(back->variables[0].optimizer->decay_steps, 0);
+  EXPECT_EQ(back->variables[0].optimizer->decay_alpha, 0.0f);
+  EXPECT_FLOAT_EQ(back->variables[0].optimizer->beta_2, 0.98f);
+}
+
 TEST(CheckpointManifestTest, RejectsEveryBrokenField) {
   using nlohmann::json;
   const json good = json::parse(ManifestToJson(Sample()));
@@ -170,6 +189,8 @@ TEST(CheckpointManifestTest, RejectsEveryBrokenField) {
        "not a non-negative integer"},
       {"optimizer field", [](json& j) { j["variables"][0]["optimizer"].erase("beta_1"); },
        "'beta_1' missing"},
+      {"decay steps", [](json& j) { j["variables"][0]["optimizer"]["decay_steps"] = -1; },
+       "'decay_steps' is not an integer >= 0"},
       {"rows gap",
        [](json& j) {
          j["variables"][0]["shards"][1]["rows"] = {4, 5};

@@ -87,5 +87,11 @@ OptimizerConfig MaxStaleness(OptimizerConfig config, int64_t max_staleness) {
   return config;
 }
 
+OptimizerConfig CosineDecay(OptimizerConfig config, int64_t decay_steps, float alpha) {
+  config.decay_steps = decay_steps;
+  config.decay_alpha = alpha;
+  return config;
+}
+
 }  // namespace opt
 }  // namespace asyncps

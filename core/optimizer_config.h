@@ -79,6 +79,15 @@ struct OptimizerConfig {
   // Aborted (IsStaleGradientError), and the coordinator runs the closure again on fresh
   // values. kUnboundedStaleness (any negative value): no bound.
   int64_t max_staleness = kUnboundedStaleness;
+
+  // Learning-rate decay, for every kind: Keras' CosineDecay keyed on the variable's version
+  // (updates applied before this one, the count staleness uses), so an update applied at
+  // version v uses learning_rate * ((1 - decay_alpha) * 0.5 * (1 + cos(pi * min(v, decay_steps)
+  // / decay_steps)) + decay_alpha): the full rate at version 0, decay_alpha of it from version
+  // decay_steps on. It multiplies the staleness-aware factor. decay_steps 0: no decay (the
+  // default; the configured rate, bit for bit). decay_steps >= 0, decay_alpha in [0, 1].
+  int64_t decay_steps = 0;
+  float decay_alpha = 0.0f;
 };
 
 // Optimizer choices for ParameterServerStrategy::CreateVariable, with Keras names and
@@ -102,6 +111,10 @@ OptimizerConfig StalenessAwareLr(OptimizerConfig config);
 // `config` with pushes staler than `max_staleness` refused (see OptimizerConfig::max_staleness),
 // e.g. opt::MaxStaleness(opt::Adam(1e-3), 4).
 OptimizerConfig MaxStaleness(OptimizerConfig config, int64_t max_staleness);
+// `config` with its learning rate decayed by a cosine over `decay_steps` updates down to
+// `alpha` times the rate (see OptimizerConfig::decay_steps), e.g.
+// opt::CosineDecay(opt::Adam(1e-3), 4690, 0.0f).
+OptimizerConfig CosineDecay(OptimizerConfig config, int64_t decay_steps, float alpha = 0.0f);
 
 }  // namespace opt
 }  // namespace asyncps

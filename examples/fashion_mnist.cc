@@ -10,6 +10,7 @@
 //                                 exactly once per epoch; needs --sharding dynamic)
 //       [--augment]              (a random crop and flip of every training image)
 //       [--data_service auto|off]
+//       [--lr_decay cosine|none] (default cosine: the learning rate's decay to 0 over the run's updates)
 //
 // Under asyncps_launch --data_workers D (a tf.data service dispatcher and D data workers in
 // TF_CONFIG), --data_service auto (the default) moves the input pipeline, augmentation
@@ -63,6 +64,7 @@ struct Flags {
     train.fused_push_pull = asyncps::fmnist::kDefaultFusedPushPull;
     train.max_staleness = asyncps::fmnist::kDefaultMaxStaleness;
     train.staleness_aware_lr = asyncps::fmnist::kDefaultStalenessAwareLr;
+    train.cosine_lr_decay = asyncps::fmnist::kDefaultCosineLrDecay;
   }
   asyncps::fmnist::Options train;
   int torch_threads = 1;
@@ -78,7 +80,10 @@ constexpr char kUsage[] =
     "              [--sharding off|dynamic] [--stop_at_accuracy A] [--ps_recovery auto|off]\n"
     "              [--overlap_pull=true|false] [--fused_push_pull=true|false] [--closures_per_worker N]\n"
     "              [--count_examples]\n"
-    "              [--augment] [--data_service auto|off]\n"
+    "              [--augment] [--data_service auto|off] [--lr_decay cosine|none]\n"
+    "  --lr_decay cosine (the default): the learning rate falls as a cosine from 1e-3 to 0 over\n"
+    "    the run's updates (epochs x 60000 / batch_size, keyed on each variable's version on the\n"
+    "    PS); none: constant (docs/operations.md).\n"
     "  --augment: a random crop (of the image padded by one pixel) and flip of every image.\n"
     "  --data_service auto: with a dispatcher in the cluster (asyncps_launch --data_workers D),\n"
     "    the data workers run the input pipeline (implies --sharding dynamic); off: the workers.\n"
@@ -166,6 +171,9 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
       const bool has_value = arg.find('=') != std::string::npos;
       ok = !has_value || value == "true" || value == "false";
       flags->train.augment = !has_value || value == "true";
+    } else if (name == "lr_decay") {
+      ok = value == "cosine" || value == "none";
+      flags->train.cosine_lr_decay = value == "cosine";
     } else if (name == "data_service") {
       ok = value == "auto" || value == "off";
       flags->data_service = value == "auto";

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <memory>
@@ -500,6 +501,7 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
   // Idempotent: a restarted chief finds them on the running PS (and restores them below).
   OptimizerConfig adam = opt::MaxStaleness(opt::Adam(options.learning_rate), options.max_staleness);
   if (options.staleness_aware_lr) adam = opt::StalenessAwareLr(adam);
+  if (options.cosine_lr_decay) adam = opt::CosineDecay(adam, LrDecaySteps(options), 0.0f);
   RETURN_IF_ERROR(torch_bridge::CreateVariables(strategy, *net.module, adam));
   if (options.count_examples) {
     // Created before the restore below, so a checkpoint puts the counts back with the model.
@@ -687,6 +689,10 @@ absl::StatusOr<CheckpointEvaluator> MakeCheckpointEvaluator(const Options& optio
   };
 }
 
+int64_t LrDecaySteps(const Options& options) {
+  return kTrainExamples / options.batch_size * options.epochs;
+}
+
 absl::StatusOr<Result> TrainLocal(const Options& options) {
   RETURN_IF_ERROR(CheckOptions(options));
   ASSIGN_OR_RETURN(TestSet test, LoadTestSet(options.data_dir));
@@ -697,6 +703,7 @@ absl::StatusOr<Result> TrainLocal(const Options& options) {
 
   const int64_t steps_per_epoch = kTrainExamples / options.batch_size;
   const int64_t total_steps = steps_per_epoch * options.epochs;
+  const int64_t decay_steps = std::max<int64_t>(1, LrDecaySteps(options));
   Tracker tracker(options, steps_per_epoch, total_steps);
   Result result;
   const absl::Time start = absl::Now();
@@ -714,6 +721,13 @@ absl::StatusOr<Result> TrainLocal(const Options& options) {
       adam.zero_grad();
       torch::Tensor loss = torch::nn::functional::cross_entropy(net.forward(inputs.first), inputs.second);
       loss.backward();
+      if (options.cosine_lr_decay) {
+        // The PS's schedule (UpdateRule::DecayScale, alpha 0) at version = the steps before this one.
+        const double progress = static_cast<double>(std::min(tracker.steps(), decay_steps)) /
+                                static_cast<double>(decay_steps);
+        static_cast<torch::optim::AdamOptions&>(adam.param_groups()[0].options())
+            .lr(options.learning_rate * 0.5 * (1.0 + std::cos(3.14159265358979323846 * progress)));
+      }
       adam.step();
       tracker.Step(loss.item<double>(), inputs.first.size(0));
       tracker.MaybeReport(none);

@@ -21,6 +21,8 @@ struct OptimizerConfig {
   beta @12 :Float32;
   stalenessAwareLr @13 :Bool;    # learning rate / max(1, staleness) (docs/staleness.md)
   maxStaleness @14 :Int64 = -1;  # a push staler than this is refused; -1: no bound
+  decaySteps @15 :Int64;         # cosine learning-rate decay over this many versions; 0: none
+  decayAlpha @16 :Float32;       # the decayed rate's floor, a fraction of learningRate
 }
 
 # How to fill a (shard of a) variable on the PS itself, so large tables are never built on the

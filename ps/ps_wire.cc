@@ -22,6 +22,8 @@ void OptimizerToWire(const OptimizerConfig* c, wire::OptimizerConfig::Builder ou
   out.setBeta(c->beta);
   out.setStalenessAwareLr(c->staleness_aware_lr);
   out.setMaxStaleness(c->max_staleness);
+  out.setDecaySteps(c->decay_steps);
+  out.setDecayAlpha(c->decay_alpha);
 }
 
 absl::StatusOr<std::unique_ptr<OptimizerConfig>> OptimizerFromWire(
@@ -43,6 +45,8 @@ absl::StatusOr<std::unique_ptr<OptimizerConfig>> OptimizerFromWire(
   c->beta = in.getBeta();
   c->staleness_aware_lr = in.getStalenessAwareLr();
   c->max_staleness = in.getMaxStaleness();
+  c->decay_steps = in.getDecaySteps();
+  c->decay_alpha = in.getDecayAlpha();
   return c;
 }
 

@@ -1,9 +1,12 @@
 // Versions and staleness on the PS (docs/staleness.md): Variable versions, StalenessGate, and
 // ps.Read / ps.Gather / ps.PushGradients through a real RPC server.
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/stale_gradient.h"
@@ -18,6 +21,7 @@
 #include "ps/ps_wire.h"
 #include "ps/read_wire_testing.h"
 #include "ps/staleness_gate.h"
+#include "ps/update_rule.h"
 #include "ps/variable.h"
 
 namespace asyncps::ps {
@@ -151,6 +155,75 @@ TEST(StalenessGateTest, AwareLearningRateDividesByStaleness) {
   EXPECT_EQ(gate.lr_scale(0), 0.25f);
   ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {8}), gate.lr_scale(0)).ok());
   EXPECT_EQ(v->Read().data<float>()[0], -2.0f);
+}
+
+// Cosine learning-rate decay keyed on the variable's version (OptimizerConfig::decay_steps):
+// the step an SGD update takes at version v is lr * UpdateRule::DecayScale(config, v).
+double CosineDecayFormula(int64_t version, int64_t decay_steps, double alpha) {
+  const double p = static_cast<double>(std::min(version, decay_steps)) / static_cast<double>(decay_steps);
+  return (1.0 - alpha) * 0.5 * (1.0 + std::cos(3.14159265358979323846 * p)) + alpha;
+}
+
+TEST(VariableDecayTest, AppliedStepFollowsTheCosineOfTheVersion) {
+  const OptimizerConfig config = opt::CosineDecay(Sgd(1.0f), 8, 0.25f);
+  for (bool rows : {false, true}) {
+    auto v = MakeVariable(config, 1);
+    for (int64_t version = 0; version <= 10; ++version) {
+      ASSERT_EQ(v->version(), version);
+      const float before = v->Read().data<float>()[0];
+      if (rows) {
+        ASSERT_TRUE(v->ApplyRowGradients(Tensor::FromVector<int64_t>({1}, {0}), Tensor::FromVector<float>({1}, {1}))
+                        .ok());
+      } else {
+        ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {1})).ok());
+      }
+      const float step = before - v->Read().data<float>()[0];
+      EXPECT_NEAR(step, CosineDecayFormula(version, 8, 0.25), 1e-5) << "version " << version << " rows " << rows;
+    }
+  }
+  // Versions 0, decay_steps / 2, decay_steps and beyond, exactly as the formula puts them.
+  EXPECT_EQ(UpdateRule::DecayScale(config, 0), 1.0f);
+  EXPECT_NEAR(UpdateRule::DecayScale(config, 4), 0.625f, 1e-7f);
+  EXPECT_NEAR(UpdateRule::DecayScale(config, 8), 0.25f, 1e-7f);
+  EXPECT_NEAR(UpdateRule::DecayScale(config, 80), 0.25f, 1e-7f);
+}
+
+// The version, not the optimizer's step counter, keys the decay: writes (ps.Update) advance it.
+TEST(VariableDecayTest, WritesAdvanceTheDecayAsTheyAdvanceTheVersion) {
+  auto v = MakeVariable(opt::CosineDecay(Sgd(1.0f), 4, 0.0f), 1);
+  ASSERT_TRUE(v->Update(UpdateKind::kAssign, Tensor::FromVector<float>({1}, {0})).ok());
+  ASSERT_TRUE(v->Update(UpdateKind::kAssign, Tensor::FromVector<float>({1}, {0})).ok());
+  ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {1})).ok());
+  EXPECT_NEAR(v->Read().data<float>()[0], -0.5f, 1e-7f) << "applied at version 2 of 4: half the rate";
+}
+
+TEST(VariableDecayTest, ComposesWithTheStalenessAwareRate) {
+  auto v = MakeVariable(opt::StalenessAwareLr(opt::CosineDecay(Sgd(1.0f), 4, 0.0f)), 1);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {0})).ok());
+  StalenessGate gate;
+  ASSERT_TRUE(gate.Enter({{v.get(), true, 0}}).ok());
+  ASSERT_EQ(gate.lr_scale(0), 0.5f);
+  ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {1}), gate.lr_scale(0)).ok());
+  EXPECT_NEAR(v->Read().data<float>()[0], -0.25f, 1e-7f) << "staleness 2 halves, version 2 of 4 halves";
+}
+
+// With decay_steps 0 (the default) the variable applies exactly what the rule applies alone;
+// decay_alpha 1 (a floor of the full rate) likewise, bit for bit.
+TEST(VariableDecayTest, NoDecayIsBitIdenticalToThePlainRule) {
+  for (const OptimizerConfig& config : {opt::Adam(1e-3f), opt::CosineDecay(opt::Adam(1e-3f), 5, 1.0f)}) {
+    auto v = MakeVariable(config, 3);
+    auto rule = UpdateRule::Create(opt::Adam(1e-3f));
+    ASSERT_TRUE(rule.ok());
+    std::vector<float> var(3, 0.0f), m(3, 0.0f), s(3, 0.0f);
+    std::vector<float*> slots = {m.data(), s.data()};
+    for (int64_t step = 1; step <= 8; ++step) {
+      const std::vector<float> g = {0.5f * static_cast<float>(step), -1.25f, 3.0f / static_cast<float>(step)};
+      ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({3}, g)).ok());
+      (*rule)->Apply(var.data(), g.data(), slots, 3, step);
+    }
+    const Tensor got = v->Read();
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(got.data<float>()[i], var[static_cast<size_t>(i)]) << i;
+  }
 }
 
 // Through the service: ps.Read and ps.Gather answer versions, and a refused closure push is
@@ -296,6 +369,30 @@ TEST_F(StalenessServiceTest, OptimizerStalenessSettingsCrossTheWire) {
   ASSERT_TRUE(w.ok());
   EXPECT_EQ((*w)->max_staleness(), 3);
   EXPECT_TRUE((*w)->optimizer_config()->staleness_aware_lr);
+}
+
+TEST_F(StalenessServiceTest, OptimizerDecaySettingsCrossTheWire) {
+  for (const auto& [steps, alpha] : {std::pair<int64_t, float>{-1, 0.0f}, {10, 1.5f}}) {
+    OptimizerConfig bad = opt::CosineDecay(Sgd(1.0f), steps, alpha);
+    net::OutMessage req;
+    auto body = req.InitRequestBody<wire::CreateVariableRequest>();
+    body.setName("bad");
+    body.setDtype(static_cast<uint8_t>(DType::kF32));
+    net::SetShape(body.initShape(1), Shape{2});
+    InitializerToWire(InitializerSpec(), req, body.initInitializer());
+    OptimizerToWire(&bad, body.initOptimizer());
+    auto created = client_->Call("ps.CreateVariable", std::move(req), absl::Seconds(60));
+    EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument) << created.status();
+  }
+  Create("w", opt::CosineDecay(Sgd(1.0f), 4690, 0.125f));
+  Create("plain", Sgd(1.0f));
+  auto w = store_->Find("w");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ((*w)->optimizer_config()->decay_steps, 4690);
+  EXPECT_EQ((*w)->optimizer_config()->decay_alpha, 0.125f);
+  auto plain = store_->Find("plain");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->optimizer_config()->decay_steps, 0) << "absent on the wire: no decay";
 }
 
 }  // namespace

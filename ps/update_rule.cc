@@ -529,10 +529,28 @@ float UpdateRule::LearningRateScale(const OptimizerConfig& config, int64_t stale
   return static_cast<float>(1.0 / static_cast<double>(staleness));
 }
 
+float UpdateRule::DecayScale(const OptimizerConfig& config, int64_t version) {
+  if (config.decay_steps <= 0) return 1.0f;
+  const double progress =
+      static_cast<double>(std::min(std::max<int64_t>(version, 0), config.decay_steps)) /
+      static_cast<double>(config.decay_steps);
+  const double cosine = 0.5 * (1.0 + std::cos(3.14159265358979323846 * progress));
+  const double alpha = config.decay_alpha;
+  return static_cast<float>((1.0 - alpha) * cosine + alpha);
+}
+
 absl::StatusOr<std::unique_ptr<UpdateRule>> UpdateRule::Create(const OptimizerConfig& config) {
   if (config.max_staleness < kUnboundedStaleness) {
     return absl::InvalidArgumentError(absl::StrCat("max_staleness must be >= 0, or ", kUnboundedStaleness,
                                                    " for no bound; got ", config.max_staleness));
+  }
+  if (config.decay_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decay_steps must be >= 0 (0: no decay); got ", config.decay_steps));
+  }
+  // Written so NaN fails too.
+  if (!(config.decay_alpha >= 0.0f && config.decay_alpha <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("decay_alpha must lie in [0, 1]; got ", config.decay_alpha));
   }
   switch (config.kind) {
     case OptimizerKind::kSgd:

@@ -39,6 +39,7 @@ class UpdateRule {
   //   ftrl:     learning_rate_power <= 0, initial_accumulator_value >= 0,
   //             l1, l2, l2_shrinkage, beta >= 0
   //   all:      max_staleness >= 0 or kUnboundedStaleness (-1)
+  //   all:      decay_steps >= 0, 0 <= decay_alpha <= 1
   static absl::StatusOr<std::unique_ptr<UpdateRule>> Create(const OptimizerConfig& config);
 
   virtual ~UpdateRule();
@@ -92,6 +93,13 @@ class UpdateRule {
   // async-SGD"), else 1. So a fresh update (staleness 0) and one that missed a single other
   // update (staleness 1) both get the full rate, one that missed 4 gets a quarter.
   static float LearningRateScale(const OptimizerConfig& config, int64_t staleness);
+
+  // The learning-rate factor of an update applied at `version` (updates applied before it, >= 0)
+  // under `config`'s cosine decay (OptimizerConfig::decay_steps; Keras CosineDecay): exactly 1
+  // when decay_steps is 0, else (1 - decay_alpha) * 0.5 * (1 + cos(pi * min(version,
+  // decay_steps) / decay_steps)) + decay_alpha. Variable multiplies it into the scale of every
+  // apply, so it composes with LearningRateScale.
+  static float DecayScale(const OptimizerConfig& config, int64_t version);
 
   const OptimizerConfig& config() const { return config_; }
 

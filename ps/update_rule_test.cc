@@ -703,5 +703,51 @@ TEST(StalenessAwareLrTest, MaxStalenessBelowMinusOneIsRefused) {
   EXPECT_NE(status.message().find("max_staleness"), std::string::npos) << status;
 }
 
+// Cosine learning-rate decay (OptimizerConfig::decay_steps; Keras CosineDecay), keyed on the
+// version an update is applied at.
+double CosineDecayFormula(int64_t version, int64_t decay_steps, double alpha) {
+  const double p = static_cast<double>(std::min(version, decay_steps)) / static_cast<double>(decay_steps);
+  return (1.0 - alpha) * 0.5 * (1.0 + std::cos(3.14159265358979323846 * p)) + alpha;
+}
+
+TEST(CosineDecayTest, ScaleFollowsTheFormulaAndStaysAtAlphaPastTheEnd) {
+  const OptimizerConfig c = opt::CosineDecay(Config("adam", 0.1f), 1000, 0.1f);
+  EXPECT_EQ(c.decay_steps, 1000);
+  EXPECT_EQ(c.decay_alpha, 0.1f);
+  EXPECT_EQ(UpdateRule::DecayScale(c, 0), 1.0f) << "the full rate at version 0";
+  EXPECT_NEAR(UpdateRule::DecayScale(c, 500), 0.55f, 1e-6f);
+  EXPECT_NEAR(UpdateRule::DecayScale(c, 1000), 0.1f, 1e-6f);
+  EXPECT_NEAR(UpdateRule::DecayScale(c, 5000), 0.1f, 1e-6f) << "alpha from decay_steps on";
+  for (int64_t v : {1, 137, 250, 749, 999}) {
+    EXPECT_NEAR(UpdateRule::DecayScale(c, v), CosineDecayFormula(v, 1000, double{0.1f}), 1e-6) << v;
+  }
+  // Falls monotonically from 1 to alpha.
+  for (int64_t v = 1; v <= 1000; ++v) {
+    EXPECT_LE(UpdateRule::DecayScale(c, v), UpdateRule::DecayScale(c, v - 1)) << v;
+  }
+  EXPECT_EQ(UpdateRule::DecayScale(Config("adam", 0.1f), 123456), 1.0f) << "off by default";
+  EXPECT_EQ(UpdateRule::DecayScale(opt::CosineDecay(Config("sgd", 0.1f), 10, 1.0f), 5), 1.0f)
+      << "alpha 1: no decay at all";
+}
+
+TEST(CosineDecayTest, InvalidDecayIsRefused) {
+  EXPECT_TRUE(UpdateRule::Create(opt::CosineDecay(Config("adam", 0.1f), 0, 0.0f)).ok());
+  EXPECT_TRUE(UpdateRule::Create(opt::CosineDecay(Config("adam", 0.1f), 10, 1.0f)).ok());
+  struct Bad {
+    int64_t steps;
+    float alpha;
+    const char* field;
+  };
+  const float kNan = std::nanf("");
+  for (const Bad& b : {Bad{-1, 0.0f, "decay_steps"}, Bad{10, -0.01f, "decay_alpha"},
+                       Bad{10, 1.5f, "decay_alpha"}, Bad{10, kNan, "decay_alpha"}}) {
+    for (const char* kind : {"sgd", "momentum", "adagrad", "adam", "ftrl"}) {
+      absl::Status status = UpdateRule::Create(opt::CosineDecay(Config(kind, 0.1f), b.steps, b.alpha)).status();
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << kind << " " << b.steps << " " << b.alpha;
+      EXPECT_NE(status.message().find(b.field), std::string::npos) << status;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace asyncps::ps

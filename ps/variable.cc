@@ -615,12 +615,18 @@ absl::StatusOr<Tensor> Variable::GatherVersioned(const Tensor& ids, int64_t* ver
   return out;
 }
 
+float Variable::DecayScaleAt(int64_t version) const {
+  return optimizer_->config().decay_steps == 0 ? 1.0f : UpdateRule::DecayScale(optimizer_->config(), version);
+}
+
 absl::Status Variable::ApplyGradient(const Tensor& gradient, float lr_scale) {
   if (absl::Status s = CheckGradient(nullptr, gradient); !s.ok()) return s;
   MutexLock lock(&mu_);
   UnshareValueLocked(/*keep_bytes=*/true);
   UnshareSlotsLocked(/*keep_bytes=*/true);
   const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
+  // Nothing else changes the version under the exclusive lock.
+  lr_scale *= DecayScaleAt(version_.load(std::memory_order_relaxed));
   // Every optimizer here updates each element from that element alone (one step for all), so
   // a large value is updated in parts on the pool's threads with the very bits of one pass;
   // they run inside this exclusive lock.
@@ -665,7 +671,7 @@ void Variable::ApplyRowGradients(const RowGradientBatch& batch, float lr_scale) 
   WithUnsharedValueShared(/*slots_too=*/true, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     float* value = value_.data<float>();
     const int64_t step = iterations_.fetch_add(1, std::memory_order_relaxed) + 1;
-    version_.fetch_add(1, std::memory_order_release);
+    const float scale = lr_scale * DecayScaleAt(version_.fetch_add(1, std::memory_order_release));
     // Each stripe lock once, ascending; all of the stripe's rows go through one ApplyRows,
     // which computes the per-step constants once. The rows are distinct, so a large push is
     // applied as runs of whole stripes on the pool's threads, each row getting the same bits
@@ -679,7 +685,7 @@ void Variable::ApplyRowGradients(const RowGradientBatch& batch, float lr_scale) 
         if (summed.rows(s).empty()) continue;
         MutexLock stripe(&stripes_[static_cast<size_t>(s)]);
         optimizer_->ApplyRowsScaled(value, slot_data_, row_elements, summed.rows(s), summed.grads(s), step,
-                                    lr_scale);
+                                    scale);
       }
     });
   });

@@ -123,8 +123,9 @@ class Variable {
   absl::StatusOr<Tensor> GatherVersioned(const Tensor& ids, int64_t* version) const;
 
   // Applies a dense gradient through the optimizer (f32 only), its learning rate multiplied by
-  // `lr_scale` (UpdateRule::LearningRateScale; 1 for the configured rate). A large one is
-  // applied in parts on the apply pool's threads, to the very bits one pass gives.
+  // `lr_scale` (UpdateRule::LearningRateScale; 1 for the configured rate) and by the config's
+  // decay at the version it is applied at (UpdateRule::DecayScale; 1 without decay). A large
+  // one is applied in parts on the apply pool's threads, to the very bits one pass gives.
   absl::Status ApplyGradient(const Tensor& gradient, float lr_scale = 1.0f);
 
   // Applies row gradients through the optimizer: duplicate ids are summed first; only the
@@ -203,6 +204,8 @@ class Variable {
 
  private:
   Variable() = default;
+  // UpdateRule::DecayScale of the optimizer's config at `version`; 1 without decay.
+  float DecayScaleAt(int64_t version) const;
   absl::Status CheckIds(const Tensor& ids) const;
   // The first byte of row `row` of the current storage. Call with mu_ held (either mode).
   char* row_ptr(int64_t row) const;

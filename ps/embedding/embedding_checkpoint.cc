@@ -34,7 +34,8 @@ nlohmann::json ConfigToJson(const EmbeddingTableConfig& c, int64_t step) {
        {{"kind", OptimizerKindName(o.kind)}, {"learning_rate", o.learning_rate}, {"momentum", o.momentum},
         {"nesterov", o.nesterov}, {"beta_1", o.beta_1}, {"beta_2", o.beta_2}, {"epsilon", o.epsilon},
         {"initial_accumulator_value", o.initial_accumulator_value}, {"learning_rate_power", o.learning_rate_power},
-        {"l1", o.l1}, {"l2", o.l2}, {"l2_shrinkage", o.l2_shrinkage}, {"beta", o.beta}}},
+        {"l1", o.l1}, {"l2", o.l2}, {"l2_shrinkage", o.l2_shrinkage}, {"beta", o.beta},
+        {"decay_steps", o.decay_steps}, {"decay_alpha", o.decay_alpha}}},
       {"admission",
        {{"min_count", c.admission.min_count},
         {"probability", c.admission.probability},
@@ -78,6 +79,9 @@ absl::StatusOr<EmbeddingTableConfig> ConfigFromJson(const std::string& name, con
     c.optimizer.l2 = o.at("l2").get<float>();
     c.optimizer.l2_shrinkage = o.at("l2_shrinkage").get<float>();
     c.optimizer.beta = o.at("beta").get<float>();
+    // Absent from checkpoints written before the decay existed: no decay.
+    c.optimizer.decay_steps = o.value("decay_steps", int64_t{0});
+    c.optimizer.decay_alpha = o.value("decay_alpha", 0.0f);
     const auto& a = j.at("admission");
     c.admission.min_count = a.at("min_count").get<uint32_t>();
     c.admission.probability = a.at("probability").get<float>();

@@ -441,7 +441,9 @@ void EmbeddingTable::ApplySorted(Stripe& s, std::vector<std::pair<uint32_t, cons
     }
     float* data = s.blocks[block].data.get();
     for (int k = 0; k < num_slots_; ++k) slots[k] = data + (k + 1) * dim;
-    rule_->ApplyRows(data, absl::MakeSpan(slots.data(), num_slots_), dim, offsets, grads, step);
+    // The table's pushes are its versions: the decay is keyed on the pushes before this one.
+    rule_->ApplyRowsScaled(data, absl::MakeSpan(slots.data(), num_slots_), dim, offsets, grads, step,
+                           UpdateRule::DecayScale(rule_->config(), step - 1));
     begin = end;
   }
 }
