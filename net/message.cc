@@ -81,6 +81,14 @@ void OutMessage::AddBf16(const Tensor& bytes, const Shape& shape, wire::TensorRe
   payloads_.push_back(bytes);
 }
 
+void OutMessage::AddTensorAs(const Tensor& tensor, bool f32_as_bf16, wire::TensorRef::Builder ref) {
+  if (f32_as_bf16 && tensor.dtype() == DType::kF32) {
+    AddTensorAsBf16(tensor, ref);
+  } else {
+    AddTensor(tensor, ref);
+  }
+}
+
 absl::StatusOr<Tensor> InMessage::TensorAt(wire::TensorRef::Reader ref) const {
   auto dtype = DTypeFromWire(ref.getDtype());
   if (!dtype.ok()) return dtype.status();

@@ -66,6 +66,9 @@ class OutMessage {
   // `shape`, e.g. InMessage::Bf16View::bytes of a received frame) as a bf16 tensor of `shape`.
   // The bytes are not copied.
   void AddBf16(const Tensor& bytes, const Shape& shape, wire::TensorRef::Builder ref);
+  // AddTensorAsBf16 when `f32_as_bf16` and `tensor` is f32; AddTensor otherwise (other dtypes
+  // always travel as they are).
+  void AddTensorAs(const Tensor& tensor, bool f32_as_bf16, wire::TensorRef::Builder ref);
 
   const std::vector<Tensor>& payloads() const { return payloads_; }
   capnp::MessageBuilder& builder() { return storage_->builder; }

@@ -67,15 +67,6 @@ absl::StatusOr<bool> ValuesAsBf16(uint8_t code, const char* field) {
                                                  kBf16WireCode, " (bf16)"));
 }
 
-// Appends a read's value: narrowed to bf16 when asked and the variable is f32, else as it is.
-void AddValue(net::OutMessage* response, const Tensor& value, bool as_bf16, wire::TensorRef::Builder ref) {
-  if (as_bf16 && value.dtype() == DType::kF32) {
-    response->AddTensorAsBf16(value, ref);
-  } else {
-    response->AddTensor(value, ref);
-  }
-}
-
 }  // namespace
 
 UpdateDedup::Options PsService::DedupOptions(const Options& options) {
@@ -180,7 +171,7 @@ absl::Status PsService::ReadIn(ShardState state, wire::ReadRequest::Reader body,
   auto versions = answer.initVersions(names.size());
   for (unsigned i = 0; i < variables.size(); ++i) {
     int64_t version = 0;
-    AddValue(response, variables[i]->ReadVersioned(&version), as_bf16, out[i]);
+    response->AddTensorAs(variables[i]->ReadVersioned(&version), as_bf16, out[i]);
     versions.set(i, version);
   }
   return absl::OkStatus();
@@ -381,7 +372,7 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
     auto versions = body.initVersions(static_cast<unsigned>(read_after.size()));
     for (unsigned i = 0; i < read_after.size(); ++i) {
       int64_t version = 0;
-      AddValue(response, read_after[i]->ReadVersioned(&version), read_after_bf16, out[i]);
+      response->AddTensorAs(read_after[i]->ReadVersioned(&version), read_after_bf16, out[i]);
       versions.set(i, version);
     }
   }

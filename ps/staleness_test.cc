@@ -252,7 +252,8 @@ class StalenessServiceTest : public ::testing::Test {
     server_.reset();
   }
 
-  void Create(const std::string& name, const OptimizerConfig& optimizer) {
+  // ps.CreateVariable of an f32 [2] variable with `optimizer`, as it crosses the wire.
+  absl::Status CreateOverWire(const std::string& name, const OptimizerConfig& optimizer) {
     net::OutMessage req;
     auto body = req.InitRequestBody<wire::CreateVariableRequest>();
     body.setName(name);
@@ -260,7 +261,11 @@ class StalenessServiceTest : public ::testing::Test {
     net::SetShape(body.initShape(1), Shape{2});
     InitializerToWire(InitializerSpec(), req, body.initInitializer());
     OptimizerToWire(&optimizer, body.initOptimizer());
-    ASSERT_TRUE(client_->Call("ps.CreateVariable", std::move(req), absl::Seconds(60)).ok());
+    return client_->Call("ps.CreateVariable", std::move(req), absl::Seconds(60)).status();
+  }
+
+  void Create(const std::string& name, const OptimizerConfig& optimizer) {
+    ASSERT_TRUE(CreateOverWire(name, optimizer).ok());
   }
 
   int64_t ReadVersion(const std::string& name) {
@@ -355,15 +360,8 @@ TEST_F(StalenessServiceTest, RefusedClosurePushIsAppliedOnceByItsReRun) {
 TEST_F(StalenessServiceTest, OptimizerStalenessSettingsCrossTheWire) {
   OptimizerConfig bad = Sgd(1.0f);
   bad.max_staleness = -5;
-  net::OutMessage req;
-  auto body = req.InitRequestBody<wire::CreateVariableRequest>();
-  body.setName("bad");
-  body.setDtype(static_cast<uint8_t>(DType::kF32));
-  net::SetShape(body.initShape(1), Shape{2});
-  InitializerToWire(InitializerSpec(), req, body.initInitializer());
-  OptimizerToWire(&bad, body.initOptimizer());
-  auto created = client_->Call("ps.CreateVariable", std::move(req), absl::Seconds(60));
-  EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument) << created.status();
+  const absl::Status created = CreateOverWire("bad", bad);
+  EXPECT_EQ(created.code(), absl::StatusCode::kInvalidArgument) << created;
   Create("w", opt::StalenessAwareLr(opt::MaxStaleness(Sgd(1.0f), 3)));
   auto w = store_->Find("w");
   ASSERT_TRUE(w.ok());
@@ -373,16 +371,8 @@ TEST_F(StalenessServiceTest, OptimizerStalenessSettingsCrossTheWire) {
 
 TEST_F(StalenessServiceTest, OptimizerDecaySettingsCrossTheWire) {
   for (const auto& [steps, alpha] : {std::pair<int64_t, float>{-1, 0.0f}, {10, 1.5f}}) {
-    OptimizerConfig bad = opt::CosineDecay(Sgd(1.0f), steps, alpha);
-    net::OutMessage req;
-    auto body = req.InitRequestBody<wire::CreateVariableRequest>();
-    body.setName("bad");
-    body.setDtype(static_cast<uint8_t>(DType::kF32));
-    net::SetShape(body.initShape(1), Shape{2});
-    InitializerToWire(InitializerSpec(), req, body.initInitializer());
-    OptimizerToWire(&bad, body.initOptimizer());
-    auto created = client_->Call("ps.CreateVariable", std::move(req), absl::Seconds(60));
-    EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument) << created.status();
+    const absl::Status created = CreateOverWire("bad", opt::CosineDecay(Sgd(1.0f), steps, alpha));
+    EXPECT_EQ(created.code(), absl::StatusCode::kInvalidArgument) << created;
   }
   Create("w", opt::CosineDecay(Sgd(1.0f), 4690, 0.125f));
   Create("plain", Sgd(1.0f));

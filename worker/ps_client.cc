@@ -608,11 +608,7 @@ std::vector<Outgoing> PieceCalls(std::map<int, std::vector<ShardPiece>>& by_ps, 
       if constexpr (std::is_same_v<Request, wire::UpdateRequest>) {
         list[i].setKind(ps::UpdateKindToWire(pieces[i].kind));
       }
-      if (bf16 && pieces[i].value.dtype() == DType::kF32) {
-        call.message.AddTensorAsBf16(pieces[i].value, list[i].initValue());
-      } else {
-        call.message.AddTensor(pieces[i].value, list[i].initValue());
-      }
+      call.message.AddTensorAs(pieces[i].value, bf16, list[i].initValue());
       if constexpr (std::is_same_v<Request, wire::PushGradientsRequest>) {
         if (pieces[i].base_version >= 0) list[i].setBaseVersion(pieces[i].base_version);
       }
@@ -690,7 +686,7 @@ absl::StatusOr<VersionedRows> FinishGather(const GatherPlan& plan, CallResults r
 
 void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallback<VersionedValues> done) {
   auto plan = std::make_shared<ReadPlan>();
-  plan->bf16 = options_.transport == WirePrecision::kBf16;
+  plan->bf16 = bf16_transport();
   std::map<int, std::vector<std::pair<const std::string*, ReadPlan::Ref>>> by_ps;
   for (size_t v = 0; v < names.size(); ++v) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(names[v]);
@@ -756,7 +752,7 @@ void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, 
     }
   }
   CallAllAsync(ps_, "ps.PushGradients",
-               PieceCalls<wire::PushGradientsRequest>(by_ps, tag, options_.transport == WirePrecision::kBf16),
+               PieceCalls<wire::PushGradientsRequest>(by_ps, tag, bf16_transport()),
                {options_.timeout, std::nullopt},
                [done = std::move(done)](CallResults results) { done(FirstError(results)); }, options_.shard_map);
 }
@@ -829,7 +825,7 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
   }
   // The reads ride on the pushes: a PS holding only read shards gets a push of no gradients.
   auto plan = std::make_shared<ReadPlan>();
-  plan->bf16 = options_.transport == WirePrecision::kBf16;
+  plan->bf16 = bf16_transport();
   std::map<int, std::vector<std::pair<const std::string*, ReadPlan::Ref>>> reads_by_ps;
   for (size_t v = 0; v < read_after.size(); ++v) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(read_after[v]);

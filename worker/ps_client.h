@@ -207,6 +207,8 @@ class PsClient {
   // so that the call leaves the in-flight set when it completes. Unchanged when not tagging.
   struct OwnWrites;
   ps::UpdateTag TagOwnWrite(const ps::UpdateTag& tag, PsCallback<void>* done);
+  // Whether f32 reads and gradient pushes travel in bf16 (Options::transport).
+  bool bf16_transport() const { return options_.transport == WirePrecision::kBf16; }
 
   const std::vector<net::RpcClient*> ps_;
   const VariableDirectory& directory_;
