@@ -400,7 +400,7 @@ void Connection::WriteQueued() {
   if (error != 0) {
     return Fail(boost::system::error_code(error, boost::system::system_category()), "write error");
   }
-  asio::async_write(socket_, buffers,
+  asio::async_write(socket_, buffers, TransferAllUncapped(),
                     [this, self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
                       const size_t frames = writing_.size();
                       writing_.clear();
