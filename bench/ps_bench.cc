@@ -2,7 +2,8 @@
 // bytes, measured in the same run over loopback with real PS processes (1 PS, then 2 PS).
 //
 // Usage: ps_bench [--quick] [--only=SUBSTRING] [--pin=split|same|none]
-//                 [--sparse_pin=split|same|none] [--scale=N] [--json=PATH]
+//                 [--sparse_pin=split|same|none] [--dense_pin=split|same|none] [--scale=N]
+//                 [--json=PATH]
 //
 // --only runs just the cases whose label ("ps=2 dense pull 64MiB", "ps=1 sparse gather 1000")
 // contains SUBSTRING, and --scale=N runs N times the iterations, for profiling one case with
@@ -36,6 +37,12 @@
 // 2-core VM under load, a 2.5 MB transfer pinned to one busy CPU waits on the scheduler (raw TCP
 // took ~8 ms instead of ~1 ms, the PS operation likewise), which measures the scheduler and not
 // the row path.
+//
+// --dense_pin does the same for the one-PS dense cases, also unpinned by default. Unpinned, a
+// 4 MiB pull is bimodal on the 2-vCPU VM: when the PS's sending thread and this process's I/O
+// thread share a vCPU, the reader waits (runnable) until the whole answer is sent while the
+// other vCPU idles (perf sched timehist: 1.4 ms of scheduling delay in a 1.7 ms pull), where
+// split they copy in parallel as the raw reference's two threads do.
 //
 // Exits 0 whether or not the aims are met (it is a measurement, not a test); 1 when an
 // operation fails or returns a wrong value.
@@ -485,6 +492,7 @@ struct Config {
   // scheduler.
   std::string pin = "split";
   std::string sparse_pin = "none";  // the same for the one-PS sparse cases
+  std::string dense_pin = "none";   // and for the one-PS dense cases
   int scale = 1;  // multiplies the full runs' iteration counts (for profiling one case)
   std::string json;  // --json=PATH: where the figures go as JSON; empty: nowhere
 };
@@ -632,31 +640,33 @@ bool RunSmallPushes(const Config& config, Report& report) {
   return ok;
 }
 
-// Pins a one-PS cluster for the sparse cases as --sparse_pin says (split: the PS and the raw
-// receiver on CPU 0, this process on CPU 1), and unpins when destroyed. With 2 PS nothing is pinned:
-// one CPU would serialise the two PS that should work at once.
-class SparsePinning {
+// Pins a one-PS cluster for the dense or the sparse cases (`what`) as `pin` says (--dense_pin,
+// --sparse_pin; split: the PS and the raw receiver on CPU 0, this process on CPU 1), and unpins
+// when destroyed. With 2 PS nothing is pinned: one CPU would serialise the two PS that should
+// work at once.
+class OnePsPinning {
  public:
-  SparsePinning(int num_ps, const Config& config, testutil::LocalCluster& cluster) {
+  OnePsPinning(int num_ps, const Config& config, const std::string& pin, const char* what,
+               testutil::LocalCluster& cluster) {
     if (num_ps != 1) return;
     const std::vector<pid_t> ps_pids = {cluster.ps_pid(0)};
-    Config sparse = config;
-    sparse.pin = config.sparse_pin;
-    pinned_ = PinForSmallPushes(sparse, ps_pids).rfind("PS", 0) == 0;
+    Config pinned = config;
+    pinned.pin = pin;
+    pinned_ = PinForSmallPushes(pinned, ps_pids).rfind("PS", 0) == 0;
     if (pinned_) ps_pid_ = ps_pids[0];
-    std::printf("ps=1 sparse cases: %s\n",
+    std::printf("ps=1 %s cases: %s\n", what,
                 !pinned_ ? "unpinned"
-                : sparse.pin == "same" ? "PS, raw receiver and client all on CPU 0"
-                                       : "PS and raw receiver on CPU 0, client process on CPU 1");
+                : pin == "same" ? "PS, raw receiver and client all on CPU 0"
+                                : "PS and raw receiver on CPU 0, client process on CPU 1");
     std::fflush(stdout);
   }
-  ~SparsePinning() {
+  ~OnePsPinning() {
     if (!pinned_) return;
     bench::UnpinProcess(ps_pid_);
     bench::UnpinProcess(getpid());
   }
-  SparsePinning(const SparsePinning&) = delete;
-  SparsePinning& operator=(const SparsePinning&) = delete;
+  OnePsPinning(const OnePsPinning&) = delete;
+  OnePsPinning& operator=(const OnePsPinning&) = delete;
 
   // Where the raw reference's receiver runs: beside the PS.
   int receiver_cpu() const { return pinned_ ? 0 : -1; }
@@ -715,6 +725,7 @@ bool RunCluster(int num_ps, const Config& config, Report& report) {
   uint64_t closure = kCoordinator;
 
   // Dense: pull (checked against the initial value first), then push with Adam.
+  std::optional<OnePsPinning> dense_pinning;
   for (const auto& [rows, its] :
        {std::pair{int64_t{1024}, kDense4MiB}, std::pair{int64_t{16384}, kDense64MiB}}) {
     const size_t bytes = static_cast<size_t>(rows * kDenseCols) * sizeof(float);
@@ -722,6 +733,7 @@ bool RunCluster(int num_ps, const Config& config, Report& report) {
     const bool push_selected = selected("dense push+Adam", SizeLabel(bytes));
     const bool dedup_selected = selected("dense push+Adam dedup", SizeLabel(bytes));
     if (!pull_selected && !push_selected && !dedup_selected) continue;
+    if (!dense_pinning) dense_pinning.emplace(num_ps, config, config.dense_pin, "dense", **cluster);
     const std::string name = absl::StrFormat("dense_%s", SizeLabel(bytes));
     auto variable =
         strategy.CreateVariable(name, init::Constant({rows, kDenseCols}, 0.5), opt::Adam());
@@ -738,13 +750,15 @@ bool RunCluster(int num_ps, const Config& config, Report& report) {
     }
     if (pull_selected) {
       Timing pull =
-          Measure(num_ps, bytes, iterations(its), [&] { return ps.Read({name}).status(); });
+          Measure(num_ps, bytes, iterations(its), [&] { return ps.Read({name}).status(); },
+                  dense_pinning->receiver_cpu());
       if (!pull.ok) return false;
       ReportDense(report, num_ps, "dense pull", bytes, pull, kDensePull);
     }
     if (push_selected) {
       const std::vector<GradientUpdate> push = {{name, Gradient({rows, kDenseCols}), std::nullopt}};
-      Timing adam = Measure(num_ps, bytes, iterations(its), [&] { return ps.PushGradients(push); });
+      Timing adam = Measure(num_ps, bytes, iterations(its), [&] { return ps.PushGradients(push); },
+                            dense_pinning->receiver_cpu());
       if (!adam.ok) return false;
       adam.adam_seconds = AdamSeconds(bytes, std::max(2, std::min(iterations(its), 10)));
       ReportDense(report, num_ps, "dense push+Adam", bytes, adam, kDensePush);
@@ -777,9 +791,11 @@ bool RunCluster(int num_ps, const Config& config, Report& report) {
     }
   }
 
+  dense_pinning.reset();  // unpinned before the sparse cases pin as they are told
+
   // Sparse: [rows, 64] tables, one with SGD (gathered and pushed) and one with Adam (pushed).
   const int64_t table_rows = config.quick ? kQuickTableRows : kTableRows;
-  std::optional<SparsePinning> pinning;
+  std::optional<OnePsPinning> pinning;
   bool sgd_created = false;
   bool adam_created = false;
   for (const auto& [batch, its] :
@@ -801,7 +817,7 @@ bool RunCluster(int num_ps, const Config& config, Report& report) {
     };
     if ((gather_selected || sgd_selected) && !create("table_sgd", opt::SGD(1e-3), sgd_created)) return false;
     if (adam_selected && !create("table_adam", opt::Adam(), adam_created)) return false;
-    if (!pinning) pinning.emplace(num_ps, config, **cluster);
+    if (!pinning) pinning.emplace(num_ps, config, config.sparse_pin, "sparse", **cluster);
     const std::vector<Tensor> ids = UniformIdBatches(table_rows, kRepeatFraction, batch, kIdBatches);
     const size_t row_bytes = static_cast<size_t>(batch * kEmbeddingDim) * sizeof(float);
     size_t next = 0;
@@ -881,13 +897,17 @@ int main(int argc, char** argv) {
                (std::strcmp(argv[i] + 13, "split") == 0 || std::strcmp(argv[i] + 13, "same") == 0 ||
                 std::strcmp(argv[i] + 13, "none") == 0)) {
       config.sparse_pin = argv[i] + 13;
+    } else if (std::strncmp(argv[i], "--dense_pin=", 12) == 0 &&
+               (std::strcmp(argv[i] + 12, "split") == 0 || std::strcmp(argv[i] + 12, "same") == 0 ||
+                std::strcmp(argv[i] + 12, "none") == 0)) {
+      config.dense_pin = argv[i] + 12;
     } else if (std::strncmp(argv[i], "--pin=", 6) == 0 &&
                (std::strcmp(argv[i] + 6, "split") == 0 || std::strcmp(argv[i] + 6, "same") == 0 ||
                 std::strcmp(argv[i] + 6, "none") == 0)) {
       config.pin = argv[i] + 6;
     } else {
       std::fprintf(stderr, "usage: %s [--quick] [--only=SUBSTRING] [--pin=split|same|none] [--sparse_pin=split|same|none] "
-                   "[--scale=N] [--json=PATH]\n",
+                   "[--dense_pin=split|same|none] [--scale=N] [--json=PATH]\n",
                    argv[0]);
       return 2;
     }
