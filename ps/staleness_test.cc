@@ -77,6 +77,37 @@ TEST(VariableVersionTest, CountsEveryAppliedUpdateAndRestoreSetsIt) {
   EXPECT_EQ(v->version(), 7);
 }
 
+// A restored step counter is bounded (Variable::kMaxIterations): at INT64_MAX the next update
+// wrapped the version negative, after which every base version counted as fresh and
+// max_staleness no longer held. The largest counter taken still checks and decays soundly.
+TEST(VariableVersionTest, RestoredStepCounterIsBounded) {
+  auto v = MakeVariable(opt::MaxStaleness(opt::CosineDecay(Sgd(1.0f), 4, 0.5f), 0));
+  ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({2}, {1, 1})).ok());
+  const Tensor before = v->Read();
+  Variable::State state = v->CheckpointState();
+  for (int64_t iterations : {int64_t{-1}, Variable::kMaxIterations + 1, std::numeric_limits<int64_t>::max()}) {
+    state.iterations = iterations;
+    const absl::Status restored = v->RestoreState(state);
+    EXPECT_EQ(restored.code(), absl::StatusCode::kInvalidArgument) << restored;
+    EXPECT_NE(restored.message().find("step counter"), std::string::npos) << restored;
+    EXPECT_EQ(v->version(), 1);
+    EXPECT_EQ(v->iterations(), 1);
+    EXPECT_TRUE(v->Read().Equals(before));
+    OptimizerConfig config = opt::MaxStaleness(Sgd(1.0f), 0);
+    auto created = Variable::CreateFromState("w", state, &config);
+    EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument) << created.status();
+  }
+  state.iterations = Variable::kMaxIterations;
+  ASSERT_TRUE(v->RestoreState(state).ok());
+  StalenessGate stale;
+  EXPECT_TRUE(IsStaleGradientError(stale.Enter({{v.get(), true, Variable::kMaxIterations - 1}})));
+  StalenessGate fresh;
+  ASSERT_TRUE(fresh.Enter({{v.get(), true, Variable::kMaxIterations}}).ok());
+  ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({2}, {1, 1}), fresh.lr_scale(0)).ok());
+  EXPECT_EQ(v->version(), Variable::kMaxIterations + 1);
+  EXPECT_FLOAT_EQ(v->Read().data<float>()[0], before.data<float>()[0] - 0.5f) << "decayed to its floor";
+}
+
 TEST(StalenessGateTest, BoundZeroRefusesAnOlderVersionAndAdmitsTheCurrentOne) {
   OptimizerConfig config = opt::MaxStaleness(Sgd(1.0f), 0);
   auto v = MakeVariable(config);

@@ -137,6 +137,9 @@ absl::Status RestoreShards(VariableStore& store, const RestorePlan& plan) {
   std::vector<Prepared> prepared;
   for (const RestoreShard& shard : plan.shards) {
     RETURN_IF_ERROR(ValidateShape(shard.shape, shard.dtype));
+    // Checked here, not only by RestoreState below: there a refusal would come after the
+    // shards before it were restored.
+    RETURN_IF_ERROR(Variable::CheckIterations(shard.name, shard.iterations));
     Prepared p;
     auto existing = store.Find(shard.name);
     if (existing.ok()) {
