@@ -178,6 +178,38 @@ TEST_F(EmbeddingServiceTest, BadPushesChangeNothing) {
   EXPECT_EQ(store_.Find("emb").value()->Stats().rows, 2u);
 }
 
+// bf16 is only the dense variables' gradient encoding: an embedding push in it is refused (an
+// unknown dtype, naming the table) and changes nothing. A damaged decay is refused at creation.
+TEST_F(EmbeddingServiceTest, Bf16PushesAndDamagedDecaysAreRefused) {
+  ASSERT_EQ(Create(Config()).value_or(false), true);
+  ASSERT_TRUE(Push("emb", {1, 2}, Grads(2, 4, 1.0f)).ok());
+  auto before = Lookup("emb", {1, 2});
+  ASSERT_TRUE(before.ok()) << before.status();
+  net::OutMessage req;
+  auto p = req.InitRequestBody<wire::EmbeddingPushRequest>().initPushes(1)[0];
+  p.setTable("emb");
+  req.AddTensor(Keys({1, 2}), p.initKeys());
+  req.AddTensorAsBf16(Grads(2, 4, 1.0f), p.initGradients());
+  const absl::Status s = Call(kEmbeddingPushMethod, std::move(req)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("'emb'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("dtype code 7"), std::string::npos) << s;
+  EXPECT_EQ(store_.Find("emb").value()->Stats().step, 1);
+  auto after = Lookup("emb", {1, 2});
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, *before);
+  for (const auto& [steps, alpha] : std::vector<std::pair<int64_t, float>>{
+           {-1, 0.0f}, {10, std::nanf("")}, {10, -0.5f}, {10, std::numeric_limits<float>::infinity()}}) {
+    auto c = Config("decayed");
+    c.optimizer = opt::CosineDecay(opt::SGD(0.1f), steps, alpha);
+    const absl::Status created = Create(c).status();
+    EXPECT_EQ(created.code(), absl::StatusCode::kInvalidArgument) << created;
+    EXPECT_NE(created.message().find("decay_"), std::string::npos) << created;
+  }
+  EXPECT_FALSE(store_.Find("decayed").ok());
+  EXPECT_TRUE(Push("emb", {1, 2}, Grads(2, 4, 1.0f)).ok());  // still serving
+}
+
 TEST_F(EmbeddingServiceTest, RepeatedTaggedPushAppliesOnce) {
   auto c = Config();
   c.optimizer = opt::SGD(1.0f);

@@ -19,6 +19,8 @@ namespace {
 constexpr uint64_t kMinIndexCapacity = 16;
 constexpr uint64_t kIndexSlotBytes = 12;
 constexpr uint64_t kRowMetaBytes = 2 * sizeof(int64_t);  // key and last update
+// The largest step Import takes: the bound a checkpoint manifest puts on variables' counters.
+constexpr int64_t kMaxImportedStep = int64_t{1} << 62;
 
 // The index capacity that holds `rows` at load <= 1/2 (linear probing's misses — lookups of
 // keys without a row, half of a training batch — grow fast above it).
@@ -532,6 +534,9 @@ absl::Status EmbeddingTable::Import(absl::Span<const EmbeddingTableState* const>
          st.sketch.shape() != Shape{AdmissionSketch::kDepth, static_cast<int64_t>(sketch_->width())})) {
       return bad(i, "sketch is not i32 [", AdmissionSketch::kDepth, ", ", sketch_->width(), "]");
     }
+    // The push counter keys the TTL and the decay; from a step past 2^62 (only a damaged
+    // checkpoint or state transfer carries one) it could overflow, wrapping negative.
+    if (st.step < 0 || st.step > kMaxImportedStep) return bad(i, "step ", st.step, " is negative or over ", kMaxImportedStep);
     for (int64_t r = 0; r < n; ++r) {
       const int64_t key = st.keys.data<int64_t>()[r];
       if (st.last_update.data<int64_t>()[r] < 0) return bad(i, "key ", key, " has a negative last-update step");
