@@ -242,6 +242,25 @@ TEST(VariableDecayTest, ComposesWithTheStalenessAwareRate) {
   EXPECT_NEAR(v->Read().data<float>()[0], -0.25f, 1e-7f) << "staleness 2 halves, version 2 of 4 halves";
 }
 
+// FTRL divides by its learning rate (TF's kernels refuse lr <= 0): a cosine decay down to a floor
+// of 0 (decay_alpha 0, the default) wrote NaN into the value and slots from version decay_steps
+// on. Refused at creation; with a floor above 0 the value stays finite past decay_steps.
+TEST(VariableDecayTest, FtrlRefusesADecayToARateOfZero) {
+  const OptimizerConfig to_zero = opt::CosineDecay(opt::Ftrl(0.1f), 2, 0.0f);
+  auto refused = Variable::Create("w", Tensor::FromVector<float>({2}, {0.5f, -0.5f}), &to_zero);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("decay_alpha"), std::string::npos) << refused.status();
+  for (float alpha : {0.01f, 1.0f}) {
+    auto v = MakeVariable(opt::StalenessAwareLr(opt::CosineDecay(opt::Ftrl(0.1f), 2, alpha)));
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({2}, {1.0f, -2.0f}), i % 2 == 0 ? 1.0f : 0.25f).ok());
+    }
+    for (const auto& [name, t] : v->Snapshot()) {
+      for (int64_t k = 0; k < t.num_elements(); ++k) EXPECT_TRUE(std::isfinite(t.data<float>()[k])) << name << "[" << k << "] alpha " << alpha;
+    }
+  }
+}
+
 // With decay_steps 0 (the default) the variable applies exactly what the rule applies alone;
 // decay_alpha 1 (a floor of the full rate) likewise, bit for bit.
 TEST(VariableDecayTest, NoDecayIsBitIdenticalToThePlainRule) {

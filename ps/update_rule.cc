@@ -552,6 +552,13 @@ absl::StatusOr<std::unique_ptr<UpdateRule>> UpdateRule::Create(const OptimizerCo
   if (!(config.decay_alpha >= 0.0f && config.decay_alpha <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("decay_alpha must lie in [0, 1]; got ", config.decay_alpha));
   }
+  // FTRL divides by its learning rate (ValidateFtrl): a decay whose floor is 0 would reach a
+  // rate of 0 at version decay_steps and write NaN into the value and slots from then on.
+  if (config.kind == OptimizerKind::kFtrl && config.decay_steps > 0 && !(config.decay_alpha > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ftrl optimizer: decay_alpha must be > 0 with decay_steps > 0 (FTRL divides by its learning rate, which "
+        "a decay to a floor of 0 reaches at version decay_steps); got ", config.decay_alpha));
+  }
   switch (config.kind) {
     case OptimizerKind::kSgd:
     case OptimizerKind::kMomentum:
