@@ -246,10 +246,13 @@ TEST(VariableDecayTest, ComposesWithTheStalenessAwareRate) {
 // of 0 (decay_alpha 0, the default) wrote NaN into the value and slots from version decay_steps
 // on. Refused at creation; with a floor above 0 the value stays finite past decay_steps.
 TEST(VariableDecayTest, FtrlRefusesADecayToARateOfZero) {
-  const OptimizerConfig to_zero = opt::CosineDecay(opt::Ftrl(0.1f), 2, 0.0f);
-  auto refused = Variable::Create("w", Tensor::FromVector<float>({2}, {0.5f, -0.5f}), &to_zero);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
-  EXPECT_NE(refused.status().message().find("decay_alpha"), std::string::npos) << refused.status();
+  // A floor of 0, and one whose f32 product with the rate underflows to 0.
+  for (float alpha : {0.0f, 1e-45f}) {
+    const OptimizerConfig to_zero = opt::CosineDecay(opt::Ftrl(0.1f), 2, alpha);
+    auto refused = Variable::Create("w", Tensor::FromVector<float>({2}, {0.5f, -0.5f}), &to_zero);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+    EXPECT_NE(refused.status().message().find("decay_alpha"), std::string::npos) << refused.status();
+  }
   for (float alpha : {0.01f, 1.0f}) {
     auto v = MakeVariable(opt::StalenessAwareLr(opt::CosineDecay(opt::Ftrl(0.1f), 2, alpha)));
     for (int i = 0; i < 5; ++i) {
