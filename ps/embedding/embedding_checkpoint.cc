@@ -208,12 +208,18 @@ absl::StatusOr<uint64_t> RestoreEmbeddingTables(EmbeddingStore& store, const std
     }
     targets.emplace_back(table.first, &r);
   }
+  const auto keep = [&](int64_t key) { return PsForKey(key, num_ps) == ps_index; };
+  std::vector<std::vector<const EmbeddingTableState*>> states(targets.size());
+  for (size_t t = 0; t < targets.size(); ++t) {
+    for (const EmbeddingTableState& s : targets[t].second->states) states[t].push_back(&s);
+    // Every table's states checked before any table is replaced: a refusal of the last one
+    // must not come after the others were restored.
+    RETURN_IF_ERROR(targets[t].first->CheckImport(states[t], keep));
+  }
   uint64_t rows = 0;
-  for (const auto& [table, r] : targets) {
-    std::vector<const EmbeddingTableState*> states;
-    for (const EmbeddingTableState& s : r->states) states.push_back(&s);
-    RETURN_IF_ERROR(table->Import(states, [&](int64_t key) { return PsForKey(key, num_ps) == ps_index; }));
-    rows += table->Stats().rows;
+  for (size_t t = 0; t < targets.size(); ++t) {
+    RETURN_IF_ERROR(targets[t].first->Import(states[t], keep));
+    rows += targets[t].first->Stats().rows;
   }
   return rows;
 }

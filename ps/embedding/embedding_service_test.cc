@@ -4,12 +4,17 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <limits>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/safetensors.h"
 #include "gtest/gtest.h"
 #include "metrics/process_metrics.h"
 #include "net/event_loop.h"
@@ -299,6 +304,46 @@ TEST_F(EmbeddingServiceTest, SaveAndRestoreThroughTheService) {
   b.setNumPs(1);
   EXPECT_FALSE(Call("ps.RestoreEmbeddingTables", std::move(bad)).ok());
   EXPECT_EQ(Lookup("emb", keys).value(), *want);
+}
+
+// `src` (a saved embedding checkpoint file in `dir`) written again as `dst` with table `table`'s
+// recorded config (JSON) passed through `edit`: a damaged or hand-edited file.
+void RewriteConfig(const std::string& dir, const std::string& src, const std::string& dst, const std::string& table,
+                   const std::function<void(nlohmann::json&)>& edit) {
+  auto file = SafetensorsFile::Open(dir + "/" + src);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const SafetensorsEntry& e : file->header().tensors) tensors.emplace_back(e.name, file->Get(e.name).value());
+  std::map<std::string, std::string> metadata = file->header().metadata;
+  nlohmann::json config = nlohmann::json::parse(metadata.at("table/" + table));
+  edit(config);
+  metadata["table/" + table] = config.dump();
+  ASSERT_TRUE(WriteSafetensorsFile(dir + "/" + dst, tensors, metadata).ok());
+}
+
+// A restore of several tables is all or nothing: a table whose state only Import refuses (here
+// a step past 2^62) used to be refused after the tables before it were replaced.
+TEST_F(EmbeddingServiceTest, RestoreOfSeveralTablesRefusedByOneChangesNone) {
+  ASSERT_EQ(Create(Config("a")).value_or(false), true);
+  ASSERT_EQ(Create(Config("b")).value_or(false), true);
+  ASSERT_TRUE(Push("a", {1, 2}, Grads(2, 4, 0.5f)).ok());
+  ASSERT_TRUE(Push("b", {3}, Grads(1, 4, 0.5f)).ok());
+  TempDir dir;
+  ASSERT_TRUE(SaveEmbeddingTables(store_, dir.path(), "good.safetensors", {}, 1, 1, 0).ok());
+  RewriteConfig(dir.path(), "good.safetensors", "bad.safetensors", "b",
+                [](nlohmann::json& j) { j["step"] = std::numeric_limits<int64_t>::max(); });
+  ASSERT_TRUE(Push("a", {1, 2}, Grads(2, 4, 2.0f)).ok());  // after the save: what a restore would undo
+  const std::vector<float> a = Lookup("a", {1, 2}).value();
+  const std::vector<float> b = Lookup("b", {3}).value();
+  auto restored = RestoreEmbeddingTables(store_, dir.path(), {"bad.safetensors"}, 1, 0);
+  EXPECT_EQ(restored.status().code(), absl::StatusCode::kInvalidArgument) << restored.status();
+  EXPECT_NE(restored.status().message().find("'b'"), std::string::npos) << restored.status();
+  EXPECT_EQ(Lookup("a", {1, 2}).value(), a);
+  EXPECT_EQ(Lookup("b", {3}).value(), b);
+  EXPECT_EQ(store_.Find("a").value()->restores(), 0u);
+  EXPECT_EQ(store_.Find("a").value()->Stats().step, 2);
+  ASSERT_TRUE(RestoreEmbeddingTables(store_, dir.path(), {"good.safetensors"}, 1, 0).ok());
+  EXPECT_NE(Lookup("a", {1, 2}).value(), a) << "the good file restores";
 }
 
 // Checkpoint files written by `from` PS (each its own store), restored into `to` PS.

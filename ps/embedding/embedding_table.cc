@@ -504,8 +504,8 @@ EmbeddingTableState EmbeddingTable::Export() const ABSL_NO_THREAD_SAFETY_ANALYSI
   return state;
 }
 
-absl::Status EmbeddingTable::Import(absl::Span<const EmbeddingTableState* const> states,
-                                    const std::function<bool(int64_t)>& keep) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+absl::Status EmbeddingTable::CheckImport(absl::Span<const EmbeddingTableState* const> states,
+                                         const std::function<bool(int64_t)>& keep) const {
   const int64_t dim = config_.dim;
   auto bad = [&](size_t i, auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat("embedding table '", config_.name, "': restore part ", i, ": ", parts...));
@@ -543,6 +543,13 @@ absl::Status EmbeddingTable::Import(absl::Span<const EmbeddingTableState* const>
       if (keep(key) && !kept.insert(key).second) return bad(i, "key ", key, " is in the checkpoint twice");
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingTable::Import(absl::Span<const EmbeddingTableState* const> states,
+                                    const std::function<bool(int64_t)>& keep) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  RETURN_IF_ERROR(CheckImport(states, keep));
+  const int64_t dim = config_.dim;
   for (int si = 0; si < kStripes; ++si) stripes_[si].mu.Lock();
   int64_t step = 0;
   for (int si = 0; si < kStripes; ++si) ClearStripe(stripes_[si]);
