@@ -346,6 +346,50 @@ TEST_F(EmbeddingServiceTest, RestoreOfSeveralTablesRefusedByOneChangesNone) {
   EXPECT_NE(Lookup("a", {1, 2}).value(), a) << "the good file restores";
 }
 
+// A damaged number in a table's recorded config (a fraction or a number past its field's type,
+// decay fields included): refused as DataLoss naming the field, before anything changes. A
+// decay out of its range is refused by the optimizer's own checks.
+TEST_F(EmbeddingServiceTest, DamagedRecordedConfigNumbersAreRefused) {
+  auto c = Config();
+  c.optimizer = opt::CosineDecay(opt::SGD(0.1f), 100, 0.25f);
+  ASSERT_EQ(Create(c).value_or(false), true);
+  ASSERT_TRUE(Push("emb", {1, 2}, Grads(2, 4, 0.5f)).ok());
+  TempDir dir;
+  ASSERT_TRUE(SaveEmbeddingTables(store_, dir.path(), "good.safetensors", {}, 1, 1, 0).ok());
+  ASSERT_TRUE(Push("emb", {1, 2}, Grads(2, 4, 2.0f)).ok());
+  const std::vector<float> before = Lookup("emb", {1, 2}).value();
+  struct Case {
+    const char* field;
+    std::function<void(nlohmann::json&)> edit;
+    absl::StatusCode code;
+  };
+  const absl::StatusCode kDataLoss = absl::StatusCode::kDataLoss;
+  const std::vector<Case> cases = {
+      {"decay_steps", [](nlohmann::json& j) { j["optimizer"]["decay_steps"] = 2.5; }, kDataLoss},
+      {"decay_steps", [](nlohmann::json& j) { j["optimizer"]["decay_steps"] = 1e300; }, kDataLoss},
+      {"decay_steps", [](nlohmann::json& j) { j["optimizer"]["decay_steps"] = uint64_t{1} << 63; }, kDataLoss},
+      {"decay_steps", [](nlohmann::json& j) { j["optimizer"]["decay_steps"] = -4; }, absl::StatusCode::kInvalidArgument},
+      {"decay_alpha", [](nlohmann::json& j) { j["optimizer"]["decay_alpha"] = 1e300; }, kDataLoss},
+      {"decay_alpha", [](nlohmann::json& j) { j["optimizer"]["decay_alpha"] = "0.5"; }, kDataLoss},
+      {"decay_alpha", [](nlohmann::json& j) { j["optimizer"]["decay_alpha"] = 1.5; }, absl::StatusCode::kInvalidArgument},
+      {"learning_rate", [](nlohmann::json& j) { j["optimizer"]["learning_rate"] = -1e300; }, kDataLoss},
+      {"step", [](nlohmann::json& j) { j["step"] = 1e300; }, kDataLoss},
+      {"min_count", [](nlohmann::json& j) { j["admission"]["min_count"] = -1; }, kDataLoss},
+      {"sketch_width", [](nlohmann::json& j) { j["admission"]["sketch_width"] = uint64_t{1} << 40; }, kDataLoss},
+  };
+  for (const Case& k : cases) {
+    RewriteConfig(dir.path(), "good.safetensors", "bad.safetensors", "emb", k.edit);
+    auto restored = RestoreEmbeddingTables(store_, dir.path(), {"bad.safetensors"}, 1, 0);
+    EXPECT_EQ(restored.status().code(), k.code) << k.field << ": " << restored.status();
+    EXPECT_NE(restored.status().message().find(k.field), std::string::npos) << restored.status();
+    EXPECT_EQ(Lookup("emb", {1, 2}).value(), before) << k.field;
+    EXPECT_EQ(store_.Find("emb").value()->restores(), 0u) << k.field;
+  }
+  ASSERT_TRUE(RestoreEmbeddingTables(store_, dir.path(), {"good.safetensors"}, 1, 0).ok());
+  EXPECT_EQ(store_.Find("emb").value()->config().optimizer.decay_steps, 100);
+  EXPECT_EQ(store_.Find("emb").value()->config().optimizer.decay_alpha, 0.25f);
+}
+
 // Checkpoint files written by `from` PS (each its own store), restored into `to` PS.
 void ReshardThroughFiles(int from, int to) {
   TempDir dir;
