@@ -520,6 +520,40 @@ TEST_F(HostilePushTest, FutureBaseVersionsCountAsFreshWithoutOverflow) {
   EXPECT_EQ(Snapshot("w").second, 3);
 }
 
+// Two gradients for one variable in one push, both naming the current version: the second is
+// applied after the first, one version later, so its staleness is one more. Under max_staleness
+// 0 the push is refused whole (the gate used to admit both at staleness 0); with the
+// staleness-aware rate each is scaled by its own staleness.
+TEST_F(HostilePushTest, RepeatedVariableInOnePushCountsTheEarlierEntries) {
+  Create("bounded", opt::MaxStaleness(Sgd(1.0f), 0));
+  Create("aware", opt::StalenessAwareLr(Sgd(1.0f)));
+  auto push_twice = [&](const std::string& name, int64_t base) {
+    net::OutMessage req;
+    auto list = req.InitRequestBody<wire::PushGradientsRequest>().initGradients(2);
+    for (unsigned i = 0; i < 2; ++i) {
+      list[i].setName(name);
+      list[i].setBaseVersion(base);
+      req.AddTensor(Tensor::FromVector<float>({2}, {6, 6}), list[i].initValue());
+    }
+    auto resp = client_->Call("ps.PushGradients", std::move(req), absl::Seconds(60));
+    if (resp.ok()) staleness_ = resp->ResponseBody<wire::UpdateResponse>().getStaleness();
+    return resp.status();
+  };
+  const auto before = Snapshot("bounded");
+  const absl::Status refused = push_twice("bounded", 0);
+  EXPECT_TRUE(IsStaleGradientError(refused)) << refused;
+  EXPECT_TRUE(Snapshot("bounded").first.Equals(before.first));
+  EXPECT_EQ(Snapshot("bounded").second, 0);
+  // Versions 0 and 1 named by one gradient each: both applied at staleness 0.
+  ASSERT_TRUE(Push("aware", 0).ok());
+  ASSERT_TRUE(Push("aware", 1).ok());
+  ASSERT_TRUE(push_twice("aware", 0).ok());
+  EXPECT_EQ(staleness_, 3) << "the second entry is applied at version 3";
+  // -2 from the two pushes, then 6 / 2 (staleness 2) and 6 / 3 (staleness 3).
+  EXPECT_TRUE(Snapshot("aware").first.Equals(Tensor::FromVector<float>({2}, {-7, -7})))
+      << Snapshot("aware").first.DebugString();
+}
+
 TEST_F(HostilePushTest, ReadAfterOddCombinations) {
   Create("w", Sgd(1.0f));
   Create("other", Sgd(1.0f));
