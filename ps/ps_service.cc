@@ -108,6 +108,18 @@ absl::Status PsService::CreateVariableIn(ShardState state, const net::InMessage&
   auto optimizer_or = OptimizerFromWire(req.getOptimizer());
   RETURN_IF_ERROR(Named(name, optimizer_or.status()));
   std::unique_ptr<OptimizerConfig> optimizer = std::move(*optimizer_or);
+  // Checked whether or not the variable exists: an idempotent create is answered OK only for a
+  // request that could have created it.
+  size_t num_slots = 0;
+  if (optimizer != nullptr) {
+    if (dtype != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat("variable '", name, "' is ", DTypeName(dtype),
+                                                     "; server-side optimizers need f32 variables"));
+    }
+    auto opt = UpdateRule::Create(*optimizer);
+    RETURN_IF_ERROR(Named(name, opt.status()));
+    num_slots = (*opt)->slots().size();
+  }
 
   bool created = false;
   auto existing = store.Find(name);
@@ -120,16 +132,6 @@ absl::Status PsService::CreateVariableIn(ShardState state, const net::InMessage&
     }
   } else {
     // Everything that can be checked is checked before the value and slots are allocated.
-    size_t num_slots = 0;
-    if (optimizer != nullptr) {
-      if (dtype != DType::kF32) {
-        return absl::InvalidArgumentError(absl::StrCat("variable '", name, "' is ", DTypeName(dtype),
-                                                       "; server-side optimizers need f32 variables"));
-      }
-      auto opt = UpdateRule::Create(*optimizer);
-      RETURN_IF_ERROR(Named(name, opt.status()));
-      num_slots = (*opt)->slots().size();
-    }
     auto reservation = store.Reserve(name, Variable::ChargedBytes(name, dtype, shape, num_slots));
     if (!reservation.ok()) return Reject(RejectReason::kVariableBytes, reservation.status());
     auto spec = InitializerFromWire(request, req.getInitializer());

@@ -696,6 +696,12 @@ TEST_F(HostilePushTest, DecaySettingsAtTheEdges) {
     EXPECT_TRUE(absl::StrContains(created.message(), "decay_")) << created;
   }
   EXPECT_FALSE(store_->Find("bad").ok()) << "a refused create leaves nothing behind";
+  // A create of a variable that exists (idempotent) checks the optimizer it names all the same.
+  Create("exists", Sgd(1.0f));
+  const absl::Status again = CreateOverWire("exists", opt::CosineDecay(Sgd(1.0f), 10, nan));
+  EXPECT_EQ(again.code(), absl::StatusCode::kInvalidArgument) << again;
+  EXPECT_TRUE(absl::StrContains(again.message(), "decay_alpha")) << again;
+  EXPECT_TRUE(CreateOverWire("exists", Sgd(1.0f)).ok());
   // The staleness-aware rate composed with the decay at its largest staleness and step count.
   Create("w", opt::StalenessAwareLr(opt::CosineDecay(Sgd(1.0f), std::numeric_limits<int64_t>::max(), 0.0f)));
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(Push("w", i).ok());
