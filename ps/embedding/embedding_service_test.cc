@@ -212,6 +212,13 @@ TEST_F(EmbeddingServiceTest, Bf16PushesAndDamagedDecaysAreRefused) {
     EXPECT_NE(created.message().find("decay_"), std::string::npos) << created;
   }
   EXPECT_FALSE(store_.Find("decayed").ok());
+  // A create of a table that exists (idempotent) checks the config it names all the same.
+  auto again = Config();
+  again.optimizer = opt::CosineDecay(again.optimizer, 10, std::nanf(""));
+  const absl::Status exists = Create(again).status();
+  EXPECT_EQ(exists.code(), absl::StatusCode::kInvalidArgument) << exists;
+  EXPECT_NE(exists.message().find("decay_alpha"), std::string::npos) << exists;
+  EXPECT_EQ(Create(Config()).value_or(true), false);
   EXPECT_TRUE(Push("emb", {1, 2}, Grads(2, 4, 1.0f)).ok());  // still serving
 }
 
