@@ -209,6 +209,11 @@ TEST(CheckpointShardTest, BadPlansAndCorruptFilesChangeNothing) {
     extra.optimizer->decay_alpha = alpha;
     plan.shards.push_back(extra);
     expect_unchanged(plan, absl::StatusCode::kInvalidArgument, "decay_");
+    // The same on the shard of a variable that exists: checked all the same.
+    RestorePlan onto = good;
+    onto.shards[0].optimizer->decay_steps = steps;
+    onto.shards[0].optimizer->decay_alpha = alpha;
+    expect_unchanged(onto, absl::StatusCode::kInvalidArgument, "decay_");
   }
   {  // One flipped data byte: the CRC-32 no longer matches.
     std::string bytes = ReadFileToString(dir + "/f.safetensors", 1 << 20).value();
