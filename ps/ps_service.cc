@@ -49,6 +49,13 @@ absl::Status Named(const std::string& name, absl::Status status) {
   return absl::Status(status.code(), absl::StrCat("variable '", name, "': ", status.message()));
 }
 
+// A tensor of an update or gradient for variable `name`, its error naming the variable.
+absl::StatusOr<Tensor> TensorFor(const std::string& name, const net::InMessage& request, wire::TensorRef::Reader ref) {
+  absl::StatusOr<Tensor> tensor = request.TensorAt(ref);
+  if (!tensor.ok()) return Named(name, tensor.status());
+  return tensor;
+}
+
 uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
   return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
 }
@@ -249,9 +256,9 @@ absl::Status PsService::UpdateIn(ShardState state, const net::InMessage& request
     Prepared p;
     ASSIGN_OR_RETURN(p.variable, store.Find(u.getName().cStr()));
     ASSIGN_OR_RETURN(p.kind, UpdateKindFromWire(u.getKind()));
-    ASSIGN_OR_RETURN(p.value, request.TensorAt(u.getValue()));
+    ASSIGN_OR_RETURN(p.value, TensorFor(p.variable->name(), request, u.getValue()));
     if (u.getHasIds()) {
-      ASSIGN_OR_RETURN(Tensor ids, request.TensorAt(u.getIds()));
+      ASSIGN_OR_RETURN(Tensor ids, TensorFor(p.variable->name(), request, u.getIds()));
       p.ids = std::move(ids);
     }
     // Includes the value-dependent checks (integer division by zero, bool bytes), so that a
@@ -319,10 +326,10 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
       if (!widened.ok()) return Named(p.variable->name(), widened.status());
       p.value = *std::move(widened);
     } else {
-      ASSIGN_OR_RETURN(p.value, request.TensorAt(g.getValue()));
+      ASSIGN_OR_RETURN(p.value, TensorFor(p.variable->name(), request, g.getValue()));
     }
     if (g.getHasIds()) {
-      ASSIGN_OR_RETURN(Tensor ids, request.TensorAt(g.getIds()));
+      ASSIGN_OR_RETURN(Tensor ids, TensorFor(p.variable->name(), request, g.getIds()));
       p.ids = std::move(ids);
     }
     // -1 is the wire's "unknown" (not checked, not scaled); any other negative value is no

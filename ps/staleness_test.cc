@@ -644,7 +644,7 @@ TEST_F(HostilePushTest, MalformedBf16GradientsChangeNothing) {
     u.setKind(wire::UpdateKind::ASSIGN);
     req.AddTensorAsBf16(Tensor::FromVector<float>({2}, {7, 7}), u.initValue());
     ExpectRefusedAndUnchanged("w", client_->Call("ps.Update", std::move(req), absl::Seconds(60)).status(),
-                              absl::StatusCode::kInvalidArgument, "dtype code 7", before);
+                              absl::StatusCode::kInvalidArgument, "variable 'w': unknown dtype code 7", before);
   }
   {
     net::OutMessage req;
@@ -654,7 +654,7 @@ TEST_F(HostilePushTest, MalformedBf16GradientsChangeNothing) {
     req.AddTensorAsBf16(Tensor::FromVector<float>({1}, {1}), g.initValue());
     req.AddTensorAsBf16(Tensor::FromVector<float>({1}, {0}), g.initIds());
     ExpectRefusedAndUnchanged("w", client_->Call("ps.PushGradients", std::move(req), absl::Seconds(60)).status(),
-                              absl::StatusCode::kInvalidArgument, "dtype code 7", before);
+                              absl::StatusCode::kInvalidArgument, "variable 'w': unknown dtype code 7", before);
   }
   {  // A good bf16 gradient first, a bad one second: neither is applied.
     Create("v", Sgd(1.0f));
