@@ -335,8 +335,9 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
     // -1 is the wire's "unknown" (not checked, not scaled); any other negative value is no
     // version at all, and taking it for unknown would let a push step around max_staleness.
     if (g.getBaseVersion() < -1) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient for variable '", p.variable->name(), "' names baseVersion ",
-                                                     g.getBaseVersion(), "; a version is >= 0, or -1 for unknown"));
+      return absl::InvalidArgumentError(absl::StrCat("gradient for variable '", p.variable->name(),
+                                                     "' names baseVersion ", g.getBaseVersion(),
+                                                     "; a version is >= 0, or -1 for unknown"));
     }
     if (g.getBaseVersion() >= 0) p.base_version = g.getBaseVersion();
     // A row gradient is checked, its floats included, in the pass that sums its duplicates.

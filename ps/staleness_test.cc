@@ -259,7 +259,9 @@ TEST(VariableDecayTest, FtrlRefusesADecayToARateOfZero) {
       ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({2}, {1.0f, -2.0f}), i % 2 == 0 ? 1.0f : 0.25f).ok());
     }
     for (const auto& [name, t] : v->Snapshot()) {
-      for (int64_t k = 0; k < t.num_elements(); ++k) EXPECT_TRUE(std::isfinite(t.data<float>()[k])) << name << "[" << k << "] alpha " << alpha;
+      for (int64_t k = 0; k < t.num_elements(); ++k) {
+        EXPECT_TRUE(std::isfinite(t.data<float>()[k])) << name << "[" << k << "] alpha " << alpha;
+      }
     }
   }
 }
@@ -690,7 +692,8 @@ TEST_F(HostilePushTest, DecaySettingsAtTheEdges) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   for (const auto& [steps, alpha] : std::vector<std::pair<int64_t, float>>{
-           {10, nan}, {10, inf}, {10, -inf}, {10, -1e-30f}, {10, 1.0000001f}, {std::numeric_limits<int64_t>::min(), 0.0f}}) {
+           {10, nan}, {10, inf}, {10, -inf}, {10, -1e-30f}, {10, 1.0000001f},
+           {std::numeric_limits<int64_t>::min(), 0.0f}}) {
     const absl::Status created = CreateOverWire("bad", opt::CosineDecay(Sgd(1.0f), steps, alpha));
     EXPECT_EQ(created.code(), absl::StatusCode::kInvalidArgument) << steps << " " << alpha << ": " << created;
     EXPECT_TRUE(absl::StrContains(created.message(), "decay_")) << created;

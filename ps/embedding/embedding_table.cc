@@ -536,7 +536,9 @@ absl::Status EmbeddingTable::CheckImport(absl::Span<const EmbeddingTableState* c
     }
     // The push counter keys the TTL and the decay; from a step past 2^62 (only a damaged
     // checkpoint or state transfer carries one) it could overflow, wrapping negative.
-    if (st.step < 0 || st.step > kMaxImportedStep) return bad(i, "step ", st.step, " is negative or over ", kMaxImportedStep);
+    if (st.step < 0 || st.step > kMaxImportedStep) {
+      return bad(i, "step ", st.step, " is negative or over ", kMaxImportedStep);
+    }
     for (int64_t r = 0; r < n; ++r) {
       const int64_t key = st.keys.data<int64_t>()[r];
       if (st.last_update.data<int64_t>()[r] < 0) return bad(i, "key ", key, " has a negative last-update step");

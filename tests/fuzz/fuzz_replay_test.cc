@@ -40,7 +40,8 @@ TEST(FuzzReplayTest, SeedCorpus) { ReplayAll("corpus", 9); }
 
 // The seeds reach the real handlers and succeed there, so mutations start from deep paths.
 TEST(FuzzReplayTest, SeedsPassTheHandshakeAndAreServed) {
-  for (const char* name : {"ps_dense", "ps_sparse", "ps_initializers", "ps_update_kinds", "ps_bf16_versions", "worker_all"}) {
+  for (const char* name :
+       {"ps_dense", "ps_sparse", "ps_initializers", "ps_update_kinds", "ps_bf16_versions", "worker_all"}) {
     SCOPED_TRACE(name);
     const std::string bytes = Read(std::string(ASYNCPS_FUZZ_DIR) + "/corpus/" + name);
     SessionOutcome outcome = RunServerSession(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());

@@ -71,7 +71,8 @@ std::string CreateDecayedVariable(const std::string& name) {
   shape.set(0, 4);
   shape.set(1, 3);
   ps::InitializerToWire(ps::InitializerSpec(), m, req.initInitializer());
-  const OptimizerConfig config = opt::StalenessAwareLr(opt::MaxStaleness(opt::CosineDecay(opt::Adam(0.1f), 100, 0.1f), 8));
+  const OptimizerConfig config =
+      opt::StalenessAwareLr(opt::MaxStaleness(opt::CosineDecay(opt::Adam(0.1f), 100, 0.1f), 8));
   ps::OptimizerToWire(&config, req.initOptimizer());
   return Request(std::move(m), "ps.CreateVariable");
 }
