@@ -315,22 +315,36 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
     Prepared p;
     ASSIGN_OR_RETURN(p.variable, store.Find(g.getName().cStr()));
     if (net::InMessage::IsBf16(g.getValue())) {
-      // Reduced-precision transport: widened (exactly) to f32 here, then checked — shape,
-      // finiteness — and applied like any f32 gradient. Variables stay f32.
+      // Reduced-precision transport: widened (exactly) to f32 here, then checked — finiteness,
+      // ids — and applied like any f32 gradient. Variables stay f32. The shape is checked
+      // first: a payload that does not fit the variable costs no f32 copy (twice its bytes).
       if (p.variable->dtype() != DType::kF32) {
         return absl::InvalidArgumentError(absl::StrCat("gradient for variable '", p.variable->name(),
                                                        "' is bf16, which only f32 variables take; it is ",
                                                        DTypeName(p.variable->dtype())));
+      }
+      if (g.getHasIds()) {
+        ASSIGN_OR_RETURN(Tensor ids, TensorFor(p.variable->name(), request, g.getIds()));
+        p.ids = std::move(ids);
+      }
+      absl::StatusOr<net::InMessage::Bf16View> view = request.Bf16At(g.getValue());
+      if (!view.ok()) return Named(p.variable->name(), view.status());
+      Shape expected = p.variable->shape();
+      if (p.ids && !expected.empty()) expected[0] = p.ids->num_elements();
+      if (view->shape != expected) {
+        return absl::InvalidArgumentError(absl::StrCat("gradient for variable '", p.variable->name(), "' is bf16",
+                                                       ShapeString(view->shape), "; it must be f32",
+                                                       ShapeString(expected), " (or bf16 of that shape)"));
       }
       absl::StatusOr<Tensor> widened = request.WidenedTensorAt(g.getValue());
       if (!widened.ok()) return Named(p.variable->name(), widened.status());
       p.value = *std::move(widened);
     } else {
       ASSIGN_OR_RETURN(p.value, TensorFor(p.variable->name(), request, g.getValue()));
-    }
-    if (g.getHasIds()) {
-      ASSIGN_OR_RETURN(Tensor ids, TensorFor(p.variable->name(), request, g.getIds()));
-      p.ids = std::move(ids);
+      if (g.getHasIds()) {
+        ASSIGN_OR_RETURN(Tensor ids, TensorFor(p.variable->name(), request, g.getIds()));
+        p.ids = std::move(ids);
+      }
     }
     // -1 is the wire's "unknown" (not checked, not scaled); any other negative value is no
     // version at all, and taking it for unknown would let a push step around max_staleness.

@@ -630,9 +630,23 @@ TEST_F(HostilePushTest, MalformedBf16GradientsChangeNothing) {
                             before);
   ExpectRefusedAndUnchanged("w", push_bytes({one, one, one}, {2}, 6), absl::StatusCode::kInvalidArgument,
                             "payload has 6", before);
-  ExpectRefusedAndUnchanged("w", push_bytes({one, one, one}, {3}, 6), absl::StatusCode::kInvalidArgument, "f32[3]",
-                            before);
+  ExpectRefusedAndUnchanged("w", push_bytes({one, one, one}, {3}, 6), absl::StatusCode::kInvalidArgument,
+                            "is bf16[3]; it must be f32[2]", before);
   ExpectRefusedAndUnchanged("w", push_bytes({one, one}, {-2}, 4), absl::StatusCode::kInvalidArgument, "'w'", before);
+  // A payload far larger than the variable is refused by its shape before it is widened (the
+  // f32 copy would have cost twice the payload); by rows, likewise against the ids.
+  ExpectRefusedAndUnchanged("w", push_bytes({}, {int64_t{1} << 22}, size_t{2} << 22),
+                            absl::StatusCode::kInvalidArgument, "is bf16[4194304]; it must be f32[2]", before);
+  {
+    net::OutMessage req;
+    auto g = req.InitRequestBody<wire::PushGradientsRequest>().initGradients(1)[0];
+    g.setName("w");
+    g.setHasIds(true);
+    req.AddTensorAsBf16(Tensor::FromVector<float>({3}, {1, 1, 1}), g.initValue());
+    req.AddTensor(Tensor::FromVector<int64_t>({2}, {0, 1}), g.initIds());
+    ExpectRefusedAndUnchanged("w", client_->Call("ps.PushGradients", std::move(req), absl::Seconds(60)).status(),
+                              absl::StatusCode::kInvalidArgument, "is bf16[3]; it must be f32[2]", before);
+  }
   // Non-finite bf16 values (NaN, +Inf, -Inf, a NaN with only low payload bits): refused after widening.
   for (uint16_t bad : {uint16_t{0x7fc0}, uint16_t{0x7f80}, uint16_t{0xff80}, uint16_t{0x7f81}}) {
     ExpectRefusedAndUnchanged("w", push_bytes({one, bad}, {2}, 4), absl::StatusCode::kInvalidArgument,
