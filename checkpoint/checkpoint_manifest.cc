@@ -1,6 +1,8 @@
 #include "checkpoint/checkpoint_manifest.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -88,6 +90,11 @@ absl::StatusOr<OptimizerConfig> OptimizerFromJson(const Reader& r, const json& j
   c.kind = *kind;
   auto number = [&](const char* key, float* out) -> absl::Status {
     ASSIGN_OR_RETURN(double v, r.Number(j, key, where));
+    // An f32 hyper-parameter: a value past f32's range would become Inf (and converting it is
+    // undefined behaviour), which no optimizer takes; a damaged manifest says so here.
+    if (!(std::fabs(v) <= std::numeric_limits<float>::max())) {
+      return r.Error(where, absl::StrCat("field '", key, "' is not a number within f32's range"));
+    }
     *out = static_cast<float>(v);
     return absl::OkStatus();
   };

@@ -85,7 +85,8 @@ struct OptimizerConfig {
   // version v uses learning_rate * ((1 - decay_alpha) * 0.5 * (1 + cos(pi * min(v, decay_steps)
   // / decay_steps)) + decay_alpha): the full rate at version 0, decay_alpha of it from version
   // decay_steps on. It multiplies the staleness-aware factor. decay_steps 0: no decay (the
-  // default; the configured rate, bit for bit). decay_steps >= 0, decay_alpha in [0, 1].
+  // default; the configured rate, bit for bit). decay_steps >= 0, decay_alpha in [0, 1] (FTRL,
+  // which divides by its rate, with decay_steps > 0: learning_rate * decay_alpha > 0).
   int64_t decay_steps = 0;
   float decay_alpha = 0.0f;
 };

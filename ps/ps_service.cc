@@ -49,6 +49,13 @@ absl::Status Named(const std::string& name, absl::Status status) {
   return absl::Status(status.code(), absl::StrCat("variable '", name, "': ", status.message()));
 }
 
+// A tensor of an update or gradient for variable `name`, its error naming the variable.
+absl::StatusOr<Tensor> TensorFor(const std::string& name, const net::InMessage& request, wire::TensorRef::Reader ref) {
+  absl::StatusOr<Tensor> tensor = request.TensorAt(ref);
+  if (!tensor.ok()) return Named(name, tensor.status());
+  return tensor;
+}
+
 uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
   return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
 }
@@ -108,6 +115,18 @@ absl::Status PsService::CreateVariableIn(ShardState state, const net::InMessage&
   auto optimizer_or = OptimizerFromWire(req.getOptimizer());
   RETURN_IF_ERROR(Named(name, optimizer_or.status()));
   std::unique_ptr<OptimizerConfig> optimizer = std::move(*optimizer_or);
+  // Checked whether or not the variable exists: an idempotent create is answered OK only for a
+  // request that could have created it.
+  size_t num_slots = 0;
+  if (optimizer != nullptr) {
+    if (dtype != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat("variable '", name, "' is ", DTypeName(dtype),
+                                                     "; server-side optimizers need f32 variables"));
+    }
+    auto opt = UpdateRule::Create(*optimizer);
+    RETURN_IF_ERROR(Named(name, opt.status()));
+    num_slots = (*opt)->slots().size();
+  }
 
   bool created = false;
   auto existing = store.Find(name);
@@ -120,16 +139,6 @@ absl::Status PsService::CreateVariableIn(ShardState state, const net::InMessage&
     }
   } else {
     // Everything that can be checked is checked before the value and slots are allocated.
-    size_t num_slots = 0;
-    if (optimizer != nullptr) {
-      if (dtype != DType::kF32) {
-        return absl::InvalidArgumentError(absl::StrCat("variable '", name, "' is ", DTypeName(dtype),
-                                                       "; server-side optimizers need f32 variables"));
-      }
-      auto opt = UpdateRule::Create(*optimizer);
-      RETURN_IF_ERROR(Named(name, opt.status()));
-      num_slots = (*opt)->slots().size();
-    }
     auto reservation = store.Reserve(name, Variable::ChargedBytes(name, dtype, shape, num_slots));
     if (!reservation.ok()) return Reject(RejectReason::kVariableBytes, reservation.status());
     auto spec = InitializerFromWire(request, req.getInitializer());
@@ -247,9 +256,9 @@ absl::Status PsService::UpdateIn(ShardState state, const net::InMessage& request
     Prepared p;
     ASSIGN_OR_RETURN(p.variable, store.Find(u.getName().cStr()));
     ASSIGN_OR_RETURN(p.kind, UpdateKindFromWire(u.getKind()));
-    ASSIGN_OR_RETURN(p.value, request.TensorAt(u.getValue()));
+    ASSIGN_OR_RETURN(p.value, TensorFor(p.variable->name(), request, u.getValue()));
     if (u.getHasIds()) {
-      ASSIGN_OR_RETURN(Tensor ids, request.TensorAt(u.getIds()));
+      ASSIGN_OR_RETURN(Tensor ids, TensorFor(p.variable->name(), request, u.getIds()));
       p.ids = std::move(ids);
     }
     // Includes the value-dependent checks (integer division by zero, bool bytes), so that a
@@ -306,22 +315,43 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
     Prepared p;
     ASSIGN_OR_RETURN(p.variable, store.Find(g.getName().cStr()));
     if (net::InMessage::IsBf16(g.getValue())) {
-      // Reduced-precision transport: widened (exactly) to f32 here, then checked — shape,
-      // finiteness — and applied like any f32 gradient. Variables stay f32.
+      // Reduced-precision transport: widened (exactly) to f32 here, then checked — finiteness,
+      // ids — and applied like any f32 gradient. Variables stay f32. The shape is checked
+      // first: a payload that does not fit the variable costs no f32 copy (twice its bytes).
       if (p.variable->dtype() != DType::kF32) {
         return absl::InvalidArgumentError(absl::StrCat("gradient for variable '", p.variable->name(),
                                                        "' is bf16, which only f32 variables take; it is ",
                                                        DTypeName(p.variable->dtype())));
       }
+      if (g.getHasIds()) {
+        ASSIGN_OR_RETURN(Tensor ids, TensorFor(p.variable->name(), request, g.getIds()));
+        p.ids = std::move(ids);
+      }
+      absl::StatusOr<net::InMessage::Bf16View> view = request.Bf16At(g.getValue());
+      if (!view.ok()) return Named(p.variable->name(), view.status());
+      Shape expected = p.variable->shape();
+      if (p.ids && !expected.empty()) expected[0] = p.ids->num_elements();
+      if (view->shape != expected) {
+        return absl::InvalidArgumentError(absl::StrCat("gradient for variable '", p.variable->name(), "' is bf16",
+                                                       ShapeString(view->shape), "; it must be f32",
+                                                       ShapeString(expected), " (or bf16 of that shape)"));
+      }
       absl::StatusOr<Tensor> widened = request.WidenedTensorAt(g.getValue());
       if (!widened.ok()) return Named(p.variable->name(), widened.status());
       p.value = *std::move(widened);
     } else {
-      ASSIGN_OR_RETURN(p.value, request.TensorAt(g.getValue()));
+      ASSIGN_OR_RETURN(p.value, TensorFor(p.variable->name(), request, g.getValue()));
+      if (g.getHasIds()) {
+        ASSIGN_OR_RETURN(Tensor ids, TensorFor(p.variable->name(), request, g.getIds()));
+        p.ids = std::move(ids);
+      }
     }
-    if (g.getHasIds()) {
-      ASSIGN_OR_RETURN(Tensor ids, request.TensorAt(g.getIds()));
-      p.ids = std::move(ids);
+    // -1 is the wire's "unknown" (not checked, not scaled); any other negative value is no
+    // version at all, and taking it for unknown would let a push step around max_staleness.
+    if (g.getBaseVersion() < -1) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient for variable '", p.variable->name(),
+                                                     "' names baseVersion ", g.getBaseVersion(),
+                                                     "; a version is >= 0, or -1 for unknown"));
     }
     if (g.getBaseVersion() >= 0) p.base_version = g.getBaseVersion();
     // A row gradient is checked, its floats included, in the pass that sums its duplicates.

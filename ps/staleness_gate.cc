@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "absl/container/flat_hash_map.h"
 #include "core/stale_gradient.h"
 #include "ps/update_rule.h"
 
@@ -25,10 +26,16 @@ absl::Status StalenessGate::Enter(absl::Span<const Entry> entries) {
 
   staleness_.assign(entries.size(), -1);
   lr_scale_.assign(entries.size(), 1.0f);
+  // Entries of one variable are applied in request order, each advancing its version by one:
+  // an entry is applied after the earlier ones, so their count adds to its staleness.
+  absl::flat_hash_map<const Variable*, int64_t> earlier;
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
-    if (!e.applies || !e.base_version.has_value()) continue;
-    const int64_t staleness = e.variable->StalenessOf(*e.base_version);
+    if (!e.applies) continue;
+    const int64_t ahead = earlier[e.variable]++;
+    if (!e.base_version.has_value()) continue;
+    // base_version >= 0 and ahead <= entries.size(): no overflow.
+    const int64_t staleness = e.variable->StalenessOf(*e.base_version - ahead);
     const int64_t bound = e.variable->max_staleness();
     if (bound >= 0 && staleness > bound) {
       Release();

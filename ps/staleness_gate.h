@@ -17,7 +17,9 @@ namespace asyncps::ps {
 //
 // Enter takes Variable::write_order_mu of every variable of the request whose optimizer bounds
 // staleness (each once, in address order, so two requests never wait on each other), then
-// checks every gradient that names a base version against its variable's bound. The locks
+// checks every gradient that names a base version against its variable's bound (an entry
+// applied after earlier entries of the same variable in the request is that many versions
+// staler: the version it is applied at is what counts). The locks
 // are held until the gate is destroyed, i.e. until the request's updates are applied: so a
 // push admitted with staleness s is applied with staleness s, never more (with max_staleness
 // 0, no update computed from an older version than the current one is ever applied). Requests
@@ -37,8 +39,8 @@ class StalenessGate {
     // checked nor locked (a closure re-run after a refusal is not refused for what it already
     // applied).
     bool applies = true;
-    // The version the gradient was computed from; absent for a gradient that names none and for
-    // ps.Update's updates (not checked, not scaled; they are locked, as writes).
+    // The version the gradient was computed from (>= 0); absent for a gradient that names none
+    // and for ps.Update's updates (not checked, not scaled; they are locked, as writes).
     std::optional<int64_t> base_version;
   };
 

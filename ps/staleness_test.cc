@@ -3,12 +3,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "core/bf16.h"
 #include "core/stale_gradient.h"
 #include "gtest/gtest.h"
 #include "metrics/process_metrics.h"
@@ -71,6 +75,37 @@ TEST(VariableVersionTest, CountsEveryAppliedUpdateAndRestoreSetsIt) {
   state.iterations = 7;
   ASSERT_TRUE(v->RestoreState(state).ok());
   EXPECT_EQ(v->version(), 7);
+}
+
+// A restored step counter is bounded (Variable::kMaxIterations): at INT64_MAX the next update
+// wrapped the version negative, after which every base version counted as fresh and
+// max_staleness no longer held. The largest counter taken still checks and decays soundly.
+TEST(VariableVersionTest, RestoredStepCounterIsBounded) {
+  auto v = MakeVariable(opt::MaxStaleness(opt::CosineDecay(Sgd(1.0f), 4, 0.5f), 0));
+  ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({2}, {1, 1})).ok());
+  const Tensor before = v->Read();
+  Variable::State state = v->CheckpointState();
+  for (int64_t iterations : {int64_t{-1}, Variable::kMaxIterations + 1, std::numeric_limits<int64_t>::max()}) {
+    state.iterations = iterations;
+    const absl::Status restored = v->RestoreState(state);
+    EXPECT_EQ(restored.code(), absl::StatusCode::kInvalidArgument) << restored;
+    EXPECT_NE(restored.message().find("step counter"), std::string::npos) << restored;
+    EXPECT_EQ(v->version(), 1);
+    EXPECT_EQ(v->iterations(), 1);
+    EXPECT_TRUE(v->Read().Equals(before));
+    OptimizerConfig config = opt::MaxStaleness(Sgd(1.0f), 0);
+    auto created = Variable::CreateFromState("w", state, &config);
+    EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument) << created.status();
+  }
+  state.iterations = Variable::kMaxIterations;
+  ASSERT_TRUE(v->RestoreState(state).ok());
+  StalenessGate stale;
+  EXPECT_TRUE(IsStaleGradientError(stale.Enter({{v.get(), true, Variable::kMaxIterations - 1}})));
+  StalenessGate fresh;
+  ASSERT_TRUE(fresh.Enter({{v.get(), true, Variable::kMaxIterations}}).ok());
+  ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({2}, {1, 1}), fresh.lr_scale(0)).ok());
+  EXPECT_EQ(v->version(), Variable::kMaxIterations + 1);
+  EXPECT_FLOAT_EQ(v->Read().data<float>()[0], before.data<float>()[0] - 0.5f) << "decayed to its floor";
 }
 
 TEST(StalenessGateTest, BoundZeroRefusesAnOlderVersionAndAdmitsTheCurrentOne) {
@@ -205,6 +240,30 @@ TEST(VariableDecayTest, ComposesWithTheStalenessAwareRate) {
   ASSERT_EQ(gate.lr_scale(0), 0.5f);
   ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {1}), gate.lr_scale(0)).ok());
   EXPECT_NEAR(v->Read().data<float>()[0], -0.25f, 1e-7f) << "staleness 2 halves, version 2 of 4 halves";
+}
+
+// FTRL divides by its learning rate (TF's kernels refuse lr <= 0): a cosine decay down to a floor
+// of 0 (decay_alpha 0, the default) wrote NaN into the value and slots from version decay_steps
+// on. Refused at creation; with a floor above 0 the value stays finite past decay_steps.
+TEST(VariableDecayTest, FtrlRefusesADecayToARateOfZero) {
+  // A floor of 0, and one whose f32 product with the rate underflows to 0.
+  for (float alpha : {0.0f, 1e-45f}) {
+    const OptimizerConfig to_zero = opt::CosineDecay(opt::Ftrl(0.1f), 2, alpha);
+    auto refused = Variable::Create("w", Tensor::FromVector<float>({2}, {0.5f, -0.5f}), &to_zero);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+    EXPECT_NE(refused.status().message().find("decay_alpha"), std::string::npos) << refused.status();
+  }
+  for (float alpha : {0.01f, 1.0f}) {
+    auto v = MakeVariable(opt::StalenessAwareLr(opt::CosineDecay(opt::Ftrl(0.1f), 2, alpha)));
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({2}, {1.0f, -2.0f}), i % 2 == 0 ? 1.0f : 0.25f).ok());
+    }
+    for (const auto& [name, t] : v->Snapshot()) {
+      for (int64_t k = 0; k < t.num_elements(); ++k) {
+        EXPECT_TRUE(std::isfinite(t.data<float>()[k])) << name << "[" << k << "] alpha " << alpha;
+      }
+    }
+  }
 }
 
 // With decay_steps 0 (the default) the variable applies exactly what the rule applies alone;
@@ -383,6 +442,291 @@ TEST_F(StalenessServiceTest, OptimizerDecaySettingsCrossTheWire) {
   auto plain = store_->Find("plain");
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ((*plain)->optimizer_config()->decay_steps, 0) << "absent on the wire: no decay";
+}
+
+// Hostile and odd requests around versions, the fused readAfter, bf16 gradients and the decay
+// settings: each is refused with a status that names the problem, leaves the variable as it was
+// (bit for bit, version included), and the server serves a good request afterwards.
+class HostilePushTest : public StalenessServiceTest {
+ protected:
+  // The variable's value and version as the store holds them.
+  std::pair<Tensor, int64_t> Snapshot(const std::string& name) {
+    auto v = store_->Find(name);
+    EXPECT_TRUE(v.ok()) << v.status();
+    if (!v.ok()) return {Tensor(), -1};
+    int64_t version = -1;
+    Tensor value = (*v)->ReadVersioned(&version);
+    return {value, version};
+  }
+
+  // Refused with `code` and a message holding `needle`; `name` unchanged; a good push applies.
+  void ExpectRefusedAndUnchanged(const std::string& name, const absl::Status& status, absl::StatusCode code,
+                                 const std::string& needle, const std::pair<Tensor, int64_t>& before) {
+    EXPECT_EQ(status.code(), code) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), needle)) << status << " lacks '" << needle << "'";
+    const auto after = Snapshot(name);
+    EXPECT_TRUE(after.first.Equals(before.first)) << after.first.DebugString() << " vs " << before.first.DebugString();
+    EXPECT_EQ(after.second, before.second) << "a refused request changes no version";
+  }
+
+  // One gradient per entry of `values` (a bf16 payload when its second is set: the bytes given,
+  // as bf16 of `shape`), naming `readAfter` (absent when null) and answering it as `read_as`.
+  absl::StatusOr<net::InMessage> PushRaw(const std::string& name, int64_t base, const Tensor& value, bool as_bf16,
+                                         const std::vector<std::string>* read_after = nullptr,
+                                         uint8_t read_as = 0) {
+    net::OutMessage req;
+    auto body = req.InitRequestBody<wire::PushGradientsRequest>();
+    auto list = body.initGradients(1);
+    list[0].setName(name);
+    list[0].setBaseVersion(base);
+    req.AddTensorAs(value, as_bf16, list[0].initValue());
+    if (read_after != nullptr) {
+      auto names = body.initReadAfter(static_cast<unsigned>(read_after->size()));
+      for (unsigned i = 0; i < read_after->size(); ++i) names.set(i, (*read_after)[i]);
+    }
+    body.setReadAfterAs(read_as);
+    return client_->Call("ps.PushGradients", std::move(req), absl::Seconds(60));
+  }
+};
+
+// The wire says baseVersion -1 means "unknown"; any other negative value is no version at all.
+// Taking it for "unknown" let a push skip max_staleness by sending, say, -2.
+TEST_F(HostilePushTest, NegativeBaseVersionsOtherThanUnknownAreRefused) {
+  Create("w", opt::MaxStaleness(Sgd(1.0f), 0));
+  ASSERT_TRUE(Push("w", 0).ok());
+  ASSERT_TRUE(Push("w", 1).ok());
+  const auto before = Snapshot("w");
+  ASSERT_EQ(before.second, 2);
+  for (int64_t base : {int64_t{-2}, int64_t{-1000}, std::numeric_limits<int64_t>::min()}) {
+    auto resp = PushRaw("w", base, Tensor::FromVector<float>({2}, {1, 1}), false);
+    ExpectRefusedAndUnchanged("w", resp.status(), absl::StatusCode::kInvalidArgument, "baseVersion", before);
+    EXPECT_TRUE(absl::StrContains(resp.status().message(), "'w'")) << resp.status();
+  }
+  // -1 (unknown) is still taken, unchecked; a current version is checked and applied.
+  ASSERT_TRUE(PushRaw("w", -1, Tensor::FromVector<float>({2}, {1, 1}), false).ok());
+  ASSERT_TRUE(Push("w", 3).ok());
+  EXPECT_EQ(staleness_, 0);
+  EXPECT_EQ(Snapshot("w").second, 4);
+}
+
+// A base version ahead of the variable (a read from before a restore rolled it back, or a lie)
+// counts as fresh: staleness 0, full rate, no overflow at INT64_MAX (docs/staleness.md).
+TEST_F(HostilePushTest, FutureBaseVersionsCountAsFreshWithoutOverflow) {
+  Create("w", opt::StalenessAwareLr(opt::MaxStaleness(Sgd(1.0f), 0)));
+  for (int64_t base : {int64_t{1}, int64_t{1} << 62, std::numeric_limits<int64_t>::max()}) {
+    const float before = Snapshot("w").first.data<float>()[0];
+    ASSERT_TRUE(Push("w", base).ok()) << base;
+    EXPECT_EQ(staleness_, 0) << base;
+    EXPECT_EQ(Snapshot("w").first.data<float>()[0], before - 1.0f) << "full rate at base " << base;
+  }
+  EXPECT_EQ(Snapshot("w").second, 3);
+}
+
+// Two gradients for one variable in one push, both naming the current version: the second is
+// applied after the first, one version later, so its staleness is one more. Under max_staleness
+// 0 the push is refused whole (the gate used to admit both at staleness 0); with the
+// staleness-aware rate each is scaled by its own staleness.
+TEST_F(HostilePushTest, RepeatedVariableInOnePushCountsTheEarlierEntries) {
+  Create("bounded", opt::MaxStaleness(Sgd(1.0f), 0));
+  Create("aware", opt::StalenessAwareLr(Sgd(1.0f)));
+  auto push_twice = [&](const std::string& name, int64_t base) {
+    net::OutMessage req;
+    auto list = req.InitRequestBody<wire::PushGradientsRequest>().initGradients(2);
+    for (unsigned i = 0; i < 2; ++i) {
+      list[i].setName(name);
+      list[i].setBaseVersion(base);
+      req.AddTensor(Tensor::FromVector<float>({2}, {6, 6}), list[i].initValue());
+    }
+    auto resp = client_->Call("ps.PushGradients", std::move(req), absl::Seconds(60));
+    if (resp.ok()) staleness_ = resp->ResponseBody<wire::UpdateResponse>().getStaleness();
+    return resp.status();
+  };
+  const auto before = Snapshot("bounded");
+  const absl::Status refused = push_twice("bounded", 0);
+  EXPECT_TRUE(IsStaleGradientError(refused)) << refused;
+  EXPECT_TRUE(Snapshot("bounded").first.Equals(before.first));
+  EXPECT_EQ(Snapshot("bounded").second, 0);
+  // Versions 0 and 1 named by one gradient each: both applied at staleness 0.
+  ASSERT_TRUE(Push("aware", 0).ok());
+  ASSERT_TRUE(Push("aware", 1).ok());
+  ASSERT_TRUE(push_twice("aware", 0).ok());
+  EXPECT_EQ(staleness_, 3) << "the second entry is applied at version 3";
+  // -2 from the two pushes, then 6 / 2 (staleness 2) and 6 / 3 (staleness 3).
+  EXPECT_TRUE(Snapshot("aware").first.Equals(Tensor::FromVector<float>({2}, {-7, -7})))
+      << Snapshot("aware").first.DebugString();
+}
+
+TEST_F(HostilePushTest, ReadAfterOddCombinations) {
+  Create("w", Sgd(1.0f));
+  Create("other", Sgd(1.0f));
+  const Tensor grad = Tensor::FromVector<float>({2}, {0.5f, -0.25f});
+  {  // An unknown name refuses the push before anything is applied.
+    const auto before = Snapshot("w");
+    const std::vector<std::string> names = {"w", "missing"};
+    auto resp = PushRaw("w", -1, grad, false, &names);
+    ExpectRefusedAndUnchanged("w", resp.status(), absl::StatusCode::kNotFound, "missing", before);
+  }
+  {  // An answer dtype that is neither 0 nor bf16 refuses the push before anything is applied.
+    const auto before = Snapshot("w");
+    const std::vector<std::string> names = {"w"};
+    auto resp = PushRaw("w", -1, grad, false, &names, /*read_as=*/static_cast<uint8_t>(DType::kF64));
+    ExpectRefusedAndUnchanged("w", resp.status(), absl::StatusCode::kInvalidArgument, "readAfterAs", before);
+  }
+  {  // Duplicates, a variable not pushed, an empty name list; every answer after the apply.
+    const std::vector<std::string> names = {"other", "w", "w"};
+    auto resp = PushRaw("w", -1, grad, false, &names);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    auto body = resp->ResponseBody<wire::UpdateResponse>();
+    ASSERT_EQ(body.getValues().size(), 3u);
+    ASSERT_EQ(body.getVersions().size(), 3u);
+    EXPECT_EQ(body.getVersions()[0], 0);
+    EXPECT_EQ(body.getVersions()[1], 1);
+    EXPECT_EQ(body.getVersions()[2], 1);
+    auto other = resp->TensorAt(body.getValues()[0]);
+    auto w1 = resp->TensorAt(body.getValues()[1]);
+    auto w2 = resp->TensorAt(body.getValues()[2]);
+    ASSERT_TRUE(other.ok() && w1.ok() && w2.ok());
+    EXPECT_TRUE(other->Equals(Tensor::FromVector<float>({2}, {0, 0})));
+    EXPECT_TRUE(w1->Equals(Tensor::FromVector<float>({2}, {-0.5f, 0.25f})));
+    EXPECT_TRUE(w2->Equals(*w1));
+    const std::vector<std::string> none;
+    auto empty = PushRaw("w", -1, grad, false, &none);
+    ASSERT_TRUE(empty.ok()) << empty.status();
+    EXPECT_EQ(empty->ResponseBody<wire::UpdateResponse>().getValues().size(), 0u);
+    EXPECT_EQ(Snapshot("w").second, 2);
+  }
+  {  // bf16 in and out: the answer is the stored f32 value narrowed, the stored value stays f32.
+    const std::vector<std::string> names = {"w"};
+    auto resp = PushRaw("w", 2, Tensor::FromVector<float>({2}, {1.0f, 1.0f}), true, &names, kBf16WireCode);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    auto values = resp->ResponseBody<wire::UpdateResponse>().getValues();
+    ASSERT_EQ(values.size(), 1u);
+    EXPECT_TRUE(net::InMessage::IsBf16(values[0]));
+    auto widened = resp->WidenedTensorAt(values[0]);
+    ASSERT_TRUE(widened.ok()) << widened.status();
+    EXPECT_TRUE(widened->Equals(Tensor::FromVector<float>({2}, {-2.0f, -0.5f}))) << widened->DebugString();
+    EXPECT_EQ(Snapshot("w").first.dtype(), DType::kF32);
+  }
+}
+
+// bf16 gradients that do not fit: each refused before anything of the push is applied.
+TEST_F(HostilePushTest, MalformedBf16GradientsChangeNothing) {
+  Create("w", Sgd(1.0f));
+  ASSERT_TRUE(Push("w", -1).ok());
+  const auto before = Snapshot("w");
+  auto push_bytes = [&](std::vector<uint16_t> bits, Shape shape, size_t byte_count) {
+    net::OutMessage req;
+    auto list = req.InitRequestBody<wire::PushGradientsRequest>().initGradients(1);
+    list[0].setName("w");
+    std::vector<uint8_t> bytes(byte_count, 0);
+    std::memcpy(bytes.data(), bits.data(), std::min(byte_count, bits.size() * sizeof(uint16_t)));
+    req.AddBf16(Tensor::FromVector<uint8_t>({static_cast<int64_t>(byte_count)}, bytes), shape, list[0].initValue());
+    return client_->Call("ps.PushGradients", std::move(req), absl::Seconds(60)).status();
+  };
+  const uint16_t one = FloatToBf16(1.0f);
+  // An odd byte count; a payload of the wrong size for its shape; a shape of the wrong size for
+  // the variable; a negative dimension.
+  ExpectRefusedAndUnchanged("w", push_bytes({one, one}, {2}, 3), absl::StatusCode::kInvalidArgument, "payload has 3",
+                            before);
+  ExpectRefusedAndUnchanged("w", push_bytes({one, one, one}, {2}, 6), absl::StatusCode::kInvalidArgument,
+                            "payload has 6", before);
+  ExpectRefusedAndUnchanged("w", push_bytes({one, one, one}, {3}, 6), absl::StatusCode::kInvalidArgument,
+                            "is bf16[3]; it must be f32[2]", before);
+  ExpectRefusedAndUnchanged("w", push_bytes({one, one}, {-2}, 4), absl::StatusCode::kInvalidArgument, "'w'", before);
+  // A payload far larger than the variable is refused by its shape before it is widened (the
+  // f32 copy would have cost twice the payload); by rows, likewise against the ids.
+  ExpectRefusedAndUnchanged("w", push_bytes({}, {int64_t{1} << 22}, size_t{2} << 22),
+                            absl::StatusCode::kInvalidArgument, "is bf16[4194304]; it must be f32[2]", before);
+  {
+    net::OutMessage req;
+    auto g = req.InitRequestBody<wire::PushGradientsRequest>().initGradients(1)[0];
+    g.setName("w");
+    g.setHasIds(true);
+    req.AddTensorAsBf16(Tensor::FromVector<float>({3}, {1, 1, 1}), g.initValue());
+    req.AddTensor(Tensor::FromVector<int64_t>({2}, {0, 1}), g.initIds());
+    ExpectRefusedAndUnchanged("w", client_->Call("ps.PushGradients", std::move(req), absl::Seconds(60)).status(),
+                              absl::StatusCode::kInvalidArgument, "is bf16[3]; it must be f32[2]", before);
+  }
+  // Non-finite bf16 values (NaN, +Inf, -Inf, a NaN with only low payload bits): refused after widening.
+  for (uint16_t bad : {uint16_t{0x7fc0}, uint16_t{0x7f80}, uint16_t{0xff80}, uint16_t{0x7f81}}) {
+    ExpectRefusedAndUnchanged("w", push_bytes({one, bad}, {2}, 4), absl::StatusCode::kInvalidArgument,
+                              "NaN or Inf", before);
+  }
+  // bf16 is a gradient encoding only: not for ps.Update, not for ids.
+  {
+    net::OutMessage req;
+    auto u = req.InitRequestBody<wire::UpdateRequest>().initUpdates(1)[0];
+    u.setName("w");
+    u.setKind(wire::UpdateKind::ASSIGN);
+    req.AddTensorAsBf16(Tensor::FromVector<float>({2}, {7, 7}), u.initValue());
+    ExpectRefusedAndUnchanged("w", client_->Call("ps.Update", std::move(req), absl::Seconds(60)).status(),
+                              absl::StatusCode::kInvalidArgument, "variable 'w': unknown dtype code 7", before);
+  }
+  {
+    net::OutMessage req;
+    auto g = req.InitRequestBody<wire::PushGradientsRequest>().initGradients(1)[0];
+    g.setName("w");
+    g.setHasIds(true);
+    req.AddTensorAsBf16(Tensor::FromVector<float>({1}, {1}), g.initValue());
+    req.AddTensorAsBf16(Tensor::FromVector<float>({1}, {0}), g.initIds());
+    ExpectRefusedAndUnchanged("w", client_->Call("ps.PushGradients", std::move(req), absl::Seconds(60)).status(),
+                              absl::StatusCode::kInvalidArgument, "variable 'w': unknown dtype code 7", before);
+  }
+  {  // A good bf16 gradient first, a bad one second: neither is applied.
+    Create("v", Sgd(1.0f));
+    const auto v_before = Snapshot("v");
+    net::OutMessage req;
+    auto list = req.InitRequestBody<wire::PushGradientsRequest>().initGradients(2);
+    list[0].setName("v");
+    req.AddTensorAsBf16(Tensor::FromVector<float>({2}, {1, 1}), list[0].initValue());
+    list[1].setName("w");
+    req.AddTensorAsBf16(Tensor::FromVector<float>({2}, {1, std::numeric_limits<float>::infinity()}),
+                        list[1].initValue());
+    ExpectRefusedAndUnchanged("w", client_->Call("ps.PushGradients", std::move(req), absl::Seconds(60)).status(),
+                              absl::StatusCode::kInvalidArgument, "NaN or Inf", before);
+    EXPECT_TRUE(Snapshot("v").first.Equals(v_before.first));
+    EXPECT_EQ(Snapshot("v").second, 0);
+  }
+  // A read asking for an unknown answer dtype is refused; the server still serves.
+  {
+    net::OutMessage req = ReadRequestFor({"w"});
+    req.envelope().getRequest().getBody().getAs<wire::ReadRequest>().setValuesAs(255);
+    const absl::Status read = client_->Call("ps.Read", std::move(req), absl::Seconds(60)).status();
+    EXPECT_EQ(read.code(), absl::StatusCode::kInvalidArgument) << read;
+    EXPECT_TRUE(absl::StrContains(read.message(), "valuesAs 255")) << read;
+  }
+  auto good = PushRaw("w", -1, Tensor::FromVector<float>({2}, {1, 1}), true);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE(Snapshot("w").first.Equals(Tensor::FromVector<float>({2}, {-2, -2})));
+}
+
+// Decay settings at their edges: NaN, Inf and out-of-range floors and negative step counts are
+// refused at creation; the largest step count is taken and decays without overflow or NaN.
+TEST_F(HostilePushTest, DecaySettingsAtTheEdges) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const auto& [steps, alpha] : std::vector<std::pair<int64_t, float>>{
+           {10, nan}, {10, inf}, {10, -inf}, {10, -1e-30f}, {10, 1.0000001f},
+           {std::numeric_limits<int64_t>::min(), 0.0f}}) {
+    const absl::Status created = CreateOverWire("bad", opt::CosineDecay(Sgd(1.0f), steps, alpha));
+    EXPECT_EQ(created.code(), absl::StatusCode::kInvalidArgument) << steps << " " << alpha << ": " << created;
+    EXPECT_TRUE(absl::StrContains(created.message(), "decay_")) << created;
+  }
+  EXPECT_FALSE(store_->Find("bad").ok()) << "a refused create leaves nothing behind";
+  // A create of a variable that exists (idempotent) checks the optimizer it names all the same.
+  Create("exists", Sgd(1.0f));
+  const absl::Status again = CreateOverWire("exists", opt::CosineDecay(Sgd(1.0f), 10, nan));
+  EXPECT_EQ(again.code(), absl::StatusCode::kInvalidArgument) << again;
+  EXPECT_TRUE(absl::StrContains(again.message(), "decay_alpha")) << again;
+  EXPECT_TRUE(CreateOverWire("exists", Sgd(1.0f)).ok());
+  // The staleness-aware rate composed with the decay at its largest staleness and step count.
+  Create("w", opt::StalenessAwareLr(opt::CosineDecay(Sgd(1.0f), std::numeric_limits<int64_t>::max(), 0.0f)));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Push("w", i).ok());
+  ASSERT_TRUE(Push("w", 0).ok());
+  EXPECT_EQ(staleness_, 3);
+  const Tensor value = Snapshot("w").first;
+  EXPECT_TRUE(std::isfinite(value.data<float>()[0]));
+  EXPECT_FLOAT_EQ(value.data<float>()[0], -(3.0f + 1.0f / 3.0f)) << "no measurable decay over 4 of 2^63 versions";
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/durable_file.h"
+#include "ps/update_rule.h"
 #include "ps/variable_store.h"
 
 namespace asyncps::ps {
@@ -137,10 +138,21 @@ absl::Status RestoreShards(VariableStore& store, const RestorePlan& plan) {
   std::vector<Prepared> prepared;
   for (const RestoreShard& shard : plan.shards) {
     RETURN_IF_ERROR(ValidateShape(shard.shape, shard.dtype));
+    // Checked here, not only by RestoreState below: there a refusal would come after the
+    // shards before it were restored.
+    RETURN_IF_ERROR(Variable::CheckIterations(shard.name, shard.iterations));
     Prepared p;
     auto existing = store.Find(shard.name);
     if (existing.ok()) {
       p.existing = *existing;
+      // The optimizer the plan names is not used for a variable that exists, but a plan that
+      // could not have created it (a damaged decay, say) is refused all the same.
+      if (shard.optimizer) {
+        absl::Status rule = UpdateRule::Create(*shard.optimizer).status();
+        if (!rule.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("variable '", shard.name, "': ", rule.message()));
+        }
+      }
       if (p.existing->dtype() != shard.dtype || p.existing->shape() != shard.shape) {
         return absl::FailedPreconditionError(
             absl::StrCat("variable '", shard.name, "' is ", DTypeName(p.existing->dtype()),

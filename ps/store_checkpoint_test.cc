@@ -189,6 +189,32 @@ TEST(CheckpointShardTest, BadPlansAndCorruptFilesChangeNothing) {
     plan.shards[0].optimizer.reset();
     expect_unchanged(plan, absl::StatusCode::kDataLoss, "is f32, expected f64");
   }
+  for (int64_t iterations : {int64_t{-1}, Variable::kMaxIterations + 1, std::numeric_limits<int64_t>::max()}) {
+    // A shard that would be created first, then "w" with a step counter no variable takes (a
+    // negative one, or one whose version would soon wrap): refused before either is restored.
+    RestorePlan plan = good;
+    RestoreShard extra = plan.shards[0];
+    extra.name = "new";
+    plan.shards.insert(plan.shards.begin(), extra);
+    plan.shards[1].iterations = iterations;
+    expect_unchanged(plan, absl::StatusCode::kInvalidArgument, absl::StrCat("step counter ", iterations));
+  }
+  for (const auto& [steps, alpha] : std::vector<std::pair<int64_t, float>>{
+           {-3, 0.0f}, {10, std::numeric_limits<float>::quiet_NaN()}, {10, 2.0f}}) {
+    // A damaged decay setting on a shard the restore creates, after "w": neither is restored.
+    RestorePlan plan = good;
+    RestoreShard extra = plan.shards[0];
+    extra.name = "new";
+    extra.optimizer->decay_steps = steps;
+    extra.optimizer->decay_alpha = alpha;
+    plan.shards.push_back(extra);
+    expect_unchanged(plan, absl::StatusCode::kInvalidArgument, "decay_");
+    // The same on the shard of a variable that exists: checked all the same.
+    RestorePlan onto = good;
+    onto.shards[0].optimizer->decay_steps = steps;
+    onto.shards[0].optimizer->decay_alpha = alpha;
+    expect_unchanged(onto, absl::StatusCode::kInvalidArgument, "decay_");
+  }
   {  // One flipped data byte: the CRC-32 no longer matches.
     std::string bytes = ReadFileToString(dir + "/f.safetensors", 1 << 20).value();
     bytes[bytes.size() - 3] ^= 1;

@@ -552,6 +552,15 @@ absl::StatusOr<std::unique_ptr<UpdateRule>> UpdateRule::Create(const OptimizerCo
   if (!(config.decay_alpha >= 0.0f && config.decay_alpha <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("decay_alpha must lie in [0, 1]; got ", config.decay_alpha));
   }
+  // FTRL divides by its learning rate (ValidateFtrl): a decay whose floor is 0 (decay_alpha 0,
+  // or so small that the f32 product underflows) would reach a rate of 0 at version decay_steps
+  // and write NaN into the value and slots from then on.
+  if (config.kind == OptimizerKind::kFtrl && config.decay_steps > 0 &&
+      !(config.learning_rate * config.decay_alpha > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ftrl optimizer: with decay_steps > 0, the decayed rate learning_rate * decay_alpha must be > 0 (FTRL "
+        "divides by its rate, which the decay reaches at version decay_steps); got decay_alpha ", config.decay_alpha));
+  }
   switch (config.kind) {
     case OptimizerKind::kSgd:
     case OptimizerKind::kMomentum:

@@ -39,7 +39,8 @@ class UpdateRule {
   //   ftrl:     learning_rate_power <= 0, initial_accumulator_value >= 0,
   //             l1, l2, l2_shrinkage, beta >= 0
   //   all:      max_staleness >= 0 or kUnboundedStaleness (-1)
-  //   all:      decay_steps >= 0, 0 <= decay_alpha <= 1
+  //   all:      decay_steps >= 0, 0 <= decay_alpha <= 1 (ftrl with decay_steps > 0:
+  //             learning_rate * decay_alpha > 0 in f32)
   static absl::StatusOr<std::unique_ptr<UpdateRule>> Create(const OptimizerConfig& config);
 
   virtual ~UpdateRule();

@@ -257,9 +257,7 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::Create(std::string name, Ten
 absl::StatusOr<std::unique_ptr<Variable>> Variable::CreateFromState(std::string name, State state,
                                                                     const OptimizerConfig* optimizer,
                                                                     ApplyPool* apply_pool) {
-  if (state.iterations < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("negative step counter for '", name, "'"));
-  }
+  RETURN_IF_ERROR(CheckIterations(name, state.iterations));
   const Shape shape = state.value.shape();
   std::unique_ptr<UpdateRule> rule;
   if (optimizer != nullptr) {
@@ -291,6 +289,12 @@ absl::StatusOr<std::unique_ptr<Variable>> Variable::CreateFromState(std::string 
   v->iterations_.store(state.iterations, std::memory_order_relaxed);
   v->version_.store(state.iterations, std::memory_order_release);
   return v;
+}
+
+absl::Status Variable::CheckIterations(const std::string& name, int64_t iterations) {
+  if (iterations >= 0 && iterations <= kMaxIterations) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("step counter ", iterations, " for '", name, "' is negative or over ",
+                                                 kMaxIterations));
 }
 
 uint64_t Variable::ChargedBytes(const std::string& name, DType dtype, const Shape& shape, size_t num_slots) {
@@ -471,9 +475,7 @@ absl::Status Variable::RestoreState(const State& state) {
                                                      DTypeName(slot.dtype()), ShapeString(slot.shape())));
     }
   }
-  if (state.iterations < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("negative step counter for '", name_, "'"));
-  }
+  RETURN_IF_ERROR(CheckIterations(name_, state.iterations));
   MutexLock lock(&mu_);
   UnshareValueLocked(/*keep_bytes=*/false);
   UnshareSlotsLocked(/*keep_bytes=*/false);

@@ -161,6 +161,14 @@ class Variable {
     int64_t iterations = 0;
   };
 
+  // The largest step counter a State may carry (CreateFromState, RestoreState, and restore
+  // plans, checked before anything is restored): the checkpoint manifest's bound. From there the
+  // int64 counters cannot overflow in practice (2^62 more updates); a wrapped, negative version
+  // would make every base version look fresh, so max_staleness would stop holding unseen.
+  static constexpr int64_t kMaxIterations = int64_t{1} << 62;
+  // InvalidArgument naming `name` unless 0 <= iterations <= kMaxIterations.
+  static absl::Status CheckIterations(const std::string& name, int64_t iterations);
+
   // A variable whose storage is a state received whole (a replica's state transfer): takes
   // `state.value` (its dtype and shape are the variable's) and `state.slots` (one f32 tensor of
   // that shape per slot of `optimizer`, in slot_names() order; none when it is null) as its

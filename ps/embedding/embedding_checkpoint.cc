@@ -1,5 +1,7 @@
 #include "ps/embedding/embedding_checkpoint.h"
 
+#include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <utility>
@@ -45,6 +47,31 @@ nlohmann::json ConfigToJson(const EmbeddingTableConfig& c, int64_t step) {
   };
 }
 
+// Numbers of a recorded config, checked rather than converted: nlohmann's get<T>() converts any
+// JSON number with a static_cast, so a damaged file's 2.5 became 2, -1 a uint32's 4294967295,
+// and a number past T's range was undefined behaviour. DataLoss naming the table and field.
+absl::Status BadField(const std::string& table, const char* key, const char* want) {
+  return absl::DataLossError(
+      absl::StrCat("embedding table '", table, "': recorded config: field '", key, "' is not ", want));
+}
+
+template <typename T>
+absl::StatusOr<T> IntegerField(const nlohmann::json& object, const char* key, const std::string& table) {
+  const nlohmann::json& v = object.at(key);
+  const bool fits = v.is_number_unsigned() ? std::in_range<T>(v.get<uint64_t>())
+                                           : v.is_number_integer() && std::in_range<T>(v.get<int64_t>());
+  if (!fits) return BadField(table, key, "an integer in its type's range");
+  return v.get<T>();
+}
+
+absl::StatusOr<float> FloatField(const nlohmann::json& object, const char* key, const std::string& table) {
+  const nlohmann::json& v = object.at(key);
+  if (!v.is_number() || !(std::fabs(v.get<double>()) <= std::numeric_limits<float>::max())) {
+    return BadField(table, key, "a number within f32's range");
+  }
+  return static_cast<float>(v.get<double>());
+}
+
 absl::StatusOr<EmbeddingTableConfig> ConfigFromJson(const std::string& name, const std::string& text,
                                                     int64_t* step) {
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -54,9 +81,9 @@ absl::StatusOr<EmbeddingTableConfig> ConfigFromJson(const std::string& name, con
   try {
     EmbeddingTableConfig c;
     c.name = name;
-    c.dim = j.at("dim").get<int64_t>();
+    ASSIGN_OR_RETURN(c.dim, IntegerField<int64_t>(j, "dim", name));
     ASSIGN_OR_RETURN(c.dtype, DTypeFromName(j.at("dtype").get<std::string>()));
-    *step = j.at("step").get<int64_t>();
+    ASSIGN_OR_RETURN(*step, IntegerField<int64_t>(j, "step", name));
     const auto& i = j.at("initializer");
     RETURN_IF_ERROR(ParseEmbeddingInitializerKind(i.at("kind").get<std::string>(), &c.initializer.kind));
     c.initializer.value = i.at("value").get<double>();
@@ -64,30 +91,34 @@ absl::StatusOr<EmbeddingTableConfig> ConfigFromJson(const std::string& name, con
     c.initializer.maxval = i.at("maxval").get<double>();
     c.initializer.mean = i.at("mean").get<double>();
     c.initializer.stddev = i.at("stddev").get<double>();
-    c.initializer.seed = i.at("seed").get<uint64_t>();
+    ASSIGN_OR_RETURN(c.initializer.seed, IntegerField<uint64_t>(i, "seed", name));
     const auto& o = j.at("optimizer");
     ASSIGN_OR_RETURN(c.optimizer.kind, ParseOptimizerKind(o.at("kind").get<std::string>()));
-    c.optimizer.learning_rate = o.at("learning_rate").get<float>();
-    c.optimizer.momentum = o.at("momentum").get<float>();
+    ASSIGN_OR_RETURN(c.optimizer.learning_rate, FloatField(o, "learning_rate", name));
+    ASSIGN_OR_RETURN(c.optimizer.momentum, FloatField(o, "momentum", name));
     c.optimizer.nesterov = o.at("nesterov").get<bool>();
-    c.optimizer.beta_1 = o.at("beta_1").get<float>();
-    c.optimizer.beta_2 = o.at("beta_2").get<float>();
-    c.optimizer.epsilon = o.at("epsilon").get<float>();
-    c.optimizer.initial_accumulator_value = o.at("initial_accumulator_value").get<float>();
-    c.optimizer.learning_rate_power = o.at("learning_rate_power").get<float>();
-    c.optimizer.l1 = o.at("l1").get<float>();
-    c.optimizer.l2 = o.at("l2").get<float>();
-    c.optimizer.l2_shrinkage = o.at("l2_shrinkage").get<float>();
-    c.optimizer.beta = o.at("beta").get<float>();
+    ASSIGN_OR_RETURN(c.optimizer.beta_1, FloatField(o, "beta_1", name));
+    ASSIGN_OR_RETURN(c.optimizer.beta_2, FloatField(o, "beta_2", name));
+    ASSIGN_OR_RETURN(c.optimizer.epsilon, FloatField(o, "epsilon", name));
+    ASSIGN_OR_RETURN(c.optimizer.initial_accumulator_value, FloatField(o, "initial_accumulator_value", name));
+    ASSIGN_OR_RETURN(c.optimizer.learning_rate_power, FloatField(o, "learning_rate_power", name));
+    ASSIGN_OR_RETURN(c.optimizer.l1, FloatField(o, "l1", name));
+    ASSIGN_OR_RETURN(c.optimizer.l2, FloatField(o, "l2", name));
+    ASSIGN_OR_RETURN(c.optimizer.l2_shrinkage, FloatField(o, "l2_shrinkage", name));
+    ASSIGN_OR_RETURN(c.optimizer.beta, FloatField(o, "beta", name));
     // Absent from checkpoints written before the decay existed: no decay.
-    c.optimizer.decay_steps = o.value("decay_steps", int64_t{0});
-    c.optimizer.decay_alpha = o.value("decay_alpha", 0.0f);
+    if (o.contains("decay_steps")) {
+      ASSIGN_OR_RETURN(c.optimizer.decay_steps, IntegerField<int64_t>(o, "decay_steps", name));
+    }
+    if (o.contains("decay_alpha")) {
+      ASSIGN_OR_RETURN(c.optimizer.decay_alpha, FloatField(o, "decay_alpha", name));
+    }
     const auto& a = j.at("admission");
-    c.admission.min_count = a.at("min_count").get<uint32_t>();
-    c.admission.probability = a.at("probability").get<float>();
-    c.admission.sketch_width = a.at("sketch_width").get<uint32_t>();
-    c.ttl_steps = j.at("ttl_steps").get<int64_t>();
-    c.memory_cap_bytes = j.at("memory_cap_bytes").get<uint64_t>();
+    ASSIGN_OR_RETURN(c.admission.min_count, IntegerField<uint32_t>(a, "min_count", name));
+    ASSIGN_OR_RETURN(c.admission.probability, FloatField(a, "probability", name));
+    ASSIGN_OR_RETURN(c.admission.sketch_width, IntegerField<uint32_t>(a, "sketch_width", name));
+    ASSIGN_OR_RETURN(c.ttl_steps, IntegerField<int64_t>(j, "ttl_steps", name));
+    ASSIGN_OR_RETURN(c.memory_cap_bytes, IntegerField<uint64_t>(j, "memory_cap_bytes", name));
     return c;
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat("embedding table '", name, "': recorded config: ", e.what()));
@@ -208,12 +239,18 @@ absl::StatusOr<uint64_t> RestoreEmbeddingTables(EmbeddingStore& store, const std
     }
     targets.emplace_back(table.first, &r);
   }
+  const auto keep = [&](int64_t key) { return PsForKey(key, num_ps) == ps_index; };
+  std::vector<std::vector<const EmbeddingTableState*>> states(targets.size());
+  for (size_t t = 0; t < targets.size(); ++t) {
+    for (const EmbeddingTableState& s : targets[t].second->states) states[t].push_back(&s);
+    // Every table's states checked before any table is replaced: a refusal of the last one
+    // must not come after the others were restored.
+    RETURN_IF_ERROR(targets[t].first->CheckImport(states[t], keep));
+  }
   uint64_t rows = 0;
-  for (const auto& [table, r] : targets) {
-    std::vector<const EmbeddingTableState*> states;
-    for (const EmbeddingTableState& s : r->states) states.push_back(&s);
-    RETURN_IF_ERROR(table->Import(states, [&](int64_t key) { return PsForKey(key, num_ps) == ps_index; }));
-    rows += table->Stats().rows;
+  for (size_t t = 0; t < targets.size(); ++t) {
+    RETURN_IF_ERROR(targets[t].first->Import(states[t], keep));
+    rows += targets[t].first->Stats().rows;
   }
   return rows;
 }

@@ -4,12 +4,17 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <limits>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/safetensors.h"
 #include "gtest/gtest.h"
 #include "metrics/process_metrics.h"
 #include "net/event_loop.h"
@@ -178,6 +183,45 @@ TEST_F(EmbeddingServiceTest, BadPushesChangeNothing) {
   EXPECT_EQ(store_.Find("emb").value()->Stats().rows, 2u);
 }
 
+// bf16 is only the dense variables' gradient encoding: an embedding push in it is refused (an
+// unknown dtype, naming the table) and changes nothing. A damaged decay is refused at creation.
+TEST_F(EmbeddingServiceTest, Bf16PushesAndDamagedDecaysAreRefused) {
+  ASSERT_EQ(Create(Config()).value_or(false), true);
+  ASSERT_TRUE(Push("emb", {1, 2}, Grads(2, 4, 1.0f)).ok());
+  auto before = Lookup("emb", {1, 2});
+  ASSERT_TRUE(before.ok()) << before.status();
+  net::OutMessage req;
+  auto p = req.InitRequestBody<wire::EmbeddingPushRequest>().initPushes(1)[0];
+  p.setTable("emb");
+  req.AddTensor(Keys({1, 2}), p.initKeys());
+  req.AddTensorAsBf16(Grads(2, 4, 1.0f), p.initGradients());
+  const absl::Status s = Call(kEmbeddingPushMethod, std::move(req)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("'emb'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("dtype code 7"), std::string::npos) << s;
+  EXPECT_EQ(store_.Find("emb").value()->Stats().step, 1);
+  auto after = Lookup("emb", {1, 2});
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, *before);
+  for (const auto& [steps, alpha] : std::vector<std::pair<int64_t, float>>{
+           {-1, 0.0f}, {10, std::nanf("")}, {10, -0.5f}, {10, std::numeric_limits<float>::infinity()}}) {
+    auto c = Config("decayed");
+    c.optimizer = opt::CosineDecay(opt::SGD(0.1f), steps, alpha);
+    const absl::Status created = Create(c).status();
+    EXPECT_EQ(created.code(), absl::StatusCode::kInvalidArgument) << created;
+    EXPECT_NE(created.message().find("decay_"), std::string::npos) << created;
+  }
+  EXPECT_FALSE(store_.Find("decayed").ok());
+  // A create of a table that exists (idempotent) checks the config it names all the same.
+  auto again = Config();
+  again.optimizer = opt::CosineDecay(again.optimizer, 10, std::nanf(""));
+  const absl::Status exists = Create(again).status();
+  EXPECT_EQ(exists.code(), absl::StatusCode::kInvalidArgument) << exists;
+  EXPECT_NE(exists.message().find("decay_alpha"), std::string::npos) << exists;
+  EXPECT_EQ(Create(Config()).value_or(true), false);
+  EXPECT_TRUE(Push("emb", {1, 2}, Grads(2, 4, 1.0f)).ok());  // still serving
+}
+
 TEST_F(EmbeddingServiceTest, RepeatedTaggedPushAppliesOnce) {
   auto c = Config();
   c.optimizer = opt::SGD(1.0f);
@@ -267,6 +311,92 @@ TEST_F(EmbeddingServiceTest, SaveAndRestoreThroughTheService) {
   b.setNumPs(1);
   EXPECT_FALSE(Call("ps.RestoreEmbeddingTables", std::move(bad)).ok());
   EXPECT_EQ(Lookup("emb", keys).value(), *want);
+}
+
+// `src` (a saved embedding checkpoint file in `dir`) written again as `dst` with table `table`'s
+// recorded config (JSON) passed through `edit`: a damaged or hand-edited file.
+void RewriteConfig(const std::string& dir, const std::string& src, const std::string& dst, const std::string& table,
+                   const std::function<void(nlohmann::json&)>& edit) {
+  auto file = SafetensorsFile::Open(dir + "/" + src);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const SafetensorsEntry& e : file->header().tensors) tensors.emplace_back(e.name, file->Get(e.name).value());
+  std::map<std::string, std::string> metadata = file->header().metadata;
+  nlohmann::json config = nlohmann::json::parse(metadata.at("table/" + table));
+  edit(config);
+  metadata["table/" + table] = config.dump();
+  ASSERT_TRUE(WriteSafetensorsFile(dir + "/" + dst, tensors, metadata).ok());
+}
+
+// A restore of several tables is all or nothing: a table whose state only Import refuses (here
+// a step past 2^62) used to be refused after the tables before it were replaced.
+TEST_F(EmbeddingServiceTest, RestoreOfSeveralTablesRefusedByOneChangesNone) {
+  ASSERT_EQ(Create(Config("a")).value_or(false), true);
+  ASSERT_EQ(Create(Config("b")).value_or(false), true);
+  ASSERT_TRUE(Push("a", {1, 2}, Grads(2, 4, 0.5f)).ok());
+  ASSERT_TRUE(Push("b", {3}, Grads(1, 4, 0.5f)).ok());
+  TempDir dir;
+  ASSERT_TRUE(SaveEmbeddingTables(store_, dir.path(), "good.safetensors", {}, 1, 1, 0).ok());
+  RewriteConfig(dir.path(), "good.safetensors", "bad.safetensors", "b",
+                [](nlohmann::json& j) { j["step"] = std::numeric_limits<int64_t>::max(); });
+  ASSERT_TRUE(Push("a", {1, 2}, Grads(2, 4, 2.0f)).ok());  // after the save: what a restore would undo
+  const std::vector<float> a = Lookup("a", {1, 2}).value();
+  const std::vector<float> b = Lookup("b", {3}).value();
+  auto restored = RestoreEmbeddingTables(store_, dir.path(), {"bad.safetensors"}, 1, 0);
+  EXPECT_EQ(restored.status().code(), absl::StatusCode::kInvalidArgument) << restored.status();
+  EXPECT_NE(restored.status().message().find("'b'"), std::string::npos) << restored.status();
+  EXPECT_EQ(Lookup("a", {1, 2}).value(), a);
+  EXPECT_EQ(Lookup("b", {3}).value(), b);
+  EXPECT_EQ(store_.Find("a").value()->restores(), 0u);
+  EXPECT_EQ(store_.Find("a").value()->Stats().step, 2);
+  ASSERT_TRUE(RestoreEmbeddingTables(store_, dir.path(), {"good.safetensors"}, 1, 0).ok());
+  EXPECT_NE(Lookup("a", {1, 2}).value(), a) << "the good file restores";
+}
+
+// A damaged number in a table's recorded config (a fraction or a number past its field's type,
+// decay fields included): refused as DataLoss naming the field, before anything changes. A
+// decay out of its range is refused by the optimizer's own checks.
+TEST_F(EmbeddingServiceTest, DamagedRecordedConfigNumbersAreRefused) {
+  auto c = Config();
+  c.optimizer = opt::CosineDecay(opt::SGD(0.1f), 100, 0.25f);
+  ASSERT_EQ(Create(c).value_or(false), true);
+  ASSERT_TRUE(Push("emb", {1, 2}, Grads(2, 4, 0.5f)).ok());
+  TempDir dir;
+  ASSERT_TRUE(SaveEmbeddingTables(store_, dir.path(), "good.safetensors", {}, 1, 1, 0).ok());
+  ASSERT_TRUE(Push("emb", {1, 2}, Grads(2, 4, 2.0f)).ok());
+  const std::vector<float> before = Lookup("emb", {1, 2}).value();
+  struct Case {
+    const char* field;
+    std::function<void(nlohmann::json&)> edit;
+    absl::StatusCode code;
+  };
+  const absl::StatusCode kDataLoss = absl::StatusCode::kDataLoss;
+  const std::vector<Case> cases = {
+      {"decay_steps", [](nlohmann::json& j) { j["optimizer"]["decay_steps"] = 2.5; }, kDataLoss},
+      {"decay_steps", [](nlohmann::json& j) { j["optimizer"]["decay_steps"] = 1e300; }, kDataLoss},
+      {"decay_steps", [](nlohmann::json& j) { j["optimizer"]["decay_steps"] = uint64_t{1} << 63; }, kDataLoss},
+      {"decay_steps", [](nlohmann::json& j) { j["optimizer"]["decay_steps"] = -4; },
+       absl::StatusCode::kInvalidArgument},
+      {"decay_alpha", [](nlohmann::json& j) { j["optimizer"]["decay_alpha"] = 1e300; }, kDataLoss},
+      {"decay_alpha", [](nlohmann::json& j) { j["optimizer"]["decay_alpha"] = "0.5"; }, kDataLoss},
+      {"decay_alpha", [](nlohmann::json& j) { j["optimizer"]["decay_alpha"] = 1.5; },
+       absl::StatusCode::kInvalidArgument},
+      {"learning_rate", [](nlohmann::json& j) { j["optimizer"]["learning_rate"] = -1e300; }, kDataLoss},
+      {"step", [](nlohmann::json& j) { j["step"] = 1e300; }, kDataLoss},
+      {"min_count", [](nlohmann::json& j) { j["admission"]["min_count"] = -1; }, kDataLoss},
+      {"sketch_width", [](nlohmann::json& j) { j["admission"]["sketch_width"] = uint64_t{1} << 40; }, kDataLoss},
+  };
+  for (const Case& k : cases) {
+    RewriteConfig(dir.path(), "good.safetensors", "bad.safetensors", "emb", k.edit);
+    auto restored = RestoreEmbeddingTables(store_, dir.path(), {"bad.safetensors"}, 1, 0);
+    EXPECT_EQ(restored.status().code(), k.code) << k.field << ": " << restored.status();
+    EXPECT_NE(restored.status().message().find(k.field), std::string::npos) << restored.status();
+    EXPECT_EQ(Lookup("emb", {1, 2}).value(), before) << k.field;
+    EXPECT_EQ(store_.Find("emb").value()->restores(), 0u) << k.field;
+  }
+  ASSERT_TRUE(RestoreEmbeddingTables(store_, dir.path(), {"good.safetensors"}, 1, 0).ok());
+  EXPECT_EQ(store_.Find("emb").value()->config().optimizer.decay_steps, 100);
+  EXPECT_EQ(store_.Find("emb").value()->config().optimizer.decay_alpha, 0.25f);
 }
 
 // Checkpoint files written by `from` PS (each its own store), restored into `to` PS.

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "ps/update_rule.h"
 
 namespace asyncps::ps {
 namespace {
@@ -11,6 +13,15 @@ std::string Describe(const EmbeddingTableConfig& c) {
   return absl::StrCat("dim ", c.dim, ", ", DTypeName(c.dtype), ", initializer ",
                       EmbeddingInitializerKindName(c.initializer.kind), " seed ", c.initializer.seed, ", optimizer ",
                       OptimizerKindName(c.optimizer.kind));
+}
+
+// EmbeddingTable::Create's checks of the config's own fields, for a create that finds its table:
+// an idempotent create is answered OK only for a config that could have created it.
+absl::Status CheckConfig(const EmbeddingTableConfig& config) {
+  RETURN_IF_ERROR(ValidateEmbeddingTableConfig(config));
+  absl::Status rule = UpdateRule::Create(config.optimizer).status();
+  if (rule.ok()) return rule;
+  return absl::InvalidArgumentError(absl::StrCat("embedding table '", config.name, "': ", rule.message()));
 }
 
 }  // namespace
@@ -26,6 +37,7 @@ absl::StatusOr<std::pair<EmbeddingTable*, bool>> EmbeddingStore::Create(const Em
                                                      Describe(it->second->config()), "; asked for ",
                                                      Describe(config)));
       }
+      RETURN_IF_ERROR(CheckConfig(config));
       return std::make_pair(it->second.get(), false);
     }
   }

@@ -25,7 +25,8 @@ class EmbeddingStore {
 
   // Creates table `config.name`, or finds it when it exists with the same dim, dtype,
   // initializer and optimizer kind (second: whether it was created). AlreadyExists naming both
-  // when it exists otherwise; EmbeddingTable::Create's errors for a bad config.
+  // when it exists otherwise; EmbeddingTable::Create's errors for a bad config (its config
+  // checks also when the table exists).
   absl::StatusOr<std::pair<EmbeddingTable*, bool>> Create(const EmbeddingTableConfig& config);
 
   // NotFound naming the table.

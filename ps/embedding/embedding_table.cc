@@ -19,6 +19,8 @@ namespace {
 constexpr uint64_t kMinIndexCapacity = 16;
 constexpr uint64_t kIndexSlotBytes = 12;
 constexpr uint64_t kRowMetaBytes = 2 * sizeof(int64_t);  // key and last update
+// The largest step Import takes: the bound a checkpoint manifest puts on variables' counters.
+constexpr int64_t kMaxImportedStep = int64_t{1} << 62;
 
 // The index capacity that holds `rows` at load <= 1/2 (linear probing's misses — lookups of
 // keys without a row, half of a training batch — grow fast above it).
@@ -502,8 +504,8 @@ EmbeddingTableState EmbeddingTable::Export() const ABSL_NO_THREAD_SAFETY_ANALYSI
   return state;
 }
 
-absl::Status EmbeddingTable::Import(absl::Span<const EmbeddingTableState* const> states,
-                                    const std::function<bool(int64_t)>& keep) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+absl::Status EmbeddingTable::CheckImport(absl::Span<const EmbeddingTableState* const> states,
+                                         const std::function<bool(int64_t)>& keep) const {
   const int64_t dim = config_.dim;
   auto bad = [&](size_t i, auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat("embedding table '", config_.name, "': restore part ", i, ": ", parts...));
@@ -532,12 +534,24 @@ absl::Status EmbeddingTable::Import(absl::Span<const EmbeddingTableState* const>
          st.sketch.shape() != Shape{AdmissionSketch::kDepth, static_cast<int64_t>(sketch_->width())})) {
       return bad(i, "sketch is not i32 [", AdmissionSketch::kDepth, ", ", sketch_->width(), "]");
     }
+    // The push counter keys the TTL and the decay; from a step past 2^62 (only a damaged
+    // checkpoint or state transfer carries one) it could overflow, wrapping negative.
+    if (st.step < 0 || st.step > kMaxImportedStep) {
+      return bad(i, "step ", st.step, " is negative or over ", kMaxImportedStep);
+    }
     for (int64_t r = 0; r < n; ++r) {
       const int64_t key = st.keys.data<int64_t>()[r];
       if (st.last_update.data<int64_t>()[r] < 0) return bad(i, "key ", key, " has a negative last-update step");
       if (keep(key) && !kept.insert(key).second) return bad(i, "key ", key, " is in the checkpoint twice");
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingTable::Import(absl::Span<const EmbeddingTableState* const> states,
+                                    const std::function<bool(int64_t)>& keep) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  RETURN_IF_ERROR(CheckImport(states, keep));
+  const int64_t dim = config_.dim;
   for (int si = 0; si < kStripes; ++si) stripes_[si].mu.Lock();
   int64_t step = 0;
   for (int si = 0; si < kStripes; ++si) ClearStripe(stripes_[si]);

@@ -136,6 +136,10 @@ class EmbeddingTable {
   // count, a key in two states; InvalidArgument) and the table is unchanged on error. Rows
   // beyond a memory cap are evicted least recently updated first (counted as cap evictions).
   absl::Status Import(absl::Span<const EmbeddingTableState* const> states, const std::function<bool(int64_t)>& keep);
+  // Import's checks alone (OK when Import would take `states`): a restore of several tables
+  // checks every one before it replaces any.
+  absl::Status CheckImport(absl::Span<const EmbeddingTableState* const> states,
+                           const std::function<bool(int64_t)>& keep) const;
 
  private:
   // Rows [start, start + rows) of a stripe: their values and slots, keys and last updates.

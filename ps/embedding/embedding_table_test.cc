@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <thread>
 #include <vector>
@@ -290,6 +291,36 @@ TEST(EmbeddingTableTest, ImportRefusesAMismatchAndKeepsTheTable) {
   const EmbeddingTableState* twice[] = {&good, &good};
   EXPECT_EQ(a->Import(twice, [](int64_t) { return true; }).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(a->Stats().rows, 2u);
+}
+
+// A damaged step (a checkpoint's or a state transfer's): at INT64_MAX the next push overflowed
+// the push counter, which keys the TTL and the decay.
+TEST(EmbeddingTableTest, ImportRefusesAStepOutOfRangeAndKeepsTheTable) {
+  auto c = Config(4);
+  c.optimizer = opt::CosineDecay(opt::SGD(1.0f), 8, 0.5f);
+  c.initializer.kind = EmbeddingInitializer::Kind::kZeros;
+  auto a = Make(c);
+  ASSERT_TRUE(Push(*a, {1, 2}).ok());
+  const std::vector<float> before = Lookup(*a, {1, 2});
+  for (int64_t step : {int64_t{-1}, (int64_t{1} << 62) + 1, std::numeric_limits<int64_t>::max()}) {
+    EmbeddingTableState state = a->Export();
+    state.step = step;
+    const EmbeddingTableState* states[] = {&state};
+    const absl::Status imported = a->Import(states, [](int64_t) { return true; });
+    EXPECT_EQ(imported.code(), absl::StatusCode::kInvalidArgument) << imported;
+    EXPECT_NE(imported.message().find("step"), std::string::npos) << imported;
+    EXPECT_EQ(a->Stats().step, 1);
+    EXPECT_EQ(a->restores(), 0u);
+    EXPECT_EQ(Lookup(*a, {1, 2}), before);
+  }
+  // The largest step taken: the next push decays to the floor, without overflow.
+  EmbeddingTableState state = a->Export();
+  state.step = int64_t{1} << 62;
+  const EmbeddingTableState* states[] = {&state};
+  ASSERT_TRUE(a->Import(states, [](int64_t) { return true; }).ok());
+  ASSERT_TRUE(Push(*a, {1}).ok());
+  EXPECT_EQ(a->Stats().step, (int64_t{1} << 62) + 1);
+  EXPECT_FLOAT_EQ(Lookup(*a, {1})[0], before[0] - 0.5f);
 }
 
 // Trains `from` PS-tables, restores them into `to` tables by PsForKey, and compares lookups.

@@ -1,4 +1,5 @@
 #include <atomic>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -285,6 +286,68 @@ TEST_F(ReplicationTest, RefusedPushIsRefusedOnEveryCopyWithoutARebuild) {
   EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kBackup);
   auto after = Push(0, "v", Filled({8, 4}, 0.25f), std::nullopt, 4, 0, 1);
   ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(StreamToPs1(*cluster_), std::make_pair(true, false));
+  EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
+}
+
+// Hostile writes in a replicated group (the push forwarded before the primary applies it): a
+// baseVersion below -1, bf16 ids, a bf16 ps.Update, a bf16 gradient with NaN, and a bf16
+// payload of the wrong size are each refused with InvalidArgument, on every copy alike, and cost
+// no rebuild: the copies stay identical and the stream goes on.
+TEST_F(ReplicationTest, HostileBf16AndVersionWritesAreRefusedOnEveryCopyWithoutARebuild) {
+  Start(2, 2);
+  ASSERT_TRUE(CreateAdam(0, "v", {8, 4}, 0, 1).ok());
+  ASSERT_TRUE(Push(0, "v", Filled({8, 4}, 0.5f), std::nullopt, 1, 0, 1).ok());
+  const std::string before = CopyBytes(*cluster_, 0, 0);
+  std::vector<std::pair<std::string, net::OutMessage>> hostile;
+  {
+    net::OutMessage req = PushRequest("v", Filled({8, 4}, 0.5f), std::nullopt, 2, 0, 1, /*bf16=*/true);
+    req.envelope().getRequest().getBody().getAs<wire::PushGradientsRequest>().getGradients()[0].setBaseVersion(-7);
+    hostile.emplace_back("ps.PushGradients", std::move(req));
+  }
+  {
+    net::OutMessage req;
+    auto body = req.InitRequestBody<wire::PushGradientsRequest>();
+    SetRoute(body.initRoute(), 0, 1);
+    auto g = body.initGradients(1)[0];
+    g.setName("v");
+    g.setHasIds(true);
+    req.AddTensorAsBf16(Filled({1, 4}, 1.0f), g.initValue());
+    req.AddTensorAsBf16(Tensor::FromVector<float>({1}, {2}), g.initIds());
+    hostile.emplace_back("ps.PushGradients", std::move(req));
+  }
+  {
+    net::OutMessage req;
+    auto body = req.InitRequestBody<wire::UpdateRequest>();
+    SetRoute(body.initRoute(), 0, 1);
+    auto u = body.initUpdates(1)[0];
+    u.setName("v");
+    u.setKind(wire::UpdateKind::ASSIGN);
+    req.AddTensorAsBf16(Filled({8, 4}, 3.0f), u.initValue());
+    hostile.emplace_back("ps.Update", std::move(req));
+  }
+  {
+    Tensor nan = Filled({8, 4}, 0.5f);
+    nan.data<float>()[17] = std::numeric_limits<float>::quiet_NaN();
+    hostile.emplace_back("ps.PushGradients", PushRequest("v", nan, std::nullopt, 3, 0, 1, /*bf16=*/true));
+  }
+  {
+    net::OutMessage req;
+    auto body = req.InitRequestBody<wire::PushGradientsRequest>();
+    SetRoute(body.initRoute(), 0, 1);
+    auto g = body.initGradients(1)[0];
+    g.setName("v");
+    req.AddBf16(Tensor::FromVector<uint8_t>({63}, std::vector<uint8_t>(63, 0x3f)), {8, 4}, g.initValue());
+    hostile.emplace_back("ps.PushGradients", std::move(req));
+  }
+  for (auto& [method, req] : hostile) {
+    auto resp = cluster_->Call(0, "worker", method, std::move(req));
+    EXPECT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument) << resp.status();
+    EXPECT_EQ(CopyBytes(*cluster_, 0, 0), before) << resp.status();
+  }
+  EXPECT_EQ(RoleOf(*cluster_, 1, 0), CopyRole::kBackup);
+  ASSERT_TRUE(Push(0, "v", Filled({8, 4}, 0.25f), std::nullopt, 4, 0, 1).ok());
+  EXPECT_NE(CopyBytes(*cluster_, 0, 0), before);
   EXPECT_EQ(StreamToPs1(*cluster_), std::make_pair(true, false));
   EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
 }

@@ -36,11 +36,12 @@ void ReplayAll(const std::string& subdir, size_t at_least) {
   }
 }
 
-TEST(FuzzReplayTest, SeedCorpus) { ReplayAll("corpus", 8); }
+TEST(FuzzReplayTest, SeedCorpus) { ReplayAll("corpus", 9); }
 
 // The seeds reach the real handlers and succeed there, so mutations start from deep paths.
 TEST(FuzzReplayTest, SeedsPassTheHandshakeAndAreServed) {
-  for (const char* name : {"ps_dense", "ps_sparse", "ps_initializers", "ps_update_kinds", "worker_all"}) {
+  for (const char* name :
+       {"ps_dense", "ps_sparse", "ps_initializers", "ps_update_kinds", "ps_bf16_versions", "worker_all"}) {
     SCOPED_TRACE(name);
     const std::string bytes = Read(std::string(ASYNCPS_FUZZ_DIR) + "/corpus/" + name);
     SessionOutcome outcome = RunServerSession(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
@@ -58,6 +59,15 @@ TEST(FuzzReplayTest, SeedsPassTheHandshakeAndAreServed) {
   ASSERT_EQ(outcome.response_codes.size(), 2u);
   EXPECT_EQ(outcome.response_codes[0], 7);  // worker.Run from a worker: PermissionDenied
   EXPECT_EQ(outcome.response_codes[1], 0);  // ps.CreateVariable from a worker: allowed
+}
+
+// The bf16 and versions seed (bf16 reads and pushes, fused readAfter, base versions, a decayed
+// bounded-staleness optimizer) is served whole, so mutations start from those fields.
+TEST(FuzzReplayTest, Bf16AndVersionsSeedIsServedWhole) {
+  const std::string bytes = Read(std::string(ASYNCPS_FUZZ_DIR) + "/corpus/ps_bf16_versions");
+  SessionOutcome outcome = RunServerSession(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  ASSERT_EQ(outcome.response_codes.size(), 7u);
+  for (size_t i = 0; i < outcome.response_codes.size(); ++i) EXPECT_EQ(outcome.response_codes[i], 0) << i;
 }
 
 TEST(FuzzReplayTest, Regressions) { ReplayAll("regressions", 1); }

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/dtype.h"
+#include "core/optimizer_config.h"
 #include "core/tensor.h"
 #include "net/frame_codec.h"
 #include "net/handshake.h"
@@ -56,6 +58,52 @@ std::string CreateVariable(const std::string& name, const std::string& init_kind
   opt.setBeta2(0.999f);
   opt.setEpsilon(1e-7f);
   return Request(std::move(m), "ps.CreateVariable");
+}
+
+// ps.CreateVariable of an f32 [4, 3] Adam variable whose optimizer uses every staleness and
+// decay field (maxStaleness, stalenessAwareLr, decaySteps, decayAlpha).
+std::string CreateDecayedVariable(const std::string& name) {
+  net::OutMessage m;
+  auto req = m.InitRequestBody<wire::CreateVariableRequest>();
+  req.setName(name);
+  req.setDtype(F32());
+  auto shape = req.initShape(2);
+  shape.set(0, 4);
+  shape.set(1, 3);
+  ps::InitializerToWire(ps::InitializerSpec(), m, req.initInitializer());
+  const OptimizerConfig config =
+      opt::StalenessAwareLr(opt::MaxStaleness(opt::CosineDecay(opt::Adam(0.1f), 100, 0.1f), 8));
+  ps::OptimizerToWire(&config, req.initOptimizer());
+  return Request(std::move(m), "ps.CreateVariable");
+}
+
+// ps.Read answered in bf16 (valuesAs = the bf16 wire code).
+std::string ReadBf16(const std::string& name) {
+  net::OutMessage m;
+  auto req = m.InitRequestBody<wire::ReadRequest>();
+  req.initNames(1).set(0, name);
+  req.setValuesAs(kBf16WireCode);
+  return Request(std::move(m), "ps.Read");
+}
+
+// A bf16 gradient naming base version `base`, dense or by rows, with a fused readAfter of the
+// variable answered in bf16.
+std::string PushBf16(const std::string& name, bool rows, int64_t base) {
+  net::OutMessage m;
+  auto req = m.InitRequestBody<wire::PushGradientsRequest>();
+  auto g = req.initGradients(1)[0];
+  g.setName(name);
+  g.setBaseVersion(base);
+  if (rows) {
+    m.AddTensorAsBf16(Tensor::FromVector<float>({1, 3}, {0.1f, 0.2f, 0.3f}), g.initValue());
+    m.AddTensor(Tensor::FromVector<int64_t>({1}, {2}), g.initIds());
+    g.setHasIds(true);
+  } else {
+    m.AddTensorAsBf16(Tensor::FromVector<float>({4, 3}, std::vector<float>(12, 0.01f)), g.initValue());
+  }
+  req.initReadAfter(1).set(0, name);
+  req.setReadAfterAs(kBf16WireCode);
+  return Request(std::move(m), "ps.PushGradients");
 }
 
 std::string Read(const std::string& name) {
@@ -233,6 +281,8 @@ int Main(int argc, char** argv) {
       {"ps_update_kinds", chief + CreateVariable("u", "ones", "") + Update("u", wire::UpdateKind::SUB, false) +
                               Update("u", wire::UpdateKind::MUL, false) + Update("u", wire::UpdateKind::DIV, true) +
                               Update("u", wire::UpdateKind::MIN, false) + Update("u", wire::UpdateKind::MAX, true)},
+      {"ps_bf16_versions", chief + CreateDecayedVariable("s") + ReadBf16("s") + PushBf16("s", false, 0) +
+                               PushBf16("s", true, 1) + PushBf16("s", false, 1) + ReadBf16("s") + Read("s")},
       {"worker_all", chief + SetDirectory() + CreateResource(5) + Run(1, 5) + Cancel(1) + Empty("worker.Heartbeat") +
                          DeleteResource(5) + Run(2, 5)},
       {"worker_role_denied", Hello("worker") + Run(3, 0) + CreateVariable("x", "zeros", "")},
