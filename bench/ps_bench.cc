@@ -158,20 +158,26 @@ std::shared_ptr<void> FaultedIn(size_t bytes, uint8_t fill) {
 // operations, as PsClient drives all PS from one I/O loop. `receiver_cpu` >= 0 pins the
 // receiver threads there (where the PS is pinned).
 //
-// `whole` picks how both ends call the kernel: false, in Asio's default 64 KiB steps (many
-// small copies that a sender and receiver running at once keep in cache, or a ping-pong of
-// wakeups when they share a CPU: 1.5 or 5-6 GB/s for 64 MiB from one run to the next); true, as
-// much per call as the kernel takes (bench/whole_transfer.h), as the PS's connections do.
-// Measure times both and takes the faster as the reference, so neither mode's bad luck
-// flatters the PS.
+// `mode` picks how each end calls the kernel: in Asio's default 64 KiB steps (many small
+// copies that a sender and receiver running at once keep in cache, or a ping-pong of wakeups
+// when they share a CPU: 1.5 or 5-6 GB/s for 64 MiB from one run to the next), or as much per
+// call as the kernel takes (bench/whole_transfer.h). Measure times all four pairings and takes
+// the fastest as the reference, so no mode's bad luck flatters the PS: its own connections
+// write whole and read in 64 KiB steps once a read would block (an uncapped read measured
+// slower), a pairing the reference once lacked.
+struct RawMode {
+  bool whole_write = false;
+  bool whole_read = false;
+};
+
 class RawTransfer {
  public:
-  RawTransfer(int connections, size_t total_bytes, int receiver_cpu, bool whole) : whole_(whole) {
+  RawTransfer(int connections, size_t total_bytes, int receiver_cpu, RawMode mode) : mode_(mode) {
     const size_t share = total_bytes / static_cast<size_t>(connections);
     for (int i = 0; i < connections; ++i) {
       const size_t bytes =
           i + 1 == connections ? total_bytes - share * static_cast<size_t>(i) : share;
-      links_.push_back(std::make_unique<Link>(context_, bytes, receiver_cpu, whole));
+      links_.push_back(std::make_unique<Link>(context_, bytes, receiver_cpu, mode.whole_read));
     }
   }
 
@@ -189,7 +195,7 @@ class RawTransfer {
     bool ok = true;
     for (auto& link : links_) {
       auto done = [&ok](const boost::system::error_code& ec, size_t) { ok = ok && !ec; };
-      if (whole_) {
+      if (mode_.whole_write) {
         asio::async_write(link->socket, asio::buffer(link->out.get(), link->bytes), bench::WholeTransfer(), done);
       } else {
         asio::async_write(link->socket, asio::buffer(link->out.get(), link->bytes), done);
@@ -204,8 +210,8 @@ class RawTransfer {
 
  private:
   struct Link {
-    Link(asio::io_context& context, size_t bytes, int receiver_cpu, bool whole)
-        : whole(whole),
+    Link(asio::io_context& context, size_t bytes, int receiver_cpu, bool whole_read)
+        : whole_read(whole_read),
           acceptor(receiver_context, tcp::endpoint(make_address("127.0.0.1"), 0)),
           socket(context),
           bytes(bytes),
@@ -228,7 +234,7 @@ class RawTransfer {
       s.set_option(tcp::no_delay(true), ec);
       const char ack_byte = 1;
       for (;;) {
-        if (whole) {
+        if (whole_read) {
           asio::read(s, asio::buffer(in.get(), bytes), bench::WholeTransfer(), ec);
         } else {
           asio::read(s, asio::buffer(in.get(), bytes), ec);
@@ -239,7 +245,7 @@ class RawTransfer {
       }
     }
 
-    const bool whole;
+    const bool whole_read;
     asio::io_context receiver_context;
     tcp::acceptor acceptor;
     tcp::socket socket;  // the client end
@@ -253,7 +259,7 @@ class RawTransfer {
     std::thread receiver;
   };
 
-  const bool whole_;
+  const RawMode mode_;
   asio::io_context context_;
   std::vector<std::unique_ptr<Link>> links_;
 };
@@ -340,23 +346,26 @@ std::optional<PairTiming> MeasurePair(int iterations, const std::function<absl::
 
 struct Timing {
   double op_seconds = 0;   // median per PS operation
-  double raw_seconds = 0;  // median per raw transfer of the same bytes, the faster mode's
+  double raw_seconds = 0;  // median per raw transfer of the same bytes, the fastest mode's
   double memcpy_seconds = 0;
   double adam_seconds = 0;  // the PS's check and Adam alone over the same floats (push cases only)
   bool ok = false;
 };
 
 // Alternates `op` and a raw transfer of `bytes` over `connections` in each of RawTransfer's
-// two modes, after a warm-up (which faults in buffers and lets TCP windows grow); the
-// reference is the faster mode's median. `receiver_cpu` as for RawTransfer.
+// four modes, after a warm-up (which faults in buffers and lets TCP windows grow); the
+// reference is the fastest mode's median. `receiver_cpu` as for RawTransfer.
 Timing Measure(int connections, size_t bytes, int iterations,
                const std::function<absl::Status()>& op, int receiver_cpu = -1) {
   Timing t;
-  RawTransfer chunked(connections, bytes, receiver_cpu, /*whole=*/false);
-  RawTransfer whole(connections, bytes, receiver_cpu, /*whole=*/true);
+  std::vector<std::unique_ptr<RawTransfer>> raws;
+  for (bool whole_write : {false, true}) {
+    for (bool whole_read : {false, true}) {
+      raws.push_back(std::make_unique<RawTransfer>(connections, bytes, receiver_cpu, RawMode{whole_write, whole_read}));
+    }
+  }
   std::vector<double> op_samples;
-  std::vector<double> chunked_samples;
-  std::vector<double> whole_samples;
+  std::vector<std::vector<double>> raw_samples(raws.size());
   const int warmup = std::max(1, iterations / 10);
   for (int i = 0; i < warmup + iterations; ++i) {
     Clock::time_point begin = Clock::now();
@@ -366,18 +375,19 @@ Timing Measure(int connections, size_t bytes, int iterations,
     }
     Clock::time_point end = Clock::now();
     if (i >= warmup) op_samples.push_back(Seconds(begin, end));
-    for (auto [raw, samples] : {std::pair{&chunked, &chunked_samples}, std::pair{&whole, &whole_samples}}) {
+    for (size_t m = 0; m < raws.size(); ++m) {
       begin = Clock::now();
-      if (!raw->Once()) {
+      if (!raws[m]->Once()) {
         std::fprintf(stderr, "raw transfer failed\n");
         return t;
       }
       end = Clock::now();
-      if (i >= warmup) samples->push_back(Seconds(begin, end));
+      if (i >= warmup) raw_samples[m].push_back(Seconds(begin, end));
     }
   }
   t.op_seconds = Median(op_samples);
-  t.raw_seconds = std::min(Median(chunked_samples), Median(whole_samples));
+  t.raw_seconds = Median(raw_samples[0]);
+  for (auto& samples : raw_samples) t.raw_seconds = std::min(t.raw_seconds, Median(samples));
   t.memcpy_seconds = MemcpySeconds(bytes, std::max(3, std::min(iterations, 50)));
   t.ok = true;
   return t;
