@@ -27,12 +27,20 @@ absl::Status StalenessGate::Enter(absl::Span<const Entry> entries) {
   staleness_.assign(entries.size(), -1);
   lr_scale_.assign(entries.size(), 1.0f);
   // Entries of one variable are applied in request order, each advancing its version by one:
-  // an entry is applied after the earlier ones, so their count adds to its staleness.
+  // an entry is applied after the earlier ones, so their count adds to its staleness. A short
+  // request (every training push) is counted by a scan, so a push allocates nothing here; a long
+  // one in a map, so that a request of many entries costs linear time, not quadratic.
   absl::flat_hash_map<const Variable*, int64_t> earlier;
+  const bool scan = entries.size() <= kScannedEntries;
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
     if (!e.applies) continue;
-    const int64_t ahead = earlier[e.variable]++;
+    int64_t ahead = 0;
+    if (scan) {
+      for (size_t j = 0; j < i; ++j) ahead += entries[j].applies && entries[j].variable == e.variable ? 1 : 0;
+    } else {
+      ahead = earlier[e.variable]++;
+    }
     if (!e.base_version.has_value()) continue;
     // base_version >= 0 and ahead <= entries.size(): no overflow.
     const int64_t staleness = e.variable->StalenessOf(*e.base_version - ahead);

@@ -44,6 +44,10 @@ class StalenessGate {
     std::optional<int64_t> base_version;
   };
 
+  // Requests of at most this many entries count a variable's earlier entries by a scan; longer
+  // ones use a map (both give the same staleness).
+  static constexpr size_t kScannedEntries = 16;
+
   StalenessGate() = default;
   StalenessGate(const StalenessGate&) = delete;
   StalenessGate& operator=(const StalenessGate&) = delete;

@@ -141,6 +141,35 @@ TEST(StalenessGateTest, OneStaleEntryRefusesTheWholeRequest) {
   EXPECT_EQ(within.staleness(1), 1);
 }
 
+// An entry applied after earlier entries of its variable in the same request is that many
+// versions staler, whether the request is short enough to be scanned or long enough to be
+// counted in a map.
+TEST(StalenessGateTest, RepeatedEntriesCountTheEarlierOnesInShortAndLongRequests) {
+  auto repeated = MakeVariable(opt::StalenessAwareLr(Sgd(1.0f)));
+  std::vector<std::unique_ptr<Variable>> others;
+  for (size_t n : {size_t{7}, StalenessGate::kScannedEntries + 5}) {
+    std::vector<StalenessGate::Entry> entries;
+    std::vector<int64_t> expected;
+    int64_t seen = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (i % 3 == 0) {
+        // The exactly-once window's "already applied" entries do not count.
+        const bool applies = i != 3;
+        entries.push_back({repeated.get(), applies, repeated->version()});
+        expected.push_back(applies ? seen++ : -1);
+      } else {
+        others.push_back(MakeVariable(Sgd(1.0f)));
+        entries.push_back({others.back().get(), true, 0});
+        expected.push_back(0);
+      }
+    }
+    StalenessGate gate;
+    ASSERT_TRUE(gate.Enter(entries).ok()) << n;
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(gate.staleness(i), expected[i]) << "entry " << i << " of " << n;
+    EXPECT_GE(seen, 2) << "the request must repeat the variable";
+  }
+}
+
 // The property max_staleness = 0 promises, under concurrency: threads read (value, version)
 // and push a gradient naming that version as fast as they can; every push the gate admits is
 // applied at exactly the version it names (its staleness is 0 when applied), so the applied
