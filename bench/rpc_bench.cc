@@ -47,7 +47,6 @@
 #include "bench/pipelined_echo.h"
 #include "bench/report.h"
 #include "bench/stats.h"
-#include "bench/whole_transfer.h"
 #include "core/one_shot_event.h"
 #include "core/sync.h"
 #include "core/logging.h"
@@ -145,9 +144,9 @@ class RawEchoServer {
     if (ec) return;
     socket.set_option(tcp::no_delay(true), ec);
     for (;;) {
-      asio::read(socket, asio::buffer(buffer_), bench::WholeTransfer(), ec);
+      asio::read(socket, asio::buffer(buffer_), TransferAllUncapped(), ec);
       if (ec) return;  // the client closed: done
-      asio::write(socket, asio::buffer(buffer_), bench::WholeTransfer(), ec);
+      asio::write(socket, asio::buffer(buffer_), TransferAllUncapped(), ec);
       if (ec) return;
     }
   }
@@ -169,9 +168,9 @@ class RawEchoClient {
   // One blocking round trip; false on a socket error or a corrupted echo.
   bool RoundTrip() {
     boost::system::error_code ec;
-    asio::write(socket_, asio::buffer(out_), bench::WholeTransfer(), ec);
+    asio::write(socket_, asio::buffer(out_), TransferAllUncapped(), ec);
     if (ec) return false;
-    asio::read(socket_, asio::buffer(in_), bench::WholeTransfer(), ec);
+    asio::read(socket_, asio::buffer(in_), TransferAllUncapped(), ec);
     return !ec;
   }
 

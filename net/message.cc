@@ -136,15 +136,19 @@ absl::StatusOr<InMessage::Bf16View> InMessage::Bf16At(wire::TensorRef::Reader re
   return view;
 }
 
+Tensor InMessage::Widened(const Bf16View& view) {
+  const size_t bytes = view.count * sizeof(float);
+  std::shared_ptr<void> block = AllocateAlignedUninitialized(std::max<size_t>(1, bytes));
+  void* data = block.get();
+  WidenFromBf16(view.data, static_cast<float*>(data), view.count);
+  return Tensor::View(DType::kF32, view.shape, std::move(block), data);
+}
+
 absl::StatusOr<Tensor> InMessage::WidenedTensorAt(wire::TensorRef::Reader ref) const {
   if (!IsBf16(ref)) return TensorAt(ref);
   absl::StatusOr<Bf16View> view = Bf16At(ref);
   if (!view.ok()) return view.status();
-  const size_t bytes = view->count * sizeof(float);
-  std::shared_ptr<void> block = AllocateAlignedUninitialized(std::max<size_t>(1, bytes));
-  void* data = block.get();
-  WidenFromBf16(view->data, static_cast<float*>(data), view->count);
-  return Tensor::View(DType::kF32, std::move(view->shape), std::move(block), data);
+  return Widened(*view);
 }
 
 namespace message_internal {

@@ -160,6 +160,8 @@ class InMessage {
     Tensor bytes;      // the payload as u8 [2 * count], viewing it in place (and keeping it alive)
   };
   absl::StatusOr<Bf16View> Bf16At(wire::TensorRef::Reader ref) const;
+  // `view`'s values widened (exactly) to a new f32 tensor of its shape.
+  static Tensor Widened(const Bf16View& view);
   // TensorAt, except that a bf16 tensor comes back widened (exactly) to a new f32 tensor.
   absl::StatusOr<Tensor> WidenedTensorAt(wire::TensorRef::Reader ref) const;
 

@@ -336,9 +336,7 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
                                                        ShapeString(view->shape), "; it must be f32",
                                                        ShapeString(expected), " (or bf16 of that shape)"));
       }
-      absl::StatusOr<Tensor> widened = request.WidenedTensorAt(g.getValue());
-      if (!widened.ok()) return Named(p.variable->name(), widened.status());
-      p.value = *std::move(widened);
+      p.value = net::InMessage::Widened(*view);
     } else {
       ASSIGN_OR_RETURN(p.value, TensorFor(p.variable->name(), request, g.getValue()));
       if (g.getHasIds()) {

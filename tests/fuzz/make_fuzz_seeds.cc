@@ -37,14 +37,21 @@ std::string Request(net::OutMessage m, const std::string& method) {
 
 uint8_t F32() { return static_cast<uint8_t>(DType::kF32); }
 
-std::string CreateVariable(const std::string& name, const std::string& init_kind, const std::string& optimizer) {
-  net::OutMessage m;
+// The body of a ps.CreateVariable in `m` for an f32 [4, 3] variable `name`, its initializer and
+// optimizer left to the caller.
+wire::CreateVariableRequest::Builder CreateF32Body(net::OutMessage& m, const std::string& name) {
   auto req = m.InitRequestBody<wire::CreateVariableRequest>();
   req.setName(name);
   req.setDtype(F32());
   auto shape = req.initShape(2);
   shape.set(0, 4);
   shape.set(1, 3);
+  return req;
+}
+
+std::string CreateVariable(const std::string& name, const std::string& init_kind, const std::string& optimizer) {
+  net::OutMessage m;
+  auto req = CreateF32Body(m, name);
   ps::InitializerSpec spec;
   spec.kind = init_kind;
   spec.value = 0.5;
@@ -64,12 +71,7 @@ std::string CreateVariable(const std::string& name, const std::string& init_kind
 // decay field (maxStaleness, stalenessAwareLr, decaySteps, decayAlpha).
 std::string CreateDecayedVariable(const std::string& name) {
   net::OutMessage m;
-  auto req = m.InitRequestBody<wire::CreateVariableRequest>();
-  req.setName(name);
-  req.setDtype(F32());
-  auto shape = req.initShape(2);
-  shape.set(0, 4);
-  shape.set(1, 3);
+  auto req = CreateF32Body(m, name);
   ps::InitializerToWire(ps::InitializerSpec(), m, req.initInitializer());
   const OptimizerConfig config =
       opt::StalenessAwareLr(opt::MaxStaleness(opt::CosineDecay(opt::Adam(0.1f), 100, 0.1f), 8));
