@@ -261,6 +261,25 @@ TEST(VariableDecayTest, WritesAdvanceTheDecayAsTheyAdvanceTheVersion) {
   EXPECT_NEAR(v->Read().data<float>()[0], -0.5f, 1e-7f) << "applied at version 2 of 4: half the rate";
 }
 
+// docs/semantics.md: a push refused as too stale (or as a bad gradient) applies nothing and
+// consumes no step of the schedule; the next admitted push is applied at the version after the
+// last applied one.
+TEST(VariableDecayTest, RefusedPushesConsumeNoStepOfTheSchedule) {
+  auto v = MakeVariable(opt::MaxStaleness(opt::CosineDecay(Sgd(1.0f), 4, 0.0f), 0), 1);
+  ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {0})).ok());  // version 0 -> 1
+  for (int i = 0; i < 3; ++i) {
+    StalenessGate stale;
+    EXPECT_TRUE(IsStaleGradientError(stale.Enter({{v.get(), true, 0}})));
+    EXPECT_FALSE(v->ApplyGradient(Tensor::FromVector<float>({2}, {1, 1})).ok()) << "wrong shape";
+  }
+  ASSERT_EQ(v->version(), 1);
+  StalenessGate fresh;
+  ASSERT_TRUE(fresh.Enter({{v.get(), true, 1}}).ok());
+  ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {1}), fresh.lr_scale(0)).ok());
+  EXPECT_NEAR(v->Read().data<float>()[0], -CosineDecayFormula(1, 4, 0.0), 1e-6f)
+      << "applied at version 1 of 4, not at 1 + the refusals";
+}
+
 TEST(VariableDecayTest, ComposesWithTheStalenessAwareRate) {
   auto v = MakeVariable(opt::StalenessAwareLr(opt::CosineDecay(Sgd(1.0f), 4, 0.0f)), 1);
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(v->ApplyGradient(Tensor::FromVector<float>({1}, {0})).ok());
