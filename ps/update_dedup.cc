@@ -5,10 +5,38 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 
 namespace asyncps::ps {
+
+namespace {
+
+// SplitMix64's finalizer: a bijection of 64 bits in which every input bit flips about half of
+// the output bits.
+uint64_t Mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9u;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebu;
+  x ^= x >> 31;
+  return x;
+}
+
+}  // namespace
+
+uint64_t UpdateDedup::VariableKey(absl::string_view name, uint64_t generation) {
+  // The name's bytes in little-endian words of 8, each folded in through Mix64; its length
+  // first, so that names differing only by trailing zero bytes differ.
+  uint64_t h = Mix64(0x9e3779b97f4a7c15u ^ name.size());
+  for (size_t i = 0; i < name.size(); i += 8) {
+    uint64_t word = 0;
+    for (size_t b = 0; b < 8 && i + b < name.size(); ++b) {
+      word |= uint64_t{static_cast<unsigned char>(name[i + b])} << (8 * b);
+    }
+    h = Mix64(h ^ word);
+  }
+  return Mix64(h ^ Mix64(generation ^ 0x632be59bd9b4e019u));
+}
 
 UpdateDedup::Admission& UpdateDedup::Admission::operator=(Admission&& other) noexcept {
   if (this == &other) return *this;
@@ -74,8 +102,16 @@ bool UpdateDedup::AnyClaimed(uint64_t coordinator, const std::vector<Key>& keys)
 
 std::vector<UpdateDedup::ExportedSpace> UpdateDedup::Export() const {
   MutexLock lock(&mu_);
+  // Least recently used first: Import numbers them in that order, so the copy that receives
+  // the window forgets the same coordinator first (SpaceFor) as this one would. Copies that
+  // evicted different coordinators would then take one zombie for a repeat and the other not.
+  std::vector<std::pair<uint64_t, const Space*>> order;
+  for (const auto& [coordinator, space] : spaces_) order.emplace_back(coordinator, &space);
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return a.second->last_used < b.second->last_used; });
   std::vector<ExportedSpace> out;
-  for (const auto& [coordinator, space] : spaces_) {
+  for (const auto& [coordinator, space_ptr] : order) {
+    const Space& space = *space_ptr;
     ExportedSpace e;
     e.coordinator = coordinator;
     e.watermark = space.watermark;
@@ -125,8 +161,7 @@ absl::StatusOr<UpdateDedup::Admission> UpdateDedup::Admit(const UpdateTag& tag, 
   std::vector<Key> keys;
   std::vector<size_t> slot(variables.size());
   for (size_t i = 0; i < variables.size(); ++i) {
-    const Key key{tag.closure, tag.sequence,
-                  absl::Hash<std::pair<absl::string_view, uint64_t>>{}({variables[i].name, variables[i].generation})};
+    const Key key{tag.closure, tag.sequence, VariableKey(variables[i].name, variables[i].generation)};
     auto found = std::find(keys.begin(), keys.end(), key);
     slot[i] = static_cast<size_t>(found - keys.begin());
     if (found == keys.end()) keys.push_back(key);

@@ -50,8 +50,10 @@ namespace asyncps::ps {
 // chief itself (ParameterServerStrategy, ShardedVariable), or by a coordinator with
 // ClusterCoordinator::Options::deduplicate_updates off. Reads are never affected.
 //
-// Variables are keyed by a 64-bit hash of their (shard) name and generation: two names of one
-// request colliding would have probability about 2^-64. The generation counts the
+// Variables are keyed by a 64-bit hash of their (shard) name and generation (VariableKey): two
+// names of one request colliding would have probability about 2^-64. The hash is the same in
+// every process: a window travels to another copy of its shard group in a state transfer, and
+// the copy that receives it must find there the keys its own requests compute. The generation counts the
 // variable's restores from a checkpoint (Variable::restores): a restore undoes the updates
 // applied before it, so a closure re-run after the restore (automatic PS recovery re-runs
 // the closures a PS failure interrupted) applies its update again, once.
@@ -139,6 +141,12 @@ class UpdateDedup {
   // Same, every variable at generation 0.
   absl::StatusOr<Admission> Admit(const UpdateTag& tag, absl::Span<const absl::string_view> variables);
 
+  // The key of variable (shard) `name` at `generation` (Key::variable): a fixed function of
+  // its arguments, equal in every process and build (a per-process seeded hash such as
+  // absl::Hash made every key a state transfer moved a stranger to its new copy, so a repeat
+  // of an update applied before the transfer was applied again after a failover).
+  static uint64_t VariableKey(absl::string_view name, uint64_t generation);
+
   // The applied keys of one coordinator, for copying the window to another replica of the
   // shard group (ps/replication/).
   struct ExportedSpace {
@@ -146,10 +154,12 @@ class UpdateDedup {
     uint64_t watermark = 0;
     std::vector<Key> keys;  // ascending
   };
-  // The applied keys of every coordinator (keys still claimed are left out: callers export
-  // while no update is applying, under their copy's write lock).
+  // The applied keys of every coordinator, least recently heard from first (keys still
+  // claimed are left out: callers export while no update is applying, under their copy's
+  // write lock).
   std::vector<ExportedSpace> Export() const;
-  // Replaces the whole window with `spaces` (as Export returned them on another copy).
+  // Replaces the whole window with `spaces` (as Export returned them on another copy): the
+  // same keys, watermarks and order of eviction.
   void Import(const std::vector<ExportedSpace>& spaces);
 
   // Keys held now (claimed or applied), over all coordinators.

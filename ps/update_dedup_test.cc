@@ -60,6 +60,31 @@ TEST(UpdateDedupTest, RepeatOfTheSameCallIsAlreadyApplied) {
   EXPECT_EQ(dedup.entries(), 2u);
 }
 
+// A window travels between processes (a state transfer sends it to a rebuilt copy), so its
+// variable keys are a fixed function of the name and generation: these are the values every
+// process and build computes. (A hash seeded per process, as absl::Hash is, fails this.)
+TEST(UpdateDedupTest, VariableKeysAreTheSameInEveryProcess) {
+  EXPECT_EQ(UpdateDedup::VariableKey("counts/part_0", 0), uint64_t{0x5d4e50a570e8b163});
+  EXPECT_EQ(UpdateDedup::VariableKey("counts/part_0", 1), uint64_t{0xb906aae6c1bba1d9});
+  EXPECT_EQ(UpdateDedup::VariableKey("", 0), uint64_t{0x57b74577e39d30be});
+  EXPECT_EQ(UpdateDedup::VariableKey("w", 3), uint64_t{0xca698bc1d843d36b});
+  EXPECT_NE(UpdateDedup::VariableKey("w", 0), UpdateDedup::VariableKey(std::string("w\0", 2), 0));
+}
+
+// A window received from another copy, with the keys that process computed, recognises the
+// repeats of the updates it holds.
+TEST(UpdateDedupTest, AWindowReceivedFromAnotherCopyRecognisesRepeats) {
+  UpdateDedup::ExportedSpace space;
+  space.coordinator = kCoordinator;
+  space.watermark = kCoordinator;
+  space.keys.push_back({kCoordinator + 5, 1, UpdateDedup::VariableKey("counts/part_0", 0)});
+  UpdateDedup dedup;
+  dedup.Import({space});
+  auto again = dedup.Admit(Tag(kCoordinator + 5, 1), {"counts/part_0", "total"});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(Applied(*again, 2), (std::vector<bool>{false, true}));
+}
+
 TEST(UpdateDedupTest, OtherCallsVariablesAndClosuresAreNotRepeats) {
   UpdateDedup dedup;
   ASSERT_EQ(ApplyOnce(dedup, Tag(kCoordinator + 5, 1), {"w"}), (std::vector<bool>{true}));
@@ -245,6 +270,26 @@ TEST(UpdateDedupTest, CoordinatorsBeyondTheCapEvictTheLeastRecentlyHeard) {
   EXPECT_EQ(dedup.entries(), 3u);
   EXPECT_EQ(dedup.watermark(200), 0u);
   EXPECT_EQ(ApplyOnce(dedup, Tag(100, 1, 100, 100), {"w"}), (std::vector<bool>{false}));
+}
+
+// A copy rebuilt from another's window forgets the same coordinator first: with many
+// coordinators heard from in an order other than their ids' (and than any hash map's), the
+// window exported and imported evicts as the original does.
+TEST(UpdateDedupTest, AnImportedWindowEvictsTheCoordinatorTheOriginalWould) {
+  UpdateDedup::Options options;
+  options.max_coordinators = 8;
+  UpdateDedup original(options);
+  const std::vector<uint64_t> heard = {700, 100, 500, 300, 800, 200, 600, 400};
+  for (uint64_t c : heard) ApplyOnce(original, Tag(c, 1, c, c), {"w"});
+  ApplyOnce(original, Tag(700, 2, 700, 700), {"w"});  // 700 heard from again: 100 is now the oldest
+  UpdateDedup copy(options);
+  copy.Import(original.Export());
+  for (UpdateDedup* d : {&original, &copy}) {
+    ApplyOnce(*d, Tag(900, 1, 900, 900), {"w"});  // evicts the least recently heard from
+    EXPECT_EQ(d->watermark(100), 0u) << (d == &copy ? "copy" : "original");
+    EXPECT_EQ(d->watermark(700), 700u) << (d == &copy ? "copy" : "original");
+    EXPECT_EQ(d->watermark(500), 500u) << (d == &copy ? "copy" : "original");
+  }
 }
 
 // Attempts of the same calls race (a zombie and its re-run, many times over): each key is

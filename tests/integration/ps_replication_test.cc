@@ -41,6 +41,7 @@
 #include "ps/ps.capnp.h"
 #include "ps/ps_wire.h"
 #include "ps/replication/shard_map.h"
+#include "ps/update_tag.h"
 #include "tests/integration/test_functions.h"
 #include "tests/testutil/local_cluster.h"
 #include "tests/testutil/replicated_cluster.h"
@@ -409,9 +410,19 @@ TEST_F(PsReplicationTest, FiveKillsInOneEpochLoseNoUpdate) {
 
 // A raw ps.Update of row 0 of group `group`'s shard of "counts" (add 1), routed {group,
 // generation}, sent over `client`; its status.
-absl::Status AddToRowZero(net::RpcClient& client, int group, uint64_t generation, absl::Duration timeout) {
+// With `tag` (coordinator != 0), the update is tagged as a closure's; the answer's
+// alreadyApplied then says whether the PS skipped it as a repeat.
+absl::StatusOr<uint32_t> AddToRowZeroTagged(net::RpcClient& client, int group, uint64_t generation,
+                                            absl::Duration timeout, const ps::UpdateTag& tag) {
   net::OutMessage m;
   auto req = m.InitRequestBody<wire::UpdateRequest>();
+  if (tag.tagged()) {
+    auto t = req.initTag();
+    t.setCoordinator(tag.coordinator);
+    t.setClosure(tag.closure);
+    t.setSequence(tag.sequence);
+    t.setWatermark(tag.watermark);
+  }
   auto route = req.initRoute();
   route.setGroup(static_cast<uint32_t>(group));
   route.setGeneration(generation);
@@ -421,7 +432,12 @@ absl::Status AddToRowZero(net::RpcClient& client, int group, uint64_t generation
   m.AddTensor(Tensor::FromVector(std::vector<int64_t>{1}), u.initValue());
   u.setHasIds(true);
   m.AddTensor(Tensor::FromVector(std::vector<int64_t>{0}), u.initIds());
-  return client.Call("ps.Update", std::move(m), timeout).status();
+  ASSIGN_OR_RETURN(net::InMessage reply, client.Call("ps.Update", std::move(m), timeout));
+  return reply.ResponseBody<wire::UpdateResponse>().getAlreadyApplied();
+}
+
+absl::Status AddToRowZero(net::RpcClient& client, int group, uint64_t generation, absl::Duration timeout) {
+  return AddToRowZeroTagged(client, group, generation, timeout, ps::UpdateTag()).status();
 }
 
 // The generation of group `group` in the shard map PS `client` itself holds (ps.GetShardMap);
@@ -852,6 +868,47 @@ TEST_F(PsReplicationTest, ChiefWritesRideOutAPrimaryKilledAndLandOnce) {
   const std::vector<int64_t> counts = Counts();
   ASSERT_EQ(counts.size(), static_cast<size_t>(kIds));
   for (int64_t id : ids) EXPECT_EQ(counts[id], writer.acknowledged()) << "row " << id;
+}
+
+// A closure's update applied before a state transfer, repeated after the copy rebuilt by that
+// transfer took over (a re-run of the closure, or a client's retry): the rebuilt copy received
+// the primary's update window over the wire and must recognise the repeat. (The window's keys
+// were hashed with absl::Hash, which is seeded per process: every key received in a transfer
+// was a stranger to its new copy, and the repeat was applied a second time.)
+TEST_F(PsReplicationTest, UpdateAppliedBeforeAStateTransferIsRecognisedByTheRebuiltCopy) {
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  const ps::GroupEntry before = *monitor()->map().Find(0);
+  ASSERT_EQ(before.backups.size(), 1u) << monitor()->map().DebugString();
+  const int first_primary = before.primary;
+  const int rebuilt = before.backups[0];
+  ps::UpdateTag tag;
+  tag.coordinator = 1'000'000;
+  tag.closure = 1'000'007;
+  tag.sequence = 1;
+  tag.watermark = 1'000'000;
+  const absl::Duration timeout = absl::Seconds(20);
+  {
+    std::unique_ptr<net::RpcClient> raw =
+        chief_->process().Connect(chief_->process().cluster().ps()[first_primary]);
+    auto skipped = AddToRowZeroTagged(*raw, 0, before.generation, timeout, tag);
+    ASSERT_TRUE(skipped.ok()) << skipped.status();
+    EXPECT_EQ(*skipped, 0u) << "a first update was taken for a repeat";
+  }
+  // The backup's copy comes back by a state transfer from the primary (window included)...
+  KillUntilLostAndRestart(rebuilt);
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  // ...and becomes the group's primary when the first one dies.
+  KillUntilLostAndRestart(first_primary);
+  ASSERT_TRUE(WaitFor([&] { return FullyReplicated(); })) << monitor()->map().DebugString();
+  const ps::GroupEntry after = *monitor()->map().Find(0);
+  ASSERT_EQ(after.primary, rebuilt) << monitor()->map().DebugString();
+  std::unique_ptr<net::RpcClient> raw = chief_->process().Connect(chief_->process().cluster().ps()[rebuilt]);
+  auto skipped = AddToRowZeroTagged(*raw, 0, after.generation, timeout, tag);
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_EQ(*skipped, 1u) << "the repeat was applied again";
+  const std::vector<int64_t> counts = Counts();
+  ASSERT_FALSE(counts.empty());
+  EXPECT_EQ(counts[0], 1);
 }
 
 }  // namespace

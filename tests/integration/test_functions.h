@@ -35,6 +35,8 @@ namespace asyncps::testutil {
 //   "count_ids"        arg0 is an iterator over "ids": adds 1 to row id of the i64 vector "counts"
 //                      for every id of its next batch, then works for arg1 (i64 ms) in 2 ms
 //                      slices; returns [worker index, ids counted] (0 at the end of the data)
+//   "count_and_sum_ids"  count_ids, and then (the step's second update call) adds the batch's
+//                      id sum to the i64 scalar "total"
 // Datasets: "range" (args n: 0..n-1 sharded by worker), "idx_file" (args path: records of an
 // IDX file), "ids" (args n, batch: 0..n-1 shuffled (seeded by worker index), in batches).
 // Resources: "counter" (a per-worker counter with a random instance id), "picky_counter" (a
