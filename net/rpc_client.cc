@@ -14,6 +14,7 @@
 #include "net/asio.h"
 #include "net/connection.h"
 #include "net/handshake.h"
+#include "net/peer_absent.h"
 #include "net/wire_check.h"
 
 namespace asyncps::net {
@@ -116,6 +117,9 @@ struct RpcClient::Impl : std::enable_shared_from_this<RpcClient::Impl> {
   asio::steady_timer connect_timer;
   absl::Time next_attempt = absl::InfinitePast();
   absl::Duration backoff;
+  // The latest connection attempt was refused (net/peer_absent.h): the calls failed until the
+  // next attempt say so too.
+  bool refused = false;
   std::deque<uint64_t> waiting;  // ids (in `pending`) not yet sent; stale ids are skipped
   std::string client_nonce;      // this connection's challenge to the server
 
@@ -323,9 +327,10 @@ void RpcClient::Impl::EnsureConnecting() {
   }
   const absl::Time now = absl::Now();
   if (now >= next_attempt) return Connect();
-  FailWaiting(absl::UnavailableError(absl::StrCat(options.address,
-                                                  " is unreachable; next attempt in ",
-                                                  absl::FormatDuration(next_attempt - now))));
+  absl::Status unreachable = absl::UnavailableError(
+      absl::StrCat(options.address, refused ? " refused the connection" : " is unreachable", "; next attempt in ",
+                   absl::FormatDuration(next_attempt - now)));
+  FailWaiting(refused ? MarkPeerAbsent(std::move(unreachable)) : std::move(unreachable));
   if (!AnyWaitingForReady() || retry_armed) return;
   retry_armed = true;
   retry_timer.expires_after(ToAsio(next_attempt - now));
@@ -380,9 +385,12 @@ void RpcClient::Impl::Connect() {
           if (self->shut_down) return;
         }
         if (ec) {
-          return self->ConnectFailed(absl::UnavailableError(
-              absl::StrCat("cannot connect to ", self->options.address, ": ", ec.message())));
+          absl::Status failed =
+              absl::UnavailableError(absl::StrCat("cannot connect to ", self->options.address, ": ", ec.message()));
+          self->refused = ec == asio::error::connection_refused;
+          return self->ConnectFailed(self->refused ? MarkPeerAbsent(std::move(failed)) : std::move(failed));
         }
+        self->refused = false;
         self->state = State::kHandshaking;
         self->connection = std::make_shared<Connection>(std::move(*socket), self->options.limits,
                                                         self->options.metrics);

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "net/frame_codec.h"
 #include "net/test_messages.capnp.h"
+#include "net/peer_absent.h"
 #include "net/rpc_client.h"
 #include "net/raw_client_testing.h"
 #include "net/rpc_server.h"
@@ -758,10 +759,33 @@ TEST_F(RpcTest, FailFastWhenNobodyListens) {
   RpcClient::Options options;
   options.address = "127.0.0.1:" + std::to_string(port);
   options.token = kToken;
+  options.initial_backoff = absl::Seconds(10);  // the second call falls inside the backoff
   RpcClient client(loop_, options);
   auto resp = client.Call("test.Scale", OutMessage(), absl::Seconds(30));
   EXPECT_EQ(resp.status().code(), absl::StatusCode::kUnavailable);
+  // A refused connection is evidence that nobody serves there (net/peer_absent.h), also for
+  // the calls failed before the next attempt.
+  EXPECT_TRUE(IsPeerAbsent(resp.status())) << resp.status();
+  auto again = client.Call("test.Scale", OutMessage(), absl::Seconds(30));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(IsPeerAbsent(again.status())) << again.status();
   StartServer(0);  // for TearDown
+}
+
+// Silence is no evidence: a call that times out on a live server, a handler's own error, and a
+// connection that the server drops are not "peer absent".
+TEST_F(RpcTest, OnlyARefusedConnectionIsEvidenceOfAnAbsentPeer) {
+  RpcClient& client = NewClient();
+  auto busy = client.Call("test.Block", OutMessage(), absl::Milliseconds(100));
+  EXPECT_EQ(busy.status().code(), absl::StatusCode::kDeadlineExceeded) << busy.status();
+  EXPECT_FALSE(IsPeerAbsent(busy.status()));
+  Release();
+  auto failed = client.Call("test.Fail", OutMessage(), absl::Seconds(30));
+  EXPECT_FALSE(failed.ok());
+  EXPECT_FALSE(IsPeerAbsent(failed.status()));
+  EXPECT_FALSE(IsPeerAbsent(absl::OkStatus()));
+  EXPECT_TRUE(IsPeerAbsent(MarkPeerAbsent(absl::UnavailableError("gone"))));
+  EXPECT_TRUE(MarkPeerAbsent(absl::OkStatus()).ok());
 }
 
 TEST_F(RpcTest, WaitForReadyCallSucceedsOnceServerStarts) {
