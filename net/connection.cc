@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "net/silent_peer.h"
 
 namespace asyncps::net {
 namespace {
@@ -48,6 +49,7 @@ Connection::Connection(tcp::socket socket, const FrameLimits& limits, metrics::R
   auto endpoint = socket_.remote_endpoint(ec);
   peer_address_ = ec ? "unknown" : absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
   socket_.set_option(tcp::no_delay(true), ec);
+  DetectSilentPeers(fd_);
 }
 
 void Connection::Start(FrameHandler on_frame, CloseHandler on_close) {
