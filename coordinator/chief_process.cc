@@ -65,6 +65,7 @@ absl::StatusOr<std::unique_ptr<ChiefProcess>> ChiefProcess::Create(const Cluster
     PsMonitor::Options monitor;
     monitor.replicas = static_cast<int>(process.ps_replicas);
     monitor.heartbeat_timeout = process.ps_heartbeat_timeout;
+    monitor.lost_after = process.ps_lost_after;
     monitor.start_timeout = p->options_.rpc_timeout;
     // The monitor's heartbeats on connections and a loop of their own: on the chief's they
     // would wait behind its writes to the PS and every worker's closures, and a busy chief

@@ -14,6 +14,7 @@
 #include "coordinator/shard_map_owner.h"
 #include "metrics/process_metrics.h"
 #include "metrics/status_board.h"
+#include "net/peer_absent.h"
 #include "net/rpc_client.h"
 #include "ps/ps.capnp.h"
 #include "worker/ps_future.h"
@@ -24,6 +25,11 @@ namespace asyncps {
 // One PS as the monitor sees it.
 struct PsMonitor::PsView {
   bool up = true;              // false once lost, until it answers again
+  // Silent past the heartbeat timeout and handled as unreachable (ShardMapOwner::Unreachable),
+  // not lost: until it answers again.
+  bool unreachable = false;
+  // Its latest heartbeat failed with evidence that no process serves its address.
+  bool absent = false;
   uint64_t incarnation = 0;    // of the process that answered last (0: none yet)
   absl::Time last_answer;      // when its last answer to a heartbeat arrived
   // When the oldest heartbeat sent since that answer went out (InfiniteFuture: none). A PS is
@@ -324,22 +330,16 @@ void PsMonitor::Loop() {
       answers.swap(inbox_);
     }
     for (const Answer& a : answers) {
-      views_[static_cast<size_t>(a.ps)].heartbeat_in_flight = false;
-      if (a.status.ok()) Handle(a.ps, a);
-    }
-    for (size_t i = 0; i < ps_.size(); ++i) {
-      PsView& v = views_[i];
-      if (v.up && now - v.unanswered_since > options_.heartbeat_timeout) {
-        v.up = false;
-        ++stats_.ps_lost;
-        gauges_->ps_lost->Increment();
-        Event("ps_down", absl::StrCat("ps ", i, " (", addresses_[i], ") did not answer heartbeats for ",
-                                      absl::FormatDuration(now - v.unanswered_since), " (last answer ",
-                                      absl::FormatDuration(now - v.last_answer), " ago)"));
-        const ps::ShardMap before = owner_->map();
-        Changed(before, owner_->Lost(static_cast<int>(i)), absl::StrCat("ps ", i, " lost"));
+      PsView& v = views_[static_cast<size_t>(a.ps)];
+      v.heartbeat_in_flight = false;
+      if (a.status.ok()) {
+        v.absent = false;
+        Handle(a.ps, a);
+      } else {
+        v.absent = net::IsPeerAbsent(a.status);
       }
     }
+    Judge(now);
     for (size_t i = 0; i < ps_.size(); ++i) {
       PsView& v = views_[i];
       // A PS that answers but holds an older map missed a push: send it again (at most once a
@@ -372,6 +372,76 @@ void PsMonitor::Loop() {
       +[](PsMonitor* m) ABSL_NO_THREAD_SAFETY_ANALYSIS { return m->heartbeats_in_flight_ == 0; }, this));
 }
 
+void PsMonitor::Judge(absl::Time now) {
+  const size_t n = ps_.size();
+  std::vector<bool> overdue(n, false), reachable(n, false);
+  size_t answering = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const PsView& v = views_[i];
+    if (!v.up) continue;
+    overdue[i] = now - v.unanswered_since > options_.heartbeat_timeout;
+    // Reachable: answered within half the timeout. A chief cut off from every PS sees them go
+    // overdue one by one within a heartbeat period; the ones not overdue yet have not answered
+    // lately either, so they are neither counted as answering nor failed over to.
+    reachable[i] = !overdue[i] && now - v.last_answer <= options_.heartbeat_timeout / 2;
+    answering += reachable[i] ? 1 : 0;
+  }
+  const bool any_overdue = std::find(overdue.begin(), overdue.end(), true) != overdue.end();
+  // Fewer than half answer at once: more likely this chief is cut off than they all failed.
+  const bool cut_off = any_overdue && answering * 2 < n;
+  if (cut_off != stats_.suspects_cut_off) {
+    stats_.suspects_cut_off = cut_off;
+    if (cut_off) {
+      ++stats_.cut_off;
+      Event("chief_cut_off", absl::StrCat("the chief hears from ", answering, " of its ", n,
+                                          " PS: it takes itself for the one cut off and changes nothing on "
+                                          "silence until half of them answer again"));
+    } else {
+      Event("chief_reconnected", absl::StrCat("the chief hears from ", answering, " of its ", n, " PS again"));
+    }
+  }
+  std::vector<int> silent;
+  for (size_t i = 0; i < n; ++i) {
+    PsView& v = views_[i];
+    if (!overdue[i]) continue;
+    const absl::Duration silence = now - v.unanswered_since;
+    std::string why;
+    if (v.absent) {
+      why = absl::StrCat("its address refuses connections (no process serves there) after ",
+                         absl::FormatDuration(silence), " without an answer");
+    } else if (!cut_off && silence > options_.lost_after) {
+      why = absl::StrCat("it did not answer heartbeats for ", absl::FormatDuration(silence),
+                         " (--ps_lost_after ", absl::FormatDuration(options_.lost_after), ")");
+    }
+    if (why.empty()) {
+      silent.push_back(static_cast<int>(i));
+      continue;
+    }
+    v.up = false;
+    v.unreachable = false;
+    ++stats_.ps_lost;
+    gauges_->ps_lost->Increment();
+    Event("ps_down", absl::StrCat("ps ", i, " (", addresses_[i], ") is lost: ", why, " (last answer ",
+                                  absl::FormatDuration(now - v.last_answer), " ago)"));
+    const ps::ShardMap before = owner_->map();
+    Changed(before, owner_->Lost(static_cast<int>(i)), absl::StrCat("ps ", i, " lost"));
+  }
+  if (cut_off || silent.empty()) return;
+  for (int i : silent) {
+    PsView& v = views_[static_cast<size_t>(i)];
+    if (v.unreachable) continue;
+    v.unreachable = true;
+    ++stats_.ps_unreachable;
+    Event("ps_unreachable",
+          absl::StrCat("ps ", i, " (", addresses_[i], ") did not answer heartbeats for ",
+                       absl::FormatDuration(now - v.unanswered_since), ": unreachable (not lost before ",
+                       absl::FormatDuration(options_.lost_after),
+                       " of silence); its groups fail over to copies that answer, and a group with none is kept"));
+  }
+  const ps::ShardMap before = owner_->map();
+  Changed(before, owner_->Unreachable(silent, reachable), "ps unreachable");
+}
+
 void PsMonitor::Handle(int ps, const Answer& a) {
   PsView& v = views_[static_cast<size_t>(ps)];
   const bool restarted = v.incarnation != 0 && a.incarnation != v.incarnation;
@@ -379,6 +449,18 @@ void PsMonitor::Handle(int ps, const Answer& a) {
   v.unanswered_since = absl::InfiniteFuture();
   ++stats_.heartbeats_answered;
   v.map_generation = a.map_generation;
+  if (v.unreachable) {
+    v.unreachable = false;
+    if (!restarted) {
+      // The same process, with whatever it kept: the groups it still leads serve again as they
+      // were; what it left while silent (backups of groups that went on) it rebuilds.
+      Event("ps_reachable", absl::StrCat("ps ", ps, " (", addresses_[ps], ") answers again, same incarnation"));
+      const ps::ShardMap before = owner_->map();
+      const std::vector<int> changed = owner_->Returned(ps);
+      NoteNoLiveCopy(ps);
+      Changed(before, changed, absl::StrCat("ps ", ps, " reachable again"));
+    }
+  }
   if (v.up && restarted) {
     // Restarted within the timeout: it holds nothing, so it is lost as much as a silent one.
     ++stats_.ps_lost;
@@ -522,7 +604,7 @@ void PsMonitor::Publish() {
   }
   for (size_t i = 0; i < ps_.size(); ++i) {
     const PsView& v = views_[i];
-    const std::string state = !v.up ? "down" : rebuilding[i] ? "rebuilding" : "up";
+    const std::string state = !v.up ? "down" : v.unreachable ? "unreachable" : rebuilding[i] ? "rebuilding" : "up";
     board_.SetMember("ps", static_cast<int>(i), addresses_[i], state, v.up ? v.incarnation : 0);
     gauges_->ps_up->Add({{"ps", std::to_string(i)}}).Set(v.up ? 1 : 0);
   }

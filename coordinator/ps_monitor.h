@@ -34,9 +34,20 @@ class RpcClient;
 // ps.ReplicaStatus to every PS every `heartbeat_interval` and decides (ShardMapOwner):
 //   * a PS that has left a heartbeat unanswered for `heartbeat_timeout` (counted from the
 //     first heartbeat sent since its last answer, so time the monitor itself did not run is
-//     not held against the PS), or answers with another incarnation (it restarted empty), is
-//     lost: its groups fail over to their backups, generations rise,
-//     and the new map goes to every PS that answers (and to `cache`, the chief's own client);
+//     not held against the PS) is *unreachable*, not lost: silence proves nothing (a
+//     partition, a paused process and a dead host look alike). Its groups fail over to
+//     backups that answer, it leaves the backup lists of groups whose primary answers (their
+//     writes stop waiting for it), and a group none of whose copies answers is left as it is
+//     (ShardMapOwner::Unreachable), generations rise, and the new map goes to every PS that
+//     answers (and to `cache`, the chief's own client). Answering again, it rebuilds what it
+//     left; a group it still leads it serves again with the state it kept;
+//   * a PS is *lost* (ShardMapOwner::Lost: a group left with no copy awaits a restore) only on
+//     evidence that its state is gone (it answers with another incarnation: it restarted
+//     empty; or its address refuses connections: no process serves there, net/peer_absent.h),
+//     or once it has been silent for `lost_after`;
+//   * a chief that hears from fewer than half of its PS at once suspects that it is the one
+//     cut off: it changes nothing on silence (no failover, no loss, however long it lasts) and
+//     acts only on evidence, until half of them answer again; then it goes on where it was;
 //   * a PS that the map names primary of a group, and that reports (at the map's generation)
 //     a copy of it that cannot serve (needs-rebuild, rebuilding, fenced), is a lost copy of
 //     that group: an in-sync backup is promoted (the PS rebuilds), or with none the group has
@@ -67,6 +78,8 @@ class PsMonitor {
     int replicas = 2;
     absl::Duration heartbeat_interval = absl::Milliseconds(200);
     absl::Duration heartbeat_timeout = absl::Seconds(2);
+    // How long a silent PS stays unreachable before it is lost (see the class comment).
+    absl::Duration lost_after = absl::Seconds(30);
     // How long Start waits for every PS to take the first map.
     absl::Duration start_timeout = absl::Seconds(60);
   };
@@ -94,6 +107,9 @@ class PsMonitor {
     int64_t bytes_copied = 0;     // bytes of finished state transfers, as their primaries reported
     int64_t restored = 0;         // groups that lost every copy and were restored (ps_restored)
     int64_t heartbeats_answered = 0;  // heartbeats any PS answered
+    int64_t ps_unreachable = 0;   // times a PS went silent past the heartbeat timeout
+    int64_t cut_off = 0;          // times the chief heard from fewer than half of its PS at once
+    bool suspects_cut_off = false;  // now
   };
   Stats stats() const;
   // The map the chief holds now.
@@ -123,6 +139,8 @@ class PsMonitor {
   struct Answer;
   void Loop();
   void Handle(int ps, const Answer& answer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The round's verdict on the PS that did not answer in time (see the class comment).
+  void Judge(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs and pushes the map after `groups` changed from `before` (failovers and new
   // transfers counted).
   void Changed(const ps::ShardMap& before, const std::vector<int>& groups, const std::string& why)

@@ -84,6 +84,10 @@ class FakePs {
         "ps.ReplicaStatus", net::ChiefOnly(),
         [this](const net::RequestContext&, const net::InMessage&, net::OutMessage* resp) {
           MutexLock lock(&mu_);
+          // Silenced: the answer waits (on the I/O thread, so nothing else is served either)
+          // as a PS behind a partition never answers, until the silence ends.
+          auto heard = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !silent_ || stopping_; };
+          mu_.Await(absl::Condition(&heard));
           auto out = resp->InitResponseBody<wire::ReplicaStatusResponse>();
           out.setPsIndex(index_);
           out.setIncarnation(kIncarnation);
@@ -124,7 +128,27 @@ class FakePs {
     started_ = server_->Start();
   }
 
-  ~FakePs() { server_.reset(); }
+  ~FakePs() {
+    {
+      MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    server_.reset();
+  }
+
+  // While silent, heartbeats get no answer (a partition, or a paused process).
+  void SetSilent(bool silent) {
+    MutexLock lock(&mu_);
+    silent_ = silent;
+  }
+  // Closes its port: connections to it are refused (the process is gone).
+  void Stop() {
+    {
+      MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    server_.reset();
+  }
 
   absl::Status started() const { return started_; }
   std::string address() const { return absl::StrCat("127.0.0.1:", server_->port()); }
@@ -146,12 +170,16 @@ class FakePs {
   Mutex mu_;
   ps::ShardMap map_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, wire::CopyRole> broken_ ABSL_GUARDED_BY(mu_);
+  bool silent_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class PsMonitorTest : public ::testing::Test {
  protected:
   // `held`: per PS, the map it holds when the monitor starts (none by default).
-  void Start(int num_ps, const std::vector<ps::ShardMap>& held = {}) {
+  // `heartbeat_timeout` and `lost_after` as PsMonitor::Options (by default no PS is lost).
+  void Start(int num_ps, const std::vector<ps::ShardMap>& held = {},
+             absl::Duration heartbeat_timeout = absl::Seconds(30), absl::Duration lost_after = absl::Seconds(30)) {
     std::vector<std::string> addresses;
     std::vector<net::RpcClient*> ptrs;
     for (int i = 0; i < num_ps; ++i) {
@@ -172,7 +200,8 @@ class PsMonitorTest : public ::testing::Test {
     PsMonitor::Options o;
     o.replicas = 2;
     o.heartbeat_interval = absl::Milliseconds(20);
-    o.heartbeat_timeout = absl::Seconds(30);  // no PS is lost in these tests
+    o.heartbeat_timeout = heartbeat_timeout;
+    o.lost_after = lost_after;
     o.start_timeout = absl::Seconds(10);
     monitor_ = std::make_unique<PsMonitor>(ptrs, addresses, *cache_, *metrics_, *board_, o);
     monitor_->SetRestoreListener([this](const absl::Status&) {
@@ -184,6 +213,9 @@ class PsMonitorTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    for (auto& p : ps_) {
+      if (p != nullptr) p->SetSilent(false);
+    }
     monitor_.reset();
     cache_.reset();
     clients_.clear();
@@ -268,6 +300,90 @@ TEST_F(PsMonitorTest, GroupWhoseEveryCopyCannotServeIsRestoredOnce) {
   EXPECT_EQ(stats.restored, 1);
   EXPECT_EQ(stats.ps_lost, 0);
   EXPECT_TRUE(monitor_->RestoresPending().empty());
+}
+
+constexpr absl::Duration kShortHeartbeatTimeout = absl::Milliseconds(300);
+
+// A primary that goes silent is unreachable, not lost: its group fails over to the backup that
+// answers (fenced by the generation) and the group it backs stops waiting for it; nothing is
+// restored and it is not counted lost. Answering again (the same process), it rebuilds what it
+// left and becomes a backup.
+TEST_F(PsMonitorTest, SilentPrimaryFailsOverToTheBackupThatAnswersAndIsNotLost) {
+  Start(3, {}, kShortHeartbeatTimeout, /*lost_after=*/absl::Seconds(60));
+  ps_[0]->SetSilent(true);
+  ASSERT_TRUE(WaitUntil([&] { return GroupIs(0, 1, {}) && GroupIs(2, 2, {}); })) << monitor_->map().DebugString();
+  PsMonitor::Stats stats = monitor_->stats();
+  EXPECT_EQ(stats.ps_unreachable, 1);
+  EXPECT_EQ(stats.ps_lost, 0);
+  EXPECT_EQ(stats.failovers, 1);
+  EXPECT_FALSE(stats.suspects_cut_off) << "two of three answer";
+  EXPECT_TRUE(monitor_->RestoresPending().empty());
+  ps_[0]->SetSilent(false);
+  ASSERT_TRUE(WaitUntil([&] { return GroupIs(0, 1, {0}) && GroupIs(2, 2, {0}); })) << monitor_->map().DebugString();
+  stats = monitor_->stats();
+  EXPECT_EQ(stats.ps_lost, 0);
+  EXPECT_EQ(stats.no_live_copy, 0);
+  EXPECT_EQ(restore_calls(), 0);
+}
+
+// Every PS silent at once, longer than lost_after: the chief takes itself for the one cut off
+// and changes nothing; when they answer again (the same processes) the map is the one it had.
+TEST_F(PsMonitorTest, ChiefCutOffFromEveryPsChangesNothingHoweverLong) {
+  const absl::Duration lost_after = absl::Seconds(1);
+  Start(3, {}, kShortHeartbeatTimeout, lost_after);
+  const ps::ShardMap before = monitor_->map();
+  for (auto& p : ps_) p->SetSilent(true);
+  ASSERT_TRUE(WaitUntil([&] { return monitor_->stats().suspects_cut_off; }));
+  // The cut lasts well past lost_after (the fault's duration, not a synchronisation).
+  absl::SleepFor(lost_after * 3);
+  EXPECT_TRUE(monitor_->map() == before) << monitor_->map().DebugString();
+  PsMonitor::Stats stats = monitor_->stats();
+  EXPECT_EQ(stats.ps_lost, 0);
+  EXPECT_EQ(stats.ps_unreachable, 0);
+  EXPECT_EQ(stats.failovers, 0);
+  for (auto& p : ps_) p->SetSilent(false);
+  ASSERT_TRUE(WaitUntil([&] { return !monitor_->stats().suspects_cut_off; }));
+  EXPECT_TRUE(monitor_->map() == before) << monitor_->map().DebugString();
+  stats = monitor_->stats();
+  EXPECT_EQ(stats.cut_off, 1);
+  EXPECT_EQ(stats.state_transfers, 0);
+  EXPECT_TRUE(monitor_->RestoresPending().empty());
+  EXPECT_EQ(restore_calls(), 0);
+}
+
+// Both copies of group 0 silent while the chief hears the other half of the cluster: group 0
+// is kept (unreachable, not restored) while the groups with a copy that answers go on; only
+// once the silence outlasts lost_after are the two PS lost and group 0 awaits its restore.
+TEST_F(PsMonitorTest, GroupWithEveryCopySilentAwaitsARestoreOnlyAfterLostAfter) {
+  const absl::Duration lost_after = absl::Seconds(5);
+  Start(4, {}, kShortHeartbeatTimeout, lost_after);
+  const uint64_t group0 = monitor_->map().Find(0)->generation;
+  ps_[0]->SetSilent(true);
+  ps_[1]->SetSilent(true);
+  const absl::Time silenced = absl::Now();
+  // Group 1 (ps 1, 2) fails over to ps 2; group 3 (ps 3, 0) drops its silent backup.
+  ASSERT_TRUE(WaitUntil([&] { return GroupIs(1, 2, {}) && GroupIs(3, 3, {}); })) << monitor_->map().DebugString();
+  if (absl::Now() - silenced < lost_after) {
+    EXPECT_TRUE(GroupIs(0, 0, {1})) << monitor_->map().DebugString();
+    EXPECT_EQ(monitor_->map().Find(0)->generation, group0);
+    EXPECT_TRUE(monitor_->RestoresPending().empty());
+    EXPECT_EQ(monitor_->stats().ps_lost, 0);
+  }
+  ASSERT_TRUE(WaitUntil([&] { return !monitor_->RestoresPending().empty(); })) << monitor_->map().DebugString();
+  EXPECT_GE(absl::Now() - silenced, lost_after);
+  EXPECT_EQ(monitor_->RestoresPending()[0].group, 0);
+  EXPECT_EQ(monitor_->stats().ps_lost, 2);
+}
+
+// A PS whose address refuses connections has no process left to hold its copies: it is lost
+// at the heartbeat timeout, without waiting for lost_after.
+TEST_F(PsMonitorTest, PsWhoseAddressRefusesConnectionsIsLostAtOnce) {
+  Start(3, {}, kShortHeartbeatTimeout, /*lost_after=*/absl::Seconds(60));
+  ps_[2]->Stop();
+  ASSERT_TRUE(WaitUntil([&] { return monitor_->stats().ps_lost == 1; })) << monitor_->map().DebugString();
+  EXPECT_TRUE(GroupIs(2, 0, {})) << monitor_->map().DebugString();
+  EXPECT_TRUE(GroupIs(1, 1, {})) << monitor_->map().DebugString();
+  EXPECT_EQ(monitor_->stats().ps_unreachable, 0);
 }
 
 // A chief that restarts takes over the newest map the PS hold; PS 0 restarted meanwhile (it

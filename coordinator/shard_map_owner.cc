@@ -53,6 +53,39 @@ std::vector<int> ShardMapOwner::Lost(int ps) {
   return changed;
 }
 
+std::vector<int> ShardMapOwner::Unreachable(const std::vector<int>& silent, const std::vector<bool>& reachable) {
+  auto is_silent = [&](int32_t ps) { return std::find(silent.begin(), silent.end(), ps) != silent.end(); };
+  auto is_reachable = [&](int32_t ps) {
+    return ps >= 0 && static_cast<size_t>(ps) < reachable.size() && reachable[static_cast<size_t>(ps)];
+  };
+  std::vector<int> changed;
+  for (ps::GroupEntry& g : map_.groups) {
+    if (g.primary < 0) continue;
+    bool touched = false;
+    if (is_silent(g.primary)) {
+      auto live = std::find_if(g.backups.begin(), g.backups.end(), is_reachable);
+      if (live == g.backups.end()) continue;  // no copy answers: unreachable, kept as it is
+      g.primary = *live;
+      g.backups.erase(live);
+      touched = true;
+    }
+    if (!is_reachable(g.primary)) continue;
+    auto silent_end = [&](std::vector<int32_t>& list) {
+      const auto end = std::remove_if(list.begin(), list.end(), is_silent);
+      const bool removed = end != list.end();
+      list.erase(end, list.end());
+      return removed;
+    };
+    touched = silent_end(g.backups) || touched;
+    touched = silent_end(g.rebuilding) || touched;
+    if (touched) {
+      Bump(g);
+      changed.push_back(static_cast<int>(g.group));
+    }
+  }
+  return changed;
+}
+
 std::vector<int> ShardMapOwner::Returned(int ps) {
   std::vector<int> changed;
   const int k = static_cast<int>(map_.replicas);

@@ -15,9 +15,19 @@ namespace asyncps {
 // generation grows with every change and a PS never sees two different maps at one generation.
 //
 // Rules:
-//   * Lost(ps): every group whose primary was `ps` gets its first backup as primary (or no
-//     primary, -1, when it had none: a group with no live copy, which is then marked
-//     restore_pending); `ps` leaves every group's backups and rebuilding lists.
+//   * Lost(ps): `ps` lost its copies (a new incarnation answered, it refused connections, or it
+//     stayed silent past the patience the user set). Every group whose primary was `ps` gets
+//     its first backup as primary (or no primary, -1, when it had none: a group with no live
+//     copy, which is then marked restore_pending); `ps` leaves every group's backups and
+//     rebuilding lists.
+//   * Unreachable(silent, reachable): the PS in `silent` stopped answering, with no evidence
+//     that they lost anything (a partition, a paused process and a dead host look alike).
+//     Each group whose primary is silent fails over to its first backup that is `reachable`
+//     (the old primary is fenced by the new generation); silent PS leave the backups and
+//     rebuilding lists of every group whose primary is then reachable (its writes stop
+//     waiting for them; they rebuild when they answer again). A group none of whose copies is
+//     reachable is left exactly as it is: unreachable, nothing thrown away, until a copy
+//     answers again (a backup that does is promoted then) or is declared Lost.
 //   * Returned(ps): `ps` is added as rebuilding to each group whose ring places a copy on it
 //     (group g's ring is g, g+1, ..., g+k-1 mod n) and that lacks it, and to any group with
 //     fewer than k copies; a group with no primary at all takes `ps` as its (empty) primary
@@ -50,6 +60,8 @@ class ShardMapOwner {
   int num_ps() const { return num_ps_; }
 
   std::vector<int> Lost(int ps);
+  // `reachable[i]`: PS i answers. PS in `silent` must not be reachable.
+  std::vector<int> Unreachable(const std::vector<int>& silent, const std::vector<bool>& reachable);
   std::vector<int> Returned(int ps);
   std::vector<int> InSync(int ps, int group);
   std::vector<int> NeedsRebuild(int ps, int group);

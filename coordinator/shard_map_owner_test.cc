@@ -41,6 +41,44 @@ TEST(ShardMapOwnerTest, LostPrimaryPromotesItsBackupAndRaisesGenerations) {
   EXPECT_TRUE(owner.map().Validate(3).ok()) << owner.map().Validate(3);
 }
 
+// A silent PS whose groups have a backup that answers fails over as a lost one does.
+TEST(ShardMapOwnerTest, SilentPrimaryWithAReachableBackupFailsOver) {
+  ShardMapOwner owner = ThreePsTwoCopies();
+  EXPECT_EQ(owner.Unreachable({1}, {true, false, true}), (std::vector<int>{0, 1}));
+  EXPECT_EQ(owner.map().groups[0].primary, 0);
+  EXPECT_TRUE(owner.map().groups[0].backups.empty()) << "writes no longer wait for the silent backup";
+  EXPECT_EQ(owner.map().groups[1].primary, 2);
+  EXPECT_TRUE(owner.map().groups[1].backups.empty());
+  EXPECT_FALSE(owner.map().groups[1].restore_pending);
+  EXPECT_TRUE(owner.map().Validate(3).ok()) << owner.map().Validate(3);
+  EXPECT_TRUE(owner.Unreachable({1}, {true, false, true}).empty()) << "nothing more to change";
+}
+
+// Silence proves nothing: a group none of whose copies answers keeps its primary and its
+// backups (no restore, nothing thrown away), and fails over to a backup once that one answers.
+TEST(ShardMapOwnerTest, GroupWithNoCopyAnsweringIsLeftAsItIs) {
+  ShardMapOwner owner = ThreePsTwoCopies();
+  const ps::ShardMap before = owner.map();
+  // Every PS silent (the chief is the one cut off): nothing changes.
+  EXPECT_TRUE(owner.Unreachable({0, 1, 2}, {false, false, false}).empty());
+  EXPECT_TRUE(owner.map() == before);
+  // PS 0 and 1 silent, 2 answers: group 0 (copies on 0 and 1) is left as it is; group 1 fails
+  // over to 2; group 2 drops its silent backup 0.
+  EXPECT_EQ(owner.Unreachable({0, 1}, {false, false, true}), (std::vector<int>{1, 2}));
+  EXPECT_EQ(owner.map().groups[0].primary, 0);
+  EXPECT_EQ(owner.map().groups[0].backups, std::vector<int32_t>{1});
+  EXPECT_EQ(owner.map().groups[0].generation, before.groups[0].generation);
+  EXPECT_FALSE(owner.map().groups[0].restore_pending);
+  EXPECT_EQ(owner.map().groups[1].primary, 2);
+  EXPECT_TRUE(owner.map().groups[2].backups.empty());
+  EXPECT_TRUE(owner.TakeNoLiveCopy().empty());
+  // PS 1 answers again (0 still silent): group 0 fails over to it.
+  EXPECT_EQ(owner.Unreachable({0}, {false, true, true}), std::vector<int>{0});
+  EXPECT_EQ(owner.map().groups[0].primary, 1);
+  EXPECT_TRUE(owner.map().groups[0].backups.empty());
+  EXPECT_TRUE(owner.map().Validate(3).ok()) << owner.map().Validate(3);
+}
+
 TEST(ShardMapOwnerTest, ReturnedPsRebuildsItsRingGroupsThenCountsWhenInSync) {
   ShardMapOwner owner = ThreePsTwoCopies();
   owner.Lost(1);

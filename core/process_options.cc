@@ -170,7 +170,7 @@ static bool DanglingFlag(int argc, char** argv, std::string_view name) {
 absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
   for (std::string_view flag : {"cluster_token", "metrics_port", "metrics_bind_address", "log_level",
                                 "ps_max_variable_bytes", "ps_max_response_bytes", "ps_replicas",
-                                "ps_heartbeat_timeout", "dispatcher_work_dir", "transport"}) {
+                                "ps_heartbeat_timeout", "ps_lost_after", "dispatcher_work_dir", "transport"}) {
     if (DanglingFlag(argc, argv, flag)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", absl::string_view(flag.data(), flag.size()), " needs a value"));
@@ -217,6 +217,7 @@ absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
   RETURN_IF_ERROR(IntOption(argc, argv, "ps_replicas", "ASYNCPS_PS_REPLICAS", 1, 3, &o.ps_replicas));
   RETURN_IF_ERROR(DurationOption(argc, argv, "ps_heartbeat_timeout", "ASYNCPS_PS_HEARTBEAT_TIMEOUT",
                                  &o.ps_heartbeat_timeout));
+  RETURN_IF_ERROR(DurationOption(argc, argv, "ps_lost_after", "ASYNCPS_PS_LOST_AFTER", &o.ps_lost_after));
   if (Setting s = FlagOrEnv(argc, argv, "dispatcher_work_dir", "ASYNCPS_DISPATCHER_WORK_DIR"); s.value != nullptr) {
     o.dispatcher_work_dir = s.value;
   }

@@ -43,6 +43,12 @@ inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 
 //   --ps_heartbeat_timeout=D       ASYNCPS_PS_HEARTBEAT_TIMEOUT       how long the chief waits
 //                                  for a PS's heartbeat answer before it counts the PS as lost
 //                                  ("2s", "500ms"; at most 1h) (2s)
+//   --ps_lost_after=D              ASYNCPS_PS_LOST_AFTER              how long a PS may stay
+//                                  silent (no answer, no refusal) before the chief counts it
+//                                  lost and a group with no other copy awaits a restore from
+//                                  a checkpoint; until then it is unreachable and nothing of it
+//                                  is thrown away. A PS whose address refuses connections or
+//                                  answers as a new process is lost at once. (30s)
 // Workers (the worker role of any binary that calls Serve):
 //   --transport=P                  ASYNCPS_TRANSPORT                  precision of f32 values on
 //                                  the wire between a worker and the PS: its pulls (ps.Read and
@@ -82,6 +88,7 @@ struct ProcessOptions {
   int64_t ps_dedup_max_entries = int64_t{1} << 20;
   int64_t ps_replicas = 1;
   absl::Duration ps_heartbeat_timeout = absl::Seconds(2);
+  absl::Duration ps_lost_after = absl::Seconds(30);
   std::string dispatcher_work_dir;
   WirePrecision transport = WirePrecision::kF32;
 

@@ -502,6 +502,7 @@ absl::Status ReplicatedPs::SetShardMap(const net::InMessage& request) {
     if (!next.contains(group)) dropped.push_back(copy);
   }
   const uint64_t map_generation_for_answers = map.generation;
+  const ShardMap map_for_answers = map;
   {
     MutexLock lock(&mu_);
     map_ = std::move(map);
@@ -509,7 +510,15 @@ absl::Status ReplicatedPs::SetShardMap(const net::InMessage& request) {
   }
   retired.clear();  // joins their threads, outside every lock
   for (auto& copy : dropped) {
-    copy->AnswerAll(StaleShardMapError(copy->group, map_generation_for_answers, map_generation_for_answers, -1));
+    // Its waiting writers were taken at the copy's generation: the refusal names that one.
+    uint64_t taken_at;
+    {
+      MutexLock lock(&copy->mu);
+      taken_at = copy->generation;
+    }
+    const GroupEntry* now = map_for_answers.Find(copy->group);
+    copy->AnswerAll(StaleShardMapError(copy->group, taken_at, now != nullptr ? now->generation : map_generation_for_answers,
+                                       now != nullptr ? now->primary : -1));
   }
   dropped.clear();
   return absl::OkStatus();
