@@ -13,14 +13,17 @@ Waits on conditions with deadlines; the only fixed windows are those that show t
 does NOT arrive (a partition's whole point), kept short.
 """
 
+import faulthandler
 import json
 import os
+import queue
 import select
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -76,6 +79,43 @@ def process_gone(pid):
         return True
 
 
+class Lines:
+    """A pipe's lines, read on a thread of its own, so that waiting for one has a deadline."""
+
+    def __init__(self, stream):
+        self.queue = queue.Queue()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream):
+        with stream:
+            for line in stream:
+                self.queue.put(line)
+        self.queue.put(None)  # EOF
+
+    def rest(self, timeout=ARRIVE_S):
+        """Every line left up to EOF (which must come within `timeout`), joined."""
+        deadline = time.monotonic() + timeout
+        lines = []
+        while (line := self.queue.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+            lines.append(line)
+        return "".join(lines)
+
+    def wait_for(self, wanted=None, timeout=ARRIVE_S):
+        """The next line containing `wanted` (any line when None) and the lines before it."""
+        deadline = time.monotonic() + timeout
+        seen = []
+        while True:
+            try:
+                line = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line with {wanted!r} in {timeout} s; got: {''.join(seen)}") from None
+            if line is None:
+                raise AssertionError(f"EOF before a line with {wanted!r}; got: {''.join(seen)}")
+            seen.append(line)
+            if wanted is None or wanted in line:
+                return line, seen
+
+
 def readable(sock, timeout):
     return bool(select.select([sock], [], [], timeout)[0])
 
@@ -120,6 +160,7 @@ class HarnessTest(unittest.TestCase):
         client = c["a"].socket()
         client.settimeout(ARRIVE_S)
         client.connect((c["b"].address, 7200))
+        lone.settimeout(ARRIVE_S)
         server, _ = lone.accept()
         lone.close()
         rid = c.partition(["a"], ["b"])
@@ -239,8 +280,8 @@ time.sleep(600)
 class CleanupTest(unittest.TestCase):
     def start_owner(self):
         proc = subprocess.Popen([sys.executable, "-c", CHILD.format(here=HERE)], stdout=subprocess.PIPE, text=True)
-        prefix, pid = proc.stdout.readline().split()
-        proc.stdout.close()
+        line, _ = Lines(proc.stdout).wait_for()  # the reader closes the pipe at the child's end
+        prefix, pid = line.split()
         names = [n for n in nh.namespaces() if n.startswith(prefix)]
         self.assertEqual(sorted(names), sorted([prefix + "sw", prefix + "x", prefix + "y"]))
         return proc, prefix, int(pid)
@@ -363,18 +404,17 @@ class LauncherTest(unittest.TestCase):
         proc = self.launch("--netns_prefix", prefix, env={"PROBE_WAIT": "1"})
         self.addCleanup(nh.cleanup, prefix)  # should the launcher fail to
         self.addCleanup(proc.kill)
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "[chief] waiting" in line:
-                break
+        output = Lines(proc.stdout)
+        _, lines = output.wait_for("[chief] waiting", timeout=60)
         c = nh.Cluster.attach(prefix)
         self.assertEqual(sorted(c.hosts), ["chief", "ps0", "ps1", "worker0"])
         self.assertEqual(c["chief"].address, "10.213.47.2")
         self.assertEqual(len(c["ps1"].pids()), 1)
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
-        self.assertEqual(proc.returncode, 143, "".join(lines) + out)
+        code = proc.wait(timeout=30)
+        rest = output.rest()
+        self.assertEqual(code, 143, "".join(lines) + rest)
+        self.assertIn(f"deleted the hosts (network namespaces {prefix}*)", rest)
         self.assertEqual([n for n in nh.namespaces() if n.startswith(prefix)], [])
 
     def test_refuses_bad_flags(self):
@@ -394,4 +434,6 @@ if __name__ == "__main__":
         print(f"SKIP: {reason}")
         sys.exit(77)
     nh.sweep()  # what crashed runs of this harness left (their owners are gone)
+    # A hang shows where it is (every thread's stack) before ctest's timeout kills the test.
+    faulthandler.dump_traceback_later(100, exit=True)
     unittest.main(verbosity=2)
