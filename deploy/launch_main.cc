@@ -9,6 +9,8 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -29,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/cluster_spec.h"
@@ -39,6 +42,7 @@
 #include "core/sync.h"
 #include "deploy/blas_kernel.h"
 #include "deploy/file_sd.h"
+#include "deploy/netns_hosts.h"
 
 namespace asyncps {
 namespace {
@@ -46,7 +50,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: asyncps_launch --ps N --workers M [--evaluator] [--max_restarts R] [--log_level L]\n"
     "                      [--token T] [--file_sd PATH] [--ps_replicas K] [--data_workers D]\n"
-    "                      [--ps_heartbeat_timeout D] -- PROGRAM [ARGS...]\n"
+    "                      [--ps_heartbeat_timeout D] [--hosts local|netns]\n"
+    "                      [--netns_subnet 10.A.B.0/24] [--netns_prefix P] -- PROGRAM [ARGS...]\n"
     "\n"
     "Starts a local cluster on 127.0.0.1: N parameter servers, M workers, one chief (and one\n"
     "evaluator with --evaluator; a tf.data service dispatcher and D data workers with\n"
@@ -84,7 +89,18 @@ constexpr char kUsage[] =
     "\n"
     "Unless OPENBLAS_CORETYPE is set, every task gets the OpenBLAS kernels its CPU can run\n"
     "(SkylakeX with AVX-512, Haswell with AVX2): Debian 12's OpenBLAS falls back to its slowest\n"
-    "kernels on CPUs newer than itself. Set it (e.g. to Prescott) to choose otherwise.\n";
+    "kernels on CPUs newer than itself. Set it (e.g. to Prescott) to choose otherwise.\n"
+    "\n"
+    "--hosts netns (root only; default --hosts local, every task on 127.0.0.1): every task on a\n"
+    "host of its own, a network namespace with its own address from --netns_subnet (default\n"
+    "10.213.47.0/24: the chief .2, then ps, workers, evaluator, dispatcher, data workers), all\n"
+    "on one Linux bridge in a namespace of its own; TF_CONFIG names those addresses, and /metrics\n"
+    "listens on the task's address (unless ASYNCPS_METRICS_BIND_ADDRESS is set), reachable from\n"
+    "the other hosts, not from the machine's own network. The namespaces are named\n"
+    "--netns_prefix (default apsl-<launcher pid>-) + the task (chief, ps0, worker1, ...) and the\n"
+    "bridge's + \"sw\"; the launcher deletes them when it exits (also on SIGINT/SIGTERM), and\n"
+    "those of an earlier launcher that was SIGKILLed when it starts. scripts/netns_hosts.py can\n"
+    "partition, isolate, flap or cap these hosts while the job runs (--prefix P).\n";
 
 // Upper bound on tasks per job: a local cluster larger than this is a typo, not a plan.
 constexpr int kMaxTasksPerJob = 256;
@@ -111,6 +127,9 @@ struct LaunchArgs {
   std::string file_sd;  // Prometheus targets file to write; empty: none
   std::string ps_replicas;           // empty: as inherited (ASYNCPS_PS_REPLICAS)
   std::string ps_heartbeat_timeout;  // empty: as inherited (ASYNCPS_PS_HEARTBEAT_TIMEOUT)
+  bool netns_hosts = false;          // --hosts netns: each task in a network namespace of its own
+  std::string netns_subnet = deploy::kDefaultNetnsSubnet;
+  std::string netns_prefix;  // empty: kLauncherNetnsFamily + this process's pid + "-"
   std::vector<std::string> program;
   std::string command;  // the whole command line, shell-quoted
 };
@@ -142,6 +161,7 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
   args.command = absl::StrJoin(words, " ");
   bool have_ps = false;
   bool have_workers = false;
+  bool have_netns_flag = false;
   int i = 1;
   for (; i < argc; ++i) {
     absl::string_view arg = argv[i];
@@ -214,6 +234,26 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
             absl::StrCat("--ps_heartbeat_timeout wants a duration such as 2s or 500ms, got '", value, "'"));
       }
       args.ps_heartbeat_timeout = value;
+    } else if (name == "--hosts") {
+      status = take_value();
+      if (status.ok() && value != "local" && value != "netns") {
+        status = absl::InvalidArgumentError(
+            absl::StrCat("--hosts wants local or netns, got '", value, "'"));
+      }
+      args.netns_hosts = value == "netns";
+    } else if (name == "--netns_subnet") {
+      status = take_value();
+      if (status.ok()) status = deploy::SubnetHostAddresses(value, 0, nullptr).status();
+      args.netns_subnet = value;
+      have_netns_flag = true;
+    } else if (name == "--netns_prefix") {
+      status = take_value();
+      if (status.ok()) status = deploy::CheckNetnsName(value);
+      if (!status.ok()) {
+        status = absl::InvalidArgumentError(absl::StrCat("--netns_prefix: ", status.message()));
+      }
+      args.netns_prefix = value;
+      have_netns_flag = true;
     } else if (name == "--evaluator" && !has_value) {
       args.evaluator = true;
     } else {
@@ -227,6 +267,17 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
   if (int k = 0; absl::SimpleAtoi(args.ps_replicas, &k) && k > args.num_ps) {
     return absl::InvalidArgumentError(
         absl::StrCat("--ps_replicas ", k, " needs at least ", k, " parameter servers (--ps ", args.num_ps, ")"));
+  }
+  if (have_netns_flag && !args.netns_hosts) {
+    return absl::InvalidArgumentError("--netns_subnet and --netns_prefix need --hosts netns");
+  }
+  if (args.netns_hosts) {
+    const int total = 1 + args.num_ps + args.num_workers + (args.evaluator ? 1 : 0) +
+                      (args.num_data_workers > 0 ? 1 + args.num_data_workers : 0);
+    if (absl::Status s = deploy::SubnetHostAddresses(args.netns_subnet, total, nullptr).status();
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--netns_subnet: ", s.message()));
+    }
   }
   for (; i < argc; ++i) args.program.emplace_back(argv[i]);
   if (args.program.empty()) return absl::InvalidArgumentError("no program given after '--'");
@@ -258,6 +309,26 @@ absl::Duration RestartDelay(int attempt) {
   return std::min(delay, kMaxRestartDelay);
 }
 
+// A task's host name: its label without the colon ("ps:0" -> "ps0", "chief").
+std::string HostName(absl::string_view label) { return absl::StrReplaceAll(label, {{":", ""}}); }
+
+// OK when `program` names an executable file, directly or through PATH (as execvp finds it).
+absl::Status ProgramExists(const std::string& program) {
+  auto executable = [](const std::string& path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+  };
+  if (program.find('/') != std::string::npos) {
+    if (executable(program)) return absl::OkStatus();
+    return absl::NotFoundError(absl::StrCat("'", program, "' is not an executable file"));
+  }
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path != nullptr ? path : "", ':')) {
+    if (executable(absl::StrCat(dir.empty() ? "." : dir, "/", program))) return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("executable '", program, "' not found in PATH"));
+}
+
 std::string RandomToken() {
   return absl::StrCat(absl::Hex(RandomId(), absl::kZeroPad16), absl::Hex(RandomId(), absl::kZeroPad16));
 }
@@ -282,6 +353,16 @@ class Launcher {
     StartSignalThread();
     const int code = RunCluster();
     StopSignalThread();
+    // After StopAll: every task has been reaped, so nothing keeps a namespace alive.
+    if (hosts_ != nullptr) {
+      const std::string prefix = hosts_->prefix();
+      if (absl::Status s = hosts_->Destroy(); !s.ok()) {
+        Print("launcher", absl::StrCat("error: deleting the hosts: ", s.ToString()));
+      } else {
+        Print("launcher", absl::StrCat("deleted the hosts (network namespaces ", prefix, "*)"));
+      }
+      hosts_.reset();
+    }
     return code;
   }
 
@@ -310,16 +391,37 @@ class Launcher {
       Print("launcher", absl::StrCat("error: ", ports.status().ToString()));
       return ExitCodeForStatus(ports.status());
     }
+    // With --hosts netns each task has a host of its own, whose address comes from the subnet
+    // in the order the tasks are named here (the chief first); else every task is on 127.0.0.1.
+    std::vector<std::string> host_ips;
+    if (args_.netns_hosts) {
+      absl::StatusOr<std::vector<std::string>> ips =
+          deploy::SubnetHostAddresses(args_.netns_subnet, total, nullptr);
+      if (!ips.ok()) {  // checked when parsing: not expected
+        Print("launcher", absl::StrCat("error: ", ips.status().ToString()));
+        return kExitUsage;
+      }
+      host_ips = *std::move(ips);
+    }
+    std::vector<std::string> host_names;  // by host, in address order
     std::map<TaskType, std::vector<std::string>> jobs;
     size_t next_port = 0;
-    auto address = [&]() { return absl::StrCat("127.0.0.1:", (*ports)[next_port++]); };
-    jobs[TaskType::kChief].push_back(address());
-    for (int i = 0; i < args_.num_ps; ++i) jobs[TaskType::kPs].push_back(address());
-    for (int i = 0; i < args_.num_workers; ++i) jobs[TaskType::kWorker].push_back(address());
-    if (args_.evaluator) jobs[TaskType::kEvaluator].push_back(address());
+    auto address = [&](TaskType type, std::string host) {
+      host_names.push_back(std::move(host));
+      const std::string ip = args_.netns_hosts ? host_ips[host_names.size() - 1] : "127.0.0.1";
+      jobs[type].push_back(absl::StrCat(ip, ":", (*ports)[next_port++]));
+    };
+    address(TaskType::kChief, "chief");
+    for (int i = 0; i < args_.num_ps; ++i) address(TaskType::kPs, absl::StrCat("ps", i));
+    for (int i = 0; i < args_.num_workers; ++i) {
+      address(TaskType::kWorker, absl::StrCat("worker", i));
+    }
+    if (args_.evaluator) address(TaskType::kEvaluator, "evaluator");
     if (args_.num_data_workers > 0) {
-      jobs[TaskType::kDispatcher].push_back(address());
-      for (int i = 0; i < args_.num_data_workers; ++i) jobs[TaskType::kDataWorker].push_back(address());
+      address(TaskType::kDispatcher, "dispatcher");
+      for (int i = 0; i < args_.num_data_workers; ++i) {
+        address(TaskType::kDataWorker, absl::StrCat("data_worker", i));
+      }
     }
     absl::StatusOr<ClusterSpec> spec = ClusterSpec::Create(jobs, TaskType::kChief, 0);
     if (!spec.ok()) {
@@ -373,13 +475,34 @@ class Launcher {
       restarts_.assign(tasks_.size(), 0);
     }
 
+    // Each task's host (by task label): its index among the hosts, and its IP.
+    std::map<std::string, size_t> host_of;
+    for (const Task& task : tasks_) {
+      const std::string host = HostName(task.label);
+      for (size_t h = 0; h < host_names.size(); ++h) {
+        if (host_names[h] == host) host_of[task.label] = h;
+      }
+    }
+    auto ip_of = [&](const Task& task) -> std::string {
+      return args_.netns_hosts ? host_ips[host_of.at(task.label)] : "127.0.0.1";
+    };
+    if (args_.netns_hosts) {
+      if (int code = MakeHosts(host_names); code != 0) return code;
+    }
+
     std::map<std::string, int> metrics_ports;  // by task label
+    // On a host, /metrics listens on the host's address, so that the other hosts (a Prometheus
+    // on one of them) reach it; the host's loopback would be its alone.
+    const bool bind_metrics_to_host =
+        args_.netns_hosts && std::getenv("ASYNCPS_METRICS_BIND_ADDRESS") == nullptr;
     if (serve_metrics) {
       std::vector<deploy::ScrapeTarget> targets;
       for (const Task& task : tasks_) {
         const int port = (*ports)[next_port++];
         metrics_ports[task.label] = port;
-        targets.push_back({absl::StrCat("127.0.0.1:", port), std::string(TaskTypeName(task.type)), task.index});
+        const std::string ip = bind_metrics_to_host ? ip_of(task) : "127.0.0.1";
+        targets.push_back(
+            {absl::StrCat(ip, ":", port), std::string(TaskTypeName(task.type)), task.index});
       }
       if (!args_.file_sd.empty()) {
         if (absl::Status s = deploy::WriteFileSd(args_.file_sd, targets); !s.ok()) {
@@ -388,14 +511,21 @@ class Launcher {
         }
         Print("launcher", absl::StrCat("prometheus targets in ", args_.file_sd));
       }
-      Print("launcher", absl::StrCat("status page http://127.0.0.1:", metrics_ports["chief"], "/status"));
+      Print("launcher", absl::StrCat("status page http://",
+                                     bind_metrics_to_host ? ip_of(tasks_[chief_]) : "127.0.0.1",
+                                     ":", metrics_ports["chief"], "/status"));
+      if (args_.netns_hosts) {
+        Print("launcher", absl::StrCat("(on the hosts' network: e.g. ip netns exec ",
+                                       hosts_->prefix(), "chief curl URL)"));
+      }
     }
 
     bool started_all = true;
     for (size_t t = 0; t < tasks_.size(); ++t) {
       Task& task = tasks_[t];
       Subprocess::Options& options = task.options;
-      options.argv = args_.program;
+      options.argv =
+          args_.netns_hosts ? hosts_->Exec(host_of.at(task.label), args_.program) : args_.program;
       options.env = {{"TF_CONFIG", spec->ToTfConfig(task.type, task.index)},
                      {"ASYNCPS_CLUSTER_TOKEN", token},
                      {"ASYNCPS_LOG_LEVEL", log_level},
@@ -405,6 +535,7 @@ class Launcher {
       if (!args_.ps_heartbeat_timeout.empty()) {
         options.env["ASYNCPS_PS_HEARTBEAT_TIMEOUT"] = args_.ps_heartbeat_timeout;
       }
+      if (bind_metrics_to_host) options.env["ASYNCPS_METRICS_BIND_ADDRESS"] = ip_of(task);
       std::string metrics_note;
       if (serve_metrics) {
         options.env["ASYNCPS_METRICS_PORT"] = std::to_string(metrics_ports[task.label]);
@@ -467,6 +598,38 @@ class Launcher {
     }
     StopAll();
     return code;
+  }
+
+  // --hosts netns: deletes what SIGKILLed launchers left, then makes one host per name. Returns
+  // 0, or the exit code when the hosts cannot be made (it says why).
+  int MakeHosts(const std::vector<std::string>& names) {
+    if (absl::Status s = deploy::CheckNetnsSupport(); !s.ok()) {
+      Print("launcher", absl::StrCat("error: --hosts netns: ", s.message()));
+      return ExitCodeForStatus(s);
+    }
+    if (absl::Status s = ProgramExists(args_.program[0]); !s.ok()) {
+      // `ip netns exec` would say so only from inside each task, once per restart.
+      Print("launcher", absl::StrCat("error: ", s.message()));
+      return ExitCodeForStatus(s);
+    }
+    for (const std::string& stale : deploy::SweepStaleLauncherNamespaces()) {
+      Print("launcher",
+            absl::StrCat("deleted network namespace ", stale, " (its launcher is gone)"));
+    }
+    const std::string prefix = args_.netns_prefix.empty()
+                                   ? absl::StrCat(deploy::kLauncherNetnsFamily, getpid(), "-")
+                                   : args_.netns_prefix;
+    absl::StatusOr<std::unique_ptr<deploy::NetnsHosts>> hosts =
+        deploy::NetnsHosts::Create(prefix, args_.netns_subnet, names);
+    if (!hosts.ok()) {
+      Print("launcher", absl::StrCat("error: --hosts netns: ", hosts.status().ToString()));
+      return ExitCodeForStatus(hosts.status());
+    }
+    hosts_ = *std::move(hosts);
+    Print("launcher", absl::StrCat("hosts: ", hosts_->hosts().size(), " network namespaces ",
+                                   prefix, "* on a bridge in ", hosts_->switch_netns(), ", subnet ",
+                                   args_.netns_subnet));
+    return 0;
   }
 
   // "killed by SIGKILL" or "exited with code 3".
@@ -645,6 +808,7 @@ class Launcher {
 
  private:
   const LaunchArgs args_;
+  std::unique_ptr<deploy::NetnsHosts> hosts_;  // --hosts netns; made before any task starts
   std::vector<Task> tasks_;  // filled before any waiter thread starts; fixed afterwards
   int chief_ = -1;
   int evaluator_ = -1;  // -1: no evaluator

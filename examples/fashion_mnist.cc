@@ -193,7 +193,7 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
 // The end of a run: where its checkpoint is and the command that resumes from it (or trains on,
 // given a larger --epochs), and where the status page was.
 void PrintWhereToGoOn(const asyncps::fmnist::Options& train, const asyncps::fmnist::Result& result,
-                      int metrics_port) {
+                      int metrics_port, const std::string& metrics_address) {
   if (!train.checkpoint_dir.empty()) {
     const std::string path =
         result.checkpoint_path.empty() ? train.checkpoint_dir : result.checkpoint_path;
@@ -209,7 +209,14 @@ void PrintWhereToGoOn(const asyncps::fmnist::Options& train, const asyncps::fmni
           "arguments\n");
     }
   }
-  if (metrics_port > 0) std::printf("status page was http://127.0.0.1:%d/status\n", metrics_port);
+  if (metrics_port > 0) {
+    // The address it listened on (asyncps_launch --hosts netns binds the host's); one that
+    // listens everywhere is reached through loopback.
+    std::string host = metrics_address;
+    if (host.empty() || host == "0.0.0.0" || host == "::") host = "127.0.0.1";
+    if (host.find(':') != std::string::npos) host = "[" + host + "]";
+    std::printf("status page was http://%s:%d/status\n", host.c_str(), metrics_port);
+  }
   std::fflush(stdout);
 }
 
@@ -282,6 +289,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(result->steps), static_cast<long long>(result->examples), result->seconds,
               result->examples_per_second, result->final_loss);
   std::printf("test accuracy %.4f\n", result->test_accuracy);
-  PrintWhereToGoOn(flags.train, *result, (*chief)->process_metrics().port());
+  PrintWhereToGoOn(flags.train, *result, (*chief)->process_metrics().port(),
+                   process.metrics_bind_address);
   return 0;
 }

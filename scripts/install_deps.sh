@@ -17,6 +17,10 @@ packages=(
   # Operating a job: tests/integration/observability_test starts a real Prometheus and renders
   # the chief's status page in headless Chromium.
   prometheus chromium
+  # Hosts in network namespaces (scripts/netns_hosts.py, asyncps_launch --hosts netns):
+  # partitions are nftables drop rules; ip and tc come with iproute2. (Debian leaves the nftables
+  # service disabled: installing it loads no rules on the machine itself.)
+  nftables iproute2
 )
 # The linker CMakeLists.txt picks when present (faster links than ld.bfd).
 packages+=(lld)
