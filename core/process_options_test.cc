@@ -255,6 +255,30 @@ TEST_F(ProcessOptionsTest, PsHeartbeatTimeoutIsADuration) {
   EXPECT_THAT(env_bad.status().message(), HasSubstr("ASYNCPS_PS_HEARTBEAT_TIMEOUT"));
 }
 
+TEST_F(ProcessOptionsTest, PsLostAfterIsADuration) {
+  Argv none({});
+  auto d = ProcessOptions::Parse(none.argc(), none.argv());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->ps_lost_after, absl::Seconds(30));
+  setenv("ASYNCPS_PS_LOST_AFTER", "90s", 1);
+  auto e = ProcessOptions::Parse(none.argc(), none.argv());
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->ps_lost_after, absl::Seconds(90));
+  Argv flag({"--ps_lost_after=5s"});
+  auto f = ProcessOptions::Parse(flag.argc(), flag.argv());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->ps_lost_after, absl::Seconds(5)) << "the flag wins over the environment";
+  unsetenv("ASYNCPS_PS_LOST_AFTER");
+  for (const char* bad : {"0s", "-1s", "30", "later"}) {
+    Argv a({std::string("--ps_lost_after=") + bad});
+    auto o = ProcessOptions::Parse(a.argc(), a.argv());
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(o.status().message(), HasSubstr("--ps_lost_after")) << bad;
+  }
+  Argv dangling({"--ps_lost_after"});
+  EXPECT_FALSE(ProcessOptions::Parse(dangling.argc(), dangling.argv()).ok());
+}
+
 TEST_F(ProcessOptionsTest, DispatcherWorkDirFromFlagOrEnvironment) {
   Argv none({});
   auto d = ProcessOptions::Parse(none.argc(), none.argv());
