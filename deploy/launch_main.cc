@@ -50,7 +50,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: asyncps_launch --ps N --workers M [--evaluator] [--max_restarts R] [--log_level L]\n"
     "                      [--token T] [--file_sd PATH] [--ps_replicas K] [--data_workers D]\n"
-    "                      [--ps_heartbeat_timeout D] [--hosts local|netns]\n"
+    "                      [--ps_heartbeat_timeout D] [--ps_lost_after D] [--hosts local|netns]\n"
     "                      [--netns_subnet 10.A.B.0/24] [--netns_prefix P] -- PROGRAM [ARGS...]\n"
     "\n"
     "Starts a local cluster on 127.0.0.1: N parameter servers, M workers, one chief (and one\n"
@@ -85,7 +85,10 @@ constexpr char kUsage[] =
     "\n"
     "--ps_replicas K (1..3, at most N) and --ps_heartbeat_timeout D (\"2s\", \"500ms\") set\n"
     "ASYNCPS_PS_REPLICAS and ASYNCPS_PS_HEARTBEAT_TIMEOUT for every task: K copies of every\n"
-    "shard, a PS lost when it leaves the chief's heartbeats unanswered for D.\n"
+    "shard, a PS unreachable (its groups fail over to copies that answer) when it leaves the\n"
+    "chief's heartbeats unanswered for D. --ps_lost_after D (\"30s\") sets ASYNCPS_PS_LOST_AFTER:\n"
+    "how long a silent PS stays unreachable before it is lost (a group with no other copy then\n"
+    "awaits a restore from a checkpoint).\n"
     "\n"
     "Unless OPENBLAS_CORETYPE is set, every task gets the OpenBLAS kernels its CPU can run\n"
     "(SkylakeX with AVX-512, Haswell with AVX2): Debian 12's OpenBLAS falls back to its slowest\n"
@@ -127,6 +130,7 @@ struct LaunchArgs {
   std::string file_sd;  // Prometheus targets file to write; empty: none
   std::string ps_replicas;           // empty: as inherited (ASYNCPS_PS_REPLICAS)
   std::string ps_heartbeat_timeout;  // empty: as inherited (ASYNCPS_PS_HEARTBEAT_TIMEOUT)
+  std::string ps_lost_after;         // empty: as inherited (ASYNCPS_PS_LOST_AFTER)
   bool netns_hosts = false;          // --hosts netns: each task in a network namespace of its own
   std::string netns_subnet = deploy::kDefaultNetnsSubnet;
   std::string netns_prefix;  // empty: kLauncherNetnsFamily + this process's pid + "-"
@@ -234,6 +238,14 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
             absl::StrCat("--ps_heartbeat_timeout wants a duration such as 2s or 500ms, got '", value, "'"));
       }
       args.ps_heartbeat_timeout = value;
+    } else if (name == "--ps_lost_after") {
+      status = take_value();
+      absl::Duration d;
+      if (status.ok() && (!absl::ParseDuration(value, &d) || d <= absl::ZeroDuration())) {
+        status = absl::InvalidArgumentError(
+            absl::StrCat("--ps_lost_after wants a duration such as 30s or 2m, got '", value, "'"));
+      }
+      args.ps_lost_after = value;
     } else if (name == "--hosts") {
       status = take_value();
       if (status.ok() && value != "local" && value != "netns") {
@@ -532,6 +544,7 @@ class Launcher {
                      {"ASYNCPS_LAUNCH_COMMAND", args_.command}};
       if (!blas_core.empty()) options.env["OPENBLAS_CORETYPE"] = blas_core;
       if (!args_.ps_replicas.empty()) options.env["ASYNCPS_PS_REPLICAS"] = args_.ps_replicas;
+      if (!args_.ps_lost_after.empty()) options.env["ASYNCPS_PS_LOST_AFTER"] = args_.ps_lost_after;
       if (!args_.ps_heartbeat_timeout.empty()) {
         options.env["ASYNCPS_PS_HEARTBEAT_TIMEOUT"] = args_.ps_heartbeat_timeout;
       }
