@@ -350,7 +350,7 @@ absl::StatusOr<std::string> CheckpointManager::Latest(CheckpointCheck check) con
   return LatestCheckpoint(directory_, check);
 }
 
-absl::StatusOr<int64_t> CheckpointManager::Restore(const std::string& path) {
+absl::StatusOr<int64_t> CheckpointManager::Restore(const std::string& path, const FinishedClosures& finished) {
   MutexLock lock(&mu_);
   const auto start = std::chrono::steady_clock::now();
   const std::string dir = fs::absolute(path).lexically_normal().string();
@@ -398,7 +398,13 @@ absl::StatusOr<int64_t> CheckpointManager::Restore(const std::string& path) {
   std::vector<std::pair<int, net::OutMessage>> calls;
   for (const auto& [ps, plan] : plans) {
     net::OutMessage m;
-    ps::RestorePlanToWire(plan, m.InitRequestBody<wire::RestoreCheckpointRequest>());
+    auto body = m.InitRequestBody<wire::RestoreCheckpointRequest>();
+    ps::RestorePlanToWire(plan, body);
+    if (finished.coordinator != 0) {
+      auto closures = body.initClosures();
+      closures.setCoordinator(finished.coordinator);
+      closures.setWatermark(finished.watermark);
+    }
     calls.emplace_back(ps, std::move(m));
   }
   auto results =

@@ -87,8 +87,19 @@ class CheckpointManager {
   // skipped (and logged with the reason). NotFound when there is none.
   absl::StatusOr<std::string> Latest(CheckpointCheck check = CheckpointCheck::kChecksums) const;
 
-  // Restores checkpoint `path` into the strategy's variables; returns its step.
-  absl::StatusOr<int64_t> Restore(const std::string& path);
+  // Every closure of `coordinator` (ClosureWatermark::first_id) below `watermark` has finished
+  // and is never dispatched again (coordinator 0: none said).
+  struct FinishedClosures {
+    uint64_t coordinator = 0;
+    uint64_t watermark = 0;
+  };
+
+  // Restores checkpoint `path` into the strategy's variables; returns its step. With
+  // `finished`, every PS restored refuses the updates of those closures from then on (zombie
+  // attempts on workers presumed dead: their effects, if any, are what the restore undid or
+  // what the checkpoint already holds), as a newer closure's watermark would tell it.
+  absl::StatusOr<int64_t> Restore(const std::string& path, const FinishedClosures& finished);
+  absl::StatusOr<int64_t> Restore(const std::string& path) { return Restore(path, FinishedClosures()); }
 
   // Restore(Latest()). NotFound when there is no good checkpoint.
   absl::StatusOr<int64_t> RestoreLatest();

@@ -39,6 +39,10 @@ class ClusterCoordinator::CursorRollback : public PsRecovery::CoordinatorState {
     return coordinator_.RollBackSplitCursors(state, nullptr);
   }
 
+  CheckpointManager::FinishedClosures Finished() override {
+    return {coordinator_.closure_ids_.first_id(), coordinator_.closure_ids_.Watermark()};
+  }
+
   void RollBack(const std::map<std::string, std::string>& state, PsRecovery::Restored* restored) override {
     // Cannot fail: CheckRollBack passed on the same state, and nothing is dispatched since.
     if (absl::Status s = coordinator_.RollBackSplitCursors(state, restored); !s.ok()) {

@@ -134,7 +134,7 @@ class ClusterPsRepair : public PsRecovery::Repair {
   absl::StatusOr<PsRecovery::Restored> Restore(const std::string& path) override {
     PsRecovery::Restored restored;
     if (state_ == nullptr) {
-      ASSIGN_OR_RETURN(restored.step, checkpoints_->Restore(path));
+      ASSIGN_OR_RETURN(restored.step, checkpoints_->Restore(path, CheckpointManager::FinishedClosures()));
       MarkRestored();
       return restored;
     }
@@ -142,7 +142,7 @@ class ClusterPsRepair : public PsRecovery::Repair {
     // are: a checkpoint whose cursor cannot be used leaves the cluster as it was.
     ASSIGN_OR_RETURN(CheckpointManifest manifest, ReadManifest(path));
     RETURN_IF_ERROR(state_->CheckRollBack(manifest.coordinator_state));
-    ASSIGN_OR_RETURN(restored.step, checkpoints_->Restore(path));
+    ASSIGN_OR_RETURN(restored.step, checkpoints_->Restore(path, state_->Finished()));
     state_->RollBack(manifest.coordinator_state, &restored);
     MarkRestored();
     return restored;

@@ -11,12 +11,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "coordinator/checkpoint_manager.h"
 #include "coordinator/closure_queue.h"
 #include "core/sync.h"
 
 namespace asyncps {
 
-class CheckpointManager;
 class CoordinatorMetrics;
 class ParameterServerStrategy;
 
@@ -160,6 +160,9 @@ class PsRecovery {
     // Rolls back to `state` (CheckRollBack passed; the variables are restored), filling in
     // restored->batches_redone and restored->cursors_missing.
     virtual void RollBack(const std::map<std::string, std::string>& state, Restored* restored) = 0;
+    // The closures that have finished (the coordinator's identity and watermark): the PS
+    // restored refuse their zombie attempts (CheckpointManager::Restore). None by default.
+    virtual CheckpointManager::FinishedClosures Finished() { return {}; }
   };
 
   // What recovery does to the cluster; MakeClusterPsRepair talks to the real PS, tests may

@@ -76,7 +76,8 @@ absl::Status CheckpointService::Restore(const net::InMessage& request, net::OutM
   return RestoreIn(store_, request.RequestBody<wire::RestoreCheckpointRequest>());
 }
 
-absl::Status CheckpointService::RestoreIn(VariableStore& store, wire::RestoreCheckpointRequest::Reader body) {
+absl::Status CheckpointService::RestoreIn(VariableStore& store, wire::RestoreCheckpointRequest::Reader body,
+                                          UpdateDedup* window) {
   ASSIGN_OR_RETURN(RestorePlan plan, RestorePlanFromWire(body));
   if (options_.test_hang_at_restore) {
     spdlog::warn("test hook: restore from {} not applied; stopping here", plan.directory);
@@ -88,6 +89,9 @@ absl::Status CheckpointService::RestoreIn(VariableStore& store, wire::RestoreChe
   if (!s.ok()) {
     spdlog::error("checkpoint restore from {} failed: {}", plan.directory, s.ToString());
     return s;
+  }
+  if (window != nullptr && body.hasClosures()) {
+    window->RaiseWatermark(body.getClosures().getCoordinator(), body.getClosures().getWatermark());
   }
   spdlog::info("restored {} shards from {}", plan.shards.size(), plan.directory);
   return absl::OkStatus();

@@ -5,6 +5,7 @@
 
 #include "net/method_table.h"
 #include "ps/ps.capnp.h"
+#include "ps/update_dedup.h"
 #include "ps/variable_store.h"
 
 namespace asyncps::ps {
@@ -42,7 +43,10 @@ class CheckpointService {
   // The methods against another store (a replicated group's copy, ps/replication/): `body`
   // is the request, read from the frame the handler got.
   absl::Status SaveIn(VariableStore& store, wire::SaveCheckpointRequest::Reader body, net::OutMessage* response);
-  absl::Status RestoreIn(VariableStore& store, wire::RestoreCheckpointRequest::Reader body);
+  // `window` (may be null): the update window of the same copy as `store`; once the restore
+  // is done its watermark is raised as the request's `closures` says.
+  absl::Status RestoreIn(VariableStore& store, wire::RestoreCheckpointRequest::Reader body,
+                         UpdateDedup* window = nullptr);
 
  private:
   absl::Status Save(const net::InMessage& request, net::OutMessage* response);

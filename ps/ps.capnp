@@ -205,6 +205,11 @@ struct RestoreCheckpointRequest {
   directory @0 :Text;
   files @1 :List(File);
   shards @2 :List(Shard);
+  # The restoring coordinator's identity and watermark (closure and sequence unused): every
+  # closure of it below the watermark has finished and is never dispatched again, so once the
+  # restore is done the PS refuses their updates as zombies (UpdateDedup::RaiseWatermark), as
+  # it would have had a newer closure told it the watermark. Absent: the window is unchanged.
+  closures @4 :UpdateTag;
 
   struct File {
     name @0 :Text;
@@ -315,6 +320,13 @@ struct ReplicateRequest {
 
 struct ReplicateResponse {
   appliedSequence @0 :UInt64;  # the copy has applied every entry up to this one
+  # For each entry this call applied, from sequence skippedFrom on: how many of its updates the
+  # copy's window of applied closure updates skipped as already applied (ps.Update and
+  # ps.PushGradients; 0xFFFFFFFF for the writes that have no such count). The primary compares
+  # them with its own: two copies whose windows decide differently have diverged. (Absent from
+  # an older PS: nothing is compared.)
+  skippedFrom @1 :UInt64;
+  skipped @2 :List(UInt32);
 }
 
 # ps.InstallState (ps -> ps): a state transfer, pushed by the primary in chunks, in order.

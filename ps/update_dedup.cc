@@ -137,6 +137,19 @@ void UpdateDedup::Import(const std::vector<ExportedSpace>& spaces) {
   PublishEntries();
 }
 
+void UpdateDedup::RaiseWatermark(uint64_t coordinator, uint64_t watermark) {
+  if (coordinator == 0) return;
+  MutexLock lock(&mu_);
+  Space& space = SpaceFor(coordinator);
+  if (watermark <= space.watermark) return;
+  space.watermark = watermark;
+  // As Admit drops them (a claim dropped here is committed or released as already gone).
+  auto end = space.keys.lower_bound(Key{watermark, 0, 0});
+  entries_ -= static_cast<uint64_t>(std::distance(space.keys.begin(), end));
+  space.keys.erase(space.keys.begin(), end);
+  PublishEntries();
+}
+
 void UpdateDedup::PublishEntries() {
   if (options_.metrics != nullptr) options_.metrics->SetDedupEntries(entries_);
 }

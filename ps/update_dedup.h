@@ -162,6 +162,14 @@ class UpdateDedup {
   // same keys, watermarks and order of eviction.
   void Import(const std::vector<ExportedSpace>& spaces);
 
+  // Advances the watermark of `coordinator` to `watermark` (never back) and drops its keys
+  // below it, as a request carrying that watermark would: from then on the updates of its
+  // closures below the watermark are refused as zombies. A restore from a checkpoint calls it
+  // with the restoring coordinator's watermark, so that a zombie attempt of a closure finished
+  // before the restore (on a worker presumed dead) cannot apply to the restored variables,
+  // whose new generation no key of the window matches.
+  void RaiseWatermark(uint64_t coordinator, uint64_t watermark);
+
   // Keys held now (claimed or applied), over all coordinators.
   uint64_t entries() const;
   // Coordinators remembered now.

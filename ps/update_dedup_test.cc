@@ -175,6 +175,26 @@ TEST(UpdateDedupTest, AZombieBelowTheWatermarkIsRefusedAsAlreadyApplied) {
   EXPECT_EQ(dedup.entries(), 1u);  // nothing recorded for it
 }
 
+// A restore tells the window which closures have finished: their keys go, their attempts are
+// zombies from then on, and a lower watermark later changes nothing.
+TEST(UpdateDedupTest, RaisingTheWatermarkRefusesTheClosuresBelowIt) {
+  UpdateDedup dedup;
+  ApplyOnce(dedup, Tag(kCoordinator + 1, 1), {"w"});
+  ApplyOnce(dedup, Tag(kCoordinator + 5, 1), {"w"});
+  EXPECT_EQ(dedup.entries(), 2u);
+  dedup.RaiseWatermark(kCoordinator, kCoordinator + 5);
+  EXPECT_EQ(dedup.watermark(kCoordinator), kCoordinator + 5);
+  EXPECT_EQ(dedup.entries(), 1u);
+  auto zombie = dedup.Admit(Tag(kCoordinator + 3, 1), {"w"});
+  ASSERT_TRUE(zombie.ok());
+  EXPECT_TRUE(zombie->below_watermark());
+  EXPECT_EQ(ApplyOnce(dedup, Tag(kCoordinator + 5, 1), {"w"}), (std::vector<bool>{false})) << "still a repeat";
+  dedup.RaiseWatermark(kCoordinator, kCoordinator + 2);
+  EXPECT_EQ(dedup.watermark(kCoordinator), kCoordinator + 5) << "never back";
+  dedup.RaiseWatermark(0, 10);
+  EXPECT_EQ(dedup.coordinators(), 1u) << "coordinator 0 is no coordinator";
+}
+
 TEST(UpdateDedupTest, MalformedTagsAreInvalidArgument) {
   UpdateDedup dedup;
   for (const UpdateTag& bad : {Tag(kCoordinator, 0),                      // no sequence

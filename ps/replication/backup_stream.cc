@@ -139,7 +139,37 @@ void BackupStream::OnAsyncReply(uint64_t first, size_t count, uint64_t bytes, ab
   MaybeSendAsync(generation);  // what was queued meanwhile
 }
 
+absl::Status BackupStream::CompareSkips(uint64_t first, size_t count, const net::InMessage& reply) {
+  auto body = reply.ResponseBody<wire::ReplicateResponse>();
+  const uint64_t from = body.getSkippedFrom();
+  auto skipped = body.getSkipped();
+  for (unsigned i = 0; i < skipped.size(); ++i) {
+    const uint64_t sequence = from + i;
+    const uint32_t copy_skipped = skipped[i];
+    if (copy_skipped == LoggedWrite::kSkipsNotCounted || sequence < first || sequence >= first + count) continue;
+    std::shared_ptr<const LoggedWrite> write;
+    {
+      MutexLock lock(&queue_mu_);
+      if (sequence - first >= queue_.size()) break;
+      write = queue_[sequence - first];
+    }
+    if (write->outcome() == 0) {
+      // The primary applies it under the write lock it was queued under: done once that is free.
+      MutexLock wait(&copy_.write_mu);
+    }
+    if (write->outcome() != 1 || write->skipped() == LoggedWrite::kSkipsNotCounted) continue;
+    if (write->skipped() != copy_skipped) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "group ", copy_.group, ": ps ", target_, "'s window of applied updates skipped ", copy_skipped,
+          " update(s) of write ", sequence, " (", write->method(), ") as already applied, the primary's ",
+          write->skipped(), ": the copies diverged"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<size_t> BackupStream::Acknowledged(uint64_t first, size_t count, const net::InMessage& reply) {
+  RETURN_IF_ERROR(CompareSkips(first, count, reply));
   const uint64_t applied = reply.ResponseBody<wire::ReplicateResponse>().getAppliedSequence();
   const uint64_t last = first + count - 1;
   if (applied == last) return count;

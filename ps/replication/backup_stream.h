@@ -93,6 +93,12 @@ class BackupStream {
   // copies diverged). A batch resent after a lost reply is acknowledged whole, so a refusal in
   // it goes uncompared. Never under the copy's locks.
   absl::StatusOr<size_t> Acknowledged(uint64_t first, size_t count, const net::InMessage& reply);
+  // FailedPrecondition when the copy's update window skipped a different number of a write's
+  // updates as already applied than the primary's did (ReplicateResponse.skipped): the windows
+  // diverged, and a repeat the primary refused was applied there, or the other way round. The
+  // stream then stops and the copy is rebuilt (the chief's NeedsRebuild), never left to serve
+  // what the primary does not hold. Never under the copy's locks.
+  absl::Status CompareSkips(uint64_t first, size_t count, const net::InMessage& reply);
   // Records that the copy applied the first `count` writes from `first`, and answers the
   // writers that completes.
   void Acknowledge(uint64_t first, size_t count, uint64_t bytes);

@@ -41,12 +41,21 @@ class LoggedWrite {
 
   // The primary's own apply of this write (ForwardsBeforeApply writes are forwarded first):
   // set once, under the copy's write lock, right after it; 0 while unknown, 1 applied,
-  // 2 refused. A stream that sees a copy refuse the write compares it with this.
-  void set_outcome(bool applied) const { outcome_.store(applied ? 1 : 2, std::memory_order_release); }
+  // 2 refused. A stream that sees a copy refuse the write compares it with this. `skipped`:
+  // how many of its updates the primary's update window skipped as already applied
+  // (kSkipsNotCounted for a write without such a count); a stream compares the copy's count.
+  static constexpr uint32_t kSkipsNotCounted = 0xFFFFFFFFu;
+  void set_outcome(bool applied, uint32_t skipped = kSkipsNotCounted) const {
+    skipped_.store(skipped, std::memory_order_relaxed);
+    outcome_.store(applied ? 1 : 2, std::memory_order_release);
+  }
   int outcome() const { return outcome_.load(std::memory_order_acquire); }
+  // Valid once outcome() is 1 or 2 (read after it).
+  uint32_t skipped() const { return skipped_.load(std::memory_order_relaxed); }
 
  private:
   mutable std::atomic<int> outcome_{0};
+  mutable std::atomic<uint32_t> skipped_{kSkipsNotCounted};
   LoggedWrite() = default;
   std::string method_;
   const CopyExtension* extension_ = nullptr;  // set for an extension's write

@@ -40,6 +40,18 @@ uint64_t EntryDigest(wire::ReplicatedEntry::Reader entry) {
                       std::string_view(reinterpret_cast<const char*>(bytes.begin()), bytes.size()));
 }
 
+// How many updates of a ps.Update or ps.PushGradients its apply skipped as already applied (the
+// alreadyApplied it wrote into `response`); LoggedWrite::kSkipsNotCounted for another write, or
+// when the apply wrote no answer.
+uint32_t SkippedIn(absl::string_view method, net::OutMessage* response) {
+  if (response == nullptr || (method != "ps.Update" && method != "ps.PushGradients")) {
+    return LoggedWrite::kSkipsNotCounted;
+  }
+  auto envelope = response->envelope().asReader();
+  if (!envelope.isResponse() || !envelope.getResponse().hasBody()) return LoggedWrite::kSkipsNotCounted;
+  return envelope.getResponse().getBody().getAs<wire::UpdateResponse>().getAlreadyApplied();
+}
+
 // A tensor whose bytes are left unwritten (the caller writes every one).
 Tensor UninitializedTensor(DType dtype, const Shape& shape) {
   const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
@@ -120,10 +132,10 @@ PsService::ShardState ReplicatedPs::DefaultState() const {
   return s;
 }
 
-absl::Status ReplicatedPs::RoutedWrite(const net::RequestContext& context, const char* method,
-                                       const net::InMessage& request, bool has_route, wire::Route::Reader route,
-                                       const StateFn& apply) {
-  return Write(context, method, request, has_route, route, apply);
+void ReplicatedPs::RoutedWriteThen(const net::RequestContext& context, const char* method,
+                                   const net::InMessage& request, bool has_route, wire::Route::Reader route,
+                                   const StateFn& apply, GroupCopy::AnswerFn done) {
+  WriteThen(context, method, request, has_route, route, apply, std::move(done));
 }
 
 absl::Status ReplicatedPs::RoutedRead(bool has_route, wire::Route::Reader route, const char* method,
@@ -156,7 +168,8 @@ void ReplicatedPs::RegisterWrite(net::MethodTable& server, const char* method, n
             [&](PsService::ShardState s) { return apply(s, req, body, response.get()); },
             [answer = std::move(answer), response](const absl::Status& status) {
               answer.Send(status, std::move(*response));
-            });
+            },
+            response.get());
       },
       dispatch);
 }
@@ -214,7 +227,7 @@ void ReplicatedPs::RegisterWith(net::MethodTable& server) {
     RegisterWrite<wire::RestoreCheckpointRequest>(
         server, "ps.RestoreCheckpoint", net::ChiefOnly(), net::Dispatch::kPool,
         [&checkpoints](PsService::ShardState s, const net::InMessage&, wire::RestoreCheckpointRequest::Reader body,
-                       net::OutMessage*) { return checkpoints.RestoreIn(*s.store, body); });
+                       net::OutMessage*) { return checkpoints.RestoreIn(*s.store, body, s.dedup); });
   }
   server.Register<wire::SetShardMapRequest>(
       "ps.SetShardMap", net::ChiefOnly(),
@@ -302,29 +315,9 @@ absl::Status ReplicatedPs::ReadAt(bool has_route, wire::Route::Reader route, con
   return read(r.copy->state);
 }
 
-absl::Status ReplicatedPs::Write(const net::RequestContext& context, const char* method,
-                                 const net::InMessage& request, bool has_route, wire::Route::Reader route,
-                                 const WriteFn& apply) {
-  // The deferred path, waited for here (for the extension's writes, which answer by returning).
-  struct Waiter {
-    Mutex mu;
-    bool done ABSL_GUARDED_BY(mu) = false;
-    absl::Status status ABSL_GUARDED_BY(mu);
-  };
-  auto waiter = std::make_shared<Waiter>();
-  WriteThen(context, method, request, has_route, route, apply, [waiter](const absl::Status& status) {
-    MutexLock lock(&waiter->mu);
-    waiter->done = true;
-    waiter->status = status;
-  });
-  MutexLock lock(&waiter->mu);
-  waiter->mu.Await(absl::Condition(&waiter->done));
-  return waiter->status;
-}
-
 void ReplicatedPs::WriteThen(const net::RequestContext& context, const char* method, const net::InMessage& request,
                              bool has_route, wire::Route::Reader route, const WriteFn& apply,
-                             GroupCopy::AnswerFn done) {
+                             GroupCopy::AnswerFn done, net::OutMessage* response) {
   absl::StatusOr<Routed> r = Route(has_route, route, method);
   if (!r.ok()) return done(r.status());
   if (r->copy == nullptr) return done(apply(DefaultState()));
@@ -357,7 +350,7 @@ void ReplicatedPs::WriteThen(const net::RequestContext& context, const char* met
         for (auto& s : copy.streams) s->Enqueue(sequence, logged, copy.generation);
       }
       absl::Status applied = apply(copy.state);
-      logged->set_outcome(applied.ok());
+      logged->set_outcome(applied.ok(), SkippedIn(method, response));
       MutexLock lock(&copy.mu);
       copy.answers.push_back({sequence, deadline, method, std::move(done), std::move(applied)});
       return absl::OkStatus();
@@ -714,9 +707,12 @@ absl::Status ReplicatedPs::Replicate(const net::InMessage& request, net::OutMess
   }
   uint64_t n = 0;
   bool refused = false;  // the batch ended at a ForwardsBeforeApply write refused here
+  std::vector<uint32_t> skipped;  // per entry applied by this call (ReplicateResponse.skipped)
   for (unsigned i = static_cast<unsigned>(repeated); i < entries.size(); ++i) {
     auto entry = entries[i];
-    absl::Status s = ApplyEntry(*copy, request, entry);
+    uint32_t entry_skipped = LoggedWrite::kSkipsNotCounted;
+    absl::Status s = ApplyEntry(*copy, request, entry, &entry_skipped);
+    skipped.push_back(s.ok() ? entry_skipped : LoggedWrite::kSkipsNotCounted);
     if (!s.ok() && ForwardsBeforeApply(entry.getMethod().cStr())) {
       // The primary forwarded it before applying it, and refuses it too unless the copies
       // diverged (ForwardsBeforeApply): taken as applied without effect, and the batch ends
@@ -744,22 +740,31 @@ absl::Status ReplicatedPs::Replicate(const net::InMessage& request, net::OutMess
   }
   MutexLock lock(&copy->mu);
   copy->sequence = applied + n;
-  response->InitResponseBody<wire::ReplicateResponse>().setAppliedSequence(copy->sequence - (refused ? 1 : 0));
+  auto out = response->InitResponseBody<wire::ReplicateResponse>();
+  out.setAppliedSequence(copy->sequence - (refused ? 1 : 0));
+  out.setSkippedFrom(applied + 1);
+  auto list = out.initSkipped(static_cast<unsigned>(skipped.size()));
+  for (unsigned i = 0; i < skipped.size(); ++i) list.set(i, skipped[i]);
   return absl::OkStatus();
 }
 
 absl::Status ReplicatedPs::ApplyEntry(GroupCopy& copy, const net::InMessage& frame,
-                                      wire::ReplicatedEntry::Reader entry) {
+                                      wire::ReplicatedEntry::Reader entry, uint32_t* skipped) {
   const std::string method = entry.getMethod().cStr();
   auto body = entry.getBody();
   net::OutMessage scratch;
   if (method == "ps.Update") {
     RETURN_IF_ERROR(update_check_.Check(body));
-    return service_.UpdateIn(copy.state, frame, body.getAs<wire::UpdateRequest>(), &scratch);
+    RETURN_IF_ERROR(service_.UpdateIn(copy.state, frame, body.getAs<wire::UpdateRequest>(), &scratch));
+    *skipped = SkippedIn(method, &scratch);
+    return absl::OkStatus();
   }
   if (method == "ps.PushGradients") {
     RETURN_IF_ERROR(push_check_.Check(body));
-    return service_.PushGradientsIn(copy.state, frame, body.getAs<wire::PushGradientsRequest>(), &scratch);
+    RETURN_IF_ERROR(
+        service_.PushGradientsIn(copy.state, frame, body.getAs<wire::PushGradientsRequest>(), &scratch));
+    *skipped = SkippedIn(method, &scratch);
+    return absl::OkStatus();
   }
   if (method == "ps.CreateVariable") {
     RETURN_IF_ERROR(create_check_.Check(body));
@@ -767,7 +772,8 @@ absl::Status ReplicatedPs::ApplyEntry(GroupCopy& copy, const net::InMessage& fra
   }
   if (method == "ps.RestoreCheckpoint" && options_.checkpoints != nullptr) {
     RETURN_IF_ERROR(restore_check_.Check(body));
-    return options_.checkpoints->RestoreIn(*copy.state.store, body.getAs<wire::RestoreCheckpointRequest>());
+    return options_.checkpoints->RestoreIn(*copy.state.store, body.getAs<wire::RestoreCheckpointRequest>(),
+                                           copy.state.dedup);
   }
   if (options_.extension != nullptr && options_.extension->IsWrite(method) && copy.state.extension != nullptr) {
     return options_.extension->ApplyReplicated(*copy.state.extension, method, frame, body);

@@ -74,7 +74,7 @@ class ReplicatedPs {
     std::function<std::unique_ptr<net::RpcClient>(int32_t index)> connect;
     // Optional (not owned, outlives this object): state every copy holds beside its variables
     // (the PS's embedding tables, ReplicatedTables), replicated with them: its writes go
-    // through RoutedWrite, its state through the state transfer.
+    // through RoutedWriteThen, its state through the state transfer.
     CopyExtension* extension = nullptr;
   };
 
@@ -98,9 +98,15 @@ class ReplicatedPs {
   // lock, logged (the extension's IsWrite methods only) and answered once every backup applied
   // it; without a map, against the PS's default state.
   using StateFn = std::function<absl::Status(PsService::ShardState)>;
-  absl::Status RoutedWrite(const net::RequestContext& context, const char* method, const net::InMessage& request,
-                           bool has_route, wire::Route::Reader route, const StateFn& apply);
   absl::Status RoutedRead(bool has_route, wire::Route::Reader route, const char* method, const StateFn& read);
+  // A write: `done` runs exactly once, from any thread (never under this object's or the
+  // copy's locks), with the write's status once every backup acknowledged it (WriteThen). The
+  // extension registers its writes with net::MethodTable::RegisterDeferred, so that no handler
+  // thread waits for acknowledgements: two PS whose every handler thread waited for the
+  // other's ps.Replicate could serve neither (each the other's backup), a deadlock broken only
+  // by the clients' deadlines (found by scripts/nemesis.py with embedding pushes).
+  void RoutedWriteThen(const net::RequestContext& context, const char* method, const net::InMessage& request,
+                       bool has_route, wire::Route::Reader route, const StateFn& apply, GroupCopy::AnswerFn done);
 
  private:
   // The copy a request for `route` goes to, and the generation it was routed with (0: none).
@@ -120,15 +126,15 @@ class ReplicatedPs {
   // once; `done` runs exactly once, from any thread (never under this object's or the copy's
   // locks): with a refusal, or with OK once every counted backup acknowledged it, or
   // Unavailable at the write's deadline (see the class comment).
+  // `response` (may be null): where `apply` writes its answer, read for the update window's
+  // decision that the streams compare with each copy's (LoggedWrite::skipped).
   void WriteThen(const net::RequestContext& context, const char* method, const net::InMessage& request,
-                 bool has_route, wire::Route::Reader route, const WriteFn& apply, GroupCopy::AnswerFn done);
+                 bool has_route, wire::Route::Reader route, const WriteFn& apply, GroupCopy::AnswerFn done,
+                 net::OutMessage* response = nullptr);
   // A write method answered by WriteThen: `apply(state, request, body, response)`.
   template <typename Request, typename ApplyFn>
   void RegisterWrite(net::MethodTable& server, const char* method, net::PeerRoles callers, net::Dispatch dispatch,
                      ApplyFn apply);
-  // WriteThen, waited for.
-  absl::Status Write(const net::RequestContext& context, const char* method, const net::InMessage& request,
-                     bool has_route, wire::Route::Reader route, const WriteFn& apply);
   using ReadFn = std::function<absl::Status(PsService::ShardState)>;
   absl::Status ReadAt(bool has_route, wire::Route::Reader route, const char* method, const ReadFn& read);
 
@@ -136,8 +142,9 @@ class ReplicatedPs {
   absl::Status GetShardMap(net::OutMessage* response);
   absl::Status ReplicaStatus(net::OutMessage* response);
   absl::Status Replicate(const net::InMessage& request, net::OutMessage* response);
-  absl::Status ApplyEntry(GroupCopy& copy, const net::InMessage& frame, wire::ReplicatedEntry::Reader entry)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.write_mu);
+  // Applies one stream entry; `skipped`: as LoggedWrite::skipped, for this copy's apply.
+  absl::Status ApplyEntry(GroupCopy& copy, const net::InMessage& frame, wire::ReplicatedEntry::Reader entry,
+                          uint32_t* skipped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.write_mu);
   absl::Status InstallState(const net::InMessage& request);
   absl::Status InstallChunk(GroupCopy& copy, const net::InMessage& frame, wire::InstallStateRequest::Reader req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.write_mu);

@@ -329,52 +329,72 @@ absl::Status ReplicatedTables::Install(CopyExtensionState& state, const net::InM
   return absl::OkStatus();
 }
 
+namespace {
+
+// Registers `method`, a write of the tables, answered once every backup acknowledged it with no
+// thread waiting for that (ReplicatedPs::RoutedWriteThen): `apply(state, request, response)`.
+template <typename Request, typename ApplyFn>
+void RegisterTablesWrite(net::MethodTable& server, ReplicatedPs* rp, const char* method, net::PeerRoles callers,
+                         ApplyFn apply) {
+  server.RegisterDeferred<Request>(
+      method, std::move(callers),
+      [rp, method, apply](const net::RequestContext& ctx, const net::InMessage& req, net::DeferredResponse answer) {
+        auto body = req.RequestBody<Request>();
+        auto response = std::make_shared<net::OutMessage>();
+        rp->RoutedWriteThen(
+            ctx, method, req, body.hasRoute(), body.getRoute(),
+            [&](PsService::ShardState s) { return apply(s, req, response.get()); },
+            [answer = std::move(answer), response](const absl::Status& status) {
+              answer.Send(status, std::move(*response));
+            });
+      });
+}
+
+}  // namespace
+
 void ReplicatedTables::RegisterWith(net::MethodTable& server, ReplicatedPs& replicated) {
   EmbeddingService& service = service_;
   ReplicatedPs* rp = &replicated;
-  // Writes wait for the backups' acknowledgements: the handler pool (the default dispatch).
-  server.Register<wire::CreateEmbeddingTableRequest>(
-      kCreateEmbeddingTableMethod, net::PsCallers(),
-      [rp, &service](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
-        auto body = req.RequestBody<wire::CreateEmbeddingTableRequest>();
-        return rp->RoutedWrite(ctx, kCreateEmbeddingTableMethod, req, body.hasRoute(), body.getRoute(),
-                               [&](PsService::ShardState s) {
-                                 return service.CreateTableIn(Tables(*s.extension).shard, req, req.envelope().getRequest().getBody(), resp);
-                               });
+  RegisterTablesWrite<wire::CreateEmbeddingTableRequest>(
+      server, rp, kCreateEmbeddingTableMethod, net::PsCallers(),
+      [&service](PsService::ShardState s, const net::InMessage& req, net::OutMessage* resp) {
+        return service.CreateTableIn(Tables(*s.extension).shard, req, req.envelope().getRequest().getBody(), resp);
       });
-  server.Register<wire::EmbeddingPushRequest>(
-      kEmbeddingPushMethod, net::PsCallers(),
-      [rp, &service](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
-        auto body = req.RequestBody<wire::EmbeddingPushRequest>();
-        return rp->RoutedWrite(ctx, kEmbeddingPushMethod, req, body.hasRoute(), body.getRoute(),
-                               [&](PsService::ShardState s) {
-                                 return service.PushIn(Tables(*s.extension).shard, req, req.envelope().getRequest().getBody(), resp);
-                               });
+  RegisterTablesWrite<wire::EmbeddingPushRequest>(
+      server, rp, kEmbeddingPushMethod, net::PsCallers(),
+      [&service](PsService::ShardState s, const net::InMessage& req, net::OutMessage* resp) {
+        return service.PushIn(Tables(*s.extension).shard, req, req.envelope().getRequest().getBody(), resp);
       });
-  server.Register<wire::EmbeddingLookupRequest>(
+  server.RegisterDeferred<wire::EmbeddingLookupRequest>(
       kEmbeddingLookupMethod, net::PsReaders(),
-      [rp, &service](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
+      [rp, &service](const net::RequestContext& ctx, const net::InMessage& req, net::DeferredResponse answer) {
         auto body = req.RequestBody<wire::EmbeddingLookupRequest>();
+        auto response = std::make_shared<net::OutMessage>();
         // A training lookup of a table with an admission sketch changes it (counts): a write.
-        // Any other lookup is a read at the primary.
+        // Any other lookup is a read at the primary, answered at once.
         bool counts = false;
-        RETURN_IF_ERROR(rp->RoutedRead(body.hasRoute(), body.getRoute(), kEmbeddingLookupMethod,
-                                       [&](PsService::ShardState s) {
-                                         EmbeddingService::Shard shard = Tables(*s.extension).shard;
-                                         if (body.getTrain()) {
-                                           for (auto l : body.getLookups()) {
-                                             auto t = shard.store->Find(l.getTable().cStr());
-                                             if (t.ok() && (*t)->counts_lookups()) counts = true;
-                                           }
-                                         }
-                                         if (counts) return absl::OkStatus();
-                                         return service.LookupIn(shard, req, req.envelope().getRequest().getBody(), resp);
-                                       }));
-        if (!counts) return absl::OkStatus();
-        return rp->RoutedWrite(ctx, kEmbeddingLookupMethod, req, body.hasRoute(), body.getRoute(),
-                               [&](PsService::ShardState s) {
-                                 return service.LookupIn(Tables(*s.extension).shard, req, req.envelope().getRequest().getBody(), resp);
-                               });
+        const absl::Status read =
+            rp->RoutedRead(body.hasRoute(), body.getRoute(), kEmbeddingLookupMethod, [&](PsService::ShardState s) {
+              EmbeddingService::Shard shard = Tables(*s.extension).shard;
+              if (body.getTrain()) {
+                for (auto l : body.getLookups()) {
+                  auto t = shard.store->Find(l.getTable().cStr());
+                  if (t.ok() && (*t)->counts_lookups()) counts = true;
+                }
+              }
+              if (counts) return absl::OkStatus();
+              return service.LookupIn(shard, req, req.envelope().getRequest().getBody(), response.get());
+            });
+        if (!read.ok() || !counts) return answer.Send(read, std::move(*response));
+        rp->RoutedWriteThen(
+            ctx, kEmbeddingLookupMethod, req, body.hasRoute(), body.getRoute(),
+            [&](PsService::ShardState s) {
+              return service.LookupIn(Tables(*s.extension).shard, req, req.envelope().getRequest().getBody(),
+                                      response.get());
+            },
+            [answer = std::move(answer), response](const absl::Status& status) {
+              answer.Send(status, std::move(*response));
+            });
       });
   server.Register<wire::EmbeddingStatsRequest>(
       kEmbeddingStatsMethod, net::PsReaders(),
@@ -393,14 +413,10 @@ void ReplicatedTables::RegisterWith(net::MethodTable& server, ReplicatedPs& repl
                                 return service.SaveIn(Tables(*s.extension).shard, req, req.envelope().getRequest().getBody(), resp);
                               });
       });
-  server.Register<wire::RestoreEmbeddingTablesRequest>(
-      kRestoreMethod, net::ChiefOnly(),
-      [rp, &service](const net::RequestContext& ctx, const net::InMessage& req, net::OutMessage* resp) {
-        auto body = req.RequestBody<wire::RestoreEmbeddingTablesRequest>();
-        return rp->RoutedWrite(ctx, kRestoreMethod, req, body.hasRoute(), body.getRoute(),
-                               [&](PsService::ShardState s) {
-                                 return service.RestoreIn(Tables(*s.extension).shard, req, req.envelope().getRequest().getBody(), resp);
-                               });
+  RegisterTablesWrite<wire::RestoreEmbeddingTablesRequest>(
+      server, rp, kRestoreMethod, net::ChiefOnly(),
+      [&service](PsService::ShardState s, const net::InMessage& req, net::OutMessage* resp) {
+        return service.RestoreIn(Tables(*s.extension).shard, req, req.envelope().getRequest().getBody(), resp);
       });
 }
 

@@ -18,7 +18,7 @@ namespace asyncps::ps {
 // EmbeddingStore and update window (the PS's EmbeddingService's own for the default copy).
 //
 // Methods (registered over EmbeddingService's, each routed by its request's `route` exactly as
-// the variables' methods are, ReplicatedPs::RoutedWrite / RoutedRead):
+// the variables' methods are, ReplicatedPs::RoutedWriteThen / RoutedRead):
 //   writes, applied at the primary and streamed in order to every other copy:
 //     ps.CreateEmbeddingTable, ps.EmbeddingPush (row creation, admission and eviction are
 //     deterministic functions of the table and the push, so every copy ends with the same

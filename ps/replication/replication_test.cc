@@ -370,6 +370,34 @@ TEST_F(ReplicationTest, PushAppliedOnlyAtThePrimaryStopsTheStream) {
   EXPECT_TRUE(Eventually([&] { return StreamToPs1(*cluster_).second; }));
 }
 
+// The copies' windows of applied updates disagree (what a window received in a state transfer
+// with keys its copy never computes did: every repeat of an update applied before the transfer
+// was skipped by the primary and applied by the copy): the stream compares each write's
+// "already applied" count, stops at the first difference, and the copy needs a rebuild. Both
+// ways: a key only the backup holds, and one only the primary holds.
+TEST_F(ReplicationTest, CopiesWhoseWindowsDecideARepeatDifferentlyStopTheStream) {
+  for (int planted_on : {1, 0}) {
+    SCOPED_TRACE(planted_on == 1 ? "key only on the backup" : "key only on the primary");
+    ReplicatedPs::Options options;
+    options.write_timeout = absl::Milliseconds(300);
+    Start(2, 2, options);
+    ASSERT_TRUE(CreateAdam(0, "v", {4}, 0, 1).ok());
+    ASSERT_TRUE(Push(0, "v", Filled({4}, 0.5f), std::nullopt, 1, 0, 1).ok());
+    ASSERT_EQ(StreamToPs1(*cluster_), std::make_pair(true, false));
+    // Closure 5's push to "v", recorded as applied in one copy's window only.
+    UpdateDedup& window = *cluster_->replicated(planted_on).CopyOf(0)->state.dedup;
+    std::vector<UpdateDedup::ExportedSpace> spaces = window.Export();
+    ASSERT_EQ(spaces.size(), 1u);
+    spaces[0].keys.push_back({5, 1, UpdateDedup::VariableKey("v", 0)});
+    window.Import(spaces);
+    auto pushed = Push(0, "v", Filled({4}, 0.5f), std::nullopt, 5, 0, 1);
+    EXPECT_FALSE(pushed.ok()) << "acknowledged by copies that hold different values";
+    EXPECT_TRUE(Eventually([&] { return StreamToPs1(*cluster_).second; })) << "the stream did not stop";
+    EXPECT_FALSE(StreamToPs1(*cluster_).first);
+    cluster_.reset();
+  }
+}
+
 // Writers on several connections at once: batches go out while earlier ones are acknowledged
 // (the stream's fast path), every write is acknowledged once, and the copies end identical.
 TEST_F(ReplicationTest, ConcurrentWritersAreEachAcknowledgedAndCopiesAgree) {
@@ -712,6 +740,27 @@ TEST_F(ReplicationTest, CheckpointFromThePrimaryRestoredOnEveryCopy) {
   auto v = copy->state.store->Find("v");
   ASSERT_TRUE(v.ok());
   EXPECT_EQ((*v)->restores(), 1u);
+
+  // Restored again, now saying which closures have finished (the coordinator's watermark): a
+  // zombie attempt of closure 2, finished before the restore, whose update the restore undid,
+  // must not apply to the restored values; a closure above the watermark applies once.
+  net::OutMessage again;
+  auto ab = again.InitRequestBody<wire::RestoreCheckpointRequest>();
+  RestorePlanToWire(plan, ab);
+  SetRoute(ab.initRoute(), 0, 1);
+  auto finished = ab.initClosures();
+  finished.setCoordinator(1);
+  finished.setWatermark(3);
+  ASSERT_TRUE(cluster_->Call(0, "chief", "ps.RestoreCheckpoint", std::move(again)).ok());
+  const std::string restored_bytes = CopyBytes(*cluster_, 0, 0);
+  auto zombie = Push(0, "v", Filled({32, 2}, 2), std::nullopt, 2, 0, 1);
+  ASSERT_TRUE(zombie.ok()) << zombie.status();
+  EXPECT_EQ(*zombie, 1u) << "a closure below the restore's watermark was applied";
+  EXPECT_TRUE(CopyBytes(*cluster_, 0, 0) == restored_bytes);
+  auto fresh = Push(0, "v", Filled({32, 2}, 2), std::nullopt, 3, 0, 1);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(*fresh, 0u);
+  EXPECT_TRUE(SameCopies(*cluster_, 0, 1, 0));
 }
 
 // A ps.Replicate with `values` as PushGradients entries of "v" ([4] each), from `first`.
