@@ -87,6 +87,7 @@ FIRST_FAULT = (2.0, 5.0)  # the first fault of a round, after start-up
 HORIZON = 900.0  # faults are drawn this far into a round; later ones are never reached
 
 STARTED = re.compile(r"^\[launcher\] (?:started (\S+) pid (\d+)|restarted (\S+) \(restart \d+/\d+\): pid (\d+))")
+METRICS_PORT = re.compile(r"metrics port (\d+)")
 FMNIST_EXACT = re.compile(r"exactly once: (\d+) examples x (\d+) epochs")
 COUNTER_EXACT = re.compile(r"exactly once: (\d+) keys x (\d+) epochs")
 ACCURACY = re.compile(r"\[chief\] test accuracy (\d+\.\d+)")
@@ -221,7 +222,10 @@ def load_schedule(path, only_round=None):
     cleaned = []
     for r in rounds:
         r = dict(r)
-        r["faults"] = [{k: v for k, v in f.items() if k not in RESULT_FIELDS} for f in r["faults"]]
+        # Faults the run never reached (its round ended first, or they came after --minutes) are
+        # not replayed: a replay applies what the run applied, at the same offsets.
+        r["faults"] = [{k: v for k, v in f.items() if k not in RESULT_FIELDS} for f in r["faults"]
+                       if f.get("outcome") not in ("not reached", "skipped: after the deadline")]
         for k in ROUND_RESULT_FIELDS:
             r.pop(k, None)
         cleaned.append(r)
@@ -306,8 +310,11 @@ class Launch:
         self.log = log
         self.moments = moments  # shared by the round: name -> [times]
         self.pids = {}
+        self.ports = {}  # task label -> its /metrics port (the chief's also serves /status.json)
         self.lock = threading.Lock()
         self.lines = []
+        self.last_chief_line = None
+        self.longest_silence = 0.0  # the longest stretch between two of the chief's lines
         self.started_at = time.monotonic() - t0
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                      text=True, bufsize=1, start_new_session=True, errors="replace")
@@ -321,10 +328,18 @@ class Launch:
             m = STARTED.match(line)
             with self.lock:
                 self.log.write(f"{t:9.3f} {line}\n")
+                self.log.flush()  # a stalled or hung round's log is read while it runs
                 self.lines.append(line)
+                if line.startswith("[chief]"):
+                    if self.last_chief_line is not None:
+                        self.longest_silence = max(self.longest_silence, t - self.last_chief_line)
+                    self.last_chief_line = t
                 if m:
                     label = m.group(1) or m.group(3)
                     self.pids[label] = int(m.group(2) or m.group(4))
+                    port = METRICS_PORT.search(line)
+                    if port:
+                        self.ports[label] = int(port.group(1))
                     self.moments.setdefault(f"up:{label}", []).append(t)
                 for name, pattern in MOMENTS.items():
                     if pattern.search(line):
@@ -363,6 +378,38 @@ class Launch:
         self.proc.wait()
 
 
+def http_get(port, path, timeout=5):
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+        return r.read()
+
+
+def capture_stall(launch, out_dir, stacks=True):
+    """What a stalled job's processes are doing: the chief's /status.json, every task's /metrics
+    and, with gdb, every task's thread stacks. Best effort."""
+    os.makedirs(out_dir, exist_ok=True)
+    with launch.lock:
+        ports = dict(launch.ports)
+        pids = dict(launch.pids)
+    for label, port in ports.items():
+        name = label.replace(":", "_")
+        try:
+            if label == "chief":
+                with open(os.path.join(out_dir, "chief_status.json"), "wb") as f:
+                    f.write(http_get(port, "/status.json"))
+            with open(os.path.join(out_dir, f"{name}.metrics"), "wb") as f:
+                f.write(http_get(port, "/metrics"))
+        except Exception as e:  # noqa: BLE001 (a diagnostic: whatever fails is noted, not raised)
+            with open(os.path.join(out_dir, f"{name}.error"), "w") as f:
+                f.write(f"{e}\n")
+    gdb = shutil.which("gdb") if stacks else None
+    for label, pid in pids.items():
+        if gdb and ppid_of(pid) == launch.proc.pid:
+            with open(os.path.join(out_dir, f"{label.replace(':', '_')}.stacks"), "w") as f:
+                subprocess.run([gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt 30"], stdout=f,
+                               stderr=subprocess.STDOUT, timeout=60, check=False)
+
+
 def job_command(args, rd, ckpt):
     launch = [os.path.join(args.bin, "asyncps_launch"), "--ps", str(rd["ps"]), "--workers", str(rd["workers"]),
               "--max_restarts", "1000", "--log_level", "info", "--ps_replicas", str(rd["replicas"])]
@@ -376,7 +423,8 @@ def job_command(args, rd, ckpt):
                    "--seed", str(rd["job_seed"])]
     else:
         program = [os.path.join(args.bin, "nemesis_counter"), "--checkpoint_dir", ckpt,
-                   "--ids", str(args.counter_ids), "--epochs", str(args.counter_epochs)]
+                   "--ids", str(args.counter_ids), "--epochs", str(args.counter_epochs),
+                   "--closures_per_worker", str(args.counter_closures_per_worker)]
     if rd.get("plant") == "no_dedup":
         program.append("--test_only_no_dedup")
     return launch + program
@@ -409,6 +457,9 @@ class RoundRunner:
         self.retryable = []
         self.texts = []
         self.intervals = []
+        self.silence = 0.0
+        self.captured = False
+        self.last_fault_at = 0.0
 
     def now(self):
         return time.monotonic() - self.t0
@@ -428,6 +479,7 @@ class RoundRunner:
             except ProcessLookupError:
                 pass
             fault["ended_at"] = round(self.now(), 3)
+            self.log.write(f"{self.now():9.3f} [nemesis] SIGCONT {fault['label']} pid {pid} (the job ended)\n")
         self.paused.clear()
 
     def apply(self, fault, fired_by=None):
@@ -454,6 +506,7 @@ class RoundRunner:
             fault["outcome"] = f"skipped: {label} ended meanwhile"
             return
         t = self.now()
+        self.last_fault_at = t
         fault.update(applied_at=round(t, 3), outcome="applied", pid=pid, label=label)
         self.log.write(f"{t:9.3f} [nemesis] {'SIGKILL' if action == 'kill' else 'SIGSTOP'} {label} pid {pid} "
                        f"({fault['kind']}, fault {fault['id']}, {fault['event']}"
@@ -546,6 +599,7 @@ class RoundRunner:
                         code = self.launch.proc.wait()
                         self.cont_all()
                         self.texts.append(self.launch.text())
+                        self.silence = max(self.silence, self.launch.longest_silence)
                         self.launch.stop()
                         self.log.write(f"{self.now():9.3f} [nemesis] launcher exited with {code}\n")
                         relaunch = self.chief_killed or code >= 128
@@ -564,7 +618,18 @@ class RoundRunner:
                         self.launch.stop()
                         code = None
                         self.texts.append(self.launch.text())
+                        self.silence = max(self.silence, self.launch.longest_silence,
+                                           self.now() - (self.launch.last_chief_line or 0))
                         break
+                    last = self.launch.last_chief_line
+                    if (not self.captured and last is not None and not self.paused and
+                            now - last >= self.args.stall_seconds and now - self.last_fault_at >= self.args.stall_seconds):
+                        self.captured = True  # once a round: what the processes do while the chief is silent
+                        where = os.path.join(self.dir, f"stall_{now:.0f}s")
+                        self.log.write(f"{now:9.3f} [nemesis] the chief has been silent {now - last:.0f} s with no "
+                                       f"fault active: capturing the processes' state into {where}\n")
+                        self.log.flush()
+                        capture_stall(self.launch, where, stacks=self.args.stall_stacks)
                     for pid, f in list(self.paused.items()):
                         if now >= f["_cont"]:
                             try:
@@ -633,7 +698,9 @@ class RoundRunner:
             if not accuracy or accuracy[-1] < self.args.target:
                 problems.append(f"accuracy {accuracy[-1] if accuracy else 'none'} under {self.args.target}")
         applied = [f for f in rd["faults"] if f.get("outcome") == "applied"]
+        stalled = self.silence >= self.args.stall_seconds
         return {"ok": not problems, "problems": problems, "exit": code, "seconds": round(end, 1),
+                "longest_chief_silence": round(self.silence, 1), "stalled": stalled,
                 "launches": self.launches, "retryable_exits": self.retryable,
                 "accuracy": accuracy[-1] if accuracy else None, "exact": exact is not None,
                 "wrong_lines": wrong[:20], "applied": len(applied),
@@ -695,6 +762,9 @@ def bench_json(opts, rounds, summary, started_at, load_start, load_end, seconds)
         {"name": "pairs of fault kinds active at the same time", "value": covered, "unit": "pairs",
          "reference": {"name": "pairs of kinds", "value": len(pairs)}, "ratio": covered / len(pairs)},
         {"name": "double faults", "value": summary["double_faults"], "unit": "faults"},
+        {"name": "rounds stalled (exact, but the chief silent for --stall_seconds or more)",
+         "value": sum(1 for r in results if r.get("stalled")), "unit": "rounds",
+         "note": f"longest chief silence {max([r.get('longest_chief_silence', 0) for r in results] or [0])} s"},
         {"name": "retryable chief exits (started again)",
          "value": sum(len(r["retryable_exits"]) for r in results), "unit": "exits"},
     ]
@@ -706,6 +776,7 @@ def bench_json(opts, rounds, summary, started_at, load_start, load_end, seconds)
                         "unit": "faults", "note": f"{t['landed_mid']} inside, {t['armed']} armed"})
     cli = [f"--{k}={v}" for k, v in opts.items() if k in ("minutes", "seed", "fault_every", "workloads", "target",
                                                           "fmnist_epochs", "counter_epochs", "counter_ids", "plant",
+                                                          "counter_closures_per_worker",
                                                           "replay") and v is not None]
     return {"bench": "nemesis", "args": cli, "complete": True, "started_at": started_at,
             "wall_seconds": round(seconds, 1), "load_average": {"start": list(load_start), "end": list(load_end)},
@@ -735,6 +806,10 @@ def main(argv=None):
     parser.add_argument("--target", type=float, default=0.86, help="the main job's accuracy target")
     parser.add_argument("--counter_ids", type=int, default=200000)
     parser.add_argument("--counter_epochs", type=int, default=3)
+    # 1: with 2 closures per worker and --ps_replicas 2 the counter's replicated embedding pushes
+    # stall both PS until the 30 s RPC deadline, with or without faults (docs/operations.md#the-nemesis);
+    # 2 reproduces that.
+    parser.add_argument("--counter_closures_per_worker", type=int, default=1)
     parser.add_argument("--plant", choices=["no_dedup"], help="run the jobs with a planted bug")
     parser.add_argument("--replay", help="run the rounds of this schedule JSON again")
     parser.add_argument("--round", type=int, help="with --replay: only this round")
@@ -744,6 +819,10 @@ def main(argv=None):
     parser.add_argument("--round_minutes", type=float, default=15, help="a round running longer is a hang")
     parser.add_argument("--max_launches", type=int, default=60, help="launcher starts per round at most")
     parser.add_argument("--stop_on_failure", action="store_true", help="stop at the first failed round")
+    parser.add_argument("--stall_seconds", type=float, default=20,
+                        help="a round whose chief printed nothing this long is reported as stalled (kept, not failed); "
+                             "the first such silence with no fault active captures the processes' state")
+    parser.add_argument("--stall_stacks", type=int, default=1, help="1: the capture includes gdb thread stacks")
     parser.add_argument("--out", help="work directory (default: a new one under $TMPDIR)")
     parser.add_argument("--json", help="write the summary as benchmark JSON here")
     parser.add_argument("--keep", action="store_true", help="keep every round's logs and checkpoints")
@@ -752,7 +831,7 @@ def main(argv=None):
     replay = None
     if args.replay:
         stored, replay = load_schedule(args.replay, args.round)
-        for key in ("fmnist_epochs", "counter_ids", "counter_epochs", "target"):
+        for key in ("fmnist_epochs", "counter_ids", "counter_epochs", "target", "counter_closures_per_worker"):
             if key in stored and parser.get_default(key) == getattr(args, key):
                 setattr(args, key, stored[key])
         args.seed = replay[0]["seed"] if replay else None
@@ -779,6 +858,7 @@ def main(argv=None):
     opts = {"minutes": args.minutes, "seed": args.seed, "fault_every": args.fault_every,
             "workloads": ",".join(workloads), "target": args.target, "fmnist_epochs": args.fmnist_epochs,
             "counter_epochs": args.counter_epochs, "counter_ids": args.counter_ids, "plant": args.plant,
+            "counter_closures_per_worker": args.counter_closures_per_worker,
             "replay": args.replay}
     start = time.monotonic()
     deadline = start + args.minutes * 60
@@ -828,6 +908,7 @@ def main(argv=None):
                   f"({', '.join(f'{k} {v}' for k, v in sorted(applied.items()))}), "
                   f"accuracy {result['accuracy']}, exactly-once {'yes' if result['exact'] else 'NO'}"
                   f"{', retryable exits ' + str(len(result['retryable_exits'])) if result['retryable_exits'] else ''}"
+                  f", longest chief silence {result['longest_chief_silence']:.0f} s"
                   f" -> {'ok' if result['ok'] else 'FAILED: ' + '; '.join(result['problems'])}", flush=True)
             with open(os.path.join(work, "schedule.json"), "w") as out:
                 json.dump({"seed": args.seed, "options": opts, "rounds": [clean_for_json(r) for r in rounds]},
@@ -837,8 +918,8 @@ def main(argv=None):
                 path = os.path.join(work, f"failed_round_{rd['index']}.json")
                 with open(path, "w") as out:
                     json.dump({"seed": args.seed, "options": opts, "rounds": [clean_for_json(rd)]}, out, indent=1)
-                print(f"nemesis: FAILED round {rd['index']}, seed {args.seed}: {'; '.join(result['problems'])}",
-                      flush=True)
+                print(f"nemesis: FAILED round {rd['index']}, seed {args.seed}, found {time.monotonic() - start:.0f} s "
+                      f"into the run: {'; '.join(result['problems'])}", flush=True)
                 for line in result["wrong_lines"][:5]:
                     print(f"  {line}", flush=True)
                 print("  schedule (offset s, fault, target, outcome):", flush=True)
@@ -852,6 +933,13 @@ def main(argv=None):
                       f"  replay: python3 scripts/nemesis.py --replay {path} --build {args.build}", flush=True)
                 if args.stop_on_failure:
                     break
+            elif result["stalled"]:
+                path = os.path.join(work, f"stalled_round_{rd['index']}.json")
+                with open(path, "w") as out:
+                    json.dump({"seed": args.seed, "options": opts, "rounds": [clean_for_json(rd)]}, out, indent=1)
+                print(f"nemesis: round {rd['index']} STALLED: its chief printed nothing for "
+                      f"{result['longest_chief_silence']:.0f} s (exact all the same); schedule {path}, logs kept in "
+                      f"{round_dir}", flush=True)
             elif not args.keep:
                 shutil.rmtree(round_dir, ignore_errors=True)
     except KeyboardInterrupt:
@@ -874,6 +962,10 @@ def main(argv=None):
           flush=True)
     for line in render_matrix(summary["overlaps"]):
         print("  " + line, flush=True)
+    stalled = [r for r in rounds if r["result"].get("stalled")]
+    if stalled:
+        print("nemesis: stalled rounds (exact, but the chief printed nothing for long): " +
+              ", ".join(f"round {r['index']} {r['result']['longest_chief_silence']:.0f} s" for r in stalled), flush=True)
     retry = sum(len(r["result"]["retryable_exits"]) for r in rounds)
     if retry:
         print(f"nemesis: {retry} retryable chief exits, started again:", flush=True)
@@ -884,10 +976,13 @@ def main(argv=None):
         report = bench_json(opts, rounds, summary, started_at, load_start, os.getloadavg(), elapsed)
         with open(args.json, "w") as out:
             json.dump(report, out, indent=1)
-    if args.keep or failures or interrupted:
+    shutil.rmtree(args.bin, ignore_errors=True)
+    if args.keep or failures or interrupted or stalled:
         print(f"nemesis: kept {work}", flush=True)
-    else:
-        shutil.rmtree(work, ignore_errors=True)
+    else:  # the schedule stays, for --replay
+        for r in rounds:
+            shutil.rmtree(os.path.join(work, f"round_{r['index']}"), ignore_errors=True)
+        print(f"nemesis: schedule {os.path.join(work, 'schedule.json')}", flush=True)
     return 1 if failures or not rounds or interrupted else 0
 
 

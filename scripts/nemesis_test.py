@@ -119,6 +119,19 @@ class ReplayTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 nemesis.load_schedule(single, only_round=0)
 
+    def test_replay_leaves_out_the_faults_the_run_never_applied(self):
+        rd = nemesis.make_round(43, 0)
+        ran = copy.deepcopy(rd)
+        ran["faults"][-1]["outcome"] = "not reached"
+        ran["faults"][-2]["outcome"] = "skipped: after the deadline"
+        ran["faults"][0]["outcome"] = "skipped: ps:0 is down"  # it was tried: a replay tries it again
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "failed_round_0.json")
+            with open(path, "w") as out:
+                json.dump({"seed": 43, "rounds": [nemesis.clean_for_json(ran)]}, out)
+            replayed = nemesis.load_schedule(path)[1][0]
+        self.assertEqual(replayed["faults"], rd["faults"][:-2])
+
 
 class OverlapTest(unittest.TestCase):
     def test_counts_pairs_active_together(self):
