@@ -19,6 +19,7 @@ with a journal and 2 data workers) or none. While it runs, the round's schedule 
                  again, which resumes from the newest checkpoint (as soak.py does).
   pause_<role>   SIGSTOP of any role's process, SIGCONT 0.5-10 s later.
   double faults  two of the above at once (the second 0-0.3 s after the first).
+  storms         a worker killed 4-10 times, 0.4-1.2 s apart, while the other faults go on.
   triggered      a fault at a bad moment, found from the processes' log lines or files:
                  state_transfer (a PS killed, then a fault as its rebuild's state transfer
                  starts), failover (a PS killed, then a fault before the chief promoted its
@@ -81,7 +82,11 @@ PAUSE_SHARE = 0.3
 PAUSE_SECONDS = (0.5, 10.0)
 DOUBLE_SPREAD = 0.3  # the second fault of a double follows within this many seconds
 # Event mix: single faults, double faults, triggered faults.
-EVENT_WEIGHTS = {"single": 0.55, "double": 0.25, "triggered": 0.20}
+EVENT_WEIGHTS = {"single": 0.50, "double": 0.25, "triggered": 0.17, "storm": 0.08}
+# A storm: a flapping node, its worker killed again and again (as in the mix of issue 35, where PS
+# failovers during worker kills applied a batch twice), while the rest of the schedule goes on.
+STORM_KILLS = (4, 10)
+STORM_GAP = (0.4, 1.2)
 TRIGGER_WINDOW = 30.0  # an armed trigger not seen within this many seconds is given up
 FIRST_FAULT = (2.0, 5.0)  # the first fault of a round, after start-up
 HORIZON = 900.0  # faults are drawn this far into a round; later ones are never reached
@@ -196,6 +201,14 @@ def make_round(seed, index, workloads=("counter", "fmnist"), fault_every=3.0, ps
             made = [first, second]
             for f in made:
                 f["event"] = "double"
+        elif event == "storm":
+            made = []
+            at = t
+            for _ in range(rng.randint(*STORM_KILLS)):
+                f = _fault(rng, at, roles, role="worker", action="kill")
+                f["event"] = "storm"
+                made.append(f)
+                at += rng.uniform(*STORM_GAP)
         else:
             made = _triggered(rng, t, roles, variant)
         for f in made:
@@ -713,7 +726,7 @@ class RoundRunner:
 def summarize(rounds):
     """Faults per kind, events, triggers, overlaps over the rounds run."""
     per_kind = {k: {"applied": 0, "skipped": 0} for k in KINDS}
-    events = {"single": 0, "double": 0, "triggered": 0, "setup": 0}
+    events = {"single": 0, "double": 0, "triggered": 0, "setup": 0, "storm": 0}
     triggers = {t: {"armed": 0, "fired": 0, "landed_mid": 0} for t in TRIGGERS}
     doubles = set()
     overlaps = {}
@@ -952,7 +965,8 @@ def main(argv=None):
     print("nemesis: faults applied per kind (skipped: target down or restarting): " +
           ", ".join(f"{k} {v['applied']} ({v['skipped']})" for k, v in summary["faults"].items()), flush=True)
     ev = summary["events"]
-    print(f"nemesis: single {ev['single']}, double faults {summary['double_faults']}, triggered {ev['triggered']} "
+    print(f"nemesis: single {ev['single']}, double faults {summary['double_faults']}, storm kills {ev['storm']}, "
+          f"triggered {ev['triggered']} "
           f"(+{ev['setup']} setup kills); at the moment (fired/landed inside/armed): " +
           ", ".join(f"{t} {v['fired']}/{v['landed_mid']}/{v['armed']}" for t, v in summary["triggers"].items()),
           flush=True)
@@ -979,10 +993,12 @@ def main(argv=None):
     shutil.rmtree(args.bin, ignore_errors=True)
     if args.keep or failures or interrupted or stalled:
         print(f"nemesis: kept {work}", flush=True)
-    else:  # the schedule stays, for --replay
+    elif args.out:  # the schedule stays, for --replay
         for r in rounds:
             shutil.rmtree(os.path.join(work, f"round_{r['index']}"), ignore_errors=True)
         print(f"nemesis: schedule {os.path.join(work, 'schedule.json')}", flush=True)
+    else:  # nothing to keep: the seed draws the same schedule again
+        shutil.rmtree(work, ignore_errors=True)
     return 1 if failures or not rounds or interrupted else 0
 
 

@@ -64,7 +64,7 @@ class ScheduleTest(unittest.TestCase):
         kinds = {f["kind"] for r in rounds for f in r["faults"]}
         self.assertEqual(kinds, set(nemesis.KINDS))
         events = {f["event"] for r in rounds for f in r["faults"]}
-        self.assertEqual(events, {"single", "double", "triggered", "setup"})
+        self.assertEqual(events, {"single", "double", "triggered", "setup", "storm"})
         triggers = {f["trigger"] for r in rounds for f in r["faults"]} - {None}
         self.assertEqual(triggers, set(nemesis.TRIGGERS))
 
@@ -190,7 +190,7 @@ class SummaryTest(unittest.TestCase):
         self.assertEqual(s["faults"]["kill_worker"], {"applied": 0, "skipped": 1})
         self.assertEqual(s["faults"]["kill_chief"], {"applied": 0, "skipped": 0})
         self.assertEqual(s["double_faults"], 1)
-        self.assertEqual(s["events"], {"single": 0, "double": 2, "triggered": 1, "setup": 1})
+        self.assertEqual(s["events"], {"single": 0, "double": 2, "triggered": 1, "setup": 1, "storm": 0})
         self.assertEqual(s["triggers"]["state_transfer"], {"armed": 1, "fired": 1, "landed_mid": 1})
         self.assertEqual(s["triggers"]["restore"], {"armed": 1, "fired": 0, "landed_mid": 0})
         self.assertEqual(s["overlaps"], {"kill_ps|pause_chief": 1})
