@@ -785,8 +785,8 @@ def bench_json(opts, rounds, summary, started_at, load_start, load_end, seconds)
         figures.append({"name": f"faults: {kind}", "value": summary["faults"][kind]["applied"], "unit": "faults"})
     for trig in TRIGGERS:
         t = summary["triggers"][trig]
-        figures.append({"name": f"triggered at {trig}: fired (landed inside the window)", "value": t["fired"],
-                        "unit": "faults", "note": f"{t['landed_mid']} inside, {t['armed']} armed"})
+        figures.append({"name": f"faults at the moment {trig}: fired", "value": t["fired"], "unit": "faults",
+                        "note": f"{t['landed_mid']} landed inside the window; {t['armed']} armed"})
     cli = [f"--{k}={v}" for k, v in opts.items() if k in ("minutes", "seed", "fault_every", "workloads", "target",
                                                           "fmnist_epochs", "counter_epochs", "counter_ids", "plant",
                                                           "counter_closures_per_worker",
