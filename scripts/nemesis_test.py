@@ -164,6 +164,14 @@ class OverlapTest(unittest.TestCase):
     def test_disjoint_intervals_count_nothing(self):
         self.assertEqual(nemesis.overlap_matrix([("kill_ps", 0, 1), ("kill_ps", 1.5, 2)]), {})
 
+    def test_possible_pairs_leave_out_a_single_process_with_itself(self):
+        possible = set(nemesis.possible_pairs())
+        self.assertEqual(set(nemesis.all_pairs()) - possible,
+                         {"kill_chief|kill_chief", "pause_chief|pause_chief",
+                          "kill_dispatcher|kill_dispatcher", "pause_dispatcher|pause_dispatcher"})
+        self.assertIn("kill_chief|pause_chief", possible)
+        self.assertIn("kill_worker|kill_worker", possible)
+
     def test_every_pair_and_the_matrix_text(self):
         pairs = nemesis.all_pairs()
         self.assertEqual(len(pairs), len(nemesis.KINDS) * (len(nemesis.KINDS) + 1) // 2)
