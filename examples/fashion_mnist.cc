@@ -11,6 +11,7 @@
 //       [--augment]              (a random crop and flip of every training image)
 //       [--data_service auto|off]
 //       [--lr_decay cosine|none] (default cosine: the learning rate's decay to 0 over the run's updates)
+//       [--test_only_no_dedup]   (TEST ONLY: exactly-once updates off, a planted bug for scripts/nemesis.py)
 //
 // Under asyncps_launch --data_workers D (a tf.data service dispatcher and D data workers in
 // TF_CONFIG), --data_service auto (the default) moves the input pipeline, augmentation
@@ -71,6 +72,7 @@ struct Flags {
   bool ps_recovery = false;
   int closures_per_worker = asyncps::fmnist::kDefaultClosuresPerWorker;
   bool data_service = true;  // --data_service auto: when the cluster has a dispatcher
+  bool test_only_no_dedup = false;  // --test_only_no_dedup: a planted bug for scripts/nemesis.py
 };
 
 constexpr char kUsage[] =
@@ -99,6 +101,8 @@ constexpr char kUsage[] =
     "  --count_examples: count on the PS how often each training example was applied and fail\n"
     "    unless it is exactly once per epoch (needs --sharding dynamic and a --batch_size that\n"
     "    divides 60000, e.g. 120; scripts/soak.py uses it).\n"
+    "  --test_only_no_dedup: TEST ONLY, exactly-once updates off (a planted bug that\n"
+    "    scripts/nemesis.py --plant no_dedup must find with --count_examples); never for training.\n"
     "Run it under build/bin/asyncps_launch --ps 2 --workers 2 -- (cluster flags pass through).\n";
 
 // Our flags, "--name=value" or "--name value"; cluster flags (--ps_hosts, ...) are left to
@@ -181,6 +185,12 @@ absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
       ok = absl::SimpleAtoi(value, &flags->closures_per_worker) && flags->closures_per_worker >= 1;
     } else if (name == "max_to_keep") {
       ok = absl::SimpleAtoi(value, &flags->train.max_to_keep);
+    } else if (name == "test_only_no_dedup") {
+      // TEST ONLY, a switch: exactly-once updates off (ClusterCoordinator::Options::
+      // deduplicate_updates = false), TensorFlow's at-least-once. A planted bug, to show that
+      // scripts/nemesis.py (with --count_examples) finds it; never for training.
+      switch_flag = true;
+      flags->test_only_no_dedup = true;
     } else {
       used = false;  // a cluster or process flag
     }
@@ -258,6 +268,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<asyncps::CheckpointManager> checkpoints;
   asyncps::ClusterCoordinator::Options coordinator_options;
   coordinator_options.closures_per_worker = flags.closures_per_worker;
+  if (flags.test_only_no_dedup) {
+    coordinator_options.deduplicate_updates = false;
+    std::printf("TEST ONLY: exactly-once updates are off (--test_only_no_dedup)\n");
+  }
   if (flags.ps_recovery) {
     if (!flags.train.checkpoint_dir.empty()) {
       checkpoints = std::make_unique<asyncps::CheckpointManager>(strategy, flags.train.checkpoint_dir,

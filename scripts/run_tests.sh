@@ -199,8 +199,33 @@ header_and_install_checks() {
   echo "== installed package: find_package(asyncps) from a program outside the tree =="
   bash scripts/check_install.sh build
 }
-export -f build_clang_tree header_and_install_checks run_fuzzer  # bg runs them in a shell of its own
+# The nemesis (scripts/nemesis.py, docs/operations.md#the-nemesis): 2 minutes of the exactly-once
+# counter program (every role killed and paused on the seed of the day's schedule, replicated and
+# unreplicated PS, with and without the tf.data service), every round checked exactly once.
+# Budget: the suite already takes about 18.5 of its 20 minutes, and no phase leaves a core idle
+# for long, so the nemesis cannot run in a phase of its own. It runs beside the fuzzer's 60 s run,
+# the one phase whose length does not depend on the CPU it gets (libFuzzer stops at a wall-clock
+# time; fewer executions is all it loses), at normal priority so its heartbeats and restarts keep
+# their timing (a starved job fails over more, which the nemesis tolerates, but runs longer). It is
+# bounded tightly: rounds start for 2 minutes, the last one ends without faults, and one still
+# running a minute after that is a failure (a hang); `timeout` ends it in any case. The counter
+# only, not the main job: its check is exact whatever the load, while the main job's accuracy
+# target under CI's load would make the run flaky, and it costs a fraction of the main job's CPU.
+# Measured on the 2-core development machine under another session's load (load average 4.6-5.9):
+# 2 min 14 s of wall time, 65 s of CPU (half a core), 7 rounds. So it adds at most about 75 s to
+# the phase (its 134 s against the fuzzer's 60 s; less when the clang tree's rest and the checks
+# run longer than the fuzzer, as they do on a cold ccache) and takes about half a core from the
+# niced clang build meanwhile.
+# ASYNCPS_SKIP_NEMESIS=1 skips it; ASYNCPS_NEMESIS_MINUTES changes its length.
+run_nemesis() {
+  local minutes="${ASYNCPS_NEMESIS_MINUTES:-2}"
+  echo "== nemesis: ${minutes} minutes of the exactly-once counter on the seed of the day ($(date -u +%Y%m%d)) =="
+  timeout -k 10 $(( (${minutes%.*} + 3) * 60 )) python3 scripts/nemesis.py --minutes "$minutes" --seed day \
+    --workloads counter --counter_ids 100000 --grace_minutes 1 --build build
+}
+export -f build_clang_tree header_and_install_checks run_fuzzer run_nemesis  # bg runs them in a shell of its own
 run_tsan=1; [[ "${ASYNCPS_SKIP_TSAN:-0}" == "1" ]] && run_tsan=0
+run_nemesis_ci=1; [[ "${ASYNCPS_SKIP_NEMESIS:-0}" == "1" ]] && run_nemesis_ci=0
 
 phase "build"
 echo "== build (RelWithDebInfo) =="
@@ -238,6 +263,7 @@ if [[ "$run_fuzz" == "1" ]]; then
   if [[ ! -e "$fuzzer_ready" ]]; then bg_wait clang_build; exit 1; fi
   phase "fuzz + clang tree rest + checks"
   bg --normal fuzz run_fuzzer
+  if [[ "$run_nemesis_ci" == "1" ]]; then bg --normal nemesis run_nemesis; fi
   bg --normal checks header_and_install_checks
   bg_wait clang_build
   if [[ "${ASYNCPS_SKIP_ASAN:-0}" != "1" ]]; then
@@ -246,6 +272,7 @@ if [[ "$run_fuzz" == "1" ]]; then
   fi
   bg_wait checks
   bg_wait fuzz
+  bg_wait nemesis
 else
   if [[ "${#clang_targets[@]}" -gt 0 ]]; then
     phase "clang tree build (rest)"
@@ -258,5 +285,7 @@ else
     ASAN_OPTIONS="detect_leaks=1" run_in_fresh_tmpdir build-fuzz/bin/data_test
   fi
   phase "header + install checks"
+  if [[ "$run_nemesis_ci" == "1" ]]; then bg --normal nemesis run_nemesis; fi
   header_and_install_checks
+  bg_wait nemesis
 fi
