@@ -386,6 +386,64 @@ TEST_F(PsMonitorTest, PsWhoseAddressRefusesConnectionsIsLostAtOnce) {
   EXPECT_EQ(monitor_->stats().ps_unreachable, 0);
 }
 
+// Silences as a worker reports them (net::RpcClient::Silence), in PS order.
+std::vector<absl::Duration> Silences(std::initializer_list<absl::Duration> s) { return s; }
+
+// A gray failure: every PS answers the chief, but the workers have waited a second for PS 0's
+// answers. Group 0 fails over to PS 1, which they reach; PS 0 is fenced and rebuilds (one state
+// transfer), then backs group 0; nothing is lost and no other group moves.
+TEST_F(PsMonitorTest, PrimaryTheWorkersCannotReachFailsOverToABackupTheyReach) {
+  Start(3, {}, kShortHeartbeatTimeout, /*lost_after=*/absl::Seconds(60));
+  for (int w = 0; w < 3; ++w) {
+    monitor_->WorkerView(w, Silences({absl::Seconds(1), absl::ZeroDuration(), absl::ZeroDuration()}));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return GroupIs(0, 1, {0}); })) << monitor_->map().DebugString();
+  const PsMonitor::Stats stats = monitor_->stats();
+  EXPECT_EQ(stats.workers_cut, 1);
+  EXPECT_EQ(stats.failovers, 1);
+  EXPECT_EQ(stats.state_transfers, 1) << "the fenced primary rebuilds";
+  EXPECT_EQ(stats.ps_unreachable, 0) << "the chief hears every PS";
+  EXPECT_EQ(stats.ps_lost, 0);
+  EXPECT_TRUE(GroupIs(1, 1, {2}) && GroupIs(2, 2, {0})) << monitor_->map().DebugString();
+}
+
+// What does not move a group: the view of a worker that hears from fewer than half of the PS
+// (it is more likely cut off itself), and silence shorter than the heartbeat timeout. Judged
+// in the same rounds as a view that does move one (group 1: PS 1 silent to worker 1).
+TEST_F(PsMonitorTest, WorkerCutOffItselfOrBrieflyUnansweredMovesNothing) {
+  Start(3, {}, kShortHeartbeatTimeout, /*lost_after=*/absl::Seconds(60));
+  monitor_->WorkerView(0, Silences({absl::Seconds(1), absl::Seconds(1), absl::Seconds(1)}));
+  monitor_->WorkerView(2, Silences({absl::Milliseconds(10), absl::ZeroDuration(), absl::ZeroDuration()}));
+  monitor_->WorkerView(1, Silences({absl::ZeroDuration(), absl::Seconds(1), absl::ZeroDuration()}));
+  ASSERT_TRUE(WaitUntil([&] { return monitor_->map().Find(1)->primary == 2; })) << monitor_->map().DebugString();
+  EXPECT_EQ(monitor_->map().Find(0)->primary, 0) << monitor_->map().DebugString();
+  EXPECT_EQ(monitor_->stats().workers_cut, 1);
+}
+
+// The chief's own view comes first: a backup it does not hear is no place to fail over to, so
+// with PS 1 silent to the chief (group 1 fails over to PS 2, and PS 1 leaves group 0's
+// backups) the workers' report on PS 0 moves nothing: group 0 has no backup left.
+TEST_F(PsMonitorTest, WorkersCutFromAPrimaryWhoseBackupTheChiefDoesNotHearMoveNothing) {
+  Start(3, {}, kShortHeartbeatTimeout, /*lost_after=*/absl::Seconds(60));
+  ps_[1]->SetSilent(true);
+  ASSERT_TRUE(WaitUntil([&] { return GroupIs(1, 2, {}) && GroupIs(0, 0, {}); })) << monitor_->map().DebugString();
+  // Judged (the status page shows PS 0 unreachable from a worker), and nothing moved.
+  ASSERT_TRUE(WaitUntil([&] {
+    monitor_->WorkerView(0, Silences({absl::Seconds(1), absl::ZeroDuration(), absl::ZeroDuration()}));
+    return board_->Json().find("unreachable from 1 worker(s)") != std::string::npos;
+  })) << board_->Json();
+  EXPECT_TRUE(GroupIs(0, 0, {})) << monitor_->map().DebugString();
+  EXPECT_EQ(monitor_->stats().workers_cut, 0);
+  // PS 1 answers again and rebuilds its copies: group 0's backup is back, and the view (re-sent
+  // as a worker's heartbeats would) moves group 0 then.
+  ps_[1]->SetSilent(false);
+  ASSERT_TRUE(WaitUntil([&] {
+    monitor_->WorkerView(0, Silences({absl::Seconds(1), absl::ZeroDuration(), absl::ZeroDuration()}));
+    return monitor_->map().Find(0)->primary == 1;
+  })) << monitor_->map().DebugString();
+  EXPECT_EQ(monitor_->stats().workers_cut, 1);
+}
+
 // A chief that restarts takes over the newest map the PS hold; PS 0 restarted meanwhile (it
 // holds no map, so no copy): its groups are rebuilt as if the chief had seen it restart. It
 // is no longer group 0's primary (its backup is), and it rebuilds group 0 and group 2 (where
