@@ -411,6 +411,17 @@ void PsMonitor::Judge(absl::Time now) {
                                           "silence until half of them answer again"));
     } else {
       Event("chief_reconnected", absl::StrCat("the chief hears from ", answering, " of its ", n, " PS again"));
+      // The PS that have not answered yet were silent while the chief could hear nobody: that
+      // silence says nothing about them, and they answer at the pace of their connections,
+      // which a long cut leaves in TCP's retransmission backoff (seconds). Each gets a fresh
+      // heartbeat timeout from now, on a new connection, before it counts as unreachable.
+      for (size_t i = 0; i < n; ++i) {
+        PsView& v = views_[i];
+        if (!v.up || reachable[i]) continue;
+        v.unanswered_since = now;
+        overdue[i] = false;
+        ps_[i]->Disconnect();
+      }
     }
   }
   std::vector<int> silent;

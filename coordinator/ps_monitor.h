@@ -54,7 +54,9 @@ class RpcClient;
 //     counted either (its worker stopped answering);
 //   * a chief that hears from fewer than half of its PS at once suspects that it is the one
 //     cut off: it changes nothing on silence (no failover, no loss, however long it lasts) and
-//     acts only on evidence, until half of them answer again; then it goes on where it was;
+//     acts only on evidence, until half of them answer again; then it goes on where it was,
+//     and the PS that have not answered yet get a fresh heartbeat timeout on a new connection
+//     (the old one may sit in TCP's retransmission backoff for seconds after the heal);
 //   * a PS that the map names primary of a group, and that reports (at the map's generation)
 //     a copy of it that cannot serve (needs-rebuild, rebuilding, fenced), is a lost copy of
 //     that group: an in-sync backup is promoted (the PS rebuilds), or with none the group has

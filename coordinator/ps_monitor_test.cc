@@ -88,6 +88,7 @@ class FakePs {
           // as a PS behind a partition never answers, until the silence ends.
           auto heard = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !silent_ || stopping_; };
           mu_.Await(absl::Condition(&heard));
+          ++answered_;
           auto out = resp->InitResponseBody<wire::ReplicaStatusResponse>();
           out.setPsIndex(index_);
           out.setIncarnation(kIncarnation);
@@ -151,6 +152,11 @@ class FakePs {
   }
 
   absl::Status started() const { return started_; }
+  // Heartbeats it has answered (those held while silent included, once answered).
+  int answered() {
+    MutexLock lock(&mu_);
+    return answered_;
+  }
   std::string address() const { return absl::StrCat("127.0.0.1:", server_->port()); }
 
   // From now on this PS's copy of `group` reports `role` (a copy that cannot serve), until a
@@ -172,6 +178,7 @@ class FakePs {
   std::map<uint32_t, wire::CopyRole> broken_ ABSL_GUARDED_BY(mu_);
   bool silent_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int answered_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class PsMonitorTest : public ::testing::Test {
@@ -349,6 +356,32 @@ TEST_F(PsMonitorTest, ChiefCutOffFromEveryPsChangesNothingHoweverLong) {
   EXPECT_EQ(stats.state_transfers, 0);
   EXPECT_TRUE(monitor_->RestoresPending().empty());
   EXPECT_EQ(restore_calls(), 0);
+}
+
+// The cut heals unevenly: PS 0 answers first, PS 1 only a moment later (its connection was in
+// retransmission backoff, say). PS 1's silence while the chief heard nobody does not count: it
+// gets a fresh heartbeat timeout, answers within it, and nothing fails over or is rebuilt.
+TEST_F(PsMonitorTest, ChiefReconnectingHearsTheLastPsOutWithoutFailingItOver) {
+  const absl::Duration heartbeat_timeout = absl::Seconds(1);
+  Start(2, {}, heartbeat_timeout, /*lost_after=*/absl::Seconds(60));
+  const ps::ShardMap before = monitor_->map();
+  for (auto& p : ps_) p->SetSilent(true);
+  ASSERT_TRUE(WaitUntil([&] { return monitor_->stats().suspects_cut_off; }));
+  // Long enough that PS 1's silence is well past the timeout when the chief reconnects (the
+  // fault's duration, not a synchronisation).
+  absl::SleepFor(heartbeat_timeout * 2);
+  ps_[0]->SetSilent(false);
+  ASSERT_TRUE(WaitUntil([&] { return !monitor_->stats().suspects_cut_off; }));
+  const int held = ps_[1]->answered();
+  ps_[1]->SetSilent(false);
+  // The heartbeat it held, then two on the new connection: each is sent once the one before was
+  // answered, so the monitor has taken at least one of them.
+  ASSERT_TRUE(WaitUntil([&] { return ps_[1]->answered() >= held + 3; }));
+  EXPECT_TRUE(monitor_->map() == before) << monitor_->map().DebugString();
+  const PsMonitor::Stats stats = monitor_->stats();
+  EXPECT_EQ(stats.ps_unreachable, 0);
+  EXPECT_EQ(stats.failovers, 0);
+  EXPECT_EQ(stats.state_transfers, 0);
 }
 
 // Both copies of group 0 silent while the chief hears the other half of the cluster: group 0
