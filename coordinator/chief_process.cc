@@ -54,7 +54,9 @@ absl::StatusOr<std::unique_ptr<ChiefProcess>> ChiefProcess::Create(const Cluster
   }
   PsClient::Options client_options{p->options_.rpc_timeout};
   if (replicated) {
-    p->shard_map_ = std::make_unique<ShardMapCache>(ptrs, ShardMapCache::Options());
+    ShardMapCache::Options cache_options;
+    cache_options.watch_after = process.ps_heartbeat_timeout / 2;  // as a worker's (worker/serve.cc)
+    p->shard_map_ = std::make_unique<ShardMapCache>(ptrs, cache_options);
     client_options.shard_map = p->shard_map_.get();
     // The chief's own writes (variables assigned, updated outside closures) ride out a
     // failover like closures' writes, applied once.

@@ -360,6 +360,7 @@ absl::StatusOr<PerWorkerValues> ClusterCoordinator::CreatePerWorkerResource(
 }
 
 void ClusterCoordinator::WorkerFailed(WorkerHandle& worker, uint64_t incarnation, const absl::Status& reason) {
+  if (PsMonitor* monitor = strategy_.process().ps_monitor(); monitor != nullptr) monitor->ForgetWorker(worker.index());
   if (worker.MarkDown(incarnation, reason)) {
     metrics_->worker_failures.Increment();
     UpdateWorkerGauge();
@@ -380,8 +381,14 @@ void ClusterCoordinator::MonitorLoop(WorkerHandle& worker) {
     if (worker.up()) {
       backoff = absl::Milliseconds(50);
       const uint64_t incarnation = worker.incarnation();
-      absl::Status s = worker.Heartbeat(options_.heartbeat_timeout);
+      std::vector<absl::Duration> ps_silence;
+      absl::Status s = worker.Heartbeat(options_.heartbeat_timeout, &ps_silence);
       if (!s.ok()) WorkerFailed(worker, incarnation, s);
+      // The worker's view of the PS goes to the chief's PS monitor (replicated shards), which
+      // fails over a primary the workers cannot reach though the chief can.
+      if (PsMonitor* monitor = strategy_.process().ps_monitor(); s.ok() && monitor != nullptr) {
+        monitor->WorkerView(worker.index(), std::move(ps_silence));
+      }
       // Wakes early when the worker is marked down by a failed call, to start recovering.
       worker.WaitWhileUp(options_.heartbeat_interval);
     } else {

@@ -96,7 +96,7 @@ struct PsMonitor::Gauges {
     auto& counters = prometheus::BuildCounter()
                          .Name("asyncps_ps_failover_events_total")
                          .Help("The chief's shard-map decisions, by kind (failover, ps_lost, "
-                               "state_transfer, rebuilt, no_live_copy, restored)")
+                               "state_transfer, rebuilt, no_live_copy, restored, workers_cut)")
                          .Labels(labels)
                          .Register(m.registry());
     failovers = &counters.Add({{"kind", "failover"}});
@@ -105,6 +105,7 @@ struct PsMonitor::Gauges {
     rebuilt = &counters.Add({{"kind", "rebuilt"}});
     no_live_copy = &counters.Add({{"kind", "no_live_copy"}});
     restored = &counters.Add({{"kind", "restored"}});
+    workers_cut = &counters.Add({{"kind", "workers_cut"}});
     bytes = &prometheus::BuildGauge()
                  .Name("asyncps_ps_state_transfer_bytes")
                  .Help("State transfer bytes copied to rebuilding copies (finished and running)")
@@ -123,6 +124,7 @@ struct PsMonitor::Gauges {
   prometheus::Counter* rebuilt;
   prometheus::Counter* no_live_copy;
   prometheus::Counter* restored;
+  prometheus::Counter* workers_cut;
   prometheus::Gauge* bytes;
 };
 
@@ -142,7 +144,8 @@ PsMonitor::PsMonitor(std::vector<net::RpcClient*> ps, std::vector<std::string> a
       board_(board),
       options_(options),
       gauges_(std::make_unique<Gauges>(metrics)),
-      views_(ps_.size()) {}
+      views_(ps_.size()),
+      cut_from_(ps_.size(), 0) {}
 
 PsMonitor::~PsMonitor() {
   {
@@ -197,6 +200,16 @@ void PsMonitor::Restored(const std::vector<PendingRestore>& restored) {
 void PsMonitor::SetRestoreListener(std::function<void(const absl::Status&)> listener) {
   MutexLock lock(&mu_);
   restore_listener_ = std::move(listener);
+}
+
+void PsMonitor::WorkerView(int worker, std::vector<absl::Duration> silence) {
+  MutexLock lock(&views_mu_);
+  worker_views_[worker] = {absl::Now(), std::move(silence)};
+}
+
+void PsMonitor::ForgetWorker(int worker) {
+  MutexLock lock(&views_mu_);
+  worker_views_.erase(worker);
 }
 
 void PsMonitor::Event(const std::string& kind, const std::string& text) {
@@ -398,6 +411,17 @@ void PsMonitor::Judge(absl::Time now) {
                                           "silence until half of them answer again"));
     } else {
       Event("chief_reconnected", absl::StrCat("the chief hears from ", answering, " of its ", n, " PS again"));
+      // The PS that have not answered yet were silent while the chief could hear nobody: that
+      // silence says nothing about them, and they answer at the pace of their connections,
+      // which a long cut leaves in TCP's retransmission backoff (seconds). Each gets a fresh
+      // heartbeat timeout from now, on a new connection, before it counts as unreachable.
+      for (size_t i = 0; i < n; ++i) {
+        PsView& v = views_[i];
+        if (!v.up || reachable[i]) continue;
+        v.unanswered_since = now;
+        overdue[i] = false;
+        ps_[i]->Disconnect();
+      }
     }
   }
   std::vector<int> silent;
@@ -426,7 +450,15 @@ void PsMonitor::Judge(absl::Time now) {
     const ps::ShardMap before = owner_->map();
     Changed(before, owner_->Lost(static_cast<int>(i)), absl::StrCat("ps ", i, " lost"));
   }
-  if (cut_off || silent.empty()) return;
+  if (cut_off) {
+    std::fill(cut_from_.begin(), cut_from_.end(), 0);
+    return;
+  }
+  if (!silent.empty()) Unreachable(now, silent, reachable);
+  JudgeWorkerViews(now, reachable);
+}
+
+void PsMonitor::Unreachable(absl::Time now, const std::vector<int>& silent, const std::vector<bool>& reachable) {
   for (int i : silent) {
     PsView& v = views_[static_cast<size_t>(i)];
     if (v.unreachable) continue;
@@ -440,6 +472,49 @@ void PsMonitor::Judge(absl::Time now) {
   }
   const ps::ShardMap before = owner_->map();
   Changed(before, owner_->Unreachable(silent, reachable), "ps unreachable");
+}
+
+void PsMonitor::JudgeWorkerViews(absl::Time now, const std::vector<bool>& reachable) {
+  const size_t n = ps_.size();
+  std::vector<int> cut_from(n, 0);
+  std::vector<std::vector<int>> who(n);
+  {
+    MutexLock lock(&views_mu_);
+    for (const auto& [worker, view] : worker_views_) {
+      const absl::Duration age = std::max(absl::ZeroDuration(), now - view.received);
+      if (age > options_.worker_view_ttl || view.silence.size() != n) continue;
+      std::vector<size_t> silent;
+      for (size_t j = 0; j < n; ++j) {
+        // Zero: nothing owed, so nothing known. Otherwise the silence grew since the report.
+        if (view.silence[j] > absl::ZeroDuration() && view.silence[j] + age >= options_.heartbeat_timeout) {
+          silent.push_back(j);
+        }
+      }
+      // A worker that hears from fewer than half of the PS is more likely cut off itself.
+      if ((n - silent.size()) * 2 < n) continue;
+      for (size_t j : silent) {
+        ++cut_from[j];
+        who[j].push_back(worker);
+      }
+    }
+  }
+  cut_from_ = cut_from;
+  const ps::ShardMap before = owner_->map();
+  const std::vector<int> changed = owner_->WorkersCannotReach(cut_from, reachable);
+  for (int group : changed) {
+    const ps::GroupEntry* was = before.Find(static_cast<uint32_t>(group));
+    const ps::GroupEntry* now_entry = owner_->map().Find(static_cast<uint32_t>(group));
+    if (was == nullptr || now_entry == nullptr) continue;
+    ++stats_.workers_cut;
+    gauges_->workers_cut->Increment();
+    Event("ps_workers_cut",
+          absl::StrCat("worker(s) ", absl::StrJoin(who[static_cast<size_t>(was->primary)], ","),
+                       " have had no answer from ps ", was->primary, " (", addresses_[static_cast<size_t>(was->primary)],
+                       ") for ", absl::FormatDuration(options_.heartbeat_timeout), " or more, though the chief hears it: shard group ",
+                       group, " fails over to ps ", now_entry->primary, ", which they reach; ps ", was->primary,
+                       " is fenced and rebuilds it"));
+  }
+  Changed(before, changed, "workers cannot reach a primary");
 }
 
 void PsMonitor::Handle(int ps, const Answer& a) {
@@ -604,7 +679,13 @@ void PsMonitor::Publish() {
   }
   for (size_t i = 0; i < ps_.size(); ++i) {
     const PsView& v = views_[i];
-    const std::string state = !v.up ? "down" : v.unreachable ? "unreachable" : rebuilding[i] ? "rebuilding" : "up";
+    // Unreachable (silent to the chief, nothing thrown away) is not down (lost); a PS the chief
+    // hears and some workers do not is shown as such.
+    const std::string state = !v.up                ? "down"
+                              : v.unreachable      ? "unreachable"
+                              : rebuilding[i]      ? "rebuilding"
+                              : cut_from_[i] > 0   ? absl::StrCat("unreachable from ", cut_from_[i], " worker(s)")
+                                                   : "up";
     board_.SetMember("ps", static_cast<int>(i), addresses_[i], state, v.up ? v.incarnation : 0);
     gauges_->ps_up->Add({{"ps", std::to_string(i)}}).Set(v.up ? 1 : 0);
   }

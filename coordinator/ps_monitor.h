@@ -45,9 +45,18 @@ class RpcClient;
 //     evidence that its state is gone (it answers with another incarnation: it restarted
 //     empty; or its address refuses connections: no process serves there, net/peer_absent.h),
 //     or once it has been silent for `lost_after`;
+//   * a gray failure: workers report, in their answers to the coordinator's heartbeats
+//     (WorkerView), how long each PS has owed them an answer without a word; a primary the
+//     chief hears but some workers have not heard for `heartbeat_timeout` fails over to a
+//     backup that fewer of them are cut from and the chief reaches, and is fenced and rebuilds
+//     (ShardMapOwner::WorkersCannotReach). A worker that hears from fewer than half of the PS
+//     is taken for cut off itself and not counted; a view older than `worker_view_ttl` is not
+//     counted either (its worker stopped answering);
 //   * a chief that hears from fewer than half of its PS at once suspects that it is the one
 //     cut off: it changes nothing on silence (no failover, no loss, however long it lasts) and
-//     acts only on evidence, until half of them answer again; then it goes on where it was;
+//     acts only on evidence, until half of them answer again; then it goes on where it was,
+//     and the PS that have not answered yet get a fresh heartbeat timeout on a new connection
+//     (the old one may sit in TCP's retransmission backoff for seconds after the heal);
 //   * a PS that the map names primary of a group, and that reports (at the map's generation)
 //     a copy of it that cannot serve (needs-rebuild, rebuilding, fenced), is a lost copy of
 //     that group: an in-sync backup is promoted (the PS rebuilds), or with none the group has
@@ -82,6 +91,10 @@ class PsMonitor {
     absl::Duration lost_after = absl::Seconds(30);
     // How long Start waits for every PS to take the first map.
     absl::Duration start_timeout = absl::Seconds(60);
+    // How long a worker's view (WorkerView) counts: about two of the coordinator's heartbeat
+    // intervals (500 ms), each answer bringing a new one. Between two, the silences it
+    // reported are taken to grow with the time since.
+    absl::Duration worker_view_ttl = absl::Seconds(1);
   };
 
   PsMonitor(std::vector<net::RpcClient*> ps, std::vector<std::string> addresses, ShardMapCache& cache,
@@ -110,6 +123,7 @@ class PsMonitor {
     int64_t ps_unreachable = 0;   // times a PS went silent past the heartbeat timeout
     int64_t cut_off = 0;          // times the chief heard from fewer than half of its PS at once
     bool suspects_cut_off = false;  // now
+    int64_t workers_cut = 0;      // failovers of a primary the chief heard and workers did not
   };
   Stats stats() const;
   // The map the chief holds now.
@@ -133,6 +147,14 @@ class PsMonitor {
   // wakes its own thread). Once this returns the previous listener is not running.
   void SetRestoreListener(std::function<void(const absl::Status&)> listener);
 
+  // What worker `worker` told the coordinator just now: per PS (in PS order), how long that
+  // PS has owed it an answer without a word (net::RpcClient::Silence; zero: nothing owed).
+  // Judged at the monitor's next round (see the class comment). Any thread; never blocks on
+  // the monitor's round.
+  void WorkerView(int worker, std::vector<absl::Duration> silence);
+  // Worker `worker` is down or gone: its last view no longer counts.
+  void ForgetWorker(int worker);
+
  private:
   struct PsView;
   struct Gauges;
@@ -141,6 +163,13 @@ class PsMonitor {
   void Handle(int ps, const Answer& answer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The round's verdict on the PS that did not answer in time (see the class comment).
   void Judge(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The round's verdict on what the workers cannot reach (WorkerView); `reachable`: the PS
+  // the chief hears.
+  void JudgeWorkerViews(absl::Time now, const std::vector<bool>& reachable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The PS in `silent` went past the heartbeat timeout without evidence of a loss: their groups
+  // fail over to copies in `reachable` (ShardMapOwner::Unreachable).
+  void Unreachable(absl::Time now, const std::vector<int>& silent, const std::vector<bool>& reachable)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs and pushes the map after `groups` changed from `before` (failovers and new
   // transfers counted).
   void Changed(const ps::ShardMap& before, const std::vector<int>& groups, const std::string& why)
@@ -167,6 +196,16 @@ class PsMonitor {
   Mutex inbox_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::vector<Answer> inbox_ ABSL_GUARDED_BY(inbox_mu_);
   int heartbeats_in_flight_ ABSL_GUARDED_BY(inbox_mu_) = 0;
+  struct WorkerReport {
+    absl::Time received;
+    std::vector<absl::Duration> silence;
+  };
+  // The workers' latest views, by worker index. A lock of its own, like inbox_mu_: the
+  // coordinator's threads never wait for a round.
+  Mutex views_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::map<int, WorkerReport> worker_views_ ABSL_GUARDED_BY(views_mu_);
+  // Per PS, the workers that could not reach it at the latest round (for the status page).
+  std::vector<int> cut_from_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
   // Per group, which loss of every copy it awaits a restore for (PendingRestore::token).
   std::map<int, uint64_t> restore_tokens_ ABSL_GUARDED_BY(mu_);

@@ -88,6 +88,7 @@ class FakePs {
           // as a PS behind a partition never answers, until the silence ends.
           auto heard = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !silent_ || stopping_; };
           mu_.Await(absl::Condition(&heard));
+          ++answered_;
           auto out = resp->InitResponseBody<wire::ReplicaStatusResponse>();
           out.setPsIndex(index_);
           out.setIncarnation(kIncarnation);
@@ -151,6 +152,11 @@ class FakePs {
   }
 
   absl::Status started() const { return started_; }
+  // Heartbeats it has answered (those held while silent included, once answered).
+  int answered() {
+    MutexLock lock(&mu_);
+    return answered_;
+  }
   std::string address() const { return absl::StrCat("127.0.0.1:", server_->port()); }
 
   // From now on this PS's copy of `group` reports `role` (a copy that cannot serve), until a
@@ -172,6 +178,7 @@ class FakePs {
   std::map<uint32_t, wire::CopyRole> broken_ ABSL_GUARDED_BY(mu_);
   bool silent_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int answered_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class PsMonitorTest : public ::testing::Test {
@@ -351,6 +358,32 @@ TEST_F(PsMonitorTest, ChiefCutOffFromEveryPsChangesNothingHoweverLong) {
   EXPECT_EQ(restore_calls(), 0);
 }
 
+// The cut heals unevenly: PS 0 answers first, PS 1 only a moment later (its connection was in
+// retransmission backoff, say). PS 1's silence while the chief heard nobody does not count: it
+// gets a fresh heartbeat timeout, answers within it, and nothing fails over or is rebuilt.
+TEST_F(PsMonitorTest, ChiefReconnectingHearsTheLastPsOutWithoutFailingItOver) {
+  const absl::Duration heartbeat_timeout = absl::Seconds(1);
+  Start(2, {}, heartbeat_timeout, /*lost_after=*/absl::Seconds(60));
+  const ps::ShardMap before = monitor_->map();
+  for (auto& p : ps_) p->SetSilent(true);
+  ASSERT_TRUE(WaitUntil([&] { return monitor_->stats().suspects_cut_off; }));
+  // Long enough that PS 1's silence is well past the timeout when the chief reconnects (the
+  // fault's duration, not a synchronisation).
+  absl::SleepFor(heartbeat_timeout * 2);
+  ps_[0]->SetSilent(false);
+  ASSERT_TRUE(WaitUntil([&] { return !monitor_->stats().suspects_cut_off; }));
+  const int held = ps_[1]->answered();
+  ps_[1]->SetSilent(false);
+  // The heartbeat it held, then two on the new connection: each is sent once the one before was
+  // answered, so the monitor has taken at least one of them.
+  ASSERT_TRUE(WaitUntil([&] { return ps_[1]->answered() >= held + 3; }));
+  EXPECT_TRUE(monitor_->map() == before) << monitor_->map().DebugString();
+  const PsMonitor::Stats stats = monitor_->stats();
+  EXPECT_EQ(stats.ps_unreachable, 0);
+  EXPECT_EQ(stats.failovers, 0);
+  EXPECT_EQ(stats.state_transfers, 0);
+}
+
 // Both copies of group 0 silent while the chief hears the other half of the cluster: group 0
 // is kept (unreachable, not restored) while the groups with a copy that answers go on; only
 // once the silence outlasts lost_after are the two PS lost and group 0 awaits its restore.
@@ -384,6 +417,64 @@ TEST_F(PsMonitorTest, PsWhoseAddressRefusesConnectionsIsLostAtOnce) {
   EXPECT_TRUE(GroupIs(2, 0, {})) << monitor_->map().DebugString();
   EXPECT_TRUE(GroupIs(1, 1, {})) << monitor_->map().DebugString();
   EXPECT_EQ(monitor_->stats().ps_unreachable, 0);
+}
+
+// Silences as a worker reports them (net::RpcClient::Silence), in PS order.
+std::vector<absl::Duration> Silences(std::initializer_list<absl::Duration> s) { return s; }
+
+// A gray failure: every PS answers the chief, but the workers have waited a second for PS 0's
+// answers. Group 0 fails over to PS 1, which they reach; PS 0 is fenced and rebuilds (one state
+// transfer), then backs group 0; nothing is lost and no other group moves.
+TEST_F(PsMonitorTest, PrimaryTheWorkersCannotReachFailsOverToABackupTheyReach) {
+  Start(3, {}, kShortHeartbeatTimeout, /*lost_after=*/absl::Seconds(60));
+  for (int w = 0; w < 3; ++w) {
+    monitor_->WorkerView(w, Silences({absl::Seconds(1), absl::ZeroDuration(), absl::ZeroDuration()}));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return GroupIs(0, 1, {0}); })) << monitor_->map().DebugString();
+  const PsMonitor::Stats stats = monitor_->stats();
+  EXPECT_EQ(stats.workers_cut, 1);
+  EXPECT_EQ(stats.failovers, 1);
+  EXPECT_EQ(stats.state_transfers, 1) << "the fenced primary rebuilds";
+  EXPECT_EQ(stats.ps_unreachable, 0) << "the chief hears every PS";
+  EXPECT_EQ(stats.ps_lost, 0);
+  EXPECT_TRUE(GroupIs(1, 1, {2}) && GroupIs(2, 2, {0})) << monitor_->map().DebugString();
+}
+
+// What does not move a group: the view of a worker that hears from fewer than half of the PS
+// (it is more likely cut off itself), and silence shorter than the heartbeat timeout. Judged
+// in the same rounds as a view that does move one (group 1: PS 1 silent to worker 1).
+TEST_F(PsMonitorTest, WorkerCutOffItselfOrBrieflyUnansweredMovesNothing) {
+  Start(3, {}, kShortHeartbeatTimeout, /*lost_after=*/absl::Seconds(60));
+  monitor_->WorkerView(0, Silences({absl::Seconds(1), absl::Seconds(1), absl::Seconds(1)}));
+  monitor_->WorkerView(2, Silences({absl::Milliseconds(10), absl::ZeroDuration(), absl::ZeroDuration()}));
+  monitor_->WorkerView(1, Silences({absl::ZeroDuration(), absl::Seconds(1), absl::ZeroDuration()}));
+  ASSERT_TRUE(WaitUntil([&] { return monitor_->map().Find(1)->primary == 2; })) << monitor_->map().DebugString();
+  EXPECT_EQ(monitor_->map().Find(0)->primary, 0) << monitor_->map().DebugString();
+  EXPECT_EQ(monitor_->stats().workers_cut, 1);
+}
+
+// The chief's own view comes first: a backup it does not hear is no place to fail over to, so
+// with PS 1 silent to the chief (group 1 fails over to PS 2, and PS 1 leaves group 0's
+// backups) the workers' report on PS 0 moves nothing: group 0 has no backup left.
+TEST_F(PsMonitorTest, WorkersCutFromAPrimaryWhoseBackupTheChiefDoesNotHearMoveNothing) {
+  Start(3, {}, kShortHeartbeatTimeout, /*lost_after=*/absl::Seconds(60));
+  ps_[1]->SetSilent(true);
+  ASSERT_TRUE(WaitUntil([&] { return GroupIs(1, 2, {}) && GroupIs(0, 0, {}); })) << monitor_->map().DebugString();
+  // Judged (the status page shows PS 0 unreachable from a worker), and nothing moved.
+  ASSERT_TRUE(WaitUntil([&] {
+    monitor_->WorkerView(0, Silences({absl::Seconds(1), absl::ZeroDuration(), absl::ZeroDuration()}));
+    return board_->Json().find("unreachable from 1 worker(s)") != std::string::npos;
+  })) << board_->Json();
+  EXPECT_TRUE(GroupIs(0, 0, {})) << monitor_->map().DebugString();
+  EXPECT_EQ(monitor_->stats().workers_cut, 0);
+  // PS 1 answers again and rebuilds its copies: group 0's backup is back, and the view (re-sent
+  // as a worker's heartbeats would) moves group 0 then.
+  ps_[1]->SetSilent(false);
+  ASSERT_TRUE(WaitUntil([&] {
+    monitor_->WorkerView(0, Silences({absl::Seconds(1), absl::ZeroDuration(), absl::ZeroDuration()}));
+    return monitor_->map().Find(0)->primary == 1;
+  })) << monitor_->map().DebugString();
+  EXPECT_EQ(monitor_->stats().workers_cut, 1);
 }
 
 // A chief that restarts takes over the newest map the PS hold; PS 0 restarted meanwhile (it

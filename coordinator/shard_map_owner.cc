@@ -86,6 +86,32 @@ std::vector<int> ShardMapOwner::Unreachable(const std::vector<int>& silent, cons
   return changed;
 }
 
+std::vector<int> ShardMapOwner::WorkersCannotReach(const std::vector<int>& cut_from,
+                                                   const std::vector<bool>& reachable) {
+  auto at = [](const auto& v, int32_t ps, auto none) {
+    return ps >= 0 && static_cast<size_t>(ps) < v.size() ? v[static_cast<size_t>(ps)] : none;
+  };
+  std::vector<int> changed;
+  for (ps::GroupEntry& g : map_.groups) {
+    if (g.primary < 0 || g.restore_pending || !at(reachable, g.primary, false)) continue;
+    const int cut = at(cut_from, g.primary, 0);
+    if (cut <= 0) continue;
+    auto best = g.backups.end();
+    for (auto b = g.backups.begin(); b != g.backups.end(); ++b) {
+      if (!at(reachable, *b, false) || at(cut_from, *b, 0) >= cut) continue;
+      if (best == g.backups.end() || at(cut_from, *b, 0) < at(cut_from, *best, 0)) best = b;
+    }
+    if (best == g.backups.end()) continue;
+    const int32_t old = g.primary;
+    g.primary = *best;
+    g.backups.erase(best);
+    g.rebuilding.push_back(old);
+    Bump(g);
+    changed.push_back(static_cast<int>(g.group));
+  }
+  return changed;
+}
+
 std::vector<int> ShardMapOwner::Returned(int ps) {
   std::vector<int> changed;
   const int k = static_cast<int>(map_.replicas);

@@ -46,6 +46,15 @@ namespace asyncps {
 //     to rebuilding; with no backup left the group has no live copy, so `ps` stays its (empty)
 //     primary, the group is marked restore_pending and is listed by TakeNoLiveCopy (the
 //     checkpoint restore, once). Nothing changes for a group awaiting its restore already.
+//   * WorkersCannotReach(cut_from, reachable): a gray failure. `cut_from[p]` workers cannot
+//     reach PS p (they have waited past the heartbeat timeout for its answers) though the
+//     chief may. Each group whose primary the chief reaches (the chief's own view comes first:
+//     a primary it does not reach is Unreachable's) and that some worker cannot reach fails
+//     over to the backup the fewest workers cannot reach, if the chief reaches it and fewer
+//     workers are cut from it than from the primary (so two partial cuts cannot make a group
+//     move back and forth); the old primary goes to rebuilding: fenced by the generation, it
+//     may hold writes it applied and never streamed, so it takes a state transfer before it
+//     counts again. No backup better placed: nothing changes.
 // Each returns the groups it changed (empty: the map is unchanged).
 //
 // Not thread-safe: the PS monitor owns it and calls it from its one thread.
@@ -62,6 +71,8 @@ class ShardMapOwner {
   std::vector<int> Lost(int ps);
   // `reachable[i]`: PS i answers. PS in `silent` must not be reachable.
   std::vector<int> Unreachable(const std::vector<int>& silent, const std::vector<bool>& reachable);
+  // `cut_from[p]`: workers that cannot reach PS p; `reachable[p]`: the chief reaches PS p.
+  std::vector<int> WorkersCannotReach(const std::vector<int>& cut_from, const std::vector<bool>& reachable);
   std::vector<int> Returned(int ps);
   std::vector<int> InSync(int ps, int group);
   std::vector<int> NeedsRebuild(int ps, int group);

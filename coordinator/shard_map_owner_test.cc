@@ -54,6 +54,57 @@ TEST(ShardMapOwnerTest, SilentPrimaryWithAReachableBackupFailsOver) {
   EXPECT_TRUE(owner.Unreachable({1}, {true, false, true}).empty()) << "nothing more to change";
 }
 
+// A gray failure: the chief reaches PS 0, the workers do not. Group 0 moves to its backup
+// (which they reach) at a higher generation, and PS 0, fenced, rebuilds it; the groups PS 0
+// only backs, and the groups whose primary the workers reach, stay as they are.
+TEST(ShardMapOwnerTest, PrimaryTheWorkersCannotReachFailsOverToABackupTheyReach) {
+  ShardMapOwner owner = ThreePsTwoCopies();
+  const uint64_t before = owner.map().generation;
+  EXPECT_EQ(owner.WorkersCannotReach({3, 0, 0}, {true, true, true}), std::vector<int>{0});
+  const ps::GroupEntry& g0 = owner.map().groups[0];
+  EXPECT_EQ(g0.primary, 1);
+  EXPECT_TRUE(g0.backups.empty());
+  EXPECT_EQ(g0.rebuilding, std::vector<int32_t>{0}) << "the old primary is fenced and rebuilds";
+  EXPECT_GT(g0.generation, before);
+  EXPECT_EQ(owner.map().groups[2].primary, 2);
+  EXPECT_EQ(owner.map().groups[2].backups, std::vector<int32_t>{0}) << "streams to PS 0 still arrive";
+  EXPECT_EQ(owner.map().groups[1].generation, before);
+  EXPECT_TRUE(owner.map().Validate(3).ok()) << owner.map().Validate(3);
+  EXPECT_TRUE(owner.WorkersCannotReach({3, 0, 0}, {true, true, true}).empty()) << "nothing more to change";
+}
+
+// No move without a better place: a backup the chief does not reach, or one as many workers
+// cannot reach as the primary, is not a failover target; a primary the chief does not reach
+// is Unreachable's to decide, not this rule's.
+TEST(ShardMapOwnerTest, WorkersCutFromAPrimaryMoveItOnlyToABackupBetterPlaced) {
+  ShardMapOwner owner = ThreePsTwoCopies();
+  const ps::ShardMap before = owner.map();
+  EXPECT_TRUE(owner.WorkersCannotReach({2, 0, 0}, {true, false, true}).empty()) << "backup unreachable";
+  EXPECT_TRUE(owner.WorkersCannotReach({2, 2, 2}, {true, true, true}).empty()) << "every backup cut as much";
+  EXPECT_TRUE(owner.WorkersCannotReach({2, 0, 0}, {false, true, true}).empty()) << "the chief's own view";
+  EXPECT_TRUE(owner.map() == before);
+  // One worker cut from PS 0, none from PS 1: worth a move (every worker reaches PS 1).
+  EXPECT_EQ(owner.WorkersCannotReach({1, 0, 0}, {true, true, true}), std::vector<int>{0});
+  // Then two workers lose PS 1: group 1 moves to PS 2, but group 0 does not go back to PS 0,
+  // which is rebuilding it and is no backup.
+  EXPECT_EQ(owner.WorkersCannotReach({1, 2, 0}, {true, true, true}), std::vector<int>{1});
+  EXPECT_EQ(owner.map().groups[0].primary, 1);
+  EXPECT_EQ(owner.map().groups[1].primary, 2);
+}
+
+// With three copies the backup fewest workers are cut from is chosen.
+TEST(ShardMapOwnerTest, WorkersCutFromAPrimaryPickTheBackupFewestAreCutFrom) {
+  absl::StatusOr<ShardMapOwner> owner = ShardMapOwner::Create(3, 3);
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  ASSERT_EQ(owner->map().groups[0].backups, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(owner->WorkersCannotReach({3, 1, 0}, {true, true, true}), (std::vector<int>{0, 1}));
+  EXPECT_EQ(owner->map().groups[0].primary, 2);
+  EXPECT_EQ(owner->map().groups[0].backups, std::vector<int32_t>{1});
+  EXPECT_EQ(owner->map().groups[1].primary, 2) << "group 1's primary, PS 1, is cut from one worker, PS 2 from none";
+  EXPECT_EQ(owner->map().groups[2].primary, 2);
+  EXPECT_TRUE(owner->map().Validate(3).ok()) << owner->map().Validate(3);
+}
+
 // Silence proves nothing: a group none of whose copies answers keeps its primary and its
 // backups (no restore, nothing thrown away), and fails over to a backup once that one answers.
 TEST(ShardMapOwnerTest, GroupWithNoCopyAnsweringIsLeftAsItIs) {

@@ -103,14 +103,18 @@ bool WorkerHandle::MarkDown(uint64_t incarnation, const absl::Status& reason) {
   return true;
 }
 
-absl::Status WorkerHandle::Heartbeat(absl::Duration timeout) {
+absl::Status WorkerHandle::Heartbeat(absl::Duration timeout, std::vector<absl::Duration>* ps_silence) {
   const uint64_t expected = incarnation();
   ASSIGN_OR_RETURN(net::InMessage response, Call("worker.Heartbeat", net::OutMessage(), timeout));
   uint64_t incarnation = 0;
+  std::vector<absl::Duration> silence;
   RETURN_IF_ERROR(net::CatchDecodeErrors([&] {
-    incarnation = response.ResponseBody<wire::HeartbeatResponse>().getIncarnation();
+    auto body = response.ResponseBody<wire::HeartbeatResponse>();
+    incarnation = body.getIncarnation();
+    for (int64_t micros : body.getPsSilenceMicros()) silence.push_back(absl::Microseconds(micros));
     return absl::OkStatus();
   }));
+  if (ps_silence != nullptr) *ps_silence = std::move(silence);
   if (expected != 0 && incarnation != expected) {
     return absl::UnavailableError(absl::StrCat("worker restarted (incarnation ", incarnation, ")"));
   }

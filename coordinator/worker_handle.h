@@ -58,8 +58,10 @@ class WorkerHandle {
   int64_t TakeResourcesRebuilt();
 
   // Checks an up worker: an error when it does not answer within `timeout` or answers as a
-  // different incarnation (it restarted).
-  absl::Status Heartbeat(absl::Duration timeout);
+  // different incarnation (it restarted). On success `ps_silence` (optional) gets what the
+  // worker reports of each PS: how long it has owed the worker an answer (empty from a worker
+  // that reports none).
+  absl::Status Heartbeat(absl::Duration timeout, std::vector<absl::Duration>* ps_silence = nullptr);
 
   // Creates `spec` on the worker if it is up (serialised with Recover, so a worker being
   // recovered gets it one way or the other). The factory's error (IsResourceFactoryError) or

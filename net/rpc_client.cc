@@ -1,5 +1,7 @@
 #include "net/rpc_client.h"
 
+#include <algorithm>
+#include <atomic>
 #include <deque>
 #include <optional>
 
@@ -122,6 +124,10 @@ struct RpcClient::Impl : std::enable_shared_from_this<RpcClient::Impl> {
   bool refused = false;
   std::deque<uint64_t> waiting;  // ids (in `pending`) not yet sent; stale ids are skipped
   std::string client_nonce;      // this connection's challenge to the server
+  // When the server last sent a frame (absl::ToUnixNanos; 0: never). Written by the loop thread
+  // for every frame, read by Silence from any thread: an atomic, not mu, so the receive path
+  // takes no lock for it.
+  std::atomic<int64_t> last_frame_nanos{0};
 
   mutable Mutex mu;
   // Touched only under mu (by callers arming it and by the loop when it fires).
@@ -479,6 +485,7 @@ void RpcClient::Impl::HandshakeFailed(const std::string& refusal) {
 }
 
 void RpcClient::Impl::OnFrame(InMessage frame) {
+  last_frame_nanos.store(absl::ToUnixNanos(absl::Now()), std::memory_order_relaxed);
   if (absl::Status s = CheckEnvelope(frame); !s.ok()) {
     // Everything read below is in the envelope, so it cannot throw after this check.
     spdlog::error("closing connection to {}: {}", options.address, s.ToString());
@@ -655,6 +662,17 @@ absl::StatusOr<InMessage> RpcClient::Call(const std::string& method, OutMessage 
 PeerInfo RpcClient::peer() const {
   MutexLock lock(&impl_->mu);
   return impl_->peer;
+}
+
+absl::Duration RpcClient::Silence() const {
+  absl::Time oldest = absl::InfiniteFuture();
+  {
+    MutexLock lock(&impl_->mu);
+    for (const auto& [id, p] : impl_->pending) oldest = std::min(oldest, p.start);
+  }
+  if (oldest == absl::InfiniteFuture()) return absl::ZeroDuration();
+  const absl::Time heard = absl::FromUnixNanos(impl_->last_frame_nanos.load(std::memory_order_relaxed));
+  return std::max(absl::ZeroDuration(), absl::Now() - std::max(oldest, heard));
 }
 
 void RpcClient::Disconnect() {

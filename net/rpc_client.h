@@ -90,6 +90,14 @@ class RpcClient {
   // The server's identity from the latest successful handshake (incarnation 0 before any).
   PeerInfo peer() const;
 
+  // How long the server has owed this client an answer without a word: from the later of the
+  // start of the oldest call still waiting (sent, or waiting for a connection) and the last
+  // frame the server sent, to now; zero while no call waits. A server that answers some calls
+  // while others take long is not silent; one behind a partition (or a host that died
+  // without a reset) is, and the figure grows until the calls end or the connection is
+  // closed (net/silent_peer.h). What a worker tells the chief about the PS it cannot reach.
+  absl::Duration Silence() const;
+
   // Closes the connection that is ready at the time of the call, and returns once it is
   // closed: calls in flight on it have failed with Unavailable, and the next call connects
   // afresh. A connection made after this call started is left alone.

@@ -788,6 +788,32 @@ TEST_F(RpcTest, OnlyARefusedConnectionIsEvidenceOfAnAbsentPeer) {
   EXPECT_TRUE(MarkPeerAbsent(absl::OkStatus()).ok());
 }
 
+// Silence (what a worker tells the chief about a PS it cannot reach): zero while nothing is
+// owed; growing while a call waits without a word from the server; cut back by an answer to
+// any other call (a busy server is not a silent one); zero again once nothing waits.
+TEST_F(RpcTest, SilenceGrowsWhileACallWaitsUnheardAndAnyAnswerEndsIt) {
+  RpcClient& client = NewClient();
+  EXPECT_EQ(client.Silence(), absl::ZeroDuration()) << "no call yet";
+  ASSERT_TRUE(Scale(client, {1}, 2).ok());
+  EXPECT_EQ(client.Silence(), absl::ZeroDuration()) << "nothing owed";
+  Notification blocked_done;
+  client.CallAsync("test.Block", OutMessage(), absl::Seconds(60),
+                   [&](absl::StatusOr<InMessage>) { blocked_done.Notify(); });
+  entered_.WaitForNotification();
+  const absl::Duration unheard = absl::Milliseconds(100);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (client.Silence() < unheard && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling the figure, not synchronising
+  }
+  ASSERT_GE(client.Silence(), unheard) << "the blocked call is owed an answer";
+  const absl::Time asked = absl::Now();
+  ASSERT_TRUE(Scale(client, {1}, 2).ok());
+  EXPECT_LE(client.Silence(), absl::Now() - asked) << "the server answered since";
+  Release();
+  blocked_done.WaitForNotification();
+  EXPECT_EQ(client.Silence(), absl::ZeroDuration()) << "nothing owed any more";
+}
+
 TEST_F(RpcTest, WaitForReadyCallSucceedsOnceServerStarts) {
   const int port = server_->port();
   server_.reset();

@@ -1,6 +1,9 @@
 #include "worker/routed_call.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -86,6 +89,14 @@ struct GroupCall {
   RoutedCallback done;
 };
 
+// One try of a GroupCall: its answer and the failover that abandons it (ShardMapCache::
+// WatchPrimary) race, and whichever comes first settles it.
+struct Attempt {
+  std::atomic<bool> settled{false};
+  uint64_t watch = 0;  // 0: not watched
+  absl::Time sent;
+};
+
 void Try(std::shared_ptr<GroupCall> call);
 
 const std::string* Address(const GroupCall& call, int ps) {
@@ -133,8 +144,28 @@ void Try(std::shared_ptr<GroupCall> call) {
   net::RpcClient* client = call->ps[static_cast<size_t>(route.primary)];
   const std::string method = call->method;
   const net::RpcClient::CallOptions options{left, call->wait_for_ready, call->place_payloads};
+  auto attempt = std::make_shared<Attempt>();
+  attempt->sent = absl::Now();
+  if (call->repeatable) {
+    // A primary that went silent (a partition, a host gone without a reset) never answers, and
+    // its connection may hold this try for many seconds. Once the group has failed over, the
+    // try is sent to the new primary instead: safe for a repeatable request (a tagged write
+    // that landed on the old primary too is applied once by the new one's dedup window, or
+    // never counted, the old primary being fenced and rebuilt). An untagged write is left to
+    // its answer or its connection's end, as it may have been applied.
+    attempt->watch = call->cache->WatchPrimary(
+        static_cast<int>(call->group), route.generation, route.primary, [call, attempt, route]() mutable {
+          if (attempt->settled.exchange(true)) return;
+          spdlog::info("{} for shard group {}: ps {} left it unanswered for {} and the group moved to another "
+                       "primary: sending it there",
+                       call->method, call->group, route.primary, absl::FormatDuration(absl::Now() - attempt->sent));
+          Try(std::move(call));
+        });
+  }
   client->CallAsync(method, std::move(message), options,
-                    [call = std::move(call), route](absl::StatusOr<net::InMessage> r) mutable {
+                    [call = std::move(call), route, attempt](absl::StatusOr<net::InMessage> r) mutable {
+                      if (attempt->settled.exchange(true)) return;  // abandoned for the new primary
+                      if (attempt->watch != 0) call->cache->Unwatch(attempt->watch);
                       if (r.ok()) {
                         call->done(route.primary, Address(*call, route.primary), std::move(r));
                         return;

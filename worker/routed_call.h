@@ -29,12 +29,18 @@ using RoutedCallback = std::function<void(int ps, const std::string* address, ab
 // been applied (its primary dropped the connection) is sent again only when it carries an
 // update tag (the replicated dedup window applies it once) or creates a variable (idempotent);
 // an untagged ps.Update or ps.PushGradients whose primary became unreachable gets that error.
+// A try that stays unanswered is watched (ShardMapCache::WatchPrimary: from the cache's
+// `watch_after` on, maps are fetched): when the group fails over meanwhile (its primary went
+// silent, or the workers could not reach it and the chief moved it), a repeatable request is
+// sent to the new primary at once instead of waiting on the old one's connection, whose answer,
+// if it ever comes, is dropped. An untagged write keeps waiting for its own answer (or its
+// connection's end, net/silent_peer.h): it may have been applied.
 // A group that lost every copy and awaits its restore (ps::IsRestorePending) is answered at
 // once: automatic PS recovery restores it only once no closure runs.
 // Any other method goes to PS `group` as it is, once.
 //
-// `done` runs exactly once, on an RPC loop thread or on the cache's fetching thread (never on
-// the calling thread). `ps` and `cache` must outlive every call in flight.
+// `done` runs exactly once, on an RPC loop thread, on the cache's fetching thread or in a
+// caller of ShardMapCache::Install (never on the calling thread). `ps` and `cache` must outlive every call in flight.
 void CallGroupAsync(const std::vector<net::RpcClient*>& ps, ShardMapCache& cache, const std::string& method,
                     int group, net::OutMessage request, const net::RpcClient::CallOptions& options,
                     RoutedCallback done);

@@ -40,7 +40,11 @@ int RunWorker(const ClusterSpec& cluster, const Program& program, const ProcessO
     spdlog::info("pulls and gradient pushes travel in {} (--transport)", std::string(WirePrecisionName(options.transport)));
   }
   if (options.ps_replicas >= 2) {
-    shard_map = std::make_unique<ShardMapCache>(ps_ptrs, ShardMapCache::Options());
+    ShardMapCache::Options cache_options;
+    // A try its primary leaves unanswered starts watching for a failover well before the
+    // chief can decide one (its heartbeat timeout), so it moves as soon as the map does.
+    cache_options.watch_after = options.ps_heartbeat_timeout / 2;
+    shard_map = std::make_unique<ShardMapCache>(ps_ptrs, cache_options);
     ps_options.shard_map = shard_map.get();
   }
   PsClient ps(ps_ptrs, directory, ps_options);

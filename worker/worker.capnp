@@ -105,4 +105,7 @@ struct HeartbeatResponse {
   incarnation @0 :UInt64;
   directoryVersion @1 :UInt64;
   resources @2 :List(UInt64);
+  # Per PS (in cluster order): how long it has owed this worker an answer without a word, in
+  # microseconds (0: nothing owed). The chief fails over a primary its workers cannot reach.
+  psSilenceMicros @3 :List(Int64);
 }

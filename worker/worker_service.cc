@@ -10,6 +10,7 @@
 #include "core/incarnation.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
+#include "net/rpc_client.h"
 #include "worker/dataset_resources.h"
 #include "worker/worker.capnp.h"
 #include "worker/step_context.h"
@@ -287,6 +288,13 @@ absl::Status WorkerService::Heartbeat(uint64_t, const net::InMessage&, net::OutM
   auto body = response->InitResponseBody<wire::HeartbeatResponse>();
   body.setIncarnation(ProcessIncarnation());
   body.setDirectoryVersion(directory_.version());
+  // What this worker can tell the chief and the chief cannot see: which PS leave it without
+  // answers (a gray failure, when the chief still hears them).
+  const std::vector<net::RpcClient*>& connections = ps_.connections();
+  auto silence = body.initPsSilenceMicros(static_cast<unsigned>(connections.size()));
+  for (unsigned i = 0; i < connections.size(); ++i) {
+    silence.set(i, absl::ToInt64Microseconds(connections[i]->Silence()));
+  }
   MutexLock lock(&mu_);
   auto ids = body.initResources(static_cast<unsigned>(resources_.size()));
   unsigned i = 0;

@@ -287,6 +287,7 @@ struct Heartbeat {
   uint64_t incarnation = 0;
   uint64_t directory_version = 0;
   std::set<uint64_t> resources;
+  std::vector<int64_t> ps_silence_micros;
 };
 
 absl::StatusOr<Heartbeat> ParseHeartbeat(absl::StatusOr<net::InMessage> answer) {
@@ -296,6 +297,7 @@ absl::StatusOr<Heartbeat> ParseHeartbeat(absl::StatusOr<net::InMessage> answer) 
   h.incarnation = body.getIncarnation();
   h.directory_version = body.getDirectoryVersion();
   for (uint64_t id : body.getResources()) h.resources.insert(id);
+  for (int64_t micros : body.getPsSilenceMicros()) h.ps_silence_micros.push_back(micros);
   return h;
 }
 
@@ -603,6 +605,30 @@ TEST_F(WorkerServiceTest, ResourceCreationIsIdempotentAndShared) {
   heartbeat = ParseHeartbeat(chief.Call("worker.Heartbeat", HeartbeatRequest()));
   ASSERT_TRUE(heartbeat.ok());
   EXPECT_TRUE(heartbeat->resources.empty());
+}
+
+// The heartbeat's answer says, per PS, how long it has owed this worker an answer: what the
+// chief needs to fail over a primary the workers cannot reach though the chief can. PS 0
+// answers; PS 1 (nobody listens) owes a call that waits for it to come up.
+TEST_F(WorkerServiceTest, HeartbeatTellsHowLongEachPsHasOwedThisWorkerAnAnswer) {
+  ChiefConnection& chief = Connect(kChiefA);
+  auto heartbeat = ParseHeartbeat(chief.Call("worker.Heartbeat", HeartbeatRequest()));
+  ASSERT_TRUE(heartbeat.ok()) << heartbeat.status();
+  EXPECT_EQ(heartbeat->ps_silence_micros, (std::vector<int64_t>{0, 0})) << "nothing owed yet";
+  // Cancelled by TearDown (the connection's destruction).
+  ps_rpc_[1]->CallAsync("ps.Health", net::OutMessage(), net::RpcClient::CallOptions{absl::Seconds(60), true},
+                        [](absl::StatusOr<net::InMessage>) {});
+  const int64_t owed = absl::ToInt64Microseconds(absl::Milliseconds(100));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  do {
+    heartbeat = ParseHeartbeat(chief.Call("worker.Heartbeat", HeartbeatRequest()));
+    ASSERT_TRUE(heartbeat.ok()) << heartbeat.status();
+    ASSERT_EQ(heartbeat->ps_silence_micros.size(), 2u);
+    if (heartbeat->ps_silence_micros[1] >= owed) break;
+    absl::SleepFor(absl::Milliseconds(10));  // polling the report, not synchronising
+  } while (absl::Now() < deadline);
+  EXPECT_GE(heartbeat->ps_silence_micros[1], owed) << "PS 1 owes an answer";
+  EXPECT_EQ(heartbeat->ps_silence_micros[0], 0) << "PS 0 owes nothing";
 }
 
 TEST_F(WorkerServiceTest, FactoryErrorsKeepTheirCodeAndAreMarkedAsTheFactorys) {
