@@ -30,6 +30,7 @@ Needs root and nftables (scripts/netns_hosts.py says why not, and this exits 77)
 """
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -51,7 +52,8 @@ WORKERS = ["worker0", "worker1", "worker2"]
 
 class Scenario:
     """A fault on a schedule: `start` at the fault's time, each of `steps` (offset s, what,
-    action) that many seconds after it, `heal` `duration` s after it. Actions take the attached
+    action[, chief event]) that many seconds after it (or after the chief's first such event
+    since the fault), `heal` `duration` s after it. Actions take the attached
     Cluster. `launch`: more asyncps_launch flags. With --check the run must exit 0, exactly once,
     and the chief's events (its log lines "kind: ...") must include every kind of `expect` and
     none of `forbid`."""
@@ -92,7 +94,8 @@ def _flap(host, period, seconds, **kw):
 def _transfer_cut():
     """ps 0 isolated 4 s (the chief fails group 0 over to ps 1, drops ps 0 from group 1's
     backups); it rejoins capped at 8 Mbit/s, so the state transfers that rebuild its copies
-    (about 3 MB) take seconds; 1 s into them ps 0 and ps 1 are cut from each other for 8 s."""
+    (about 3 MB) take seconds; 1 s after the chief starts them (its ps_rebuilding event) ps 0
+    and ps 1 are cut from each other, until 16 s after the fault began."""
     def rejoin_capped(c):
         c.cap("ps0", "8mbit")
         c.rejoin("ps0")
@@ -101,12 +104,12 @@ def _transfer_cut():
         c.heal()
         c.uncap("ps0")
 
-    return Scenario("ps 0 and ps 1 cut from each other for 8 s during the state transfer that rebuilds ps 0 "
-                    "(ps 0 isolated 4 s first, then capped at 8 Mbit/s)", 13,
+    return Scenario("ps 0 and ps 1 cut from each other 1 s into the state transfer that rebuilds ps 0 "
+                    "(ps 0 isolated 4 s first, then capped at 8 Mbit/s), healed 16 s after the fault began", 16,
                     lambda c: c.isolate("ps0"), heal,
                     steps=[(4, "ps 0 rejoins, capped", rejoin_capped),
-                           (5, "ps 0 cut from ps 1", lambda c: c.partition(["ps0"], ["ps1"]))],
-                    expect=["ps_rebuilding"], forbid=NOTHING_LOST)
+                           (1, "ps 0 cut from ps 1", lambda c: c.partition(["ps0"], ["ps1"]), "ps_rebuilding")],
+                    expect=["ps_rebuilding", "ps_rebuilt"], forbid=NOTHING_LOST)
 
 
 SCENARIOS = {
@@ -138,6 +141,7 @@ SCENARIOS = {
     "split_chief_minority_15s": _cut(["chief", "ps0"], ["ps1"] + WORKERS, 15,
                                      "hosts split 2 | 4 for 15 s: chief, ps 0 | ps 1, every worker",
                                      forbid=NOTHING_LOST),
+    "none_data_service": Scenario("no fault, input from the tf.data service (2 data workers)", launch=["--data_workers", "2"]),
     "data_worker0_isolated_12s": _isolated("data_worker0", 12, launch=["--data_workers", "2"], forbid=NOTHING_LOST),
     "dispatcher_isolated_12s": _isolated("dispatcher", 12, launch=["--data_workers", "2"], forbid=NOTHING_LOST),
 }
@@ -146,6 +150,7 @@ DEFAULT_SCENARIOS = ["none", "chief_isolated_6s", "workers_ps0_cut_15s"]
 HOSTS_LINE = re.compile(r"^\[launcher\] hosts: \d+ network namespaces (\S+)\* ")
 STATUS_LINE = re.compile(r"^\[launcher\] status page http://([\d.]+):(\d+)/status")
 COMPLETED = re.compile(r"^asyncps_coordinator_closures_completed_total\{[^}]*\} (\S+)", re.M)
+LOG_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) ")
 # A chief's event (PsMonitor::Event logs "kind: text" at info).
 EVENT = re.compile(r"^\[chief\] .* I \[chief:\d+\] (\w+): ")
 TRAINING = re.compile(r"^\[chief\] training a ")
@@ -201,6 +206,16 @@ class Job:
 
     def now(self):
         return time.monotonic() - self.start
+
+    def wait_event(self, kind, since, until):
+        """Waits until the chief logs event `kind` after `since` (job seconds), or `until`; True
+        if it did."""
+        with self.lock:
+            while self.proc.poll() is None and self.now() < until:
+                if any(t >= since and (m := EVENT.match(line)) and m.group(1) == kind for t, line in self.lines):
+                    return True
+                self.changed.wait(0.1)
+            return False
 
     def stop(self):
         if self.proc.poll() is None:
@@ -335,12 +350,14 @@ def run_scenario(name, args, workdir):
     log_path = os.path.join(workdir, f"{name}-{time.strftime('%H%M%S')}.log")
     command = [os.path.join(args.bin, "asyncps_launch"), "--hosts", "netns", "--ps", "2", "--workers", "3",
                "--ps_replicas", "2", "--max_restarts", str(args.max_restarts), "--log_level", args.log_level,
+               *(["--ps_heartbeat_timeout", args.heartbeat_timeout] if args.heartbeat_timeout else []),
                *sc.launch, "--",
                os.path.join(args.bin, "fashion_mnist"), "--epochs", str(args.epochs), "--batch_size", "120",
                "--sharding", "dynamic", "--count_examples", *args.job_args]
     events = []
     snapshots = []
     sampler = None
+    fault_wall = None
     with open(log_path, "w") as log:
         log.write(" ".join(command) + "\n")
         job = Job(command, log)
@@ -354,10 +371,20 @@ def run_scenario(name, args, workdir):
             if cluster is not None and sc.start is not None:
                 fault_at = training_at + args.at
                 if wait_until(job, fault_at):
+                    fault_wall = time.time()
                     sc.start(cluster)
                     events.append(("fault", round(job.now(), 1)))
-                    for offset, what, action in sc.steps:
-                        if not wait_until(job, fault_at + offset):
+                    for step in sc.steps:
+                        offset, what, action = step[:3]
+                        after = step[3] if len(step) > 3 else None
+                        # A step after a chief event: `offset` s after it (at most by the heal).
+                        if after is not None:
+                            seen = job.wait_event(after, fault_at, fault_at + sc.duration)
+                            events.append((f"{after} seen" if seen else f"no {after}", round(job.now(), 1)))
+                            at = job.now() + offset
+                        else:
+                            at = fault_at + offset
+                        if not wait_until(job, at):
                             break
                         action(cluster)
                         events.append((what, round(job.now(), 1)))
@@ -382,9 +409,13 @@ def run_scenario(name, args, workdir):
     exact = EXACT.search(text)
     accuracy = [float(m.group(1)) for _, line in lines if (m := ACCURACY.match(line))]
     chief_events = {}
+    event_walls = {}  # kind -> the chief's own log times (s since the epoch) of each
     for t, line in lines:
         if (m := EVENT.match(line)):
             chief_events.setdefault(m.group(1), round(t, 1))
+            if (w := LOG_TIME.search(line)):
+                stamp = datetime.datetime.strptime(w.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+                event_walls.setdefault(m.group(1), []).append(stamp)
     stall, stall_at = sampler.longest_stall() if sampler is not None else (None, None)
     result = {
         "scenario": name,
@@ -399,6 +430,10 @@ def run_scenario(name, args, workdir):
         "longest_stall_at": stall_at,
         "longest_stall_progress_lines_s": longest_stall(lines),
         "chief_events": chief_events,
+        "chief_event_walls": event_walls,
+        "fault_wall": fault_wall,
+        "samples": sampler.samples if sampler is not None else [],
+        "fault_at": next((t for what, t in events if what == "fault"), None),
         "notable": notable(lines),
         "tcp_at_heal": snapshots,
         "log": log_path,
@@ -429,6 +464,7 @@ def main():
     parser.add_argument("--at", type=float, default=5.0,
                         help="seconds after the chief starts training when the fault begins")
     parser.add_argument("--max_restarts", type=int, default=3)
+    parser.add_argument("--heartbeat_timeout", help="asyncps_launch --ps_heartbeat_timeout (default: its own, 2s)")
     parser.add_argument("--log_level", default="info",
                         help="the tasks' (asyncps_launch --log_level); the chief's events are read at info")
     parser.add_argument("--check", action="store_true",
