@@ -21,6 +21,7 @@
 #include "ps/embedding/key_partition.h"
 #include "ps/ps.capnp.h"
 #include "core/durable_file.h"
+#include "worker/ps_client.h"
 #include "worker/routed_call.h"
 #include "worker/shard_map_cache.h"
 
@@ -285,8 +286,15 @@ absl::Status CheckpointManager::SaveEmbeddingTables(const std::string& dir, int6
     auto& r = results[i];
     ManifestEmbeddingTable& table = manifest.embedding_tables[expected[i].table];
     if (!r.ok()) {
-      return absl::Status(r.status().code(), absl::StrCat("embedding table '", table.name,
-                                                          "': ", r.status().message()));
+      const std::string detail = absl::StrCat("embedding table '", table.name, "': ", r.status().message());
+      if (absl::IsNotFound(r.status())) {
+        // Another PS holds it, or it was registered: a PS without it restarted empty. A PS
+        // failure (Unavailable, state lost), which PS recovery repairs and a retry outlives,
+        // not the caller's mistake.
+        const int ps = static_cast<int>(i % static_cast<size_t>(num_ps));
+        return PsStateLostError(ps, strategy_.cluster().ps()[static_cast<size_t>(ps)], detail);
+      }
+      return absl::Status(r.status().code(), detail);
     }
     RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
       auto body = r->ResponseBody<wire::SaveEmbeddingTablesResponse>();

@@ -317,6 +317,10 @@ TEST(EmbeddingCheckpointTest, MissingTableFailsRestoreAndSave) {
                   .ok());
   auto saved = manager.Save(2);
   EXPECT_FALSE(saved.ok());
+  // A PS failure (it lost its state), which PS recovery repairs and a retry outlives, as for a
+  // variable: Unavailable saying so, not NotFound (on which a program exits non-retryably).
+  EXPECT_EQ(saved.status().code(), absl::StatusCode::kUnavailable) << saved.status();
+  EXPECT_THAT(saved.status().message(), HasSubstr("restarted empty"));
   EXPECT_THAT(saved.status().message(), HasSubstr("ps 1"));
   EXPECT_THAT(saved.status().message(), HasSubstr(kTable));
   EXPECT_EQ(manager.List(), std::vector<std::string>{*without});
