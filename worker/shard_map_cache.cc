@@ -179,23 +179,18 @@ void ShardMapCache::FetchLoop() {
       while (true) {
         if (state_->stopped) return;
         if (!state_->waiters.empty()) break;
+        const absl::Time now = absl::Now();
         const absl::Time due = state_->EarliestWatchLocked();
-        if (due <= absl::Now()) break;
-        if (due == absl::InfiniteFuture()) {
-          state_->mu.Await(absl::Condition(
-              +[](State* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                return s->stopped || !s->waiters.empty() || !s->watches.empty();
-              },
-              state_.get()));
-        } else {
-          // Not a sleep as synchronisation: until the earliest watch is due (looked at again
-          // then: it may have ended, and later ones started), or a waiter arrives.
-          state_->mu.AwaitWithTimeout(
-              absl::Condition(
-                  +[](State* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->stopped || !s->waiters.empty(); },
-                  state_.get()),
-              due - absl::Now());
-        }
+        if (due <= now) break;
+        // Not a sleep as synchronisation: until the earliest watch is due, or a quarter of
+        // `watch_after` (a watch made meanwhile is looked at then, well before the failover it
+        // waits for can happen), or a waiter arrives. Watches do not wake this thread: every
+        // routed try makes one, and nearly all end within milliseconds.
+        state_->mu.AwaitWithTimeout(
+            absl::Condition(
+                +[](State* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->stopped || !s->waiters.empty(); },
+                state_.get()),
+            std::max(absl::Milliseconds(10), std::min(due - now, options_.watch_after / 4)));
       }
     }
     // Ask every PS that has no fetch outstanding; each map that answers is kept at once
