@@ -138,7 +138,9 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step,
     for (const auto& s : p.shards) by_ps[s.ps].push_back(s.name);
   }
   std::vector<std::pair<int, net::OutMessage>> calls;
+  std::vector<int> call_ps;  // calls[i]'s PS
   for (const auto& [ps, names] : by_ps) {
+    call_ps.push_back(ps);
     net::OutMessage m;
     auto req = m.InitRequestBody<wire::SaveCheckpointRequest>();
     req.setDirectory(dir);
@@ -151,8 +153,16 @@ absl::StatusOr<std::string> CheckpointManager::Save(int64_t step,
   auto results = CallEach(strategy_, "ps.SaveCheckpoint", std::move(calls), options_.rpc_timeout);
   std::vector<ps::SavedFile> saved;
   absl::Status failed;
-  for (auto& r : results) {
+  for (size_t i = 0; i < results.size(); ++i) {
+    auto& r = results[i];
     if (!r.ok()) {
+      if (failed.ok() && absl::IsNotFound(r.status()) && i < call_ps.size()) {
+        // Every name sent is one the strategy placed on that PS once it held it: a PS without it
+        // restarted empty. A PS failure (Unavailable, state lost) that PS recovery repairs and
+        // a retry outlives, not the caller's mistake (as ps_client.h treats the same answer).
+        const int ps = call_ps[i];
+        failed = PsStateLostError(ps, strategy_.cluster().ps()[static_cast<size_t>(ps)], r.status().message());
+      }
       if (failed.ok()) failed = r.status();
       continue;
     }
