@@ -48,6 +48,30 @@ class RegressionData : public Resource {
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
 };
 
+// "count_ids" and, with `add_sum`, "count_and_sum_ids" (see test_functions.h).
+absl::StatusOr<Values> CountIds(StepContext& ctx, bool add_sum) {
+  absl::StatusOr<data::Element> batch = ctx.Next(0);
+  if (data::IsEndOfData(batch.status())) {
+    return Values{Tensor::Scalar<int64_t>(ctx.worker_index()), Tensor::Scalar<int64_t>(0)};
+  }
+  if (!batch.ok()) return batch.status();
+  const Tensor& ids = batch->at(0);
+  const int64_t n = ids.dim(0);
+  RETURN_IF_ERROR(ctx.Scatter(UpdateKind::kAdd, "counts", ids, Tensor::FromVector(std::vector<int64_t>(n, 1))));
+  if (add_sum) {
+    int64_t sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += ids.data<int64_t>()[i];
+    RETURN_IF_ERROR(ctx.AssignAdd("total", Tensor::Scalar<int64_t>(sum)));
+  }
+  ASSIGN_OR_RETURN(Tensor ms, ctx.arg(1));
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
+  while (std::chrono::steady_clock::now() < end) {
+    if (ctx.cancelled()) return absl::CancelledError("cancelled");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return Values{Tensor::Scalar<int64_t>(ctx.worker_index()), Tensor::Scalar<int64_t>(n)};
+}
+
 absl::StatusOr<Values> SparseRegressionStep(StepContext& ctx) {
   ASSIGN_OR_RETURN(RegressionData * data, ctx.resource<RegressionData>(0));
   constexpr int kBatch = 32;
@@ -216,47 +240,10 @@ Program MakeTestProgram() {
         .Batch(batch)
         .Prefetch(2);
   });
-  program.AddFunction("count_ids", [](StepContext& ctx) -> absl::StatusOr<Values> {
-    absl::StatusOr<data::Element> batch = ctx.Next(0);
-    if (data::IsEndOfData(batch.status())) {
-      return Values{Tensor::Scalar<int64_t>(ctx.worker_index()), Tensor::Scalar<int64_t>(0)};
-    }
-    if (!batch.ok()) return batch.status();
-    const Tensor& ids = batch->at(0);
-    const int64_t n = ids.dim(0);
-    RETURN_IF_ERROR(
-        ctx.Scatter(UpdateKind::kAdd, "counts", ids, Tensor::FromVector(std::vector<int64_t>(n, 1))));
-    ASSIGN_OR_RETURN(Tensor ms, ctx.arg(1));
-    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
-    while (std::chrono::steady_clock::now() < end) {
-      if (ctx.cancelled()) return absl::CancelledError("cancelled");
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    return Values{Tensor::Scalar<int64_t>(ctx.worker_index()), Tensor::Scalar<int64_t>(n)};
-  });
+  program.AddFunction("count_ids", [](StepContext& ctx) { return CountIds(ctx, /*add_sum=*/false); });
   // count_ids, with a second update in another group: the batch's id sum added to the scalar
   // "total" (the step's call 2), as a user's counter program keeps a checksum beside its counts.
-  program.AddFunction("count_and_sum_ids", [](StepContext& ctx) -> absl::StatusOr<Values> {
-    absl::StatusOr<data::Element> batch = ctx.Next(0);
-    if (data::IsEndOfData(batch.status())) {
-      return Values{Tensor::Scalar<int64_t>(ctx.worker_index()), Tensor::Scalar<int64_t>(0)};
-    }
-    if (!batch.ok()) return batch.status();
-    const Tensor& ids = batch->at(0);
-    const int64_t n = ids.dim(0);
-    int64_t sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += ids.data<int64_t>()[i];
-    RETURN_IF_ERROR(
-        ctx.Scatter(UpdateKind::kAdd, "counts", ids, Tensor::FromVector(std::vector<int64_t>(n, 1))));
-    RETURN_IF_ERROR(ctx.AssignAdd("total", Tensor::Scalar<int64_t>(sum)));
-    ASSIGN_OR_RETURN(Tensor ms, ctx.arg(1));
-    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
-    while (std::chrono::steady_clock::now() < end) {
-      if (ctx.cancelled()) return absl::CancelledError("cancelled");
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    return Values{Tensor::Scalar<int64_t>(ctx.worker_index()), Tensor::Scalar<int64_t>(n)};
-  });
+  program.AddFunction("count_and_sum_ids", [](StepContext& ctx) { return CountIds(ctx, /*add_sum=*/true); });
   program.AddDataset("idx_file", [](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
     ASSIGN_OR_RETURN(std::string path, ctx.Arg("path"));
     return data::Dataset::IdxFile(path);
