@@ -224,7 +224,24 @@ class Host:
         return subprocess.run(self.exec(argv), **kwargs)
 
     def popen(self, argv, **kwargs):
-        return subprocess.Popen(self.exec(argv), **kwargs)
+        """Starts argv in this host and returns once it is there (or has exited): until `ip netns
+        exec` has entered the namespace, `ip netns pids` cannot see it, and a destroy() in that
+        window would leave it running."""
+        proc = subprocess.Popen(self.exec(argv), **kwargs)
+        want = os.stat(f"/run/netns/{self.netns}").st_ino
+        deadline = time.monotonic() + 10.0
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                if os.stat(f"/proc/{proc.pid}/ns/net").st_ino == want:
+                    return proc
+            except FileNotFoundError:
+                pass
+            time.sleep(0.001)  # poll of the child's namespace, bounded by the deadline above
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            raise HarnessError(f"{argv[0]} did not enter {self.netns} within 10 s")
+        return proc
 
     def socket(self, family=socket.AF_INET, kind=socket.SOCK_STREAM):
         """A socket inside this host, usable from this process: bind, connect, send as the host."""

@@ -293,8 +293,14 @@ class CleanupTest(unittest.TestCase):
     def test_destroy_kills_what_runs_and_deletes_everything(self):
         c = nh.Cluster(["x"])
         p = c["x"].popen(["sleep", "600"])
-        c.destroy()
-        self.assertEqual(p.wait(timeout=ARRIVE_S), -signal.SIGKILL)
+        try:
+            self.assertIn(p.pid, c["x"].pids())  # popen returns once the child is in the host
+            c.destroy()
+            self.assertEqual(p.wait(timeout=ARRIVE_S), -signal.SIGKILL)
+        finally:
+            if p.poll() is None:
+                p.kill()  # so a failure here does not leave a sleep holding ctest's pipe
+                p.wait()
         self.assertEqual([n for n in nh.namespaces() if n.startswith(c.prefix)], [])
 
     def test_sigterm_of_the_owner_cleans_up(self):
