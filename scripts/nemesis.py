@@ -77,7 +77,7 @@ VARIANTS = (
     {"workload": "fmnist", "replicas": 1, "data_workers": 2},
 )
 # How often each role is picked (among the roles a round has), and the share of pauses.
-ROLE_WEIGHTS = {"worker": 3, "ps": 3, "data_worker": 5, "dispatcher": 4, "chief": 2}
+ROLE_WEIGHTS = {"worker": 3, "ps": 3, "data_worker": 6, "dispatcher": 6, "chief": 3}
 PAUSE_SHARE = 0.3
 PAUSE_SECONDS = (0.5, 10.0)
 DOUBLE_SPREAD = 0.3  # the second fault of a double follows within this many seconds
