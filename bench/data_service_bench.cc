@@ -124,7 +124,9 @@ fmnist::TrainPipelineOptions MainJobPipelineOptions(bool augment) {
 Program MakeProgram() {
   Program program;
   program.AddDataset("fmnist_train", [](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
-    return fmnist::TrainPipeline(MainJobPipelineOptions(ctx.IntArg("augment").value_or(0) != 0));
+    fmnist::TrainPipelineOptions o = MainJobPipelineOptions(ctx.IntArg("augment").value_or(0) != 0);
+    o.prefetch = ctx.IntArg("prefetch").value_or(1) != 0;
+    return fmnist::TrainPipeline(o);
   });
   program.AddDataset("fmnist_batches", FmnistBatches);
   program.AddDataset("heavy", Heavy);
@@ -523,7 +525,8 @@ bool MainJobPipeline(bool quick, bench::Report& report) {
       return false;
     }
     auto id = data_service::RegisterDataset((*service)->options(), "fmnist_train",
-                                            {{"augment", augment ? "1" : "0"}});
+                                            {{"augment", augment ? "1" : "0"},
+                                             {"prefetch", "0"}});  // as the main job registers it
     if (!id.ok()) {
       std::fprintf(stderr, "RegisterDataset: %s\n", id.status().ToString().c_str());
       return false;

@@ -38,7 +38,8 @@ absl::StatusOr<data::Dataset> TrainPipeline(const TrainPipelineOptions& options)
   data::Dataset examples = data::Dataset::FromTensorSlices(std::move(components)).Shuffle(10'000, seed);
   if (options.augment) examples = Augmented(examples, kTrainExamples, options.num_shards, options.shard, seed);
   if (options.repeat) examples = examples.Repeat();
-  return examples.Batch(options.batch, /*drop_remainder=*/true).Prefetch(4);
+  examples = examples.Batch(options.batch, /*drop_remainder=*/true);
+  return options.prefetch ? examples.Prefetch(4) : examples;
 }
 
 }  // namespace asyncps::fmnist

@@ -154,6 +154,7 @@ absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
   o.repeat = ctx.IntArg("repeat").value_or(1) != 0;
   o.ids = ctx.IntArg("ids").value_or(0) != 0;
   o.augment = ctx.IntArg("augment").value_or(0) != 0;
+  o.prefetch = ctx.IntArg("prefetch").value_or(1) != 0;
   return TrainPipeline(o);
 }
 
@@ -511,6 +512,8 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
     service.dispatcher = options.data_service;
     service.token = options.data_service_token;
     service.role = "chief";
+    // No prefetch thread on the data workers: the workers fetch ahead (fmnist_pipeline.h).
+    dataset_args["prefetch"] = "0";
     ASSIGN_OR_RETURN(const int64_t id, data_service::RegisterDataset(service, dataset_name, dataset_args));
     dataset_name = "fmnist_service";
     dataset_args = {{"dispatcher", options.data_service}, {"id", absl::StrCat(id)}};
