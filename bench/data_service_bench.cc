@@ -627,7 +627,8 @@ int Main(bool quick, bench::Report& report) {
       // Four reads in flight (ReadOptions::max_outstanding_requests): the data worker produces
       // the next batches while this one travels; one in flight is the round-trip-bound figure.
       const Pass one = Run(data_service::FromDatasetId(
-          (*service)->options(), *id, {.mode = data_service::ProcessingMode::kOff}));
+          (*service)->options(), *id,
+          {.mode = data_service::ProcessingMode::kOff, .max_outstanding_requests = 1}));
       const Pass s = Run(data_service::FromDatasetId(
           (*service)->options(), *id,
           {.mode = data_service::ProcessingMode::kOff, .max_outstanding_requests = 4}));
