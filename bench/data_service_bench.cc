@@ -32,6 +32,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <atomic>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,8 +49,10 @@
 #include "core/process_options.h"
 #include "core/subprocess.h"
 #include "data/dataset.h"
+#include "data/dataset_node.h"
 #include "data_service/service_dataset.h"
 #include "data_service/wire.h"
+#include "examples/fmnist_pipeline.h"
 #include "net/frame_codec.h"
 #include "worker/serve.h"
 
@@ -103,9 +107,27 @@ absl::StatusOr<data::Dataset> Heavy(const DatasetContext& ctx) {
       .Prefetch(8);
 }
 
+// The main job's training pipeline (examples/fmnist_pipeline.h) as the job registers it with
+// the service: dynamic sharding (no Repeat, shard 0 of 1), batches of 128.
+fmnist::TrainPipelineOptions MainJobPipelineOptions(bool augment) {
+  fmnist::TrainPipelineOptions o;
+  o.images = kImages;
+  o.labels = kLabels;
+  o.batch = 128;
+  o.seed = 1;
+  o.repeat = false;
+  o.augment = augment;
+  return o;
+}
+
 // Datasets the data workers build.
 Program MakeProgram() {
   Program program;
+  program.AddDataset("fmnist_train", [](const DatasetContext& ctx) -> absl::StatusOr<data::Dataset> {
+    fmnist::TrainPipelineOptions o = MainJobPipelineOptions(ctx.IntArg("augment").value_or(0) != 0);
+    o.prefetch = ctx.IntArg("prefetch").value_or(1) != 0;
+    return fmnist::TrainPipeline(o);
+  });
   program.AddDataset("fmnist_batches", FmnistBatches);
   program.AddDataset("heavy", Heavy);
   return program;
@@ -418,6 +440,160 @@ void ReportScaling(const std::map<int, Costs>& runs, double in_process, double c
   }
 }
 
+// The main job's epochs as its trainers read them under dynamic sharding: splits of 59 batches
+// of 128 records (fmnist_training.cc's records_per_split), each split's pipeline seeded by
+// (epoch, split), `consumers` threads (the trainers) taking the next split in turn. `read`
+// makes a split's iterator. Returns the batches read; -1 on an error (printed).
+constexpr int64_t kRecordsPerSplit = 128 * 59;
+constexpr int64_t kRecords = 60'000;
+
+int64_t ReadEpochs(int first_epoch, int epochs, int consumers,
+                   const std::function<absl::StatusOr<std::unique_ptr<data::Iterator>>(
+                       const data::SourceSplit&, uint64_t)>& read) {
+  const int64_t splits = (kRecords + kRecordsPerSplit - 1) / kRecordsPerSplit;
+  std::atomic<int64_t> batches{0};
+  std::atomic<bool> failed{false};
+  for (int epoch = first_epoch; epoch < first_epoch + epochs; ++epoch) {
+    std::atomic<int64_t> next{0};
+    std::vector<std::thread> threads;
+    for (int c = 0; c < consumers; ++c) {
+      threads.emplace_back([&, epoch] {
+        for (int64_t s = next++; s < splits && !failed; s = next++) {
+          const data::SourceSplit split{s * kRecordsPerSplit, std::min(kRecords, (s + 1) * kRecordsPerSplit), 1};
+          auto it = read(split, data::internal::MixSeed(static_cast<uint64_t>(epoch), static_cast<uint64_t>(s)));
+          if (!it.ok()) {
+            std::fprintf(stderr, "split %lld: %s\n", static_cast<long long>(s), it.status().ToString().c_str());
+            failed = true;
+            return;
+          }
+          while (true) {
+            absl::StatusOr<data::Element> e = (*it)->Next();
+            if (!e.ok()) {
+              if (data::IsEndOfData(e.status())) break;
+              std::fprintf(stderr, "split %lld: %s\n", static_cast<long long>(s), e.status().ToString().c_str());
+              failed = true;
+              return;
+            }
+            ++batches;
+          }
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  return failed ? -1 : batches.load();
+}
+
+// The main job's pipeline (with and without --augment) read the main job's way, in-process
+// (one trainer's pipeline in this process) and through 2 data workers by 2 consumer threads
+// (processing mode dynamic, ReadOptions' defaults): the data workers' CPU per batch against the
+// in-process pipeline's (aim <= 1.5x), the share of the batches' CPU each data worker took
+// (aim max/min <= 1.5), the consumers' CPU per batch, and batches/s. Returns false on an error.
+bool MainJobPipeline(bool quick, bench::Report& report) {
+  constexpr char kCpuPerElementAim[] = "main job: data workers' CPU per batch / in-process";
+  constexpr char kShareAim[] = "main job: busiest / idlest data worker CPU";
+  report.aims().Declare(kCpuPerElementAim, bench::AimBound::kAtMost, 1.5);
+  report.aims().Declare(kShareAim, bench::AimBound::kAtMost, 1.5);
+  const int epochs = quick ? 1 : 3;
+  constexpr int kDataWorkers = 2;
+  std::printf("data_service_bench: the main job's pipeline (examples/fmnist_pipeline.h, batches of 128, "
+              "dynamic splits of %lld records), %d epoch(s) after one of warm-up\n",
+              static_cast<long long>(kRecordsPerSplit), epochs);
+  for (const bool augment : {false, true}) {
+    const std::string label = augment ? "main job pipeline, --augment" : "main job pipeline";
+    auto local = fmnist::TrainPipeline(MainJobPipelineOptions(augment));
+    if (!local.ok()) {
+      std::fprintf(stderr, "%s\n", local.status().ToString().c_str());
+      return false;
+    }
+    auto in_process = [&](const data::SourceSplit& split, uint64_t seed) {
+      return local->MakeSinglePassSplitIterator(split, seed);
+    };
+    // One thread: a worker's pipeline runs on its closure's thread (and its Prefetch's).
+    if (ReadEpochs(0, 1, 1, in_process) < 0) return false;  // decodes the files once
+    const double cpu0 = CpuNow(CLOCK_PROCESS_CPUTIME_ID);
+    const auto t0 = Clock::now();
+    const int64_t local_batches = ReadEpochs(1, epochs, 1, in_process);
+    if (local_batches <= 0) return false;
+    const double local_cpu = (CpuNow(CLOCK_PROCESS_CPUTIME_ID) - cpu0) / static_cast<double>(local_batches);
+    const double local_rate =
+        static_cast<double>(local_batches) / std::chrono::duration<double>(Clock::now() - t0).count();
+
+    auto service = Service::Start(kDataWorkers);
+    if (!service.ok()) {
+      std::fprintf(stderr, "starting the service: %s\n", service.status().ToString().c_str());
+      return false;
+    }
+    auto id = data_service::RegisterDataset((*service)->options(), "fmnist_train",
+                                            {{"augment", augment ? "1" : "0"},
+                                             {"prefetch", "0"}});  // as the main job registers it
+    if (!id.ok()) {
+      std::fprintf(stderr, "RegisterDataset: %s\n", id.status().ToString().c_str());
+      return false;
+    }
+    const data::Dataset remote = data_service::FromDatasetId(
+        (*service)->options(), *id, {.mode = data_service::ProcessingMode::kDynamic});
+    auto through_service = [&](const data::SourceSplit& split, uint64_t seed) {
+      return remote.MakeSinglePassSplitIterator(split, seed);
+    };
+    // Warm-up: each data worker decodes the files once, as it does once in a job.
+    if (ReadEpochs(0, 1, kDataWorkers, through_service) < 0) return false;
+    std::vector<double> before;
+    for (pid_t pid : (*service)->data_worker_pids()) {
+      auto sample = bench::ReadProcSample(pid);
+      if (!sample.ok()) return false;
+      before.push_back(sample->cpu_seconds);
+    }
+    const double consumer0 = CpuNow(CLOCK_PROCESS_CPUTIME_ID);
+    const auto t1 = Clock::now();
+    const int64_t batches = ReadEpochs(1, epochs, kDataWorkers, through_service);
+    if (batches != local_batches) {
+      std::fprintf(stderr, "%s: %lld batches through the service, %lld in-process\n", label.c_str(),
+                   static_cast<long long>(batches), static_cast<long long>(local_batches));
+      return false;
+    }
+    const double rate = static_cast<double>(batches) / std::chrono::duration<double>(Clock::now() - t1).count();
+    const double consumer_cpu = (CpuNow(CLOCK_PROCESS_CPUTIME_ID) - consumer0) / static_cast<double>(batches);
+    std::vector<double> each;
+    double total = 0;
+    for (size_t i = 0; i < before.size(); ++i) {
+      auto sample = bench::ReadProcSample((*service)->data_worker_pids()[i]);
+      if (!sample.ok()) return false;
+      each.push_back(sample->cpu_seconds - before[i]);
+      total += each.back();
+    }
+    const double busiest = *std::max_element(each.begin(), each.end());
+    const double idlest = std::max(1e-3, *std::min_element(each.begin(), each.end()));
+    const double service_cpu = total / static_cast<double>(batches);
+    std::vector<std::string> shares;
+    for (double c : each) shares.push_back(absl::StrFormat("%.0f%%", 100 * c / std::max(total, 1e-9)));
+    std::printf("  %-30s in-process %6.0f us CPU/batch %7.0f batches/s (1 thread) | 2 data workers %6.0f us CPU/batch "
+                "(%.2fx; shares %s, max/min %.2f), consumers %4.0f us CPU/batch, %7.0f batches/s (2 consumers)\n",
+                label.c_str(), 1e6 * local_cpu, local_rate, 1e6 * service_cpu, service_cpu / local_cpu,
+                absl::StrJoin(shares, " ").c_str(), busiest / idlest, 1e6 * consumer_cpu, rate);
+    report.Add({.name = absl::StrCat(label, ": in-process CPU per batch"), .value = 1e6 * local_cpu, .unit = "us"});
+    report.Add({.name = absl::StrCat(label, ": data workers' CPU per batch"),
+                .value = 1e6 * service_cpu,
+                .unit = "us",
+                .reference = "in-process",
+                .reference_value = 1e6 * local_cpu,
+                .aim = kCpuPerElementAim});
+    report.Add({.name = absl::StrCat(label, ": busiest data worker's CPU"),
+                .value = busiest,
+                .unit = "s",
+                .reference = "idlest data worker's",
+                .reference_value = idlest,
+                .aim = kShareAim});
+    report.Add({.name = absl::StrCat(label, ": consumers' CPU per batch"), .value = 1e6 * consumer_cpu, .unit = "us"});
+    report.Add({.name = absl::StrCat(label, ": batches/s through 2 data workers, 2 consumers"),
+                .value = rate,
+                .unit = "batches/s",
+                .reference = "in-process, 1 thread",
+                .reference_value = local_rate});
+  }
+  return true;
+}
+
 int Main(bool quick, bench::Report& report) {
   if (!std::filesystem::exists(kImages) || !std::filesystem::exists(kLabels)) {
     std::printf(
@@ -428,6 +604,7 @@ int Main(bool quick, bench::Report& report) {
   report.aims().Declare(kRatioAim, bench::AimBound::kAtLeast, 0.7);
   report.aims().Declare(kCpuAim, bench::AimBound::kAtLeast, 0.9);
   const int rounds = quick ? 1 : 3;
+  if (!MainJobPipeline(quick, report)) return 1;
 
   // 1. The Fashion-MNIST batch pipeline: one data worker vs in-process.
   {
@@ -450,7 +627,8 @@ int Main(bool quick, bench::Report& report) {
       // Four reads in flight (ReadOptions::max_outstanding_requests): the data worker produces
       // the next batches while this one travels; one in flight is the round-trip-bound figure.
       const Pass one = Run(data_service::FromDatasetId(
-          (*service)->options(), *id, {.mode = data_service::ProcessingMode::kOff}));
+          (*service)->options(), *id,
+          {.mode = data_service::ProcessingMode::kOff, .max_outstanding_requests = 1}));
       const Pass s = Run(data_service::FromDatasetId(
           (*service)->options(), *id,
           {.mode = data_service::ProcessingMode::kOff, .max_outstanding_requests = 4}));

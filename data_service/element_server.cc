@@ -15,10 +15,21 @@
 namespace asyncps::data_service {
 
 struct ElementServer::SplitStream {
+  // One pipeline of the split, positioned at `next`.
+  struct Cursor {
+    std::unique_ptr<data::Iterator> iterator;
+    std::shared_ptr<std::atomic<bool>> beyond_source;
+    int64_t next = 0;  // position of the iterator's next element
+    uint64_t last_used = 0;
+  };
+  // Consumers at different positions of one split (two trainers sharing it at an epoch's end,
+  // a re-run elsewhere) each advance a pipeline of their own: with one, each would rebuild it
+  // and replay the other's way back, in turns. At most kMaxCursors (the least recently used
+  // goes).
+  static constexpr size_t kMaxCursors = 3;
   Mutex mu;
-  std::unique_ptr<data::Iterator> iterator ABSL_GUARDED_BY(mu);
-  std::shared_ptr<std::atomic<bool>> beyond_source ABSL_GUARDED_BY(mu);
-  int64_t next ABSL_GUARDED_BY(mu) = 0;         // position of the iterator's next element
+  std::vector<Cursor> cursors ABSL_GUARDED_BY(mu);
+  uint64_t uses ABSL_GUARDED_BY(mu) = 0;
   int64_t end_position ABSL_GUARDED_BY(mu) = -1;  // -1 until the split's end is seen
   bool beyond ABSL_GUARDED_BY(mu) = false;
   std::map<int64_t, data::Element> kept ABSL_GUARDED_BY(mu);
@@ -144,27 +155,41 @@ absl::StatusOr<ElementServer::Result> ElementServer::GetBound(const Request& req
     result.beyond_source = stream->beyond;
     return result;
   }
-  if (stream->iterator == nullptr || request.position < stream->next) {
-    // Behind the pipeline (a re-read of a dropped element): start the split again.
-    stream->beyond_source = std::make_shared<std::atomic<bool>>(false);
-    ASSIGN_OR_RETURN(stream->iterator,
-                     dataset.MakeSinglePassSplitIterator({request.begin, request.end, 1}, request.seed,
-                                                         stream->beyond_source));
-    stream->next = 0;
-    built_.fetch_add(1);
+  // The pipeline furthest along that is not past the position; none: build one (a re-read of
+  // an element dropped, or a consumer behind every pipeline).
+  SplitStream::Cursor* cursor = nullptr;
+  for (SplitStream::Cursor& c : stream->cursors) {
+    if (c.next <= request.position && (cursor == nullptr || c.next > cursor->next)) cursor = &c;
   }
-  while (stream->next <= request.position) {
-    absl::StatusOr<data::Element> element = stream->iterator->Next();
+  if (cursor == nullptr) {
+    if (stream->cursors.size() >= SplitStream::kMaxCursors) {
+      stream->cursors.erase(std::min_element(
+          stream->cursors.begin(), stream->cursors.end(),
+          [](const SplitStream::Cursor& a, const SplitStream::Cursor& b) { return a.last_used < b.last_used; }));
+    }
+    SplitStream::Cursor c;
+    c.beyond_source = std::make_shared<std::atomic<bool>>(false);
+    ASSIGN_OR_RETURN(c.iterator,
+                     dataset.MakeSinglePassSplitIterator({request.begin, request.end, 1}, request.seed, c.beyond_source));
+    built_.fetch_add(1);
+    stream->cursors.push_back(std::move(c));
+    cursor = &stream->cursors.back();
+  }
+  cursor->last_used = ++stream->uses;
+  while (cursor->next <= request.position) {
+    absl::StatusOr<data::Element> element = cursor->iterator->Next();
     if (!element.ok()) {
-      stream->iterator.reset();
+      const int64_t end = cursor->next;
+      const bool beyond = cursor->beyond_source->load();
+      stream->cursors.erase(stream->cursors.begin() + (cursor - stream->cursors.data()));
       if (!data::IsEndOfData(element.status())) return element.status();
-      stream->end_position = stream->next;
-      stream->beyond = stream->beyond_source->load();
+      stream->end_position = end;
+      stream->beyond = beyond;
       result.end_of_sequence = true;
       result.beyond_source = stream->beyond;
       return result;
     }
-    const int64_t position = stream->next++;
+    const int64_t position = cursor->next++;
     if (position == request.position) {
       result.element = *std::move(element);
     } else if (position >= request.acked) {

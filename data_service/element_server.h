@@ -33,7 +33,9 @@ using DatasetLookup = std::function<absl::StatusOr<DatasetDef>(int64_t id)>;
 // Split-bound reads (kDynamic): element `position` of the pipeline over records [begin, end) of
 // the sources, shuffles seeded by `seed` (Dataset::MakeSinglePassSplitIterator) — the same on
 // every data worker, so a consumer whose data worker died asks another for the same position.
-// Each split's pipeline is kept positioned where the last read left it, and the last elements
+// Each split's pipeline is kept positioned where the last read left it (up to 3 pipelines per
+// split, for consumers at different positions of it: none rebuilds and replays another's
+// pipeline for an earlier position), and the last elements
 // it produced are kept until the consumer acknowledges them (requests ahead of the next one,
 // from a consumer fetching ahead, fill them in), so reading a split in order costs one element
 // per element. Memory is bounded whatever consumers do: at most `max_streams` split pipelines

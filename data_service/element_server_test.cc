@@ -72,6 +72,20 @@ TEST(ElementServerTest, BoundReadsAreTheSplitsElementsInAnyOrder) {
   EXPECT_TRUE(beyond->beyond_source);
 }
 
+// Two consumers far apart in one split (two trainers sharing it at an epoch's end) each
+// advance a pipeline of their own: reading in turns builds two, not one per turn.
+TEST(ElementServerTest, ConsumersFarApartInASplitDoNotReplayEachOther) {
+  ElementServer server = MakeServer(1000, 1);
+  for (int64_t p = 0; p < 40; ++p) {
+    auto ahead = server.Get(Bound(0, 100, 50 + p, 50 + p));
+    auto behind = server.Get(Bound(0, 100, p, p));
+    ASSERT_TRUE(ahead.ok() && behind.ok());
+    EXPECT_EQ(First(*ahead), 50 + p);
+    EXPECT_EQ(First(*behind), p);
+  }
+  EXPECT_EQ(server.pipelines_built(), 2);
+}
+
 TEST(ElementServerTest, MemoryStaysBoundedWhenNothingIsAcknowledged) {
   ElementServer::Options options;
   options.max_streams = 3;

@@ -140,6 +140,9 @@ absl::StatusOr<std::vector<std::string>> ServiceClient::Workers(bool refresh) {
     if (IsRetryable(s) && !workers_.empty()) return workers_;
     return s;
   }
+  // By address: every consumer numbers the data workers alike, whatever order the dispatcher
+  // keeps them in (PreferredDataWorker's index means the same data worker in every process).
+  std::sort(workers.begin(), workers.end());
   workers_ = std::move(workers);
   listed_workers_ = listed;
   workers_at_ = absl::Now();

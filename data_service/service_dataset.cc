@@ -7,7 +7,6 @@
 #include <functional>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/sync.h"
@@ -60,6 +59,21 @@ absl::Status JoinJobOnce(ServiceClient& client, const std::function<absl::Status
   return absl::OkStatus();
 }
 
+}  // namespace
+
+uint64_t PreferredDataWorker(const data::SourceSplit& split) {
+  // The coordinator cuts an epoch into splits of one size (the last one may be shorter), so
+  // begin / size numbers them 0, 1, 2, ...: consecutive splits go to consecutive data workers.
+  // Every process computes the same number (absl::HashOf, used before, is salted per process:
+  // two trainers sharing a split asked different data workers, each of which then built and
+  // replayed the split's pipeline, and 8 splits an epoch fell 2:1 on one data worker as often
+  // as not).
+  const int64_t size = std::max<int64_t>(1, split.end - split.begin);
+  return static_cast<uint64_t>(std::max<int64_t>(0, split.begin) / size);
+}
+
+namespace {
+
 // One split of dynamic sharding, read element by element from whichever data worker answers
 // (ServiceClient::Fetch): position p is the same element on every data worker. With
 // ReadOptions::max_outstanding_requests n > 1 the reads of positions p+1 .. p+n-1 go out to the
@@ -80,7 +94,7 @@ class SplitIterator : public data::Iterator {
     request_.seed = seed;
     request_.max_element_bytes = read.max_element_bytes;
     request_.compression = read.compression;
-    preferred_ = absl::HashOf(dataset_id, split.begin, seed);
+    preferred_ = PreferredDataWorker(split);
   }
 
   absl::StatusOr<data::Element> Next() override {

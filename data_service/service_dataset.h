@@ -81,13 +81,16 @@ struct ReadOptions {
   ProcessingMode mode = ProcessingMode::kOff;
   // Consumers naming the same job share its elements; "" is an anonymous job of its own.
   std::string job_name = {};
+  // Fetch-ahead by default, as TensorFlow's client: while a trainer computes on one batch the
+  // data worker produces the next ones (with 1, the trainer waits for every batch to be made).
+  static constexpr int kDefaultOutstandingRequests = 4;
   // Requests one consumer (iterator) keeps in flight to data workers; at least 1 (else the
   // iterator fails with InvalidArgument). A split-bound (kDynamic) iterator reads positions
   // p .. p+n-1 of its split at once from the split's data worker; a job iterator (kOff, kData)
   // keeps n reads out over the data workers in turn. The consumer holds at most n elements per
   // iterator; a data worker keeps at most ElementServer::Options::max_kept_per_stream (8)
   // unacknowledged elements per split, so n above that makes it produce some twice.
-  int max_outstanding_requests = 1;
+  int max_outstanding_requests = kDefaultOutstandingRequests;
   // A larger element is refused by the data worker with InvalidArgument naming its size.
   uint64_t max_element_bytes = uint64_t{256} << 20;
   // Per consumer (and so per job for its reads): how elements come over the wire.
@@ -106,6 +109,12 @@ absl::StatusOr<int64_t> RegisterDataset(const ServiceOptions& service, const std
 // The dataset registered as `dataset_id`, read through the service. Nothing is contacted until
 // an iterator's first Next(): an unknown id is then NotFound from it.
 data::Dataset FromDatasetId(const ServiceOptions& service, int64_t dataset_id, const ReadOptions& options);
+
+// Which data worker a split-bound (kDynamic) read of `split` asks first: an index taken
+// modulo the number of data workers, in the order of their addresses. The same in every
+// process, so whichever trainer reads a split reads it where its pipeline stands, and
+// consecutive splits of an epoch spread evenly over the data workers.
+uint64_t PreferredDataWorker(const data::SourceSplit& split);
 
 // RegisterDataset and FromDatasetId in one (the guide's `distribute`): registers when the first
 // iterator starts.

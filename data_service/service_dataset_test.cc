@@ -1,5 +1,7 @@
 #include "data_service/service_dataset.h"
 
+#include <algorithm>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -46,6 +48,23 @@ TEST(ServiceDatasetTest, CoordinatedReadsRefuseInvalidOptions) {
   dynamic.mode = ProcessingMode::kDynamic;
   EXPECT_EQ(StartWith(dynamic).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(StartWith(dynamic).message(), HasSubstr("dynamic"));
+}
+
+// The split's data worker is its index among the epoch's splits: fixed numbers (no per-process
+// salt), so every trainer picks the same one, and consecutive splits alternate over 2 data
+// workers (the main job's 8 splits: 4 each).
+TEST(ServiceDatasetTest, PreferredDataWorkerIsTheSplitsIndex) {
+  constexpr int64_t kSize = 128 * 59;
+  int per_worker[2] = {0, 0};
+  for (int64_t s = 0; s < 8; ++s) {
+    const data::SourceSplit split{s * kSize, std::min<int64_t>(60'000, (s + 1) * kSize), 1};
+    EXPECT_EQ(PreferredDataWorker(split), static_cast<uint64_t>(s)) << "split " << s;
+    ++per_worker[PreferredDataWorker(split) % 2];
+  }
+  EXPECT_EQ(per_worker[0], 4);
+  EXPECT_EQ(per_worker[1], 4);
+  EXPECT_EQ(ReadOptions{}.max_outstanding_requests, ReadOptions::kDefaultOutstandingRequests);
+  EXPECT_GT(ReadOptions{}.max_outstanding_requests, 1);  // fetch-ahead by default
 }
 
 }  // namespace

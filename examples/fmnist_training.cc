@@ -24,8 +24,7 @@
 #include "asyncps/strategy.h"
 #include "asyncps/sync.h"
 #include "asyncps/torch.h"
-#include "examples/fmnist_augment.h"
-#include "examples/fmnist_idx_shard.h"
+#include "examples/fmnist_pipeline.h"
 #include "examples/training_checkpoints.h"
 
 namespace asyncps::fmnist {
@@ -143,35 +142,20 @@ absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> ToInputs(const data::Ele
 }
 
 absl::StatusOr<data::Dataset> TrainDataset(const DatasetContext& ctx) {
-  ASSIGN_OR_RETURN(std::string images, ctx.Arg("images"));
-  ASSIGN_OR_RETURN(std::string labels, ctx.Arg("labels"));
-  ASSIGN_OR_RETURN(int64_t batch, ctx.IntArg("batch"));
+  TrainPipelineOptions o;
+  ASSIGN_OR_RETURN(o.images, ctx.Arg("images"));
+  ASSIGN_OR_RETURN(o.labels, ctx.Arg("labels"));
+  ASSIGN_OR_RETURN(o.batch, ctx.IntArg("batch"));
   ASSIGN_OR_RETURN(int64_t seed, ctx.IntArg("seed"));
-  if (batch < 1) return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
+  o.seed = static_cast<uint64_t>(seed);
+  o.num_shards = ctx.num_workers();
+  o.shard = ctx.worker_index();
   // Under dynamic sharding the chief makes the epochs (no Repeat) and the shard (worker 0 of 1).
-  const bool repeat = ctx.IntArg("repeat").value_or(1) != 0;
-  const bool ids = ctx.IntArg("ids").value_or(0) != 0;
-  data::Dataset examples;
-  if (repeat && !ids) {
-    // The static shard, decoded once and read from memory every epoch: the same examples in
-    // the same order as the streamed pipeline below.
-    ASSIGN_OR_RETURN(Tensor shard_images, ReadIdxShard(images, ctx.num_workers(), ctx.worker_index()));
-    ASSIGN_OR_RETURN(Tensor shard_labels, ReadIdxShard(labels, ctx.num_workers(), ctx.worker_index()));
-    examples = data::Dataset::FromTensorSlices({std::move(shard_images), std::move(shard_labels)});
-  } else {
-    // Streamed: one split of dynamic sharding is read once anyway (and split by record).
-    std::vector<data::Dataset> sources = {data::Dataset::IdxFile(images), data::Dataset::IdxFile(labels)};
-    // Options::count_examples: each example's index in the files (its id), split with it.
-    if (ids) sources.push_back(data::Dataset::Range(0, kTrainExamples));
-    examples = data::Dataset::Zip(std::move(sources)).Shard(ctx.num_workers(), ctx.worker_index());
-  }
-  examples = examples.Shuffle(10'000, static_cast<uint64_t>(seed) + static_cast<uint64_t>(ctx.worker_index()));
-  if (ctx.IntArg("augment").value_or(0) != 0) {
-    examples = Augmented(examples, kTrainExamples, ctx.num_workers(), ctx.worker_index(),
-                         static_cast<uint64_t>(seed) + static_cast<uint64_t>(ctx.worker_index()));
-  }
-  if (repeat) examples = examples.Repeat();
-  return examples.Batch(batch, /*drop_remainder=*/true).Prefetch(4);
+  o.repeat = ctx.IntArg("repeat").value_or(1) != 0;
+  o.ids = ctx.IntArg("ids").value_or(0) != 0;
+  o.augment = ctx.IntArg("augment").value_or(0) != 0;
+  o.prefetch = ctx.IntArg("prefetch").value_or(1) != 0;
+  return TrainPipeline(o);
 }
 
 // Returns {loss, examples}. Reports where its time went as phases (StepContext::AddPhaseTime,
@@ -528,6 +512,8 @@ absl::StatusOr<Result> Train(ParameterServerStrategy& strategy, ClusterCoordinat
     service.dispatcher = options.data_service;
     service.token = options.data_service_token;
     service.role = "chief";
+    // No prefetch thread on the data workers: the workers fetch ahead (fmnist_pipeline.h).
+    dataset_args["prefetch"] = "0";
     ASSIGN_OR_RETURN(const int64_t id, data_service::RegisterDataset(service, dataset_name, dataset_args));
     dataset_name = "fmnist_service";
     dataset_args = {{"dispatcher", options.data_service}, {"id", absl::StrCat(id)}};

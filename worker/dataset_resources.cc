@@ -36,30 +36,53 @@ absl::StatusOr<data::Element> DynamicIteratorResource::Read(const SplitBinding& 
   *outcome = SplitOutcome::kUnread;
   MutexLock lock(&mu_);
   ++uses_;
+  // A batch a kept pipeline went past for a later one (closures running at once on this worker
+  // ask in any order): kept for its closure, so it costs neither a rebuild nor a replay.
+  for (auto p = positions_.begin(); p != positions_.end(); ++p) {
+    if (p->epoch != b.epoch || p->split != b.split) continue;
+    auto kept = p->skipped.find(b.batch);
+    if (kept == p->skipped.end()) continue;
+    data::Element element = std::move(kept->second);
+    p->skipped.erase(kept);
+    p->last_used = uses_;
+    *outcome = p->end_batch == b.batch + 1 ? SplitOutcome::kLast : SplitOutcome::kMore;
+    if (p->iterator == nullptr && p->skipped.empty()) positions_.erase(p);
+    return element;
+  }
+  // At or past the end of a split whose end this worker saw: no pipeline to build and replay
+  // (the coordinator binds closures past a split's end until a worker reports it).
+  for (const EndedSplit& e : ended_) {
+    if (e.epoch == b.epoch && e.split == b.split && b.batch >= e.end_batch) {
+      *outcome = e.beyond_source ? SplitOutcome::kBeyondSource : SplitOutcome::kPastEnd;
+      return absl::OutOfRangeError("end of split");
+    }
+  }
   // A kept pipeline of this split at or before the batch (closest first): skipping forward
   // there is cheaper than building the split's pipeline again (two workers sharing a split at
   // the end of an epoch take turns).
   auto it = positions_.end();
   for (auto p = positions_.begin(); p != positions_.end(); ++p) {
-    if (p->epoch == b.epoch && p->split == b.split && p->next_batch <= b.batch &&
+    if (p->epoch == b.epoch && p->split == b.split && p->iterator != nullptr && p->next_batch <= b.batch &&
         (it == positions_.end() || p->next_batch > it->next_batch)) {
       it = p;
     }
   }
-  for (; it != positions_.end() && it->next_batch < b.batch; ++it->next_batch) {
-    absl::StatusOr<data::Element> skipped = it->peeked.has_value() ? std::move(*it->peeked) : it->iterator->Next();
-    it->peeked.reset();
-    if (!skipped.ok()) {
-      if (data::IsEndOfData(skipped.status())) {
-        *outcome = it->beyond_source->load() ? SplitOutcome::kBeyondSource : SplitOutcome::kPastEnd;
-      }
-      positions_.erase(it);
-      return skipped.status();
+  // Ends the kept pipeline at `p` (its split ended or failed); its skipped batches stay.
+  auto retire = [&](std::vector<Position>::iterator p) {
+    if (p->end_batch >= 0) {
+      ended_.push_back({p->epoch, p->split, p->end_batch, p->end_batch == 0 && p->beyond_source->load()});
+      while (ended_.size() > kMaxEnded) ended_.pop_front();
     }
-  }
+    if (p->skipped.empty()) {
+      positions_.erase(p);
+    } else {
+      p->iterator.reset();
+      p->peeked.reset();
+    }
+  };
   if (it == positions_.end()) {
-    // Not where a kept pipeline stands: build the split's pipeline and skip to the batch.
-    // The seed depends on the split only, so every worker reads the same order.
+    // Not where a kept pipeline stands: build the split's pipeline (and skip to the batch,
+    // below). The seed depends on the split only, so every worker reads the same order.
     Position p;
     p.epoch = b.epoch;
     p.split = b.split;
@@ -67,15 +90,6 @@ absl::StatusOr<data::Element> DynamicIteratorResource::Read(const SplitBinding& 
     const uint64_t seed = data::internal::MixSeed(static_cast<uint64_t>(b.epoch), static_cast<uint64_t>(b.split));
     ASSIGN_OR_RETURN(p.iterator, dataset_.MakeSinglePassSplitIterator({b.begin, b.end, 1}, seed, p.beyond_source));
     ++built_;
-    for (; p.next_batch < b.batch; ++p.next_batch) {
-      absl::StatusOr<data::Element> skipped = p.iterator->Next();
-      if (!skipped.ok()) {
-        if (data::IsEndOfData(skipped.status())) {
-          *outcome = p.beyond_source->load() ? SplitOutcome::kBeyondSource : SplitOutcome::kPastEnd;
-        }
-        return skipped.status();
-      }
-    }
     if (positions_.size() >= kMaxPositions) {
       positions_.erase(std::min_element(positions_.begin(), positions_.end(),
                                         [](const Position& x, const Position& y) { return x.last_used < y.last_used; }));
@@ -83,14 +97,30 @@ absl::StatusOr<data::Element> DynamicIteratorResource::Read(const SplitBinding& 
     positions_.push_back(std::move(p));
     it = positions_.end() - 1;
   }
+  for (; it->next_batch < b.batch; ++it->next_batch) {
+    absl::StatusOr<data::Element> skipped = it->peeked.has_value() ? std::move(*it->peeked) : it->iterator->Next();
+    it->peeked.reset();
+    if (!skipped.ok()) {
+      if (data::IsEndOfData(skipped.status())) {
+        *outcome = it->beyond_source->load() ? SplitOutcome::kBeyondSource : SplitOutcome::kPastEnd;
+        it->end_batch = it->next_batch;
+      }
+      retire(it);
+      return skipped.status();
+    }
+    it->skipped[it->next_batch] = *std::move(skipped);
+    // Bounded: the oldest goes first (its closure may have run elsewhere).
+    while (it->skipped.size() > kMaxSkipped) it->skipped.erase(it->skipped.begin());
+  }
   it->last_used = uses_;
   absl::StatusOr<data::Element> element = it->peeked.has_value() ? std::move(*it->peeked) : it->iterator->Next();
   it->peeked.reset();
   if (!element.ok()) {
     if (data::IsEndOfData(element.status())) {
       *outcome = it->beyond_source->load() ? SplitOutcome::kBeyondSource : SplitOutcome::kPastEnd;
+      it->end_batch = b.batch;
     }
-    positions_.erase(it);
+    retire(it);
     return element;
   }
   // Look one element ahead, so the coordinator learns the split ended without sending a closure
@@ -98,7 +128,8 @@ absl::StatusOr<data::Element> DynamicIteratorResource::Read(const SplitBinding& 
   absl::StatusOr<data::Element> next = it->iterator->Next();
   if (data::IsEndOfData(next.status())) {
     *outcome = SplitOutcome::kLast;
-    positions_.erase(it);
+    it->end_batch = b.batch + 1;
+    retire(it);
   } else {
     *outcome = SplitOutcome::kMore;
     it->peeked.emplace(std::move(next));

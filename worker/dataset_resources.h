@@ -2,6 +2,7 @@
 #define ASYNCPS_WORKER_DATASET_RESOURCES_H_
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -58,8 +59,10 @@ class IteratorResource : public ElementSource {
 
 // A dynamically sharded iterator (kDynamic): reads the batch a closure is bound to. Keeps the
 // pipelines of the few splits it read last, positioned after the batch it returned, so the
-// next batch of a split costs one element, not a rebuild; any other batch is reached by
-// building the split's pipeline and skipping to it (so a re-run elsewhere reads the same).
+// next batch of a split costs one element, not a rebuild; a later batch is reached by skipping
+// forward, and the batches skipped are kept (a few) for the closures bound to them, which run
+// at once on this worker and may ask out of order; any other batch is reached by building the
+// split's pipeline and skipping to it (so a re-run elsewhere reads the same).
 // Thread-safe.
 class DynamicIteratorResource : public Resource {
  public:
@@ -80,9 +83,25 @@ class DynamicIteratorResource : public Resource {
     std::unique_ptr<data::Iterator> iterator;
     std::shared_ptr<std::atomic<bool>> beyond_source;
     std::optional<absl::StatusOr<data::Element>> peeked;
+    // Batches skipped over to reach a later one, kept for their closures (closures running at
+    // once on this worker ask in any order); at most kMaxSkipped. The position stays while it
+    // holds some after its pipeline ended (`iterator` null).
+    std::map<int64_t, data::Element> skipped;
+    int64_t end_batch = -1;  // the split's number of batches, once its end was seen
     uint64_t last_used = 0;
   };
   static constexpr size_t kMaxPositions = 4;
+  static constexpr size_t kMaxSkipped = 8;
+  // Splits whose end this worker saw, the last kMaxEnded: a batch at or past the end is
+  // PastEnd at once, not a rebuild of the split's pipeline replayed to its end.
+  struct EndedSplit {
+    int64_t epoch = 0;
+    int64_t split = 0;
+    int64_t end_batch = 0;
+    bool beyond_source = false;
+  };
+  static constexpr size_t kMaxEnded = 16;
+  std::deque<EndedSplit> ended_ ABSL_GUARDED_BY(mu_);
 
   const data::Dataset dataset_;
   mutable Mutex mu_;

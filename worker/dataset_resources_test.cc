@@ -43,6 +43,10 @@ TEST_F(DynamicIteratorResourceTest, ReadsASplitsBatchesInOrderFromOnePipeline) {
   EXPECT_EQ(resource_.pipelines_built(), 1);
   EXPECT_TRUE(absl::IsOutOfRange(resource_.Read(Binding(1, 3), &outcome).status()));
   EXPECT_EQ(outcome, SplitOutcome::kPastEnd);
+  // Past the end seen: answered without building the split's pipeline again.
+  EXPECT_TRUE(absl::IsOutOfRange(resource_.Read(Binding(1, 4), &outcome).status()));
+  EXPECT_EQ(outcome, SplitOutcome::kPastEnd);
+  EXPECT_EQ(resource_.pipelines_built(), 1);
 }
 
 TEST_F(DynamicIteratorResourceTest, AnyBatchReadsTheSameRecordsAsInOrder) {
@@ -72,6 +76,30 @@ TEST_F(DynamicIteratorResourceTest, SkipsToABatchAheadWithoutRebuilding) {
   EXPECT_EQ(Ids(*skipped_to), third);
   EXPECT_EQ(outcome, SplitOutcome::kLast);
   EXPECT_EQ(resource_.pipelines_built(), 1);
+}
+
+// Closures running at once on a worker ask for their batches in any order: a batch skipped
+// over for a later one is kept for its closure (same records, no rebuild, no replay).
+TEST_F(DynamicIteratorResourceTest, BatchesAskedOutOfOrderComeFromOnePipeline) {
+  SplitOutcome outcome;
+  DynamicIteratorResource fresh(data::Dataset::Range(0, 35).Shuffle(10, 3).Batch(4));
+  std::vector<std::vector<int64_t>> in_order;
+  for (int64_t batch = 0; batch < 3; ++batch) in_order.push_back(Ids(*fresh.Read(Binding(1, batch), &outcome)));
+  const std::vector<std::pair<int64_t, SplitOutcome>> asked = {
+      {2, SplitOutcome::kLast}, {0, SplitOutcome::kMore}, {1, SplitOutcome::kMore}};
+  for (const auto& [batch, expected] : asked) {
+    auto e = resource_.Read(Binding(1, batch), &outcome);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(Ids(*e), in_order[static_cast<size_t>(batch)]) << "batch " << batch;
+    EXPECT_EQ(outcome, expected) << "batch " << batch;
+  }
+  // Split 2: batch 1 before batch 0, then 2 (the last).
+  for (int64_t batch : {1, 0, 2}) {
+    auto e = resource_.Read(Binding(2, batch), &outcome);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(outcome, batch == 2 ? SplitOutcome::kLast : SplitOutcome::kMore) << "batch " << batch;
+  }
+  EXPECT_EQ(resource_.pipelines_built(), 2);
 }
 
 TEST_F(DynamicIteratorResourceTest, ReportsSplitsPastTheData) {

@@ -49,7 +49,9 @@ Program MakeProgram(const ProcessOptions& options) {
     ASSIGN_OR_RETURN(std::string mode, ctx.Arg("mode"));
     ASSIGN_OR_RETURN(read.mode, data_service::ProcessingModeFromName(mode));
     if (auto job = ctx.Arg("job"); job.ok()) read.job_name = *job;
-    read.max_outstanding_requests = static_cast<int>(ctx.IntArg("outstanding").value_or(1));
+    // Absent: ReadOptions' default.
+    read.max_outstanding_requests =
+        static_cast<int>(ctx.IntArg("outstanding").value_or(read.max_outstanding_requests));
     ASSIGN_OR_RETURN(int64_t id, ctx.IntArg("id"));
     return data_service::FromDatasetId(service, id, read);
   });
