@@ -140,8 +140,11 @@ void ClusterCoordinator::ServeMembership() {
     board.AddEvent("membership_off", why);
     return;
   }
+  // A name (a Kubernetes pod's "J-chief-0.J-chief") is not an address to listen on: every
+  // interface then, as the pod's Service routes to it.
+  const bool literal = host == "localhost" || host.find_first_not_of("0123456789.:[]abcdefABCDEF") == std::string::npos;
   net::RpcServer::Options o;
-  o.host = host;
+  o.host = host == "localhost" ? "127.0.0.1" : (literal ? host : "0.0.0.0");
   o.port = port;
   o.role = "chief";
   o.task_index = cluster.task_index();
