@@ -23,7 +23,8 @@ const char* StatusPageHtml() {
   td, th { border: 1px solid #ddd; padding: 3px 10px; text-align: left; }
   .state-up { color: #137333; font-weight: bold; }
   .state-down { color: #c5221f; font-weight: bold; }
-  .state-recovering, .state-starting { color: #b06000; font-weight: bold; }
+  .state-recovering, .state-starting, .state-joining, .state-draining { color: #b06000; font-weight: bold; }
+  .state-left { color: #777; }
   .plots { display: flex; gap: 1.5em; flex-wrap: wrap; }
   svg.plot { background: #fff; border: 1px solid #ddd; }
   #events li { font-family: monospace; }
