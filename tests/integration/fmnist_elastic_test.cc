@@ -18,7 +18,7 @@ namespace asyncps {
 namespace {
 
 constexpr double kTarget = 0.82;
-constexpr int kEpochs = 6;
+constexpr int kEpochs = 4;
 constexpr char kToken[] = "elastic-test-token";
 
 std::string Bin(const std::string& name) { return testutil::LocalCluster::BinaryPath(name); }
