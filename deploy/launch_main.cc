@@ -733,7 +733,10 @@ class Launcher {
           scaling_ = false;
           return ports.status();
         }
-        const Task& model = tasks_[live.empty() ? 0 : live.front()];
+        // A new worker starts as the first ones did (program, environment), at its own address.
+        size_t model_task = 0;
+        while (tasks_[model_task].type != TaskType::kWorker) ++model_task;  // --workers >= 1
+        const Task& model = tasks_[model_task];
         for (int k = 0; k < want - have; ++k) {
           std::vector<std::string>& workers = jobs_[TaskType::kWorker];
           const int index = static_cast<int>(workers.size());
