@@ -171,7 +171,9 @@ class ClusterCoordinator {
     bool already_member = false;
   };
   absl::StatusOr<Joined> JoinWorker(int index, const std::string& address);
-  // Drains worker `index` and removes it; returns once it has left, with the number of its
+  // Drains worker `index` and removes it (what its membership.Leave asks: a worker process
+  // that keeps running after a drain it did not ask for registers again within seconds, and
+  // is admitted again); returns once it has left, with the number of its
   // closures that went back to the queue (those still running after `timeout`, or whose
   // worker died). NotFound for a worker that is not a member, FailedPrecondition for one
   // already draining, Unavailable once the coordinator is being destroyed.

@@ -29,9 +29,12 @@ namespace {
 // back to the queue shortly before this runs out). Kubernetes' terminationGracePeriodSeconds
 // must be longer (deploy/k8s/statefulsets.yaml).
 constexpr absl::Duration kLeaveTimeout = absl::Seconds(25);
+// How often a registered worker registers again (see ServeElastic).
+constexpr absl::Duration kReregisterEvery = absl::Seconds(5);
 
 // --elastic: serves like ServeUntilSignal, and also registers with the chief (membership.Join,
-// retried while the chief is unreachable: it may not be serving yet) and, on SIGTERM/SIGINT,
+// retried while the chief is unreachable: it may not be serving yet; repeated every
+// kReregisterEvery, a no-op for a member, so that a restarted chief re-admits it) and, on SIGTERM/SIGINT,
 // asks the chief to drain it (membership.Leave) before exiting 0. A refused registration (a
 // wrong token, an index that is taken) is logged and ends the process with its exit code.
 int ServeElastic(net::ServerProcess& process, const ClusterSpec& cluster) {
@@ -56,18 +59,29 @@ int ServeElastic(net::ServerProcess& process, const ClusterSpec& cluster) {
       body.setAddress(cluster.self_address());
       absl::StatusOr<net::InMessage> answer = chief.Call("membership.Join", std::move(request), absl::Seconds(10));
       absl::Status s = answer.status();
+      bool already_member = false;
+      int members = 0;
       if (s.ok()) {
         s = net::CatchDecodeErrors([&]() -> absl::Status {
           auto r = answer->ResponseBody<wire::JoinResponse>();
-          spdlog::info("worker {}: {} ({} workers)", index,
-                       r.getAlreadyMember() ? "a member of the job already" : "joined the job", r.getMembers());
+          already_member = r.getAlreadyMember();
+          members = r.getMembers();
           return absl::OkStatus();
         });
       }
       MutexLock lock(&mu);
+      auto stopped = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop; };
       if (s.ok()) {
+        if (!registered || !already_member) {
+          spdlog::info("worker {}: {} ({} workers)", index,
+                       already_member ? "a member of the job already" : "joined the job", members);
+        }
         registered = true;
-        return;
+        // Registered again now and then (a no-op for a member): a chief restarted from its
+        // checkpoint knows only the starting workers, and re-admits this one.
+        if (mu.AwaitWithTimeout(absl::Condition(&stopped), kReregisterEvery)) return;
+        backoff = absl::Milliseconds(100);
+        continue;
       }
       if (s.code() != absl::StatusCode::kUnavailable && s.code() != absl::StatusCode::kDeadlineExceeded) {
         spdlog::error("worker {}: the chief refused its registration: {}", index, s.ToString());
@@ -75,8 +89,8 @@ int ServeElastic(net::ServerProcess& process, const ClusterSpec& cluster) {
         kill(getpid(), SIGTERM);  // wakes the wait below
         return;
       }
-      // The chief is not serving membership yet (starting up): try again, not a failure.
-      auto stopped = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop; };
+      // The chief is not serving membership yet (starting up, or restarting): try again, not a
+      // failure.
       if (mu.AwaitWithTimeout(absl::Condition(&stopped), backoff)) return;
       backoff = std::min(backoff * 2, absl::Seconds(2));
     }

@@ -254,6 +254,29 @@ TEST_F(ElasticWorkersTest, WorkerKilledWhileDrainingStaysExact) {
   EXPECT_EQ(BoardWorkers()[1].second, "left");
 }
 
+// A new coordinator (as a chief restarted from its checkpoint builds) knows only the starting
+// workers; a worker that joined the old one registers again by itself and is admitted.
+TEST_F(ElasticWorkersTest, JoinedWorkerRegistersAgainWithANewCoordinator) {
+  auto joiner = StartJoiner(2, cluster_->token());
+  ASSERT_TRUE(joiner.ok()) << joiner.status();
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->workers_up() == 3; }, kTimeout)) << (*joiner)->output();
+  coordinator_.reset();
+  coordinator_ =
+      std::make_unique<ClusterCoordinator>(chief_->strategy(), program_, testutil::FastFailureDetection());
+  ASSERT_GT(coordinator_->membership_port(), 0);
+  EXPECT_LE(coordinator_->num_workers(), 3);
+  ASSERT_TRUE(WaitFor([&] { return coordinator_->workers_up() == 3; }, kTimeout)) << (*joiner)->output();
+  std::set<int64_t> seen;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto v = coordinator_->Schedule("whoami");
+        auto r = v.ok() ? v->Fetch() : absl::StatusOr<Values>(v.status());
+        if (r.ok()) seen.insert(r->at(0).data<int64_t>()[0]);
+        return seen.count(2) > 0;
+      },
+      kTimeout));
+}
+
 // Refused with a clear error, nothing changed: a join with a wrong token (the handshake), a
 // join under an index that is a member elsewhere, bad requests to the coordinator itself.
 TEST_F(ElasticWorkersTest, BadJoinsAreRefusedAndChangeNothing) {
