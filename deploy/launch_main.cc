@@ -58,8 +58,8 @@ constexpr char kUsage[] =
     "usage: asyncps_launch --ps N --workers M [--evaluator] [--max_restarts R] [--log_level L]\n"
     "                      [--token T] [--file_sd PATH] [--ps_replicas K] [--data_workers D]\n"
     "                      [--ps_heartbeat_timeout D] [--ps_lost_after D] [--hosts local|netns]\n"
-    "                      [--netns_subnet 10.A.B.0/24] [--netns_prefix P] [--elastic]\n"
-    "                      -- PROGRAM [ARGS...]\n"
+    "                      [--netns_subnet 10.A.B.0/24] [--netns_prefix P] [--netns_rate R]\n"
+    "                      [--elastic] -- PROGRAM [ARGS...]\n"
     "       asyncps_launch scale --control HOST:PORT --workers M [--token T]\n"
     "\n"
     "Starts a local cluster on 127.0.0.1: N parameter servers, M workers, one chief (and one\n"
@@ -113,6 +113,9 @@ constexpr char kUsage[] =
     "bridge's + \"sw\"; the launcher deletes them when it exits (also on SIGINT/SIGTERM), and\n"
     "those of an earlier launcher that was SIGKILLed when it starts. scripts/netns_hosts.py can\n"
     "partition, isolate, flap or cap these hosts while the job runs (--prefix P).\n"
+    "--netns_rate R (with --hosts netns; e.g. 1gbit, 10gbit, 100mbit) caps every host's link at R\n"
+    "in each direction (tc tbf, burst 256 kB) before any task starts, as a job on a real network\n"
+    "of that speed would see it (loopback and veths are limited by CPU only).\n"
     "\n"
     "--elastic (with --hosts local): workers join and leave the running job (docs/operations.md,\n"
     "\"Scaling a running job\"). Every task gets ASYNCPS_ELASTIC=1, and the launcher serves a\n"
@@ -155,6 +158,7 @@ struct LaunchArgs {
   bool netns_hosts = false;          // --hosts netns: each task in a network namespace of its own
   std::string netns_subnet = deploy::kDefaultNetnsSubnet;
   std::string netns_prefix;  // empty: kLauncherNetnsFamily + this process's pid + "-"
+  std::string netns_rate;    // --netns_rate: every host's link capped at this rate; empty: not
   bool elastic = false;
   std::vector<std::string> program;
   std::string command;  // the whole command line, shell-quoted
@@ -295,6 +299,14 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
       }
       args.netns_prefix = value;
       have_netns_flag = true;
+    } else if (name == "--netns_rate") {
+      status = take_value();
+      if (status.ok()) status = deploy::CheckLinkRate(value);
+      if (!status.ok()) {
+        status = absl::InvalidArgumentError(absl::StrCat("--netns_rate: ", status.message()));
+      }
+      args.netns_rate = value;
+      have_netns_flag = true;
     } else if (name == "--evaluator" && !has_value) {
       args.evaluator = true;
     } else if (name == "--elastic" && !has_value) {
@@ -315,7 +327,8 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
     return absl::InvalidArgumentError("--elastic needs --hosts local (new workers get no host of their own yet)");
   }
   if (have_netns_flag && !args.netns_hosts) {
-    return absl::InvalidArgumentError("--netns_subnet and --netns_prefix need --hosts netns");
+    return absl::InvalidArgumentError(
+        "--netns_subnet, --netns_prefix and --netns_rate need --hosts netns");
   }
   if (args.netns_hosts) {
     const int total = 1 + args.num_ps + args.num_workers + (args.evaluator ? 1 : 0) +
@@ -842,6 +855,14 @@ class Launcher {
     Print("launcher", absl::StrCat("hosts: ", hosts_->hosts().size(), " network namespaces ",
                                    prefix, "* on a bridge in ", hosts_->switch_netns(), ", subnet ",
                                    args_.netns_subnet));
+    if (!args_.netns_rate.empty()) {
+      if (absl::Status s = hosts_->CapLinks(args_.netns_rate); !s.ok()) {
+        Print("launcher", absl::StrCat("error: --netns_rate: ", s.ToString()));
+        return ExitCodeForStatus(s);
+      }
+      Print("launcher", absl::StrCat("links: every host capped at ", args_.netns_rate,
+                                     " each way (tc tbf)"));
+    }
     return 0;
   }
 
