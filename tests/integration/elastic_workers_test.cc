@@ -252,6 +252,9 @@ TEST_F(ElasticWorkersTest, WorkerKilledWhileDrainingStaysExact) {
   EXPECT_EQ(Metric("asyncps_coordinator_worker_departures_total"), 1);
   EXPECT_EQ(Metric("asyncps_coordinator_worker_failures_total"), 0);
   EXPECT_EQ(BoardWorkers()[1].second, "left");
+  const std::string board = chief_->process().status_board().Json();
+  EXPECT_NE(board.find("\"worker_lost_while_draining\""), std::string::npos) << board;
+  EXPECT_NE(board.find("\"worker_left\""), std::string::npos) << board;
 }
 
 // A new coordinator (as a chief restarted from its checkpoint builds) knows only the starting
