@@ -13,12 +13,14 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/closure_outcome.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/membership_service.h"
 #include "coordinator/ps_monitor.h"
 #include "coordinator/worker_handle.h"
 #include "core/incarnation.h"
 #include "core/status_macros.h"
 #include "metrics/status_board.h"
 #include "net/envelope.capnp.h"
+#include "net/rpc_server.h"
 #include "worker/worker.capnp.h"
 #include "worker/worker_service.h"
 
@@ -54,6 +56,22 @@ class ClusterCoordinator::CursorRollback : public PsRecovery::CoordinatorState {
   ClusterCoordinator& coordinator_;
 };
 
+// The membership service's view of the coordinator.
+class ClusterCoordinator::MembersAdapter : public MembershipService::Members {
+ public:
+  explicit MembersAdapter(ClusterCoordinator& coordinator) : coordinator_(coordinator) {}
+  absl::StatusOr<Joined> Join(int index, const std::string& address) override {
+    ASSIGN_OR_RETURN(ClusterCoordinator::Joined j, coordinator_.JoinWorker(index, address));
+    return Joined{j.members, j.already_member};
+  }
+  absl::StatusOr<int> Leave(int index, absl::Duration timeout) override {
+    return coordinator_.DrainWorker(index, timeout);
+  }
+
+ private:
+  ClusterCoordinator& coordinator_;
+};
+
 ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const Program& program)
     : ClusterCoordinator(strategy, program, Options()) {}
 
@@ -64,8 +82,11 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
       metrics_(std::make_unique<CoordinatorMetrics>(strategy.process().process_metrics())),
       queue_(options.queue_capacity) {
   const ClusterSpec& cluster = strategy.cluster();
-  for (int i = 0; i < cluster.num_workers(); ++i) {
-    workers_.push_back(std::make_unique<WorkerHandle>(i, strategy.process().Connect(cluster.workers()[i])));
+  {
+    MutexLock lock(&workers_mu_);
+    for (int i = 0; i < cluster.num_workers(); ++i) {
+      workers_.push_back(std::make_unique<WorkerHandle>(i, strategy.process().Connect(cluster.workers()[i])));
+    }
   }
   if (options_.ps_recovery.enabled) {
     cursor_rollback_ = std::make_unique<CursorRollback>(*this);
@@ -80,27 +101,183 @@ ClusterCoordinator::ClusterCoordinator(ParameterServerStrategy& strategy, const 
     }
   }
   metrics::StatusBoard& board = strategy_.process().status_board();
-  for (auto& w : workers_) board.SetMember("worker", w->index(), w->address(), "starting", 0);
+  for (WorkerHandle* w : Members()) board.SetMember("worker", w->index(), w->address(), "starting", 0);
   board.SetValuesSource([this] {
     return std::map<std::string, double>{
         {"closures_completed", metrics_->completed.Value()}, {"closures_failed", metrics_->failed.Value()},
         {"closures_retried", metrics_->retried.Value()},     {"queue_depth", static_cast<double>(queue_.queued())},
         {"closures_in_flight", static_cast<double>(queue_.in_flight())},
-        {"workers_up", static_cast<double>(workers_up())},  {"workers", static_cast<double>(workers_.size())},
-        {"worker_recoveries", metrics_->worker_recoveries.Value()}};
+        {"workers_up", static_cast<double>(workers_up())},  {"workers", static_cast<double>(num_workers())},
+        {"worker_recoveries", metrics_->worker_recoveries.Value()},
+        {"worker_joins", metrics_->worker_joins.Value()},   {"worker_departures", metrics_->worker_departures.Value()}};
   });
   queue_.SetInFlightCancellationHook([this] {
-    for (auto& w : workers_) w->CancelRunning();
+    for (WorkerHandle* w : Members()) w->CancelRunning();
   });
-  for (auto& w : workers_) {
-    threads_.emplace_back([this, &w] { MonitorLoop(*w); });
-    for (int slot = 0; slot < std::max(1, options_.closures_per_worker); ++slot) {
-      threads_.emplace_back([this, &w] { DispatchLoop(*w); });
-    }
+  {
+    MutexLock lock(&workers_mu_);
+    for (auto& w : workers_) StartWorkerThreads(w.get());
+  }
+  if (strategy_.process().options().process.elastic) ServeMembership();
+}
+
+void ClusterCoordinator::StartWorkerThreads(WorkerHandle* worker) {
+  threads_.emplace_back([this, worker] { MonitorLoop(*worker); });
+  for (int slot = 0; slot < std::max(1, options_.closures_per_worker); ++slot) {
+    threads_.emplace_back([this, worker] { DispatchLoop(*worker); });
   }
 }
 
+void ClusterCoordinator::ServeMembership() {
+  const ClusterSpec& cluster = strategy_.cluster();
+  metrics::StatusBoard& board = strategy_.process().status_board();
+  std::string host;
+  int port = 0;
+  if (absl::Status s = ParseHostPort(cluster.self_address(), &host, &port); !s.ok() || cluster.dispatcher_in_chief()) {
+    // The in-chief tf.data dispatcher serves on the chief's address already.
+    const std::string why = s.ok() ? "the tf.data dispatcher runs in the chief on its address" : s.ToString();
+    spdlog::error("--elastic: no membership service ({}); workers cannot join or leave", why);
+    board.AddEvent("membership_off", why);
+    return;
+  }
+  // A name (a Kubernetes pod's "J-chief-0.J-chief") is not an address to listen on: every
+  // interface then, as the pod's Service routes to it.
+  const bool literal = host == "localhost" || host.find_first_not_of("0123456789.:[]abcdefABCDEF") == std::string::npos;
+  net::RpcServer::Options o;
+  o.host = host == "localhost" ? "127.0.0.1" : (literal ? host : "0.0.0.0");
+  o.port = port;
+  o.role = "chief";
+  o.task_index = cluster.task_index();
+  o.token = strategy_.process().options().process.cluster_token;
+  o.handler_threads = 4;
+  o.metrics = &strategy_.process().rpc_metrics();
+  members_adapter_ = std::make_unique<MembersAdapter>(*this);
+  auto server = std::make_unique<net::RpcServer>(strategy_.process().loop(), o);
+  MembershipService::Register(server->methods(), *members_adapter_);
+  if (absl::Status s = server->Start(); !s.ok()) {
+    spdlog::error("--elastic: the membership service cannot serve on {}: {}", cluster.self_address(), s.ToString());
+    board.AddEvent("membership_off", s.ToString());
+    return;
+  }
+  spdlog::info("membership service on {} (workers join and leave: --elastic)", cluster.self_address());
+  membership_server_ = std::move(server);
+}
+
+int ClusterCoordinator::membership_port() const {
+  return membership_server_ != nullptr ? membership_server_->port() : 0;
+}
+
+std::vector<WorkerHandle*> ClusterCoordinator::Members() const {
+  MutexLock lock(&workers_mu_);
+  std::vector<WorkerHandle*> out;
+  out.reserve(workers_.size());
+  for (const auto& w : workers_) out.push_back(w.get());
+  return out;
+}
+
+int ClusterCoordinator::num_workers() const {
+  MutexLock lock(&workers_mu_);
+  return static_cast<int>(workers_.size());
+}
+
+absl::StatusOr<ClusterCoordinator::Joined> ClusterCoordinator::JoinWorker(int index, const std::string& address) {
+  if (index < 0 || index >= MembershipService::kMaxWorkerIndex) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker index ", index, " is out of range [0, ", MembershipService::kMaxWorkerIndex, ")"));
+  }
+  std::string host;
+  int port = 0;
+  if (absl::Status s = ParseHostPort(address, &host, &port); !s.ok() || port <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", index, ": '", address, "' is not host:port"));
+  }
+  Joined joined;
+  {
+    MutexLock lock(&workers_mu_);
+    if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+    for (const auto& w : workers_) {
+      if (w->index() != index) continue;
+      if (w->address() != address) {
+        return absl::AlreadyExistsError(absl::StrCat("worker ", index, " is already a member, at ", w->address(),
+                                                     "; a joining worker needs an index of its own"));
+      }
+      joined.members = static_cast<int>(workers_.size());
+      joined.already_member = true;
+      return joined;
+    }
+    workers_.push_back(std::make_unique<WorkerHandle>(index, strategy_.process().Connect(address)));
+    StartWorkerThreads(workers_.back().get());
+    joined.members = static_cast<int>(workers_.size());
+  }
+  metrics_->worker_joins.Increment();
+  metrics::StatusBoard& board = strategy_.process().status_board();
+  board.SetMember("worker", index, address, "joining", 0);
+  board.AddEvent("worker_joining", absl::StrCat("worker ", index, " at ", address,
+                                                " registered; building its per-worker resources"));
+  spdlog::info("worker {} at {} joins ({} members)", index, address, joined.members);
+  return joined;
+}
+
+absl::StatusOr<int> ClusterCoordinator::DrainWorker(int index, absl::Duration timeout) {
+  WorkerHandle* worker = nullptr;
+  {
+    MutexLock lock(&workers_mu_);
+    if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+    for (const auto& w : workers_) {
+      if (w->index() == index) worker = w.get();
+    }
+  }
+  if (worker == nullptr) return absl::NotFoundError(absl::StrCat("worker ", index, " is not a member"));
+  if (!worker->StartDraining()) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", index, " is already draining"));
+  }
+  metrics::StatusBoard& board = strategy_.process().status_board();
+  {
+    MutexLock lock(&member_state_mu_);
+    board.SetMember("worker", index, worker->address(), "draining", worker->incarnation());
+  }
+  board.AddEvent("worker_draining", absl::StrCat("worker ", index, ": no new closures; waiting for its own"));
+  const absl::Time start = absl::Now();
+  if (!worker->WaitUntilIdle(timeout)) {
+    spdlog::warn("worker {}: closures still running {} into its drain; they go back to the queue", index,
+                 absl::FormatDuration(timeout));
+  }
+  // Abandons what still runs there (it goes back to the queue, keeping its batch and id) and
+  // ends the worker's threads; the dispatch threads then finish at once.
+  worker->Stop();
+  worker->WaitUntilIdle(absl::InfiniteDuration());
+  const int requeued = worker->requeued();
+  if (PsMonitor* monitor = strategy_.process().ps_monitor(); monitor != nullptr) monitor->ForgetWorker(index);
+  {
+    // The splits it was reading go to the others before any new one.
+    MutexLock lock(&dynamic_mu_);
+    for (auto& [name, d] : dynamic_datasets_) {
+      for (auto& [epoch, cursor] : d.epochs) cursor->Disown(index);
+    }
+  }
+  {
+    MutexLock lock(&workers_mu_);
+    auto it = std::find_if(workers_.begin(), workers_.end(), [&](const auto& w) { return w.get() == worker; });
+    departed_.push_back(std::move(*it));
+    workers_.erase(it);
+  }
+  metrics_->worker_departures.Increment();
+  UpdateWorkerGauge();
+  {
+    MutexLock lock(&member_state_mu_);
+    board.SetMember("worker", index, worker->address(), "left", 0);
+  }
+  board.AddEvent("worker_left", absl::StrCat("worker ", index, " drained in ",
+                                             absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
+                                             "; ", requeued, " closure(s) went back to the queue"));
+  spdlog::info("worker {} left ({} closure(s) requeued)", index, requeued);
+  return requeued;
+}
+
 ClusterCoordinator::~ClusterCoordinator() {
+  {
+    MutexLock lock(&workers_mu_);
+    shutting_down_ = true;  // no worker joins or leaves from here on
+  }
   if (PsMonitor* monitor = strategy_.process().ps_monitor(); monitor != nullptr && ps_recovery_ != nullptr) {
     monitor->SetRestoreListener(nullptr);
   }
@@ -109,15 +286,22 @@ ClusterCoordinator::~ClusterCoordinator() {
   strategy_.process().status_board().ClearValuesSource();
   queue_.Stop();  // nothing new is handed out; queued closures are cancelled
   // Cooperative functions stop within the grace and report normally.
-  for (auto& w : workers_) w->CancelRunning();
+  for (WorkerHandle* w : Members()) w->CancelRunning();
   if (!queue_.WaitUntilNoneInFlight(options_.shutdown_grace)) {
     spdlog::warn("{} closure(s) still running {} after cancelling them; abandoning them", queue_.in_flight(),
                  absl::FormatDuration(options_.shutdown_grace));
   }
   // Abandons every wait on a worker (closures, heartbeats, recovery probes): no thread below
   // is left blocked on the network, so the joins return at once.
-  for (auto& w : workers_) w->Stop();
-  for (auto& t : threads_) t.join();
+  std::vector<std::thread> threads;
+  {
+    MutexLock lock(&workers_mu_);
+    for (auto& w : workers_) w->Stop();
+    threads = std::move(threads_);
+  }
+  // A drain in progress ends now (its worker is stopped); then no handler uses this.
+  if (membership_server_ != nullptr) membership_server_->Shutdown();
+  for (auto& t : threads) t.join();
   ps_recovery_.reset();
 }
 
@@ -127,7 +311,7 @@ PsRecovery::Stats ClusterCoordinator::ps_recovery_stats() const {
 
 int ClusterCoordinator::workers_up() const {
   int n = 0;
-  for (const auto& w : workers_) n += w->up() ? 1 : 0;
+  for (WorkerHandle* w : Members()) n += w->up() ? 1 : 0;
   return n;
 }
 
@@ -334,7 +518,7 @@ absl::StatusOr<PerWorkerValues> ClusterCoordinator::CreatePerWorkerResource(
   }
   // Workers that are down get it when they recover; a failed call only marks one down.
   absl::Status failure;
-  for (auto& w : workers_) {
+  for (WorkerHandle* w : Members()) {
     const uint64_t incarnation = w->incarnation();
     absl::Status s = w->CreateResourceIfUp(spec, options_.rpc_timeout);
     if (s.ok()) continue;
@@ -354,7 +538,7 @@ absl::StatusOr<PerWorkerValues> ClusterCoordinator::CreatePerWorkerResource(
                                     [&](const ResourceSpec& r) { return r.id == spec.id; }),
                      resources_.end());
   }
-  for (auto& w : workers_) w->DeleteResource(spec.id, options_.rpc_timeout);
+  for (WorkerHandle* w : Members()) w->DeleteResource(spec.id, options_.rpc_timeout);
   spdlog::warn("CreatePerWorkerResource('{}') failed: {}", factory, failure.ToString());
   return failure;
 }
@@ -362,6 +546,12 @@ absl::StatusOr<PerWorkerValues> ClusterCoordinator::CreatePerWorkerResource(
 void ClusterCoordinator::WorkerFailed(WorkerHandle& worker, uint64_t incarnation, const absl::Status& reason) {
   if (PsMonitor* monitor = strategy_.process().ps_monitor(); monitor != nullptr) monitor->ForgetWorker(worker.index());
   if (worker.MarkDown(incarnation, reason)) {
+    if (worker.draining()) {
+      // It was leaving: its drain ends now, counted as a departure, not a failure.
+      strategy_.process().status_board().AddEvent(
+          "worker_lost_while_draining", absl::StrCat("worker ", worker.index(), ": ", reason.ToString()));
+      return;
+    }
     metrics_->worker_failures.Increment();
     UpdateWorkerGauge();
     metrics::StatusBoard& board = strategy_.process().status_board();
@@ -391,6 +581,9 @@ void ClusterCoordinator::MonitorLoop(WorkerHandle& worker) {
       }
       // Wakes early when the worker is marked down by a failed call, to start recovering.
       worker.WaitWhileUp(options_.heartbeat_interval);
+    } else if (worker.draining()) {
+      // Leaving: not recovered. DrainWorker stops the handle, which ends this loop.
+      if (!worker.WaitUntilUpFor(options_.max_recovery_backoff)) return;
     } else {
       std::vector<ResourceSpec> resources;
       {
@@ -432,10 +625,16 @@ void ClusterCoordinator::MonitorLoop(WorkerHandle& worker) {
 }
 
 void ClusterCoordinator::DispatchLoop(WorkerHandle& worker) {
-  while (worker.WaitUntilUp()) {
+  while (!worker.draining() && worker.WaitUntilUp()) {
     std::shared_ptr<Closure> closure = queue_.Get(absl::InfiniteDuration());
     if (closure == nullptr) return;  // stopped
+    if (!worker.BeginDispatch()) {
+      // The worker began draining while this thread waited: the closure is another's.
+      queue_.PutBack(closure);
+      return;
+    }
     RunClosure(worker, closure);
+    worker.EndDispatch();
     UpdateQueueGauges();
   }
 }
@@ -443,10 +642,12 @@ void ClusterCoordinator::DispatchLoop(WorkerHandle& worker) {
 void ClusterCoordinator::RunClosure(WorkerHandle& worker, const std::shared_ptr<Closure>& closure) {
   const uint64_t incarnation = worker.incarnation();
   auto put_back = [&](const absl::Status& reason) {
-    if (worker.stopping()) {  // abandoned by the destructor: the stopped queue cancels it
+    if (worker.stopping()) {  // abandoned by the destructor (the stopped queue cancels it) or a drain
+      if (worker.draining()) worker.NoteRequeued();
       queue_.PutBack(closure);
       return;
     }
+    if (worker.draining()) worker.NoteRequeued();
     WorkerFailed(worker, incarnation, reason);
     metrics_->retried.Increment();
     const uint64_t id = closure->id;

@@ -24,6 +24,9 @@
 namespace asyncps {
 
 class CoordinatorMetrics;
+namespace net {
+class RpcServer;
+}  // namespace net
 class WorkerHandle;  // internal (coordinator/worker_handle.h): one worker's connection and state
 
 // Schedules step functions ("closures") onto the cluster's workers, with the contract of
@@ -50,6 +53,16 @@ class WorkerHandle;  // internal (coordinator/worker_handle.h): one worker's con
 // Workers are watched by heartbeats as well as by failed calls, so a hung or partitioned worker
 // is noticed too. A down worker is probed with backoff; when it answers, its per-worker
 // resources and the variable directory are rebuilt on it before it is given closures again.
+//
+// Elastic membership (ProcessOptions::elastic, --elastic): the coordinator serves
+// coordinator/membership_service.h on the chief's cluster address. A worker that was not in
+// the starting cluster joins by registering (JoinWorker) and is admitted like a recovered
+// worker, once its per-worker resources are built; a worker leaves by being drained
+// (DrainWorker): it takes no new closure, its closures finish or go back to the queue, and the
+// splits it was reading are handed to the others first. A departure is counted as one
+// (asyncps_coordinator_worker_departures_total), not as a worker failure, also when the
+// worker dies while draining. Exactly once holds throughout: a closure that goes back keeps its
+// batch and closure id, so the parameter servers apply its update once.
 //
 // Thread-safe: Schedule/Join/Done/Fetch may be called from any thread.
 class ClusterCoordinator {
@@ -143,14 +156,42 @@ class ClusterCoordinator {
   // and the next MakeIterator starts the epoch after it again.
   absl::Status RestoreSplitCursors(const std::map<std::string, std::string>& state);
 
-  int num_workers() const { return static_cast<int>(workers_.size()); }
+  // Members now: the starting workers plus those that joined, less those that left.
+  int num_workers() const;
   int workers_up() const;
+
+  // Elastic membership (see the class comment; also called by the membership service).
+  // JoinWorker admits worker `index` serving at `address` (asynchronously: it is "joining"
+  // until its resources are built, then "up"). InvalidArgument for an index outside
+  // [0, MembershipService::kMaxWorkerIndex) or an address that is not host:port;
+  // AlreadyExists when `index` is a member at another address (at the same address it is a
+  // no-op: already_member); Unavailable once the coordinator is being destroyed.
+  struct Joined {
+    int members = 0;
+    bool already_member = false;
+  };
+  absl::StatusOr<Joined> JoinWorker(int index, const std::string& address);
+  // Drains worker `index` and removes it (what its membership.Leave asks: a worker process
+  // that keeps running after a drain it did not ask for registers again within seconds, and
+  // is admitted again); returns once it has left, with the number of its
+  // closures that went back to the queue (those still running after `timeout`, or whose
+  // worker died). NotFound for a worker that is not a member, FailedPrecondition for one
+  // already draining, Unavailable once the coordinator is being destroyed.
+  absl::StatusOr<int> DrainWorker(int index, absl::Duration timeout);
+  // The port the membership service listens on (0: not serving; --elastic is off or the
+  // chief's address could not be bound, which is logged).
+  int membership_port() const;
 
   // What automatic PS recovery did so far (all zero when it is off).
   PsRecovery::Stats ps_recovery_stats() const;
 
  private:
   struct ClosureArgs;
+  class MembersAdapter;
+  void StartWorkerThreads(WorkerHandle* worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(workers_mu_);
+  void ServeMembership();
+  // Every member now (a snapshot: membership may change right after).
+  std::vector<WorkerHandle*> Members() const;
   void DispatchLoop(WorkerHandle& worker);
   void MonitorLoop(WorkerHandle& worker);
   void RunClosure(WorkerHandle& worker, const std::shared_ptr<Closure>& closure);
@@ -179,7 +220,13 @@ class ClusterCoordinator {
   std::unique_ptr<CoordinatorMetrics> metrics_;
   ClosureQueue queue_;
   ClosureWatermark closure_ids_;
-  std::vector<std::unique_ptr<WorkerHandle>> workers_;
+  // Members, and (kept until destruction, as their threads hold them) the handles of workers
+  // that left; the threads of both.
+  mutable Mutex workers_mu_;
+  std::vector<std::unique_ptr<WorkerHandle>> workers_ ABSL_GUARDED_BY(workers_mu_);
+  std::vector<std::unique_ptr<WorkerHandle>> departed_ ABSL_GUARDED_BY(workers_mu_);
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(workers_mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(workers_mu_) = false;
   std::unique_ptr<CursorRollback> cursor_rollback_;  // what ps_recovery_ rolls back
   std::unique_ptr<PsRecovery> ps_recovery_;  // null unless options_.ps_recovery.enabled
 
@@ -208,7 +255,9 @@ class ClusterCoordinator {
   std::map<std::string, std::shared_ptr<SplitCursor>> restored_cursors_ ABSL_GUARDED_BY(dynamic_mu_);
   bool end_of_data_ ABSL_GUARDED_BY(dynamic_mu_) = false;
 
-  std::vector<std::thread> threads_;
+  // --elastic only: the membership service and its server (destroyed first).
+  std::unique_ptr<MembersAdapter> members_adapter_;
+  std::unique_ptr<net::RpcServer> membership_server_;
 };
 
 }  // namespace asyncps

@@ -34,6 +34,10 @@ class CoordinatorMetrics {
   prometheus::Counter& cancelled;
   prometheus::Counter& worker_failures;
   prometheus::Counter& worker_recoveries;
+  // Elastic membership: workers that joined a running job, and that left it by a drain (a
+  // departure is not a failure, even when the worker dies while draining).
+  prometheus::Counter& worker_joins;
+  prometheus::Counter& worker_departures;
   prometheus::Counter& ps_state_lost;
   prometheus::Counter& resources_rebuilt;
   prometheus::Counter& ps_recoveries;

@@ -37,6 +37,10 @@ absl::StatusOr<SplitBinding> SplitCursor::Bind(uint64_t closure_id, int worker) 
   for (auto it = open_.begin(); !bound.has_value() && it != open_.end(); ++it) {
     if (it->second.owner == worker && HasMore(it->second)) bound = Take(it->first, it->second, worker);
   }
+  // ... else one a worker that left was reading ...
+  for (auto it = open_.begin(); !bound.has_value() && it != open_.end(); ++it) {
+    if (it->second.owner == kDisowned && HasMore(it->second)) bound = Take(it->first, it->second, worker);
+  }
   // ... else a split nobody read yet ...
   if (!bound.has_value() && next_split_ < num_splits_) {
     const int64_t split = next_split_++;
@@ -89,6 +93,13 @@ void SplitCursor::Release(uint64_t closure_id) {
   if (it == in_flight_.end()) return;
   pending_.push_back(it->second);
   in_flight_.erase(it);
+}
+
+void SplitCursor::Disown(int worker) {
+  MutexLock lock(&mu_);
+  for (auto& [split, s] : open_) {
+    if (s.owner == worker) s.owner = kDisowned;
+  }
 }
 
 void SplitCursor::Prune() {

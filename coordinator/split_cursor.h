@@ -69,6 +69,11 @@ class SplitCursor {
   // again to a later closure.
   void Release(uint64_t closure_id);
 
+  // Worker `worker` left the job (elastic membership): the splits it was reading lose their
+  // owner and are handed to other workers before any split nobody read yet, so that the
+  // epoch does not end with them half read.
+  void Disown(int worker);
+
   // True when every batch is bound and completed.
   bool Finished() const;
 
@@ -84,8 +89,9 @@ class SplitCursor {
   struct OpenSplit {
     int64_t next_batch = 0;
     int64_t num_batches = -1;  // -1 until a worker finds the split's end
-    int owner = -1;            // the worker reading it (a hint, for locality)
+    int owner = -1;            // the worker reading it (a hint, for locality); kDisowned: it left
   };
+  static constexpr int kDisowned = -2;
   static bool HasMore(const OpenSplit& s) { return s.num_batches < 0 || s.next_batch < s.num_batches; }
   SplitBinding Take(int64_t split, OpenSplit& s, int worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SplitBinding MakeBinding(int64_t split, int64_t batch) const;

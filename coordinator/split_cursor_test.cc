@@ -237,5 +237,42 @@ TEST(SplitCursorTest, ConcurrentDispatchersReadEveryRecordOnce) {
   ExpectEveryRecordOnce(all, source.records);
 }
 
+// Elastic membership: a worker that leaves mid-split leaves its split to the others, who take
+// it up before opening new splits, and every record is still read exactly once.
+TEST(SplitCursorTest, SplitsOfAWorkerThatLeftAreHandedOutFirst) {
+  SplitCursor cursor(0, 100);
+  // Worker 1 reads the first batch of split 0; worker 2 that of split 1.
+  absl::StatusOr<SplitBinding> a = cursor.Bind(1, 1);
+  absl::StatusOr<SplitBinding> b = cursor.Bind(2, 2);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->split, 0);
+  ASSERT_EQ(b->split, 1);
+  cursor.Complete(1, false);
+  cursor.Complete(2, false);
+  cursor.Disown(1);
+  // Worker 3 (new) takes worker 1's split where it stopped, not a fresh split 2.
+  absl::StatusOr<SplitBinding> c = cursor.Bind(3, 3);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->split, 0);
+  EXPECT_EQ(c->batch, 1);
+  cursor.Complete(3, false);
+  // Worker 2 stays on its own split.
+  absl::StatusOr<SplitBinding> d = cursor.Bind(4, 2);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->split, 1);
+  cursor.Complete(4, false);
+  // The rest of the epoch by two workers: every record read exactly once.
+  const FakeSource source{1000, 25};
+  uint64_t next = 5;
+  std::map<int64_t, int> reads = RunEpoch(cursor, source, 2, true, &next);
+  for (const SplitBinding& done : {*a, *b, *c, *d}) {
+    for (int64_t r : source.Read(done)) ++reads[r];
+  }
+  ASSERT_EQ(reads.size(), 1000u);
+  for (const auto& [record, n] : reads) ASSERT_EQ(n, 1) << "record " << record;
+  EXPECT_TRUE(cursor.Finished());
+  EXPECT_EQ(cursor.batches_completed(), 1000 / 25);
+}
+
 }  // namespace
 }  // namespace asyncps

@@ -297,6 +297,48 @@ void WorkerHandle::CancelRunning() {
   client_->CallAsync("worker.Cancel", std::move(request), absl::Seconds(10), [](absl::StatusOr<net::InMessage>) {});
 }
 
+bool WorkerHandle::BeginDispatch() {
+  MutexLock lock(&mu_);
+  if (draining_) return false;
+  ++dispatching_;
+  return true;
+}
+
+void WorkerHandle::EndDispatch() {
+  MutexLock lock(&mu_);
+  --dispatching_;
+}
+
+bool WorkerHandle::StartDraining() {
+  MutexLock lock(&mu_);
+  return !std::exchange(draining_, true);
+}
+
+bool WorkerHandle::draining() const {
+  MutexLock lock(&mu_);
+  return draining_;
+}
+
+bool WorkerHandle::WaitUntilIdle(absl::Duration timeout) const {
+  MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](const WorkerHandle* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                    return w->dispatching_ == 0;
+                                  },
+                                  this),
+                              timeout);
+}
+
+void WorkerHandle::NoteRequeued() {
+  MutexLock lock(&mu_);
+  ++requeued_;
+}
+
+int WorkerHandle::requeued() const {
+  MutexLock lock(&mu_);
+  return requeued_;
+}
+
 void WorkerHandle::Stop() {
   MutexLock lock(&mu_);
   stopping_ = true;

@@ -93,6 +93,22 @@ class WorkerHandle {
   // Asks the worker to cancel every closure it is running (fire and forget).
   void CancelRunning();
 
+  // Elastic membership: a draining worker takes no new closure. A dispatch thread brackets
+  // each closure it took with BeginDispatch/EndDispatch; BeginDispatch returns false (and
+  // counts nothing) once the worker drains, so the caller puts the closure back. Together
+  // with StartDraining (under the same lock) no closure slips past a drain: either it was
+  // counted before the drain began, and the drain waits for it, or it goes back.
+  bool BeginDispatch();
+  void EndDispatch();
+  // Starts draining; false when it already was.
+  bool StartDraining();
+  bool draining() const;
+  // Waits until no closure is being dispatched here, at most `timeout`; true when none is.
+  bool WaitUntilIdle(absl::Duration timeout) const;
+  // Counts a closure of a draining worker that went back to the queue instead of finishing.
+  void NoteRequeued();
+  int requeued() const;
+
   // Stops the handle for good: wakes every waiter (WaitUntilUp & co.) and aborts every Call
   // in progress with Cancelled; later Calls fail at once. Does not block.
   void Stop();
@@ -123,6 +139,9 @@ class WorkerHandle {
   // Resources whose factory failed on this incarnation (retried when it restarts).
   absl::flat_hash_map<uint64_t, absl::Status> failed_resources_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> running_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  int dispatching_ ABSL_GUARDED_BY(mu_) = 0;
+  int requeued_ ABSL_GUARDED_BY(mu_) = 0;
   // Calls waiting in Call, so Stop can abort them (lock order: mu_, then a call's own lock).
   absl::flat_hash_set<std::shared_ptr<PendingCall>> pending_ ABSL_GUARDED_BY(mu_);
   int64_t resources_rebuilt_ ABSL_GUARDED_BY(mu_) = 0;

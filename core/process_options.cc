@@ -212,6 +212,7 @@ absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
                              &o.allow_nonfinite_gradients));
   RETURN_IF_ERROR(BoolOption(argc, argv, "ps_inline_small_updates", "ASYNCPS_PS_INLINE_SMALL_UPDATES",
                              &o.ps_inline_small_updates));
+  RETURN_IF_ERROR(BoolOption(argc, argv, "elastic", "ASYNCPS_ELASTIC", &o.elastic));
   RETURN_IF_ERROR(IntOption(argc, argv, "ps_dedup_max_entries", "ASYNCPS_PS_DEDUP_MAX_ENTRIES", 1, int64_t{1} << 40,
                             &o.ps_dedup_max_entries));
   RETURN_IF_ERROR(IntOption(argc, argv, "ps_replicas", "ASYNCPS_PS_REPLICAS", 1, 3, &o.ps_replicas));

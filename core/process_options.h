@@ -60,6 +60,11 @@ inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 
 //                                  dispatcher (its own task, or the chief when the cluster lists
 //                                  data workers but no dispatcher) journals registrations and
 //                                  jobs, and recovers them from when restarted ("": in memory)
+// Elastic membership (issue 37; docs/operations.md, "Scaling a running job"):
+//   --elastic                      ASYNCPS_ELASTIC                    the chief serves membership
+//                                  on its cluster address (a worker joins by registering, leaves
+//                                  by being drained); every worker registers with the chief, and
+//                                  on SIGTERM asks to be drained, then exits 0 (false)
 // Byte sizes are a positive integer with an optional binary suffix: K, M, G, T, KiB, MiB,
 // GiB or TiB ("8GiB", "512M"). Booleans: the bare flag, or 1/0/true/false.
 // Limits of every RPC server (ps, worker), each refusal logged and counted in
@@ -85,6 +90,7 @@ struct ProcessOptions {
   uint64_t ps_max_response_bytes = kDefaultPsMaxResponseBytes;
   bool allow_nonfinite_gradients = false;
   bool ps_inline_small_updates = false;
+  bool elastic = false;
   int64_t ps_dedup_max_entries = int64_t{1} << 20;
   int64_t ps_replicas = 1;
   absl::Duration ps_heartbeat_timeout = absl::Seconds(2);

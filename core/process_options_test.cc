@@ -37,6 +37,7 @@ class ProcessOptionsTest : public ::testing::Test {
     unsetenv("ASYNCPS_TRANSPORT");
     unsetenv("ASYNCPS_LOG_LEVEL");
     unsetenv("ASYNCPS_CLUSTER_TOKEN");
+    unsetenv("ASYNCPS_ELASTIC");
     unsetenv("ASYNCPS_PS_MAX_VARIABLE_BYTES");
     unsetenv("ASYNCPS_ALLOW_NONFINITE_GRADIENTS");
     unsetenv("ASYNCPS_METRICS_BIND_ADDRESS");
@@ -157,6 +158,16 @@ TEST_F(ProcessOptionsTest, AllowNonfiniteGradients) {
   EXPECT_TRUE(ParseArgs({"--allow_nonfinite_gradients=true"})->allow_nonfinite_gradients);
   EXPECT_FALSE(ParseArgs({"--allow_nonfinite_gradients=0"})->allow_nonfinite_gradients);
   EXPECT_FALSE(ParseArgs({"--allow_nonfinite_gradients=maybe"}).ok());
+}
+
+// Elastic membership (docs/operations.md, "Scaling a running job"): off unless asked for.
+TEST_F(ProcessOptionsTest, ElasticFromFlagOrEnvironment) {
+  EXPECT_FALSE(ParseArgs({})->elastic);
+  EXPECT_TRUE(ParseArgs({"--elastic"})->elastic);
+  EXPECT_FALSE(ParseArgs({"--elastic=maybe"}).ok());
+  setenv("ASYNCPS_ELASTIC", "1", 1);
+  EXPECT_TRUE(ParseArgs({})->elastic);
+  EXPECT_FALSE(ParseArgs({"--elastic=false"})->elastic);
 }
 
 TEST_F(ProcessOptionsTest, PsLimitsFromTheEnvironmentWhenNoFlag) {

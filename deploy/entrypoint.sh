@@ -16,6 +16,10 @@
 #   ASYNCPS_PORT         the port every task listens on (default 2222)
 #   ASYNCPS_DNS_SUFFIX   appended to each service name, e.g. ".team.svc.cluster.local" (default "")
 #   ASYNCPS_POD_NAME     the pod's name (default: $HOSTNAME, else `hostname`)
+#   ASYNCPS_ELASTIC      1 or true: workers join and leave the running job (the program reads it
+#                        too). A worker pod past ASYNCPS_NUM_WORKERS (the StatefulSet scaled up
+#                        with kubectl scale) is then no mistake: its TF_CONFIG lists the workers
+#                        up to itself, and it registers with the chief (J-chief-0.J-chief:port).
 # The evaluator ("J-evaluator-0") is given the training cluster without itself, as the operator
 # does. Bad settings exit 2 (permanent under restartPolicy ExitCode); the program's own exit
 # code is the container's (exec), and signals go straight to it. OPENBLAS_CORETYPE, unless set,
@@ -95,6 +99,12 @@ case "$role" in
   dispatcher) limit=$dispatcher ;;
   data-worker) limit=$num_data_workers ;;
 esac
+elastic="${ASYNCPS_ELASTIC:-0}"
+if [ "$role" = worker ] && { [ "$elastic" = 1 ] || [ "$elastic" = true ]; } && [ "$index" -ge "$num_workers" ]; then
+  # Scaled up past the starting workers: the workers named up to this one.
+  num_workers=$((index + 1))
+  limit=$num_workers
+fi
 [ "$index" -lt "$limit" ] || die "pod '$pod' is $role $index but the job has $limit $role task(s)"
 
 # "J-R-0.J-R<suffix>:port","J-R-1.J-R<suffix>:port",...

@@ -133,6 +133,26 @@ TEST(EntrypointTest, ProgramGetsTheOpenBlasKernelsOfItsCpuUnlessThePodNamesThem)
   EXPECT_THAT(kernels_seen({{"OPENBLAS_CORETYPE", "Prescott"}}), HasSubstr("blas=[Prescott]"));
 }
 
+// kubectl scale on an --elastic job's worker StatefulSet: pod 4 of a job that started with 3
+// workers gets a TF_CONFIG naming the workers up to itself (it then registers with the chief);
+// a PS pod past the count is still a mistake.
+TEST(EntrypointTest, ElasticWorkerPodPastTheStartingCountJoins) {
+  std::map<std::string, std::string> env = Pod("fmnist-worker-4");
+  env["ASYNCPS_ELASTIC"] = "1";
+  Outcome out = RunEntrypoint(env);
+  auto spec = Parsed(out);
+  ASSERT_TRUE(spec.ok()) << spec.status() << "\n" << out.output;
+  EXPECT_EQ(spec->task_index(), 4);
+  EXPECT_EQ(spec->num_workers(), 5);
+  EXPECT_EQ(spec->self_address(), "fmnist-worker-4.fmnist-worker:2222");
+  EXPECT_EQ(spec->chief(), "fmnist-chief-0.fmnist-chief:2222");
+  std::map<std::string, std::string> ps = Pod("fmnist-ps-2");
+  ps["ASYNCPS_ELASTIC"] = "true";
+  Outcome refused = RunEntrypoint(ps);
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("ps 2 but the job has 2"));
+}
+
 TEST(EntrypointTest, BadSettingsArePermanentFailuresNamingTheProblem) {
   struct Case {
     std::map<std::string, std::string> env;

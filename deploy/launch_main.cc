@@ -2,6 +2,7 @@
 //
 //   asyncps_launch --ps 2 --workers 3 [--evaluator] [--max_restarts 3] [--log_level info]
 //       [--token T] -- ./my_trainer --steps=100
+//   asyncps_launch scale --control HOST:PORT --workers N [--token T]   (a job run with --elastic)
 //
 // Every task is the same program (TensorFlow's "same binary for all tasks"); each learns its
 // role from the TF_CONFIG the launcher puts in its environment, so a program that runs here
@@ -38,9 +39,15 @@
 #include "core/exit_code.h"
 #include "core/incarnation.h"
 #include "core/process_options.h"
+#include "core/status_macros.h"
 #include "core/subprocess.h"
 #include "core/sync.h"
 #include "deploy/blas_kernel.h"
+#include "net/event_loop.h"
+#include "net/message.h"
+#include "net/rpc_client.h"
+#include "net/rpc_server.h"
+#include "worker/worker.capnp.h"
 #include "deploy/file_sd.h"
 #include "deploy/netns_hosts.h"
 
@@ -52,7 +59,8 @@ constexpr char kUsage[] =
     "                      [--token T] [--file_sd PATH] [--ps_replicas K] [--data_workers D]\n"
     "                      [--ps_heartbeat_timeout D] [--ps_lost_after D] [--hosts local|netns]\n"
     "                      [--netns_subnet 10.A.B.0/24] [--netns_prefix P] [--netns_rate R]\n"
-    "                      -- PROGRAM [ARGS...]\n"
+    "                      [--elastic] -- PROGRAM [ARGS...]\n"
+    "       asyncps_launch scale --control HOST:PORT --workers M [--token T]\n"
     "\n"
     "Starts a local cluster on 127.0.0.1: N parameter servers, M workers, one chief (and one\n"
     "evaluator with --evaluator; a tf.data service dispatcher and D data workers with\n"
@@ -107,10 +115,22 @@ constexpr char kUsage[] =
     "partition, isolate, flap or cap these hosts while the job runs (--prefix P).\n"
     "--netns_rate R (with --hosts netns; e.g. 1gbit, 10gbit, 100mbit) caps every host's link at R\n"
     "in each direction (tc tbf, burst 256 kB) before any task starts, as a job on a real network\n"
-    "of that speed would see it (loopback and veths are limited by CPU only).\n";
+    "of that speed would see it (loopback and veths are limited by CPU only).\n"
+    "\n"
+    "--elastic (with --hosts local): workers join and leave the running job (docs/operations.md,\n"
+    "\"Scaling a running job\"). Every task gets ASYNCPS_ELASTIC=1, and the launcher serves a\n"
+    "control port on 127.0.0.1, printed as \"control port N\" (authenticated by the cluster\n"
+    "token, like every connection of the job). `asyncps_launch scale --control 127.0.0.1:N\n"
+    "--workers M` (the token from --token or ASYNCPS_CLUSTER_TOKEN) asks it for M workers:\n"
+    "it starts new ones (new indices; each registers with the chief, which builds its datasets\n"
+    "and admits it) or sends SIGTERM to those with the highest indices (each asks the chief to\n"
+    "drain it, then exits 0: a departure, never restarted) and answers once they have exited.\n"
+    "No other process is restarted.\n";
 
 // Upper bound on tasks per job: a local cluster larger than this is a typo, not a plan.
 constexpr int kMaxTasksPerJob = 256;
+// Workers one --elastic launcher may start beyond its first ones (over all scale requests).
+constexpr int kMaxElasticWorkers = 256;
 // Upper bound on --max_restarts: beyond it a crash loop is a bug to fix, not to retry.
 constexpr int kMaxRestartsLimit = 1000;
 // How long stopped tasks get to exit after SIGTERM before SIGKILL.
@@ -139,8 +159,16 @@ struct LaunchArgs {
   std::string netns_subnet = deploy::kDefaultNetnsSubnet;
   std::string netns_prefix;  // empty: kLauncherNetnsFamily + this process's pid + "-"
   std::string netns_rate;    // --netns_rate: every host's link capped at this rate; empty: not
+  bool elastic = false;
   std::vector<std::string> program;
   std::string command;  // the whole command line, shell-quoted
+};
+
+// `asyncps_launch scale ...`
+struct ScaleArgs {
+  std::string control;  // host:port of a launcher's control port
+  int workers = 0;
+  std::string token;
 };
 
 absl::Status ParseCount(absl::string_view flag, const std::string& value, int* out) {
@@ -281,6 +309,8 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
       have_netns_flag = true;
     } else if (name == "--evaluator" && !has_value) {
       args.evaluator = true;
+    } else if (name == "--elastic" && !has_value) {
+      args.elastic = true;
     } else {
       status = absl::InvalidArgumentError(
           absl::StrCat("unknown argument '", arg, "' (the program and its arguments go after '--')"));
@@ -292,6 +322,9 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
   if (int k = 0; absl::SimpleAtoi(args.ps_replicas, &k) && k > args.num_ps) {
     return absl::InvalidArgumentError(
         absl::StrCat("--ps_replicas ", k, " needs at least ", k, " parameter servers (--ps ", args.num_ps, ")"));
+  }
+  if (args.elastic && args.netns_hosts) {
+    return absl::InvalidArgumentError("--elastic needs --hosts local (new workers get no host of their own yet)");
   }
   if (have_netns_flag && !args.netns_hosts) {
     return absl::InvalidArgumentError(
@@ -454,12 +487,21 @@ class Launcher {
       Print("launcher", absl::StrCat("error: ", spec.status().ToString()));
       return 1;
     }
+    {
+      MutexLock lock(&mu_);
+      jobs_ = jobs;
+    }
+    serve_metrics_ = serve_metrics;
+    // Tasks are never moved once their waiter runs (it holds a reference): room for the
+    // workers --elastic may add, so that adding one never reallocates.
+    tasks_.reserve(static_cast<size_t>(total + (args_.elastic ? kMaxElasticWorkers : 0)));
 
     std::string token = args_.token;
     if (token.empty()) {
       const char* env = std::getenv("ASYNCPS_CLUSTER_TOKEN");
       token = (env != nullptr && *env != '\0') ? env : RandomToken();
     }
+    token_ = token;
     // OpenBLAS's kernels for every task, unless the environment names them (blas_kernel.h).
     std::string blas_core;
     if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
@@ -499,6 +541,8 @@ class Launcher {
       MutexLock lock(&mu_);
       procs_.resize(tasks_.size());
       restarts_.assign(tasks_.size(), 0);
+      removed_.assign(tasks_.size(), false);
+      gone_.assign(tasks_.size(), false);
     }
 
     // Each task's host (by task label): its index among the hosts, and its IP.
@@ -562,6 +606,7 @@ class Launcher {
       if (!args_.ps_heartbeat_timeout.empty()) {
         options.env["ASYNCPS_PS_HEARTBEAT_TIMEOUT"] = args_.ps_heartbeat_timeout;
       }
+      if (args_.elastic) options.env["ASYNCPS_ELASTIC"] = "1";
       if (bind_metrics_to_host) options.env["ASYNCPS_METRICS_BIND_ADDRESS"] = ip_of(task);
       std::string metrics_note;
       if (serve_metrics) {
@@ -593,6 +638,12 @@ class Launcher {
       task.waiter = std::thread([this, t]() { WatchTask(t); });
     }
 
+    if (started_all && args_.elastic) {
+      if (absl::Status s = StartControl(); !s.ok()) {
+        Print("launcher", absl::StrCat("error: --elastic: ", s.ToString()));
+        started_all = false;
+      }
+    }
     int code = 1;
     {
       MutexLock lock(&mu_);
@@ -624,7 +675,155 @@ class Launcher {
       }
     }
     StopAll();
+    if (control_ != nullptr) control_->Shutdown();  // a Scale in progress has returned (stopping_)
+    control_.reset();
+    control_loop_.reset();
     return code;
+  }
+
+  // --elastic: the control port `asyncps_launch scale` talks to.
+  absl::Status StartControl() {
+    control_loop_ = std::make_unique<net::EventLoop>();
+    net::RpcServer::Options o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.role = "launcher";
+    o.token = token_;
+    o.handler_threads = 2;
+    control_ = std::make_unique<net::RpcServer>(*control_loop_, o);
+    control_->Register<wire::ScaleRequest>(
+        "launcher.Scale", {"operator"},
+        [this](const net::RequestContext&, const net::InMessage& in, net::OutMessage* out) -> absl::Status {
+          const int want = in.RequestBody<wire::ScaleRequest>().getWorkers();
+          std::string message;
+          absl::Status s = Scale(want, &message);
+          Print("launcher", s.ok() ? absl::StrCat("scale to ", want, " workers: ", message)
+                                   : absl::StrCat("scale to ", want, " workers refused: ", s.ToString()));
+          if (!s.ok()) return s;
+          out->InitResponseBody<wire::ScaleResponse>().setMessage(message);
+          return absl::OkStatus();
+        });
+    RETURN_IF_ERROR(control_->Start());
+    Print("launcher", absl::StrCat("control port ", control_->port(), " (asyncps_launch scale --control 127.0.0.1:",
+                                   control_->port(), " --workers N)"));
+    return absl::OkStatus();
+  }
+
+  // Brings the job to `want` workers (see the usage): starts new ones, or drains those with the
+  // highest indices and waits for them to exit. Nothing changes on an error.
+  absl::Status Scale(int want, std::string* message) {
+    if (want < 1 || want > kMaxTasksPerJob) {
+      return absl::InvalidArgumentError(absl::StrCat("--workers wants a number in 1..", kMaxTasksPerJob, ", got ", want,
+                                                     " (a job needs a worker)"));
+    }
+    std::vector<std::string> notes;
+    std::vector<size_t> leaving;
+    std::vector<Subprocess*> to_signal;
+    {
+      MutexLock lock(&mu_);
+      if (stopping_ || chief_done_ || signals_ > 0 || failed_task_ >= 0) {
+        return absl::UnavailableError("the job is ending");
+      }
+      if (scaling_) return absl::FailedPreconditionError("another scale request is in progress");
+      std::vector<size_t> live;  // by index, ascending
+      for (size_t t = 0; t < tasks_.size(); ++t) {
+        if (tasks_[t].type == TaskType::kWorker && !removed_[t]) live.push_back(t);
+      }
+      std::sort(live.begin(), live.end(), [&](size_t a, size_t b) { return tasks_[a].index < tasks_[b].index; });
+      const int have = static_cast<int>(live.size());
+      if (want > have && tasks_.size() + static_cast<size_t>(want - have) > tasks_.capacity()) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("this launcher can start at most ", kMaxElasticWorkers, " workers beyond its first ones"));
+      }
+      if (want == have) {
+        *message = absl::StrCat("already ", have, " workers");
+        return absl::OkStatus();
+      }
+      scaling_ = true;
+      if (want > have) {
+        absl::StatusOr<std::vector<int>> ports = PickUnusedPorts((want - have) * (serve_metrics_ ? 2 : 1));
+        if (!ports.ok()) {
+          scaling_ = false;
+          return ports.status();
+        }
+        // A new worker starts as the first ones did (program, environment), at its own address.
+        size_t model_task = 0;
+        while (tasks_[model_task].type != TaskType::kWorker) ++model_task;  // --workers >= 1
+        const Task& model = tasks_[model_task];
+        for (int k = 0; k < want - have; ++k) {
+          std::vector<std::string>& workers = jobs_[TaskType::kWorker];
+          const int index = static_cast<int>(workers.size());
+          const std::string address = absl::StrCat("127.0.0.1:", (*ports)[static_cast<size_t>(k)]);
+          std::map<TaskType, std::vector<std::string>> jobs = jobs_;
+          jobs[TaskType::kWorker].push_back(address);
+          absl::StatusOr<ClusterSpec> spec = ClusterSpec::Create(jobs, TaskType::kWorker, index);
+          if (!spec.ok()) {
+            notes.push_back(absl::StrCat("error: ", spec.status().ToString()));
+            break;
+          }
+          Task task{TaskType::kWorker, index, absl::StrCat("worker:", index), address, model.options, {}};
+          task.options.env["TF_CONFIG"] = spec->ToTfConfig(TaskType::kWorker, index);
+          if (serve_metrics_) {
+            task.options.env["ASYNCPS_METRICS_PORT"] =
+                std::to_string((*ports)[static_cast<size_t>(want - have + k)]);
+          }
+          task.options.on_line = [this, label = task.label](const std::string& line) { Print(label, line); };
+          absl::StatusOr<std::unique_ptr<Subprocess>> proc = Subprocess::Start(task.options);
+          if (!proc.ok()) {
+            notes.push_back(absl::StrCat("cannot start ", task.label, ": ", proc.status().ToString()));
+            break;
+          }
+          workers.push_back(address);
+          notes.push_back(absl::StrCat("started ", task.label, " pid ", (*proc)->pid(), " at ", address));
+          tasks_.push_back(std::move(task));
+          procs_.push_back(std::move(*proc));
+          restarts_.push_back(0);
+          removed_.push_back(false);
+          gone_.push_back(false);
+          ++started_;
+          const size_t t = tasks_.size() - 1;
+          tasks_[t].waiter = std::thread([this, t]() { WatchTask(t); });
+        }
+      } else {
+        for (int k = have - 1; k >= want; --k) {
+          const size_t t = live[static_cast<size_t>(k)];
+          removed_[t] = true;  // never restarted, whatever its exit
+          leaving.push_back(t);
+          if (!gone_[t] && procs_[t] != nullptr) to_signal.push_back(procs_[t].get());
+        }
+      }
+    }
+    // Each asks the chief to drain it (ASYNCPS_ELASTIC), then exits 0.
+    for (Subprocess* proc : to_signal) proc->Signal(SIGTERM);
+    if (!leaving.empty()) {
+      MutexLock lock(&mu_);
+      auto all_gone = [&]() {
+        mu_.AssertReaderHeld();
+        if (stopping_) return true;
+        for (size_t t : leaving) {
+          if (!gone_[t]) return false;
+        }
+        return true;
+      };
+      // Its drain (worker/serve.cc: 25 s at most), then a margin.
+      if (!mu_.AwaitWithTimeout(absl::Condition(&all_gone), absl::Seconds(40))) {
+        for (size_t t : leaving) {
+          if (!gone_[t] && procs_[t] != nullptr) {
+            notes.push_back(absl::StrCat(tasks_[t].label, " did not leave in time: SIGKILL"));
+            procs_[t]->Signal(SIGKILL);
+          }
+        }
+      }
+      for (size_t t : leaving) {
+        notes.push_back(absl::StrCat(tasks_[t].label, gone_[t] ? " left" : " is leaving"));
+      }
+    }
+    {
+      MutexLock lock(&mu_);
+      scaling_ = false;
+    }
+    *message = absl::StrJoin(notes, "; ");
+    return absl::OkStatus();
   }
 
   // --hosts netns: deletes what SIGKILLed launchers left, then makes one host per name. Returns
@@ -704,6 +903,9 @@ class Launcher {
           evaluator_done_ = true;
           evaluator_code_ = exit_code;
           evaluator_finished = true;
+        } else if (removed_[t]) {
+          // Scaled away: its exit is a departure (0 after a drain), never restarted.
+          Print("launcher", absl::StrCat(task.label, " left the job (", ended, ")"));
         } else if (restartable_role && job_running && exit_code != 0 && args_.max_restarts > 0) {
           if (restarts_[t] < args_.max_restarts) {
             attempt = ++restarts_[t];
@@ -719,8 +921,9 @@ class Launcher {
         }
         if (attempt == 0) {
           ++exited_;
+          gone_[t] = true;
           if (static_cast<int>(t) != chief_ && static_cast<int>(t) != evaluator_ && job_running &&
-              failed_task_ != static_cast<int>(t)) {
+              failed_task_ != static_cast<int>(t) && !removed_[t]) {
             Print("launcher", absl::StrCat(task.label, " ", ended,
                                            "; leaving it to the chief whether to go on"));
           }
@@ -745,8 +948,9 @@ class Launcher {
         };
         // Started under mu_, so StopAll (which sets stopping_ under mu_ first) sees every
         // process there is.
-        if (mu_.AwaitWithTimeout(absl::Condition(&job_ending), delay)) {
+        if (mu_.AwaitWithTimeout(absl::Condition(&job_ending), delay) || removed_[t]) {
           ++exited_;
+          gone_[t] = true;
           return;
         }
         absl::StatusOr<std::unique_ptr<Subprocess>> next = Subprocess::Start(task.options);
@@ -756,6 +960,7 @@ class Launcher {
           failed_task_ = static_cast<int>(t);
           failed_code_ = ExitCodeForStatus(next.status());
           ++exited_;
+          gone_[t] = true;
           return;
         }
         pid = (*next)->pid();
@@ -844,7 +1049,9 @@ class Launcher {
  private:
   const LaunchArgs args_;
   std::unique_ptr<deploy::NetnsHosts> hosts_;  // --hosts netns; made before any task starts
-  std::vector<Task> tasks_;  // filled before any waiter thread starts; fixed afterwards
+  // Filled before any waiter thread starts; afterwards only --elastic's Scale appends, under
+  // mu_, within the capacity reserved first (so no task moves under its waiter).
+  std::vector<Task> tasks_;
   int chief_ = -1;
   int evaluator_ = -1;  // -1: no evaluator
   std::thread signal_thread_;
@@ -855,6 +1062,16 @@ class Launcher {
   std::vector<std::unique_ptr<Subprocess>> procs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Subprocess>> retired_ ABSL_GUARDED_BY(mu_);
   std::vector<int> restarts_ ABSL_GUARDED_BY(mu_);  // restarts so far, by task
+  // --elastic: tasks scaled away (drained, never restarted), and tasks that exited for good.
+  std::vector<bool> removed_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> gone_ ABSL_GUARDED_BY(mu_);
+  bool scaling_ ABSL_GUARDED_BY(mu_) = false;
+  // The cluster's addresses by job, workers added by Scale included.
+  std::map<TaskType, std::vector<std::string>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::string token_;
+  bool serve_metrics_ = true;
+  std::unique_ptr<net::EventLoop> control_loop_;
+  std::unique_ptr<net::RpcServer> control_;  // --elastic; after the waiters' data it uses
   int started_ ABSL_GUARDED_BY(mu_) = 0;            // tasks started (each has a waiter)
   int exited_ ABSL_GUARDED_BY(mu_) = 0;             // tasks whose waiter saw them exit for good
   bool chief_done_ ABSL_GUARDED_BY(mu_) = false;
@@ -872,10 +1089,79 @@ class Launcher {
   Mutex print_mu_;
 };
 
+// `asyncps_launch scale --control HOST:PORT --workers N [--token T]`: asks a running
+// --elastic launcher for N workers. Returns the exit code.
+int ScaleMain(int argc, char** argv) {
+  ScaleArgs args;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    }
+    absl::Status s;
+    if (arg == "--control") {
+      args.control = value;
+    } else if (arg == "--workers") {
+      s = ParseCount("workers", value, &args.workers);
+    } else if (arg == "--token") {
+      args.token = value;
+    } else {
+      s = absl::InvalidArgumentError(absl::StrCat("scale: unknown argument '", arg, "'"));
+    }
+    if (!s.ok()) {
+      std::fprintf(stderr, "asyncps_launch scale: %s\n", std::string(s.message()).c_str());
+      return kExitUsage;
+    }
+  }
+  std::string host;
+  int port = 0;
+  if (args.control.empty() || !ParseHostPort(args.control, &host, &port).ok() || args.workers == 0) {
+    std::fprintf(stderr, "usage: asyncps_launch scale --control HOST:PORT --workers N [--token T]\n");
+    return kExitUsage;
+  }
+  if (args.token.empty()) {
+    const char* env = std::getenv("ASYNCPS_CLUSTER_TOKEN");
+    args.token = env != nullptr ? env : "";
+  }
+  net::EventLoop loop;
+  net::RpcClient::Options o;
+  o.address = args.control;
+  o.role = "operator";
+  o.token = args.token;
+  absl::StatusOr<net::InMessage> answer;
+  std::string message;
+  {
+    net::RpcClient client(loop, o);
+    net::OutMessage request;
+    request.InitRequestBody<wire::ScaleRequest>().setWorkers(args.workers);
+    // Scaling down waits for the drained workers to exit (at most ~40 s).
+    answer = client.Call("launcher.Scale", std::move(request), absl::Seconds(60));
+    if (answer.ok()) {
+      absl::Status s = net::CatchDecodeErrors([&]() -> absl::Status {
+        message = answer->ResponseBody<wire::ScaleResponse>().getMessage().cStr();
+        return absl::OkStatus();
+      });
+      if (!s.ok()) answer = s;
+    }
+  }
+  if (!answer.ok()) {
+    std::fprintf(stderr, "asyncps_launch scale: %s\n", answer.status().ToString().c_str());
+    return ExitCodeForStatus(answer.status());
+  }
+  std::printf("%s\n", message.c_str());
+  return 0;
+}
+
 }  // namespace
 }  // namespace asyncps
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "scale") return asyncps::ScaleMain(argc, argv);
   absl::StatusOr<asyncps::LaunchArgs> args = asyncps::ParseArgs(argc, argv);
   if (!args.ok()) {
     if (absl::IsNotFound(args.status())) {

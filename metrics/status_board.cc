@@ -22,7 +22,10 @@ bool ValidScalarName(const std::string& name) {
 
 }  // namespace
 
-StatusBoard::StatusBoard(ProcessMetrics& metrics) : metrics_(metrics), started_(absl::Now()) {
+StatusBoard::StatusBoard(ProcessMetrics& metrics, std::function<absl::Time()> clock)
+    : metrics_(metrics),
+      clock_(clock != nullptr ? std::move(clock) : std::function<absl::Time()>([] { return absl::Now(); })),
+      started_(clock_()) {
   const std::map<std::string, std::string> labels = {{"role", metrics.role()}, {"task", metrics.task()}};
   scalar_ = &prometheus::BuildGauge()
                  .Name("asyncps_scalar")
@@ -62,7 +65,7 @@ void StatusBoard::SetMember(const std::string& role, int index, const std::strin
 
 void StatusBoard::AddEvent(const std::string& kind, const std::string& text) {
   MutexLock lock(&mu_);
-  events_.push_back(Event{absl::Now(), kind, text});
+  events_.push_back(Event{clock_(), kind, text});
   while (events_.size() > kMaxEvents) events_.pop_front();
 }
 
@@ -100,11 +103,31 @@ absl::Status StatusBoard::ReportScalar(const std::string& name, int64_t step, do
 void StatusBoard::SetValuesSource(std::function<std::map<std::string, double>()> source) {
   MutexLock lock(&source_mu_);
   source_ = std::move(source);
+  rate_samples_.clear();
+  // The first sample: a page opened later gets a rate from its first request.
+  if (source_) {
+    const std::map<std::string, double> values = source_();
+    if (auto it = values.find("closures_completed"); it != values.end()) SampleRate(clock_(), it->second);
+  }
 }
 
 void StatusBoard::ClearValuesSource() {
   MutexLock lock(&source_mu_);
   source_ = nullptr;
+  rate_samples_.clear();
+}
+
+double StatusBoard::SampleRate(absl::Time now, double completed) {
+  if (!rate_samples_.empty() && completed < rate_samples_.back().second) rate_samples_.clear();  // a new counter
+  // A sample at most every 100 ms: clients polling fast cannot grow the deque.
+  if (rate_samples_.empty() || now - rate_samples_.back().first >= absl::Milliseconds(100)) {
+    rate_samples_.emplace_back(now, completed);
+  }
+  while (rate_samples_.size() > 2 && rate_samples_[1].first <= now - kRateWindow) rate_samples_.pop_front();
+  const auto& [t0, c0] = rate_samples_.front();
+  const absl::Duration span = now - t0;
+  if (span < kMinRateSpan) return -1;
+  return (completed - c0) / absl::ToDoubleSeconds(span);
 }
 
 void StatusBoard::SetShardGroups(std::vector<ShardGroup> groups, std::map<std::string, double> counters) {
@@ -122,13 +145,18 @@ void StatusBoard::SetDataService(DataServiceStatus status) {
 std::string StatusBoard::Json() {
   nlohmann::json doc;
   doc["role"] = metrics_.role();
-  doc["now"] = absl::ToUnixMillis(absl::Now()) / 1000.0;
+  const absl::Time now = clock_();
+  doc["now"] = absl::ToUnixMillis(now) / 1000.0;
   doc["started"] = absl::ToUnixMillis(started_) / 1000.0;
   nlohmann::json values = nlohmann::json::object();
   {
     MutexLock lock(&source_mu_);
     if (source_) {
-      for (const auto& [name, value] : source_()) values[name] = value;
+      const std::map<std::string, double> v = source_();
+      for (const auto& [name, value] : v) values[name] = value;
+      if (auto it = v.find("closures_completed"); it != v.end()) {
+        if (const double rate = SampleRate(now, it->second); rate >= 0) values["closures_per_second"] = rate;
+      }
     }
   }
   doc["values"] = values;

@@ -38,8 +38,19 @@ class StatusBoard {
   static constexpr size_t kMaxPointsPerScalar = 1000;  // then every other point is dropped
   static constexpr size_t kMaxEvents = 100;            // the oldest go first
 
-  explicit StatusBoard(ProcessMetrics& metrics);
+  // The clock the board reads (absl::Now when null): tests pass their own to check the
+  // closure rate below without sleeping.
+  explicit StatusBoard(ProcessMetrics& metrics, std::function<absl::Time()> clock = nullptr);
   ~StatusBoard();
+
+  // The closure rate (/status.json "values.closures_per_second", the page's "closures/s"
+  // tile) is computed here, on the server, from the values source's "closures_completed":
+  // over about the last kRateWindow, from samples taken when the source is set and at each
+  // /status.json request. So the first request of a page (a fresh tab, a screenshot) already
+  // shows it, and every viewer sees the same figure. Absent until two samples lie
+  // kMinRateSpan apart; a counter that went down (a new coordinator) starts over.
+  static constexpr absl::Duration kRateWindow = absl::Seconds(10);
+  static constexpr absl::Duration kMinRateSpan = absl::Milliseconds(500);
 
   // Registers GET /status (the page) and /status.json on the metrics endpoint.
   void Serve();
@@ -59,8 +70,9 @@ class StatusBoard {
   absl::Status ReportScalar(const std::string& name, int64_t step, double value);
 
   // Live values read at each /status.json request (closures completed, queue depth, ...). The
-  // source runs on an HTTP thread; ClearValuesSource waits for a call in progress, so an
-  // owner can clear it and then be destroyed.
+  // source runs on an HTTP thread (and once in SetValuesSource, for the rate's first
+  // sample); ClearValuesSource waits for a call in progress, so an owner can clear it and
+  // then be destroyed.
   void SetValuesSource(std::function<std::map<std::string, double>()> source);
   void ClearValuesSource();
 
@@ -124,13 +136,20 @@ class StatusBoard {
     std::string text;
   };
 
+  // Records (now, completed) and returns the closures per second over the window, or -1.
+  double SampleRate(absl::Time now, double completed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(source_mu_);
+
   ProcessMetrics& metrics_;
+  const std::function<absl::Time()> clock_;
   const absl::Time started_;
   prometheus::Family<prometheus::Gauge>* scalar_;
   prometheus::Family<prometheus::Gauge>* scalar_step_;
 
   Mutex source_mu_;
   std::function<std::map<std::string, double>()> source_ ABSL_GUARDED_BY(source_mu_);
+  // (time, closures completed), oldest first: the first is the latest at or before the
+  // window's start, so the rate spans the whole window once the run is that old.
+  std::deque<std::pair<absl::Time, double>> rate_samples_ ABSL_GUARDED_BY(source_mu_);
 
   Mutex mu_;
   std::map<std::pair<std::string, int>, Member> members_ ABSL_GUARDED_BY(mu_);

@@ -63,6 +63,46 @@ TEST(StatusBoardTest, CountsRestartsByNewIncarnations) {
   EXPECT_EQ(nlohmann::json::parse(board.Json())["members"][0]["incarnation"], "33");
 }
 
+// The closures/s tile showed "-" throughout runs: the page divided two of its own polls, so a
+// fresh page (or a screenshot, which renders one poll) had no rate. The chief now computes it
+// over its last kRateWindow, starting from a sample taken when the values source is set.
+TEST(StatusBoardTest, ClosureRateIsComputedByTheChiefFromTheFirstRequest) {
+  auto metrics = ProcessMetrics::Create("chief", 0, "");
+  ASSERT_TRUE(metrics.ok());
+  absl::Time now = absl::FromUnixSeconds(1'000'000);
+  StatusBoard board(**metrics, [&now] { return now; });
+  double completed = 0;
+  auto rate = [&board]() -> nlohmann::json { return nlohmann::json::parse(board.Json())["values"]["closures_per_second"]; };
+  board.SetValuesSource([&completed] { return std::map<std::string, double>{{"closures_completed", completed}}; });
+  // No time has passed since the first sample: no rate yet (the page shows "-").
+  EXPECT_TRUE(rate().is_null());
+  // The first request after 5 s sees 500 closures done: 100/s, without a second request.
+  now += absl::Seconds(5);
+  completed = 500;
+  EXPECT_DOUBLE_EQ(rate().get<double>(), 100);
+  // Later the rate follows the last kRateWindow (10 s), not the whole run: 2000 more in 10 s.
+  now += absl::Seconds(10);
+  completed = 2500;
+  EXPECT_DOUBLE_EQ(rate().get<double>(), 200);
+  now += absl::Seconds(10);
+  completed = 2500;  // stalled for a whole window
+  EXPECT_DOUBLE_EQ(rate().get<double>(), 0);
+  // A new coordinator's counter (lower) starts the rate over instead of going negative.
+  now += absl::Seconds(1);
+  completed = 10;
+  EXPECT_TRUE(rate().is_null());
+  now += absl::Seconds(2);
+  completed = 30;
+  EXPECT_DOUBLE_EQ(rate().get<double>(), 10);
+}
+
+// The page draws the chief's figure: nothing of the old two-poll arithmetic is left in it.
+TEST(StatusBoardTest, PageShowsTheChiefsRate) {
+  const std::string page = StatusPageHtml();
+  EXPECT_NE(page.find("v.closures_per_second"), std::string::npos);
+  EXPECT_EQ(page.find("last.completed"), std::string::npos);
+}
+
 TEST(StatusBoardTest, RejectsBadScalarsAndBoundsWhatItKeeps) {
   auto metrics = ProcessMetrics::Create("chief", 0, "");
   ASSERT_TRUE(metrics.ok());

@@ -23,7 +23,8 @@ const char* StatusPageHtml() {
   td, th { border: 1px solid #ddd; padding: 3px 10px; text-align: left; }
   .state-up { color: #137333; font-weight: bold; }
   .state-down { color: #c5221f; font-weight: bold; }
-  .state-recovering, .state-starting { color: #b06000; font-weight: bold; }
+  .state-recovering, .state-starting, .state-joining, .state-draining { color: #b06000; font-weight: bold; }
+  .state-left { color: #777; }
   .plots { display: flex; gap: 1.5em; flex-wrap: wrap; }
   svg.plot { background: #fff; border: 1px solid #ddd; }
   #events li { font-family: monospace; }
@@ -65,7 +66,6 @@ const char* StatusPageHtml() {
 <script>
 "use strict";
 const SVG = "http://www.w3.org/2000/svg";
-let last = null;  // previous poll: {now, completed}
 
 function text(id, v) { document.getElementById(id).textContent = v; }
 
@@ -110,12 +110,10 @@ function plot(name, points) {
 
 function render(s) {
   const v = s.values || {};
-  const completed = v.closures_completed;
-  if (last && completed !== undefined && s.now > last.now) {
-    text("rate", fmt((completed - last.completed) / (s.now - last.now)));
-  }
-  last = {now: s.now, completed: completed || 0};
-  text("completed", fmt(completed));
+  // The chief computes the rate over its last seconds (metrics/status_board.h), so the
+  // first poll of a page shows it too.
+  text("rate", fmt(v.closures_per_second));
+  text("completed", fmt(v.closures_completed));
   text("queue", fmt(v.queue_depth));
   text("inflight", fmt(v.closures_in_flight));
   text("workersup", v.workers_up === undefined ? "-" : fmt(v.workers_up) + " / " + fmt(v.workers));

@@ -35,7 +35,9 @@ TEST(WireSchemasTest, PlannedCheckAgreesWithTheReferenceOnEveryPsMessage) {
 TEST(WireSchemasTest, PlannedCheckAgreesWithTheReferenceOnEveryWorkerMessage) {
   ExpectSameVerdicts<wire::VariablePlacement, wire::SetDirectoryRequest, wire::Argument, wire::RunRequest,
                      wire::SplitBinding, wire::RunResponse, wire::CancelRequest, wire::CreateResourceRequest,
-                     wire::DeleteResourceRequest, wire::HeartbeatResponse>();
+                     wire::DeleteResourceRequest, wire::HeartbeatResponse, wire::JoinRequest,
+                     wire::JoinResponse, wire::LeaveRequest, wire::LeaveResponse, wire::ScaleRequest,
+                     wire::ScaleResponse>();
 }
 
 }  // namespace

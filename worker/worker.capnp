@@ -109,3 +109,34 @@ struct HeartbeatResponse {
   # microseconds (0: nothing owed). The chief fails over a primary its workers cannot reach.
   psSilenceMicros @3 :List(Int64);
 }
+
+# Elastic membership ("membership.*" methods, served by the chief under --elastic; see
+# coordinator/membership_service.h). Workers call them about themselves: `index` must be the
+# caller's own task index, as it authenticated in the handshake.
+struct JoinRequest {
+  index @0 :Int32;
+  address @1 :Text;            # host:port the worker serves on (at most 255 bytes)
+}
+
+struct JoinResponse {
+  members @0 :Int32;           # workers in the job (joining and up) after this one
+  alreadyMember @1 :Bool;      # it was one already (a starting worker, or a repeat): nothing changed
+}
+
+struct LeaveRequest {
+  index @0 :Int32;
+}
+
+struct LeaveResponse {
+  requeued @0 :Int32;          # closures that went back to the queue instead of finishing here
+}
+
+# asyncps_launch's control port (--elastic): "launcher.Scale", called by `asyncps_launch scale`
+# as role "operator", authenticated by the cluster token like every connection.
+struct ScaleRequest {
+  workers @0 :Int32;           # workers wanted, 1 to 256
+}
+
+struct ScaleResponse {
+  message @0 :Text;            # what the launcher did, for a person
+}

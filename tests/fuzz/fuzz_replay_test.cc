@@ -36,7 +36,7 @@ void ReplayAll(const std::string& subdir, size_t at_least) {
   }
 }
 
-TEST(FuzzReplayTest, SeedCorpus) { ReplayAll("corpus", 9); }
+TEST(FuzzReplayTest, SeedCorpus) { ReplayAll("corpus", 10); }
 
 // The seeds reach the real handlers and succeed there, so mutations start from deep paths.
 TEST(FuzzReplayTest, SeedsPassTheHandshakeAndAreServed) {
@@ -68,6 +68,15 @@ TEST(FuzzReplayTest, Bf16AndVersionsSeedIsServedWhole) {
   SessionOutcome outcome = RunServerSession(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   ASSERT_EQ(outcome.response_codes.size(), 7u);
   for (size_t i = 0; i < outcome.response_codes.size(); ++i) EXPECT_EQ(outcome.response_codes[i], 0) << i;
+}
+
+TEST(FuzzReplayTest, MembershipSeedIsServedAndRefusesWhatItMust) {
+  const std::string bytes = Read(std::string(ASYNCPS_FUZZ_DIR) + "/corpus/membership");
+  const SessionOutcome outcome = RunServerSession(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  EXPECT_TRUE(outcome.authenticated);
+  // Join OK; Join as worker 3 from worker 0: PermissionDenied; a bad address: InvalidArgument;
+  // Leave OK; Leave as worker 2: PermissionDenied.
+  EXPECT_EQ(outcome.response_codes, (std::vector<int>{0, 7, 3, 0, 7}));
 }
 
 TEST(FuzzReplayTest, Regressions) { ReplayAll("regressions", 1); }

@@ -264,6 +264,20 @@ bool WriteAll(const std::string& dir, const std::vector<std::pair<std::string, s
   return true;
 }
 
+std::string Join(int index, const std::string& address) {
+  net::OutMessage m;
+  auto req = m.InitRequestBody<wire::JoinRequest>();
+  req.setIndex(index);
+  req.setAddress(address);
+  return Request(std::move(m), "membership.Join");
+}
+
+std::string Leave(int index) {
+  net::OutMessage m;
+  m.InitRequestBody<wire::LeaveRequest>().setIndex(index);
+  return Request(std::move(m), "membership.Leave");
+}
+
 int Main(int argc, char** argv) {
   if (argc != 2 && argc != 3) {
     std::fprintf(stderr, "usage: make_fuzz_seeds CORPUS_DIR [REGRESSIONS_DIR]\n");
@@ -288,6 +302,10 @@ int Main(int argc, char** argv) {
       {"worker_all", chief + SetDirectory() + CreateResource(5) + Run(1, 5) + Cancel(1) + Empty("worker.Heartbeat") +
                          DeleteResource(5) + Run(2, 5)},
       {"worker_role_denied", Hello("worker") + Run(3, 0) + CreateVariable("x", "zeros", "")},
+      // The chief's membership methods (--elastic), as worker 0: joins, then joins as another
+      // worker (refused), with a bad address (refused), leaves, leaves as another (refused).
+      {"membership", Hello("worker") + Join(0, "127.0.0.1:5") + Join(3, "127.0.0.1:6") + Join(0, "no port") +
+                         Leave(0) + Leave(2)},
   };
   if (!WriteAll(argv[1], seeds)) return 1;
   if (argc == 3 && !WriteAll(argv[2], Regressions())) return 1;

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/types/span.h"
+#include "coordinator/membership_service.h"
 #include "core/tensor.h"
 #include "net/frame_codec.h"
 #include "net/handshake.h"
@@ -45,6 +46,17 @@ const Program& FuzzProgram() {
   return *program;
 }
 
+// The chief's membership methods over a stand-in for the coordinator: worker 0 is a member;
+// any other index joins; only a member leaves.
+class FuzzMembers : public MembershipService::Members {
+ public:
+  absl::StatusOr<Joined> Join(int index, const std::string&) override { return Joined{2, index == 0}; }
+  absl::StatusOr<int> Leave(int index, absl::Duration) override {
+    if (index != 0) return absl::NotFoundError("not a member");
+    return 0;
+  }
+};
+
 }  // namespace
 
 std::string FuzzServerNonce() { return std::string(net::kNonceBytes, 'F'); }
@@ -82,6 +94,8 @@ SessionOutcome RunServerSession(const uint8_t* data, size_t size) {
   net::MethodTable methods;
   ps_service.RegisterWith(methods);
   worker_service.RegisterWith(methods);
+  FuzzMembers members;
+  MembershipService::Register(methods, members);
 
   auto owned = std::make_unique<net::InMemoryTransport>();
   net::InMemoryTransport& transport = *owned;

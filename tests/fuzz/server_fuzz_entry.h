@@ -22,8 +22,8 @@ struct SessionOutcome {
 
 // Feeds `data` as the byte stream of one connection into the server's real protocol code:
 // frame decoding (Connection's FrameDecoder and limits), the handshake (ServerSession), and
-// request dispatch into the real PS service and worker service handlers (one MethodTable
-// with both, fresh for every input). Handlers run inline. Returns 0; a bug shows up as a
+// request dispatch into the real PS service and worker service handlers and the chief's
+// membership handlers (one MethodTable with all, fresh for every input). Handlers run inline. Returns 0; a bug shows up as a
 // crash, a sanitizer report, or an exception escaping (which aborts).
 int FuzzServerInput(const uint8_t* data, size_t size);
 SessionOutcome RunServerSession(const uint8_t* data, size_t size);
