@@ -51,7 +51,8 @@ constexpr char kUsage[] =
     "usage: asyncps_launch --ps N --workers M [--evaluator] [--max_restarts R] [--log_level L]\n"
     "                      [--token T] [--file_sd PATH] [--ps_replicas K] [--data_workers D]\n"
     "                      [--ps_heartbeat_timeout D] [--ps_lost_after D] [--hosts local|netns]\n"
-    "                      [--netns_subnet 10.A.B.0/24] [--netns_prefix P] -- PROGRAM [ARGS...]\n"
+    "                      [--netns_subnet 10.A.B.0/24] [--netns_prefix P] [--netns_rate R]\n"
+    "                      -- PROGRAM [ARGS...]\n"
     "\n"
     "Starts a local cluster on 127.0.0.1: N parameter servers, M workers, one chief (and one\n"
     "evaluator with --evaluator; a tf.data service dispatcher and D data workers with\n"
@@ -103,7 +104,10 @@ constexpr char kUsage[] =
     "--netns_prefix (default apsl-<launcher pid>-) + the task (chief, ps0, worker1, ...) and the\n"
     "bridge's + \"sw\"; the launcher deletes them when it exits (also on SIGINT/SIGTERM), and\n"
     "those of an earlier launcher that was SIGKILLed when it starts. scripts/netns_hosts.py can\n"
-    "partition, isolate, flap or cap these hosts while the job runs (--prefix P).\n";
+    "partition, isolate, flap or cap these hosts while the job runs (--prefix P).\n"
+    "--netns_rate R (with --hosts netns; e.g. 1gbit, 10gbit, 100mbit) caps every host's link at R\n"
+    "in each direction (tc tbf, burst 256 kB) before any task starts, as a job on a real network\n"
+    "of that speed would see it (loopback and veths are limited by CPU only).\n";
 
 // Upper bound on tasks per job: a local cluster larger than this is a typo, not a plan.
 constexpr int kMaxTasksPerJob = 256;
@@ -134,6 +138,7 @@ struct LaunchArgs {
   bool netns_hosts = false;          // --hosts netns: each task in a network namespace of its own
   std::string netns_subnet = deploy::kDefaultNetnsSubnet;
   std::string netns_prefix;  // empty: kLauncherNetnsFamily + this process's pid + "-"
+  std::string netns_rate;    // --netns_rate: every host's link capped at this rate; empty: not
   std::vector<std::string> program;
   std::string command;  // the whole command line, shell-quoted
 };
@@ -266,6 +271,14 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
       }
       args.netns_prefix = value;
       have_netns_flag = true;
+    } else if (name == "--netns_rate") {
+      status = take_value();
+      if (status.ok()) status = deploy::CheckLinkRate(value);
+      if (!status.ok()) {
+        status = absl::InvalidArgumentError(absl::StrCat("--netns_rate: ", status.message()));
+      }
+      args.netns_rate = value;
+      have_netns_flag = true;
     } else if (name == "--evaluator" && !has_value) {
       args.evaluator = true;
     } else {
@@ -281,7 +294,8 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
         absl::StrCat("--ps_replicas ", k, " needs at least ", k, " parameter servers (--ps ", args.num_ps, ")"));
   }
   if (have_netns_flag && !args.netns_hosts) {
-    return absl::InvalidArgumentError("--netns_subnet and --netns_prefix need --hosts netns");
+    return absl::InvalidArgumentError(
+        "--netns_subnet, --netns_prefix and --netns_rate need --hosts netns");
   }
   if (args.netns_hosts) {
     const int total = 1 + args.num_ps + args.num_workers + (args.evaluator ? 1 : 0) +
@@ -642,6 +656,14 @@ class Launcher {
     Print("launcher", absl::StrCat("hosts: ", hosts_->hosts().size(), " network namespaces ",
                                    prefix, "* on a bridge in ", hosts_->switch_netns(), ", subnet ",
                                    args_.netns_subnet));
+    if (!args_.netns_rate.empty()) {
+      if (absl::Status s = hosts_->CapLinks(args_.netns_rate); !s.ok()) {
+        Print("launcher", absl::StrCat("error: --netns_rate: ", s.ToString()));
+        return ExitCodeForStatus(s);
+      }
+      Print("launcher", absl::StrCat("links: every host capped at ", args_.netns_rate,
+                                     " each way (tc tbf)"));
+    }
     return 0;
   }
 

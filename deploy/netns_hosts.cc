@@ -32,32 +32,35 @@ constexpr char kHostDevice[] = "eth0";
 // One `ip` command answers in milliseconds; a minute means something is wrong.
 constexpr absl::Duration kCommandTimeout = absl::Seconds(60);
 
-// The `ip` binary: from PATH, else the places Debian puts it (root's PATH has /usr/sbin, a
-// `sudo -E` or a cron environment may not).
-std::string IpPath() {
+// An iproute2 binary (`ip`, `tc`): from PATH, else the places Debian puts it (root's PATH has
+// /usr/sbin, a `sudo -E` or a cron environment may not).
+std::string ToolPath(absl::string_view tool) {
   std::vector<std::string> dirs;
   if (const char* path = std::getenv("PATH"); path != nullptr) {
     dirs = absl::StrSplit(path, ':', absl::SkipEmpty());
   }
   for (const char* d : {"/usr/sbin", "/sbin", "/usr/bin", "/bin"}) dirs.emplace_back(d);
   for (const std::string& d : dirs) {
-    const std::string candidate = absl::StrCat(d, "/ip");
+    const std::string candidate = absl::StrCat(d, "/", tool);
     if (access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
 }
 
-// Runs `ip args...`; FailedPrecondition with its output when it fails.
-absl::Status RunIp(const std::vector<std::string>& args) {
-  const std::string ip = IpPath();
-  if (ip.empty()) return absl::FailedPreconditionError("'ip' not found: install Debian's iproute2");
+// Runs `tool args...`; FailedPrecondition with its output when it fails.
+absl::Status RunTool(absl::string_view tool, const std::vector<std::string>& args) {
+  const std::string path = ToolPath(tool);
+  if (path.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", tool, "' not found: install Debian's iproute2"));
+  }
   Subprocess::Options options;
-  options.argv.push_back(ip);
+  options.argv.push_back(path);
   options.argv.insert(options.argv.end(), args.begin(), args.end());
   absl::StatusOr<std::unique_ptr<Subprocess>> proc = Subprocess::Start(options);
   if (!proc.ok()) return proc.status();
   absl::StatusOr<int> code = (*proc)->Wait(kCommandTimeout);
-  const std::string command = absl::StrCat("ip ", absl::StrJoin(args, " "));
+  const std::string command = absl::StrCat(tool, " ", absl::StrJoin(args, " "));
   if (!code.ok()) {
     (*proc)->Signal(SIGKILL);
     return absl::FailedPreconditionError(absl::StrCat(command, ": ", code.status().message()));
@@ -68,6 +71,8 @@ absl::Status RunIp(const std::vector<std::string>& args) {
   }
   return absl::OkStatus();
 }
+
+absl::Status RunIp(const std::vector<std::string>& args) { return RunTool("ip", args); }
 
 std::vector<std::string> ListNamespaces() {
   std::vector<std::string> names;
@@ -136,7 +141,7 @@ absl::Status CheckNetnsSupport() {
     return absl::FailedPreconditionError(
         absl::StrCat("network namespaces need root (ip netns); running as uid ", geteuid()));
   }
-  if (IpPath().empty())
+  if (ToolPath("ip").empty())
     return absl::FailedPreconditionError("'ip' not found: install Debian's iproute2");
   return absl::OkStatus();
 }
@@ -208,6 +213,46 @@ absl::Status NetnsHosts::Build(absl::string_view subnet, const std::vector<std::
   return absl::OkStatus();
 }
 
+absl::Status CheckLinkRate(absl::string_view rate) {
+  // tc's units, as scripts/netns_hosts.py passes them: digits, then bit, kbit, mbit, gbit.
+  static constexpr absl::string_view kUnits[] = {"kbit", "mbit", "gbit", "bit"};
+  for (absl::string_view unit : kUnits) {
+    if (!absl::EndsWith(rate, unit)) continue;
+    absl::string_view digits = rate.substr(0, rate.size() - unit.size());
+    uint32_t n = 0;
+    if (!digits.empty() && digits.size() <= 6 &&
+        std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) &&
+        absl::SimpleAtoi(digits, &n) && n > 0) {
+      return absl::OkStatus();
+    }
+    break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "a link rate is a positive whole number of bit, kbit, mbit or gbit per second (1gbit, "
+      "100mbit), got '", rate, "'"));
+}
+
+absl::Status NetnsHosts::CapLinks(absl::string_view rate) {
+  if (absl::Status s = CheckLinkRate(rate); !s.ok()) return s;
+  const std::string sw = switch_netns();
+  for (size_t i = 0; i < hosts_.size(); ++i) {
+    // Each end of the veth shapes what it sends: the host's end its uplink, the bridge port its
+    // downlink. The burst is scripts/netns_hosts.py's default, a few frames more than a 10 Gbit/s
+    // timer tick sends.
+    const std::pair<std::string, std::string> ends[] = {{hosts_[i].netns, kHostDevice},
+                                                        {sw, absl::StrCat("p", i)}};
+    for (const auto& [netns, dev] : ends) {
+      if (absl::Status s = RunTool("tc", {"-n", netns, "qdisc", "replace", "dev", dev, "root",
+                                          "tbf", "rate", std::string(rate), "burst", "256kb",
+                                          "latency", "50ms"});
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 NetnsHosts::~NetnsHosts() { (void)Destroy(); }
 
 absl::Status NetnsHosts::Destroy() {
@@ -225,7 +270,7 @@ std::string NetnsHosts::switch_netns() const { return prefix_ + kSwitchSuffix; }
 
 std::vector<std::string> NetnsHosts::Exec(size_t index,
                                           const std::vector<std::string>& argv) const {
-  std::vector<std::string> out = {IpPath(), "netns", "exec", hosts_.at(index).netns};
+  std::vector<std::string> out = {ToolPath("ip"), "netns", "exec", hosts_.at(index).netns};
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
 }

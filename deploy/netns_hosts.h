@@ -66,6 +66,11 @@ class NetnsHosts {
   std::string switch_netns() const;
   const std::vector<Host>& hosts() const { return hosts_; }
 
+  // Caps every host's link at `rate` ("1gbit", "10gbit", "100mbit") in each direction, with a
+  // token bucket (tc tbf, burst 256 kB) on both ends of its veth. InvalidArgument for a rate
+  // CheckLinkRate refuses; FailedPrecondition when `tc` is missing or fails.
+  absl::Status CapLinks(absl::string_view rate);
+
   // `argv` run inside host `index`: {"ip", "netns", "exec", netns, argv...}. `ip netns exec`
   // execs the program in place, so the pid started is the program's.
   std::vector<std::string> Exec(size_t index, const std::vector<std::string>& argv) const;
@@ -83,6 +88,10 @@ class NetnsHosts {
 // it could clean up; its tasks died with it: they get SIGKILL when the launcher dies). A live
 // pid keeps its namespaces. Returns the names deleted; errors are not fatal and are skipped.
 std::vector<std::string> SweepStaleLauncherNamespaces();
+
+// OK when `rate` is a link rate CapLinks takes: a positive whole number (at most 6 digits)
+// followed by bit, kbit, mbit or gbit; InvalidArgument saying so otherwise.
+absl::Status CheckLinkRate(absl::string_view rate);
 
 // OK when network namespaces can be made here; FailedPrecondition saying why not (not root,
 // no `ip`).

@@ -54,6 +54,16 @@ TEST(CheckNetnsNameTest, PlainNamesOnly) {
   }
 }
 
+TEST(CheckLinkRateTest, WholeNumbersOfTcUnits) {
+  for (const char* ok : {"1gbit", "10gbit", "100mbit", "512kbit", "9600bit"}) {
+    EXPECT_TRUE(CheckLinkRate(ok).ok()) << ok;
+  }
+  for (const char* bad : {"", "gbit", "0gbit", "1.5gbit", "-1gbit", "1gbps", "1 gbit", "1GBIT",
+                          "10000000gbit", "1gbit; rm -rf /"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(CheckLinkRate(bad))) << bad;
+  }
+}
+
 // Needs root (ip netns): the namespaces exist while the object does and are gone after.
 TEST(NetnsHostsTest, CreatesAndDeletesItsNamespaces) {
   if (!CheckNetnsSupport().ok()) GTEST_SKIP() << CheckNetnsSupport().message();

@@ -407,7 +407,7 @@ class LauncherTest(unittest.TestCase):
 
     def test_sigterm_deletes_the_hosts_and_the_harness_attaches(self):
         prefix = f"apsl-t{os.getpid()}-"
-        proc = self.launch("--netns_prefix", prefix, env={"PROBE_WAIT": "1"})
+        proc = self.launch("--netns_prefix", prefix, "--netns_rate", "1gbit", env={"PROBE_WAIT": "1"})
         self.addCleanup(nh.cleanup, prefix)  # should the launcher fail to
         self.addCleanup(proc.kill)
         output = Lines(proc.stdout)
@@ -416,6 +416,8 @@ class LauncherTest(unittest.TestCase):
         self.assertEqual(sorted(c.hosts), ["chief", "ps0", "ps1", "worker0"])
         self.assertEqual(c["chief"].address, "10.213.47.2")
         self.assertEqual(len(c["ps1"].pids()), 1)
+        for host in c.hosts:  # --netns_rate: tbf on both ends of every host's veth
+            self.assertEqual([q[2] for q in c.qdiscs(host)], ["tbf", "tbf"], host)
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)
         rest = output.rest()
@@ -427,6 +429,9 @@ class LauncherTest(unittest.TestCase):
         launch = os.environ["ASYNCPS_LAUNCH"]
         for args, message in ((["--hosts", "cloud"], "--hosts wants local or netns"),
                               (["--netns_subnet", "10.0.0.0/24"], "need --hosts netns"),
+                              (["--netns_rate", "1gbit"], "need --hosts netns"),
+                              (["--hosts", "netns", "--netns_rate", "fast"], "--netns_rate: a link rate"),
+                              (["--hosts", "netns", "--netns_rate", "0gbit"], "--netns_rate: a link rate"),
                               (["--hosts", "netns", "--netns_subnet", "192.168.0.0/24"], "inside 10.0.0.0/8"),
                               (["--hosts", "netns", "--netns_subnet", "10.1.1.0/29"], "room for 5 hosts")):
             r = subprocess.run([launch, "--ps", "2", "--workers", "4", *args, "--", "true"], capture_output=True, text=True)
