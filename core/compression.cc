@@ -61,7 +61,11 @@ size_t Int8EncodedBytes(size_t n) {
   return (n + kInt8BlockSize - 1) / kInt8BlockSize * sizeof(float) + n;
 }
 
-void EncodeInt8InPlace(float* values, size_t n, uint8_t* out) {
+namespace {
+
+// One loop for both encoders: `residual` (may be `in`) gets each value minus its decoded form;
+// null: the input is left as it is.
+void EncodeInt8Into(const float* in, size_t n, uint8_t* out, float* residual) {
   const size_t blocks = (n + kInt8BlockSize - 1) / kInt8BlockSize;
   int8_t* codes = reinterpret_cast<int8_t*>(out + blocks * sizeof(float));
   for (size_t b = 0; b < blocks; ++b) {
@@ -69,22 +73,28 @@ void EncodeInt8InPlace(float* values, size_t n, uint8_t* out) {
     float max_abs = 0;
     bool finite = true;
     for (size_t i = begin; i < end; ++i) {
-      finite = finite && std::isfinite(values[i]);
-      max_abs = std::max(max_abs, std::fabs(values[i]));
+      finite = finite && std::isfinite(in[i]);
+      max_abs = std::max(max_abs, std::fabs(in[i]));
     }
     const float scale = !finite ? std::numeric_limits<float>::quiet_NaN() : max_abs / 127.0f;
     std::memcpy(out + b * sizeof(float), &scale, sizeof(scale));
     // In double: 127 / max_abs overflows f32 for a subnormal max_abs.
     const double inverse = finite && max_abs > 0 ? 127.0 / max_abs : 0.0;
     for (size_t i = begin; i < end; ++i) {
-      const double q = std::nearbyint(static_cast<double>(values[i]) * inverse);
+      const double q = std::nearbyint(static_cast<double>(in[i]) * inverse);
       const int8_t code = static_cast<int8_t>(std::clamp(q, -127.0, 127.0));
       codes[i] = code;
       // Exactly what DecodeInt8 computes, so the residual is what the PS did not get.
-      values[i] -= static_cast<float>(code) * scale;
+      if (residual != nullptr) residual[i] = in[i] - static_cast<float>(code) * scale;
     }
   }
 }
+
+}  // namespace
+
+void EncodeInt8InPlace(float* values, size_t n, uint8_t* out) { EncodeInt8Into(values, n, out, values); }
+
+void EncodeInt8(const float* in, size_t n, uint8_t* out) { EncodeInt8Into(in, n, out, nullptr); }
 
 absl::Status DecodeInt8(const uint8_t* payload, size_t bytes, size_t n, float* out) {
   if (bytes != Int8EncodedBytes(n)) {
@@ -196,6 +206,14 @@ absl::Status DecodeTopK(const uint8_t* payload, size_t bytes, size_t n, float* o
 void EncodeBf16InPlace(float* values, size_t n, uint16_t* out) {
   NarrowToBf16(values, out, n);
   for (size_t i = 0; i < n; ++i) values[i] -= Bf16ToFloat(out[i]);
+}
+
+absl::StatusOr<Compression> ParsePullCompression(absl::string_view text) {
+  absl::StatusOr<Compression> c = ParseCompression(text);
+  if (c.ok() && c->kind == CompressionKind::kTopK) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a pull form (none, bf16 or int8)"));
+  }
+  return c;
 }
 
 size_t EncodedBytes(const Compression& compression, size_t n) {

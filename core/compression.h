@@ -61,6 +61,9 @@ size_t Int8EncodedBytes(size_t n);
 // holding NaN or Inf gets a NaN scale, so it decodes to NaN and the PS refuses the gradient
 // as non-finite rather than applying a value that is not the one computed.
 void EncodeInt8InPlace(float* values, size_t n, uint8_t* out);
+// The same encoding of `n` floats at `in`, which it leaves as they are (quantized reads: the
+// PS answers a variable's values so without touching them).
+void EncodeInt8(const float* in, size_t n, uint8_t* out);
 // Decodes an int8 payload of `bytes` bytes into `n` floats at `out`. InvalidArgument, before
 // anything is written, when `bytes` is not Int8EncodedBytes(n).
 absl::Status DecodeInt8(const uint8_t* payload, size_t bytes, size_t n, float* out);
@@ -83,6 +86,11 @@ absl::Status DecodeTopK(const uint8_t* payload, size_t bytes, size_t n, float* o
 // bf16 with error feedback: narrows `n` floats at `values` into `out` (2n bytes) and leaves
 // in `values` each value minus its bf16 rounding.
 void EncodeBf16InPlace(float* values, size_t n, uint16_t* out);
+
+// The forms a worker may ask its pulls (reads) in: none (f32), bf16 or int8 (core/bf16.h and
+// the int8 encoding above; no error feedback: a read's rounding is not carried anywhere).
+// "none", "bf16" or "int8"; InvalidArgument otherwise (top-k is for gradients only).
+absl::StatusOr<Compression> ParsePullCompression(absl::string_view text);
 
 // Bytes of the payload `n` f32 elements take compressed as `compression`.
 size_t EncodedBytes(const Compression& compression, size_t n);
