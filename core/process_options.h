@@ -101,8 +101,8 @@ struct ProcessOptions {
   absl::Duration ps_lost_after = absl::Seconds(30);
   std::string dispatcher_work_dir;
   WirePrecision transport = WirePrecision::kF32;
-  Compression compression;
-  Compression pull_compression;
+  Compression compression = {};
+  Compression pull_compression = {};
 
   int64_t rpc_max_connections = 1024;
   int64_t rpc_handshake_timeout_ms = 5000;

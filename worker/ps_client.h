@@ -118,13 +118,13 @@ class PsClient {
     // compressed. Tags and exactly-once are unchanged: the PS deduplicates a compressed push
     // as any other. A PS that predates compression refuses such a push (unknown dtype code).
     // kNone keeps `transport`'s form for gradients.
-    Compression compression;
+    Compression compression = {};
     // Quantized reads (the --pull_compression process flag): the form this client asks f32
     // values it reads in (Read*, and the values of PushGradientsAndRead*): none (as `transport`
     // says), bf16, or int8 (a scale per 256 values, ~1/4 of the bytes; each value within half
     // a step, its block's largest magnitude / 254, of the PS's). Decoded here to f32; the PS's
     // variables are never touched. A PS that predates int8 refuses such a read.
-    Compression pull;
+    Compression pull = {};
   };
 
   PsClient(std::vector<net::RpcClient*> ps, const VariableDirectory& directory, Options options);
