@@ -84,6 +84,7 @@ void Connection::ReadSome() {
       asio::buffer(buffer + read_end_, kReadBufferBytes - read_end_),
       [this, self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
         if (ec) return Fail(ec, "read error");
+        NoteProgress();
         read_end_ += n;
         if (metrics_ != nullptr) metrics_->AddBytesReceived(n);
         ProcessInput();
@@ -181,10 +182,11 @@ bool Connection::BeginPayloads(kj::Array<capnp::word> words) {
 void Connection::ReadLargeHeader(kj::Array<capnp::word> header, size_t have) {
   auto* bytes = reinterpret_cast<uint8_t*>(header.begin());
   auto buffer = asio::buffer(bytes + have, header.size() * sizeof(capnp::word) - have);
-  asio::async_read(socket_, buffer,
+  asio::async_read(socket_, buffer, NotingProgress{this},
                    [this, self = shared_from_this(), header = std::move(header)](
                        const boost::system::error_code& ec, size_t n) mutable {
                      if (ec) return Fail(ec, "read error");
+                     NoteProgress();  // the condition is not asked after the last part
                      if (metrics_ != nullptr) metrics_->AddBytesReceived(n);
                      if (BeginPayloads(std::move(header))) ProcessInput();
                    });
@@ -218,6 +220,7 @@ bool Connection::ReadPayloadsNow() {
       Fail(asio::error::eof, "read error");
       return false;
     }
+    NoteProgress();
     if (metrics_ != nullptr) metrics_->AddBytesReceived(static_cast<uint64_t>(n));
     for (size_t left = static_cast<size_t>(n); left > 0;) {
       const size_t room = ranges[payload_range_].size - payload_offset_;
@@ -242,9 +245,10 @@ void Connection::ReadPayloadsDirect() {
     buffers.emplace_back(static_cast<char*>(ranges[i].data) + skip, ranges[i].size - skip);
   }
   // Payload bytes go straight from the socket into the aligned block: the one copy.
-  asio::async_read(socket_, buffers,
+  asio::async_read(socket_, buffers, NotingProgress{this},
                    [this, self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
                      if (ec) return Fail(ec, "read error");
+                     NoteProgress();  // the condition is not asked after the last part
                      if (metrics_ != nullptr) metrics_->AddBytesReceived(n);
                      payload_range_ = decoder_.payload_buffers().size();
                      payload_offset_ = 0;
@@ -352,6 +356,7 @@ bool Connection::WriteDirectLocked(SentFrames* sent) {
       writer_active_ = true;
       return false;
     }
+    if (n > 0) NoteProgress();
     uint64_t frames = 0;
     for (size_t left = static_cast<size_t>(n); left > 0;) {
       Queued& front = queue_.front();
@@ -402,11 +407,12 @@ void Connection::WriteQueued() {
   if (error != 0) {
     return Fail(boost::system::error_code(error, boost::system::system_category()), "write error");
   }
-  asio::async_write(socket_, buffers, TransferAllUncapped(),
+  asio::async_write(socket_, buffers, NotingProgress{this},
                     [this, self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
                       const size_t frames = writing_.size();
                       writing_.clear();
                       if (ec) return Fail(ec, "write error");
+                      NoteProgress();  // the condition is not asked after the last part
                       if (metrics_ != nullptr) metrics_->RecordWrite(n, frames);
                       WriteQueued();
                     });

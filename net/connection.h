@@ -3,6 +3,7 @@
 
 // Private to net/: one framed TCP connection. Includes Asio, so only net .cc files include it.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "core/sync.h"
 #include "metrics/rpc_metrics.h"
 #include "net/asio.h"
@@ -75,6 +77,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // peer once per frame.
   void SendDeferred(OutMessage message, size_t flush_frames) ABSL_LOCKS_EXCLUDED(send_mu_);
   void Close(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(send_mu_);
+
+  // When bytes last moved on this connection in either direction (a read that returned data,
+  // a write the kernel took), or absl::InfinitePast() if never. A frame still arriving, or one
+  // still leaving, is progress: the peer's kernel is taking or sending bytes, which a peer
+  // behind a partition or a dead host's is not. Any thread.
+  absl::Time last_progress() const {
+    const int64_t nanos = last_progress_nanos_.load(std::memory_order_relaxed);
+    return nanos == 0 ? absl::InfinitePast() : absl::FromUnixNanos(nanos);
+  }
   bool closed() const { return closed_; }
   const std::string& peer_address() const { return peer_address_; }
 
@@ -123,6 +134,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Turns an Asio read/write error into a close with a readable reason.
   void Fail(const boost::system::error_code& ec, const char* what);
+  void NoteProgress() {
+    last_progress_nanos_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_relaxed);
+  }
+  // An async_read / async_write completion condition: TransferAllUncapped's, noting progress
+  // each time part of the transfer is done (asio asks before every read_some / write_some).
+  struct NotingProgress {
+    Connection* connection;
+    size_t operator()(const boost::system::error_code& ec, size_t transferred) const {
+      if (transferred > 0) connection->NoteProgress();
+      return TransferAllUncapped()(ec, transferred);
+    }
+  };
 
   tcp::socket socket_;
   const int fd_;  // socket_'s descriptor, for direct writes from any thread (under send_mu_)
@@ -160,6 +183,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const std::thread::id loop_thread_;
   bool corked_ = false;
   bool queued_while_corked_ = false;
+  // last_progress(): written by whichever thread moved bytes, read by any (an atomic, so
+  // neither the read nor the write path takes a lock for it).
+  std::atomic<int64_t> last_progress_nanos_{0};
 };
 
 }  // namespace asyncps::net

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -223,10 +224,11 @@ TEST_F(RpcTest, AnAnswerIsReadStraightWhereTheCallPlacesIt) {
 }
 
 // Forwards one TCP connection between a client and the server, recording every byte in both
-// directions, so a test can see exactly what crossed the wire.
+// directions, so a test can see exactly what crossed the wire. With a `pace`, it waits that
+// long after forwarding each chunk (64 KiB at most) and records nothing: a narrow link.
 class RecordingRelay {
  public:
-  explicit RecordingRelay(int server_port) {
+  explicit RecordingRelay(int server_port, absl::Duration pace = absl::ZeroDuration()) : pace_(pace) {
     listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -245,6 +247,9 @@ class RecordingRelay {
   int port() const { return port_; }
   // Everything relayed; call after the relay's connection ended (Stop).
   const std::string& bytes() const { return bytes_; }
+  // Bytes forwarded so far from the client to the server, and back. Any thread.
+  uint64_t to_server() const { return forwarded_[0].load(); }
+  uint64_t to_client() const { return forwarded_[1].load(); }
   void Stop() {
     stop_.store(true);
     if (thread_.joinable()) thread_.join();
@@ -275,7 +280,7 @@ class RecordingRelay {
           open = false;
           break;
         }
-        bytes_.append(buf, static_cast<size_t>(n));
+        if (pace_ == absl::ZeroDuration()) bytes_.append(buf, static_cast<size_t>(n));
         const int to = fds[1 - i].fd;
         for (ssize_t done = 0; done < n;) {
           const ssize_t w = write(to, buf + done, static_cast<size_t>(n - done));
@@ -285,15 +290,20 @@ class RecordingRelay {
           }
           done += w;
         }
+        forwarded_[i].fetch_add(static_cast<uint64_t>(n));
+        // The link's rate (the fault this relay injects), not a wait for a condition.
+        if (pace_ > absl::ZeroDuration()) absl::SleepFor(pace_);
       }
     }
     close(client);
     close(server);
   }
 
+  const absl::Duration pace_;
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> forwarded_[2] = {0, 0};  // [0] client to server, [1] back
   std::string bytes_;  // written by the relay thread only; read after Stop() joined it
   std::thread thread_;
 };
@@ -812,6 +822,59 @@ TEST_F(RpcTest, SilenceGrowsWhileACallWaitsUnheardAndAnyAnswerEndsIt) {
   Release();
   blocked_done.WaitForNotification();
   EXPECT_EQ(client.Silence(), absl::ZeroDuration()) << "nothing owed any more";
+}
+
+// A call whose bytes are still moving is not silent, either way: a 32 MiB request and its
+// 32 MiB answer through a relay that forwards 64 KiB every 2 ms. Once the relay has forwarded
+// 8 MiB of one direction at T, the rest of that direction can only move after T (the kernels
+// on the way hold less than 24 MiB), so while the call waits Silence() must fall below the time
+// since T: counted from the last frame alone, it stays at the time since the call began.
+TEST_F(RpcTest, SilenceCountsFromTheLastByteMovedEitherWay) {
+  RecordingRelay relay(server_->port(), absl::Milliseconds(2));
+  RpcClient::Options options;
+  options.address = "127.0.0.1:" + std::to_string(relay.port());
+  options.role = "worker";
+  options.task_index = 1;
+  options.token = kToken;
+  auto client = std::make_unique<RpcClient>(loop_, options);
+  ASSERT_TRUE(Scale(*client, {1}, 2).ok());  // connected
+  const size_t n = size_t{8} << 20;  // floats: 32 MiB each way
+  const uint64_t quarter = n;        // bytes: a quarter of one direction
+  Notification done;
+  absl::StatusOr<std::vector<float>> answer;
+  client->CallAsync("test.Scale", ScaleRequest(std::vector<float>(n, 1.0f), 3.0f), absl::Seconds(120),
+                    [&](absl::StatusOr<InMessage> r) {
+                      answer = Scaled(r);
+                      done.Notify();
+                    });
+  // Polls the figure (the condition under test) until it holds or the call ends.
+  const uint64_t answer_bytes = 4 * n;
+  auto heard_since = [&](absl::Time t) {
+    while (relay.to_client() < answer_bytes) {
+      const absl::Time now = absl::Now();
+      const absl::Duration silence = client->Silence();
+      // The answer not yet all through the relay: the call still waits.
+      if (relay.to_client() < answer_bytes && silence < now - t) return true;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return false;
+  };
+  auto when_forwarded = [&](const std::function<uint64_t()>& count) {
+    while (count() < quarter && !done.HasBeenNotified()) {
+      absl::SleepFor(absl::Milliseconds(1));  // polling the relay's count, bounded by the call
+    }
+    return absl::Now();
+  };
+  const absl::Time request_quarter = when_forwarded([&] { return relay.to_server(); });
+  EXPECT_TRUE(heard_since(request_quarter)) << "the request kept moving; the call was silent";
+  const absl::Time answer_quarter = when_forwarded([&] { return relay.to_client(); });
+  EXPECT_TRUE(heard_since(answer_quarter)) << "the answer kept arriving; the call was silent";
+  done.WaitForNotification();
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->size(), n);
+  EXPECT_EQ(answer->back(), 3.0f);
+  client.reset();
+  relay.Stop();
 }
 
 TEST_F(RpcTest, WaitForReadyCallSucceedsOnceServerStarts) {
