@@ -22,7 +22,10 @@
 //     iteration a new closure, so the PS records and drops a key per shard each time, as in
 //     training; ps/update_dedup.h) against the same push untagged (deduplication off),
 //     alternating iteration by iteration; the median of the paired ratios is the cost
-//     (aim <= 1.05).
+//     (aim <= 1.05);
+//   * "mlp step": the main job's step on the wire (the MLP's gradients pushed, Adam on the PS,
+//     the next pull riding on the push) for each gradient compression, none, bf16, int8 and
+//     topk:0.01: examples/s (steps/s x 128) against none, and bytes on the wire per step.
 // With 2 PS every variable is split into 2 shards (FixedShardsPartitioner), one per PS, so
 // both PS work at once; the raw reference then moves the same total bytes over 2 connections
 // in parallel, driven by one client thread as PsClient's single I/O loop is.
@@ -69,10 +72,12 @@
 #include "bench/aims.h"
 #include "bench/pipelined_echo.h"
 #include "bench/report.h"
+#include "bench/socket_bytes.h"
 #include "bench/stats.h"
 #include "coordinator/initializers.h"
 #include "ps/update_rule.h"
 #include "coordinator/parameter_server_strategy.h"
+#include "core/compression.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
@@ -698,6 +703,81 @@ class OnePsPinning {
   pid_t ps_pid_ = 0;
 };
 
+// The main job's step on the wire for each gradient compression (core/compression.h): a push
+// of the Fashion-MNIST MLP's gradients (235k floats, Adam on the PS) with the next pull riding
+// on it (PsClient::PushGradientsAndReadAsync, as examples/fmnist_training.cc steps), one step
+// in flight. Bytes on the wire per step are this process's TCP bytes (sent + received, as the
+// kernel counts them: frames, headers and all) over the steps; examples/s is steps/s x 128
+// (the job's batch). The reference is compression none, measured in the same run.
+bool RunCompressedSteps(int num_ps, const Config& config, testutil::TestChief& chief, Report& report) {
+  constexpr int kBatch = 128;
+  const std::vector<std::pair<std::string, Shape>> layers = {
+      {"mlp/w1", {784, 256}}, {"mlp/b1", {256}}, {"mlp/w2", {256, 128}},
+      {"mlp/b2", {128}},      {"mlp/w3", {128, 10}}, {"mlp/b3", {10}}};
+  std::vector<GradientUpdate> gradients;
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : layers) {
+    auto variable = chief.strategy().CreateVariable(name, init::Constant(shape, 0.01), opt::Adam(1e-4f));
+    if (!variable.ok()) {
+      std::fprintf(stderr, "cannot create %s: %s\n", name.c_str(), variable.status().ToString().c_str());
+      return false;
+    }
+    gradients.push_back({name, Gradient(shape), std::nullopt});
+    names.push_back(name);
+  }
+  const int steps = config.quick ? 10 : 300 * config.scale;
+  double reference_steps_per_s = 0;
+  for (const char* text : {"none", "bf16", "int8", "topk:0.01"}) {
+    PsClient::Options options;
+    options.compression = ParseCompression(text).value();
+    options.shard_map = chief.process().ps().shard_map();
+    PsClient client(chief.process().ps().connections(), chief.process().directory(), options);
+    auto step = [&] { return client.PushGradientsAndReadAsync(gradients, names).Get().status(); };
+    for (int i = 0; i < 3; ++i) {  // warm: connections, whole-value blocks, residuals
+      if (absl::Status s = step(); !s.ok()) {
+        std::fprintf(stderr, "%s step: %s\n", text, s.ToString().c_str());
+        return false;
+      }
+    }
+    absl::StatusOr<bench::TcpBytes> before_table = bench::ReadTcpBytes();
+    absl::StatusOr<std::map<uint64_t, int64_t>> before =
+        before_table.ok() ? bench::SocketBytesOf(getpid(), *before_table) : before_table.status();
+    std::vector<double> seconds;
+    seconds.reserve(steps);
+    const auto begin = Clock::now();
+    for (int i = 0; i < steps; ++i) {
+      const auto t0 = Clock::now();
+      if (absl::Status s = step(); !s.ok()) {
+        std::fprintf(stderr, "%s step: %s\n", text, s.ToString().c_str());
+        return false;
+      }
+      seconds.push_back(Seconds(t0, Clock::now()));
+    }
+    const double total = Seconds(begin, Clock::now());
+    absl::StatusOr<bench::TcpBytes> after_table = bench::ReadTcpBytes();
+    double bytes_per_step = -1;
+    if (before.ok() && after_table.ok()) {
+      absl::StatusOr<std::map<uint64_t, int64_t>> after = bench::SocketBytesOf(getpid(), *after_table);
+      if (after.ok()) bytes_per_step = static_cast<double>(bench::SocketBytesMoved(*before, *after)) / steps;
+    }
+    const double steps_per_s = steps / total;
+    if (reference_steps_per_s == 0) reference_steps_per_s = steps_per_s;
+    const std::string label = absl::StrFormat("ps=%d mlp step %s", num_ps, text);
+    report.Add({.name = label + " examples/s",
+                .value = steps_per_s * kBatch,
+                .unit = "examples/s",
+                .reference = "compression none",
+                .reference_value = reference_steps_per_s * kBatch});
+    report.Add({.name = label + " bytes on the wire per step", .value = bytes_per_step, .unit = "bytes"});
+    std::printf("ps=%d mlp step (push+pull, Adam) %-10s %8.0f examples/s (%.2fx none)  %9.0f bytes/step on the wire  "
+                "p50 %.2f ms\n",
+                num_ps, text, steps_per_s * kBatch, steps_per_s / reference_steps_per_s, bytes_per_step,
+                Median(seconds) * 1e3);
+    std::fflush(stdout);
+  }
+  return true;
+}
+
 // Runs every selected case against a fresh cluster of `num_ps` PS processes, adding its figures
 // to `report`. False on failure.
 bool RunCluster(int num_ps, const Config& config, Report& report) {
@@ -814,6 +894,8 @@ bool RunCluster(int num_ps, const Config& config, Report& report) {
   }
 
   dense_pinning.reset();  // unpinned before the sparse cases pin as they are told
+
+  if (selected("mlp step", "") && !RunCompressedSteps(num_ps, config, **chief, report)) return false;
 
   // Sparse: [rows, 64] tables, one with SGD (gathered and pushed) and one with Adam (pushed).
   const int64_t table_rows = config.quick ? kQuickTableRows : kTableRows;

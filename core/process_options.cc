@@ -170,7 +170,8 @@ static bool DanglingFlag(int argc, char** argv, std::string_view name) {
 absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
   for (std::string_view flag : {"cluster_token", "metrics_port", "metrics_bind_address", "log_level",
                                 "ps_max_variable_bytes", "ps_max_response_bytes", "ps_replicas",
-                                "ps_heartbeat_timeout", "ps_lost_after", "dispatcher_work_dir", "transport"}) {
+                                "ps_heartbeat_timeout", "ps_lost_after", "dispatcher_work_dir", "transport",
+                                "compression", "pull_compression"}) {
     if (DanglingFlag(argc, argv, flag)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", absl::string_view(flag.data(), flag.size()), " needs a value"));
@@ -226,6 +227,18 @@ absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
     absl::StatusOr<WirePrecision> precision = ParseWirePrecision(s.value);
     if (!precision.ok()) return absl::InvalidArgumentError(absl::StrCat(s.source, ": ", precision.status().message()));
     o.transport = *precision;
+  }
+  if (Setting s = FlagOrEnv(argc, argv, "compression", "ASYNCPS_COMPRESSION"); s.value != nullptr) {
+    absl::StatusOr<Compression> compression = ParseCompression(s.value);
+    if (!compression.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(s.source, ": ", compression.status().message()));
+    }
+    o.compression = *compression;
+  }
+  if (Setting s = FlagOrEnv(argc, argv, "pull_compression", "ASYNCPS_PULL_COMPRESSION"); s.value != nullptr) {
+    absl::StatusOr<Compression> pull = ParsePullCompression(s.value);
+    if (!pull.ok()) return absl::InvalidArgumentError(absl::StrCat(s.source, ": ", pull.status().message()));
+    o.pull_compression = *pull;
   }
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_max_connections", "ASYNCPS_RPC_MAX_CONNECTIONS", 1, 1 << 20, &o.rpc_max_connections));
   RETURN_IF_ERROR(IntOption(argc, argv, "rpc_handshake_timeout_ms", "ASYNCPS_RPC_HANDSHAKE_TIMEOUT_MS", 1, 3600000, &o.rpc_handshake_timeout_ms));

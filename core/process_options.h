@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/bf16.h"
+#include "core/compression.h"
 
 namespace asyncps {
 
@@ -55,6 +56,15 @@ inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 
 //                                  the fused push-and-read) and gradient pushes, dense and by
 //                                  row: f32 or bf16 (half the bytes; core/bf16.h). The PS keeps
 //                                  f32 whatever it is; other requests are f32 (f32)
+//   --compression=C                ASYNCPS_COMPRESSION                the form a worker pushes its
+//                                  dense f32 gradients in: none, bf16, int8 (per-block scales)
+//                                  or topk:FRACTION, the lossy ones with error feedback on the
+//                                  worker (core/compression.h). Integer and row gradients are
+//                                  never compressed (none)
+//   --pull_compression=C           ASYNCPS_PULL_COMPRESSION           the form a worker asks the
+//                                  f32 values it pulls in: none (as --transport says), bf16 or
+//                                  int8 (a scale per 256 values; no error feedback). Other
+//                                  dtypes always come as they are (none)
 // The tf.data service (data_service/):
 //   --dispatcher_work_dir=D        ASYNCPS_DISPATCHER_WORK_DIR        the directory where the
 //                                  dispatcher (its own task, or the chief when the cluster lists
@@ -97,6 +107,8 @@ struct ProcessOptions {
   absl::Duration ps_lost_after = absl::Seconds(30);
   std::string dispatcher_work_dir;
   WirePrecision transport = WirePrecision::kF32;
+  Compression compression = {};
+  Compression pull_compression = {};
 
   int64_t rpc_max_connections = 1024;
   int64_t rpc_handshake_timeout_ms = 5000;

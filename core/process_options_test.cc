@@ -35,6 +35,8 @@ class ProcessOptionsTest : public ::testing::Test {
   static void Clear() {
     unsetenv("ASYNCPS_METRICS_PORT");
     unsetenv("ASYNCPS_TRANSPORT");
+    unsetenv("ASYNCPS_COMPRESSION");
+    unsetenv("ASYNCPS_PULL_COMPRESSION");
     unsetenv("ASYNCPS_LOG_LEVEL");
     unsetenv("ASYNCPS_CLUSTER_TOKEN");
     unsetenv("ASYNCPS_ELASTIC");
@@ -335,6 +337,36 @@ TEST_F(ProcessOptionsTest, TransportFromFlagOrEnvironment) {
   Argv dangling({"--transport"});
   EXPECT_THAT(ProcessOptions::Parse(dangling.argc(), dangling.argv()).status().message(),
               HasSubstr("--transport needs a value"));
+}
+
+TEST_F(ProcessOptionsTest, CompressionFromFlagOrEnvironment) {
+  Argv none({});
+  auto d = ProcessOptions::Parse(none.argc(), none.argv());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->compression.kind, CompressionKind::kNone) << "exact unless asked";
+  setenv("ASYNCPS_COMPRESSION", "int8", 1);
+  auto e = ProcessOptions::Parse(none.argc(), none.argv());
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->compression.kind, CompressionKind::kInt8);
+  Argv flag({"--compression=topk:0.05"});
+  auto f = ProcessOptions::Parse(flag.argc(), flag.argv());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->compression.kind, CompressionKind::kTopK) << "the flag beats the environment";
+  EXPECT_EQ(f->compression.topk_fraction, 0.05);
+  for (const char* bad : {"fp16", "topk:2", ""}) {
+    Argv a({std::string("--compression=") + bad});
+    auto o = ProcessOptions::Parse(a.argc(), a.argv());
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(o.status().message(), HasSubstr("--compression")) << bad;
+  }
+  Argv pull({"--pull_compression=int8"});
+  auto p = ProcessOptions::Parse(pull.argc(), pull.argv());
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->pull_compression.kind, CompressionKind::kInt8);
+  Argv topk_pull({"--pull_compression=topk:0.1"});
+  EXPECT_EQ(ProcessOptions::Parse(topk_pull.argc(), topk_pull.argv()).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "top-k is for gradients only";
 }
 
 }  // namespace

@@ -98,6 +98,13 @@ constexpr char kUsage[] =
     "    --overlap_pull=false --closures_per_worker 1: TensorFlow's step (pull, compute, push, wait).\n"
     "  --transport=f32|bf16 (a process flag, default f32): the workers' pulls and gradient pushes\n"
     "    in bf16, half the bytes on the wire (docs/performance.md, reduced-precision transport).\n"
+    "  --compression=none|bf16|int8|topk:FRACTION (a process flag, default none): the workers push\n"
+    "    their dense f32 gradients compressed, with error feedback (what a push does not send\n"
+    "    stays on the worker for the next one): int8 with a scale per 256 values (~1/4 of the\n"
+    "    bytes), or the FRACTION largest (topk:0.01: 1/50 of the bytes). Exactly-once is kept\n"
+    "    (docs/performance.md, gradient compression).\n"
+    "  --pull_compression=none|bf16|int8 (a process flag, default none): the workers' pulls of f32\n"
+    "    values as bf16 or int8 (a scale per 256 values; ~1/4 of the bytes).\n"
     "  --count_examples: count on the PS how often each training example was applied and fail\n"
     "    unless it is exactly once per epoch (needs --sharding dynamic and a --batch_size that\n"
     "    divides 60000, e.g. 120; scripts/soak.py uses it).\n"
@@ -293,6 +300,11 @@ int main(int argc, char** argv) {
   std::printf("training a %s on Fashion-MNIST: %d epochs, batch %d, %d workers, %d parameter servers\n",
               flags.train.model.c_str(), flags.train.epochs, flags.train.batch_size, cluster->num_workers(),
               cluster->num_ps());
+  if (process.compression.lossy() || process.pull_compression.lossy()) {
+    std::printf("the workers push gradients as %s and pull as %s\n",
+                asyncps::CompressionName(process.compression).c_str(),
+                asyncps::CompressionName(process.pull_compression).c_str());
+  }
   // With --checkpoint_dir, Train ends with a checkpoint marked final, which ends evaluators.
   auto result = asyncps::fmnist::Train(strategy, coordinator, flags.train);
   if (!result.ok()) {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/bf16.h"
+#include "core/compression.h"
 
 namespace asyncps::net {
 
@@ -81,6 +82,13 @@ void OutMessage::AddBf16(const Tensor& bytes, const Shape& shape, wire::TensorRe
   payloads_.push_back(bytes);
 }
 
+void OutMessage::AddEncoded(uint8_t code, const Tensor& bytes, const Shape& shape, wire::TensorRef::Builder ref) {
+  ref.setDtype(code);
+  SetShape(ref.initShape(static_cast<unsigned>(shape.size())), shape);
+  ref.setPayload(static_cast<uint32_t>(payloads_.size()));
+  payloads_.push_back(bytes);
+}
+
 void OutMessage::AddTensorAs(const Tensor& tensor, bool f32_as_bf16, wire::TensorRef::Builder ref) {
   if (f32_as_bf16 && tensor.dtype() == DType::kF32) {
     AddTensorAsBf16(tensor, ref);
@@ -149,6 +157,55 @@ absl::StatusOr<Tensor> InMessage::WidenedTensorAt(wire::TensorRef::Reader ref) c
   absl::StatusOr<Bf16View> view = Bf16At(ref);
   if (!view.ok()) return view.status();
   return Widened(*view);
+}
+
+bool InMessage::IsCompressed(wire::TensorRef::Reader ref) {
+  return ref.getDtype() == kInt8BlockWireCode || ref.getDtype() == kTopKWireCode;
+}
+
+bool InMessage::IsEncoded(wire::TensorRef::Reader ref) { return IsBf16(ref) || IsCompressed(ref); }
+
+absl::StatusOr<Tensor> InMessage::EncodedBytesAt(wire::TensorRef::Reader ref) const {
+  if (!IsEncoded(ref)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor dtype code ", ref.getDtype(), " is not an encoding"));
+  }
+  const uint32_t index = ref.getPayload();
+  if (index >= payloads_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor refers to payload ", index, " of ", payloads_.size()));
+  }
+  if (absl::Status s = ValidateShape(GetShape(ref.getShape()), DType::kF32); !s.ok()) return s;
+  const Payload& p = payloads_[index];
+  const Shape byte_shape = {static_cast<int64_t>(p.size)};
+  return p.placed != nullptr ? Tensor::View(DType::kU8, byte_shape, placed_owner_, p.placed)
+                             : Tensor::View(DType::kU8, byte_shape, block_, static_cast<char*>(block_.get()) + p.offset);
+}
+
+absl::StatusOr<Tensor> InMessage::DecodeCompressedAt(wire::TensorRef::Reader ref, const Shape& expected) const {
+  if (!IsCompressed(ref)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor dtype code ", ref.getDtype(), " is not compressed"));
+  }
+  const char* form = ref.getDtype() == kInt8BlockWireCode ? "int8" : "top-k";
+  const Shape shape = GetShape(ref.getShape());
+  if (shape != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(form, " tensor of shape ", ShapeString(shape),
+                                                   " where one of shape ", ShapeString(expected), " belongs"));
+  }
+  absl::StatusOr<Tensor> bytes = EncodedBytesAt(ref);
+  if (!bytes.ok()) return bytes.status();
+  const size_t n = static_cast<size_t>(NumElements(shape));
+  const auto* payload = static_cast<const uint8_t*>(bytes->raw_data());
+  const size_t size = static_cast<size_t>(bytes->num_bytes());
+  // The payload's size is checked against the shape before the f32 tensor is allocated: a
+  // small frame cannot make this allocate more than the variable it names.
+  if (ref.getDtype() == kInt8BlockWireCode ? size != Int8EncodedBytes(n)
+                                           : (size % TopKEncodedBytes(1) != 0 || size / TopKEncodedBytes(1) > n)) {
+    return absl::InvalidArgumentError(absl::StrCat(form, " payload of ", size, " bytes does not fit ", n, " elements"));
+  }
+  Tensor out(DType::kF32, shape);
+  absl::Status s = ref.getDtype() == kInt8BlockWireCode ? DecodeInt8(payload, size, n, out.data<float>())
+                                                        : DecodeTopK(payload, size, n, out.data<float>());
+  if (!s.ok()) return s;
+  return out;
 }
 
 namespace message_internal {

@@ -69,6 +69,10 @@ class OutMessage {
   // AddTensorAsBf16 when `f32_as_bf16` and `tensor` is f32; AddTensor otherwise (other dtypes
   // always travel as they are).
   void AddTensorAs(const Tensor& tensor, bool f32_as_bf16, wire::TensorRef::Builder ref);
+  // Appends an encoded f32 tensor (gradient compression, core/compression.h: `code` is
+  // kInt8BlockWireCode or kTopKWireCode; or bf16's kBf16WireCode): `bytes` (a u8 tensor, the
+  // encoded payload) decoding to a tensor of `shape`. The bytes are not copied.
+  void AddEncoded(uint8_t code, const Tensor& bytes, const Shape& shape, wire::TensorRef::Builder ref);
 
   const std::vector<Tensor>& payloads() const { return payloads_; }
   capnp::MessageBuilder& builder() { return storage_->builder; }
@@ -164,6 +168,23 @@ class InMessage {
   static Tensor Widened(const Bf16View& view);
   // TensorAt, except that a bf16 tensor comes back widened (exactly) to a new f32 tensor.
   absl::StatusOr<Tensor> WidenedTensorAt(wire::TensorRef::Reader ref) const;
+
+  // Gradient compression (core/compression.h): int8 blocks and top-k are not Tensors either;
+  // TensorAt refuses them as unknown dtypes.
+  static bool IsCompressed(wire::TensorRef::Reader ref);
+  // bf16, int8 blocks or top-k: an f32 tensor in a wire encoding.
+  static bool IsEncoded(wire::TensorRef::Reader ref);
+  // The payload of encoded tensor `ref` as it came (a u8 tensor viewing this frame), for a
+  // writer that forwards it unchanged (replication). InvalidArgument when `ref` is not
+  // encoded, the payload index is out of range or the shape is not a valid f32 shape. Its
+  // size is checked by whoever decodes it.
+  absl::StatusOr<Tensor> EncodedBytesAt(wire::TensorRef::Reader ref) const;
+  // Compressed tensor `ref` decoded to a new f32 tensor, provided its shape is `expected` (the
+  // variable's): InvalidArgument, before anything is allocated, when the shape differs, and
+  // when the payload does not decode to exactly that many elements (core/compression.h's
+  // decoders check it before they write). So a payload that claims more than its variable is
+  // refused before it is expanded.
+  absl::StatusOr<Tensor> DecodeCompressedAt(wire::TensorRef::Reader ref, const Shape& expected) const;
 
   size_t num_payloads() const { return payloads_.size(); }
   // Bytes of all payloads together.

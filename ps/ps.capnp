@@ -69,8 +69,10 @@ struct ReadRequest {
   route @1 :Route;
   valuesAs @2 :UInt8;          # 0: each variable in its own dtype. 7 (bf16, core/bf16.h): f32
                                # variables answered narrowed to bf16 (round to nearest even),
-                               # others in their own dtype; each TensorRef says which. A PS older
-                               # than this field answers f32
+                               # others in their own dtype; each TensorRef says which. 8 (int8
+                               # blocks, core/compression.h): f32 variables answered as int8
+                               # with a scale per 256 values. A PS older than this field answers
+                               # f32; one older than int8 refuses 8
 }
 
 struct ReadResponse {
@@ -129,7 +131,10 @@ struct Gradient {
   name @0 :Text;
   value @1 :TensorRef;         # the variable's dtype, or bf16 (wire code 7, core/bf16.h) for an
                                # f32 variable: widened to f32 before it is checked and applied.
-                               # A PS older than bf16 refuses it (unknown dtype code)
+                               # A PS older than bf16 refuses it (unknown dtype code). Dense f32
+                               # only: int8 blocks (8) or top-k (9) (core/compression.h), its
+                               # shape the variable's, decoded to f32 likewise (a payload that
+                               # does not fit that shape is refused before it is expanded)
   ids @2 :TensorRef;
   hasIds @3 :Bool;
   baseVersion @4 :Int64 = -1;  # the version the gradient was computed from; -1: unknown (never

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/bf16.h"
+#include "core/compression.h"
 #include "core/status_macros.h"
 #include "net/envelope.capnp.h"
 #include "ps/ps.capnp.h"
@@ -65,13 +66,29 @@ uint64_t SaturatingMul(uint64_t a, uint64_t b) {
   return __builtin_mul_overflow(a, b, &out) ? std::numeric_limits<uint64_t>::max() : out;
 }
 
-// Whether a read answers its f32 values narrowed to bf16: ReadRequest.valuesAs and
-// PushGradientsRequest.readAfterAs, 0 (each variable's own dtype) or the bf16 wire code.
-absl::StatusOr<bool> ValuesAsBf16(uint8_t code, const char* field) {
-  if (code == 0) return false;
-  if (code == kBf16WireCode) return true;
-  return absl::InvalidArgumentError(absl::StrCat(field, " ", code, " is neither 0 (each variable's dtype) nor ",
-                                                 kBf16WireCode, " (bf16)"));
+// The form a read answers its f32 values in: ReadRequest.valuesAs and
+// PushGradientsRequest.readAfterAs, 0 (each variable's own dtype), the bf16 wire code or the
+// int8-blocks one (core/compression.h). Returned as the code.
+absl::StatusOr<uint8_t> ValuesAs(uint8_t code, const char* field) {
+  if (code == 0 || code == kBf16WireCode || code == kInt8BlockWireCode) return code;
+  return absl::InvalidArgumentError(absl::StrCat(field, " ", code, " is none of 0 (each variable's dtype), ",
+                                                 kBf16WireCode, " (bf16) and ", kInt8BlockWireCode, " (int8)"));
+}
+
+// Adds `value` to `response` in the form `as` (ValuesAs) when it is f32, as it is otherwise.
+void AddValueAs(net::OutMessage* response, const Tensor& value, uint8_t as, wire::TensorRef::Builder ref) {
+  if (as == kInt8BlockWireCode && value.dtype() == DType::kF32 && value.num_elements() > 0) {
+    const size_t n = static_cast<size_t>(value.num_elements());
+    const size_t bytes = Int8EncodedBytes(n);
+    std::shared_ptr<void> block = AllocateAlignedUninitialized(bytes);
+    auto* out = static_cast<uint8_t*>(block.get());
+    EncodeInt8(value.data<float>(), n, out);
+    response->AddEncoded(kInt8BlockWireCode,
+                         Tensor::View(DType::kU8, {static_cast<int64_t>(bytes)}, std::move(block), out),
+                         value.shape(), ref);
+    return;
+  }
+  response->AddTensorAs(value, as == kBf16WireCode, ref);
 }
 
 }  // namespace
@@ -162,7 +179,7 @@ absl::Status PsService::Read(const net::InMessage& request, net::OutMessage* res
 
 absl::Status PsService::ReadIn(ShardState state, wire::ReadRequest::Reader body, net::OutMessage* response) {
   VariableStore& store = *state.store;
-  ASSIGN_OR_RETURN(const bool as_bf16, ValuesAsBf16(body.getValuesAs(), "ps.Read valuesAs"));
+  ASSIGN_OR_RETURN(const uint8_t values_as, ValuesAs(body.getValuesAs(), "ps.Read valuesAs"));
   auto names = body.getNames();
   std::vector<std::shared_ptr<Variable>> variables;
   for (auto name : names) {
@@ -180,7 +197,7 @@ absl::Status PsService::ReadIn(ShardState state, wire::ReadRequest::Reader body,
   auto versions = answer.initVersions(names.size());
   for (unsigned i = 0; i < variables.size(); ++i) {
     int64_t version = 0;
-    response->AddTensorAs(variables[i]->ReadVersioned(&version), as_bf16, out[i]);
+    AddValueAs(response, variables[i]->ReadVersioned(&version), values_as, out[i]);
     versions.set(i, version);
   }
   return absl::OkStatus();
@@ -297,7 +314,7 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
   // bad name or an oversized answer refuses the push rather than answering an error for a push
   // that was applied (an untagged retry would apply it twice).
   std::vector<std::shared_ptr<Variable>> read_after;
-  ASSIGN_OR_RETURN(const bool read_after_bf16, ValuesAsBf16(req.getReadAfterAs(), "ps.PushGradients readAfterAs"));
+  ASSIGN_OR_RETURN(const uint8_t read_after_as, ValuesAs(req.getReadAfterAs(), "ps.PushGradients readAfterAs"));
   if (req.hasReadAfter()) {
     auto names = req.getReadAfter();
     read_after.reserve(names.size());
@@ -314,7 +331,24 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
   for (auto g : gradients) {
     Prepared p;
     ASSIGN_OR_RETURN(p.variable, store.Find(g.getName().cStr()));
-    if (net::InMessage::IsBf16(g.getValue())) {
+    if (net::InMessage::IsCompressed(g.getValue())) {
+      // Gradient compression (core/compression.h): dense f32 gradients only. The shape is
+      // checked against the variable's before the payload is expanded (DecodeCompressedAt),
+      // then the f32 gradient is checked and applied like any other. Integer variables never
+      // take a lossy form: their updates stay exact.
+      if (p.variable->dtype() != DType::kF32) {
+        return absl::InvalidArgumentError(absl::StrCat("gradient for variable '", p.variable->name(),
+                                                       "' is compressed, which only f32 variables take; it is ",
+                                                       DTypeName(p.variable->dtype())));
+      }
+      if (g.getHasIds()) {
+        return absl::InvalidArgumentError(absl::StrCat("gradient for variable '", p.variable->name(),
+                                                       "' is compressed and has ids: only dense gradients are"));
+      }
+      absl::StatusOr<Tensor> decoded = request.DecodeCompressedAt(g.getValue(), p.variable->shape());
+      if (!decoded.ok()) return Named(p.variable->name(), decoded.status());
+      p.value = *std::move(decoded);
+    } else if (net::InMessage::IsBf16(g.getValue())) {
       // Reduced-precision transport: widened (exactly) to f32 here, then checked — finiteness,
       // ids — and applied like any f32 gradient. Variables stay f32. The shape is checked
       // first: a payload that does not fit the variable costs no f32 copy (twice its bytes).
@@ -400,7 +434,7 @@ absl::Status PsService::PushGradientsIn(ShardState state, const net::InMessage& 
     auto versions = body.initVersions(static_cast<unsigned>(read_after.size()));
     for (unsigned i = 0; i < read_after.size(); ++i) {
       int64_t version = 0;
-      response->AddTensorAs(read_after[i]->ReadVersioned(&version), read_after_bf16, out[i]);
+      AddValueAs(response, read_after[i]->ReadVersioned(&version), read_after_as, out[i]);
       versions.set(i, version);
     }
   }

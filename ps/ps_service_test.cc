@@ -1,6 +1,7 @@
 #include "ps/ps_service.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "ps/ps_wire.h"
 #include "ps/read_wire_testing.h"
 #include "core/bf16.h"
+#include "core/compression.h"
 
 namespace asyncps::ps {
 namespace ps_service_test_internal {
@@ -1025,6 +1027,129 @@ TEST_F(PsLimitsTest, IntegerUpdatesWrapThroughTheService) {
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Values<int32_t>(ReadOne("i")), (std::vector<int32_t>{std::numeric_limits<int32_t>::max(), -7}));
+}
+
+// ---- Gradient compression (core/compression.h) ----------------------------------------------
+
+// Pushes of hand-made compressed payloads; already_applied_ gets each answer's count.
+class CompressedPushTest : public PsServiceTest {
+ public:
+  absl::Status PushEncoded(const std::string& name, uint8_t code, const std::vector<uint8_t>& payload,
+                           const Shape& shape, const UpdateTag& tag = {}, std::optional<Tensor> ids = std::nullopt) {
+    net::OutMessage req;
+    auto body = req.InitRequestBody<wire::PushGradientsRequest>();
+    if (tag.tagged()) UpdateTagToWire(tag, body.initTag());
+    auto g = body.initGradients(1)[0];
+    g.setName(name);
+    Tensor bytes(DType::kU8, {static_cast<int64_t>(payload.size())});
+    if (!payload.empty()) std::memcpy(bytes.raw_data(), payload.data(), payload.size());
+    req.AddEncoded(code, bytes, shape, g.initValue());
+    if (ids) {
+      g.setHasIds(true);
+      req.AddTensor(*ids, g.initIds());
+    }
+    return CallUpdate("ps.PushGradients", std::move(req));
+  }
+  int64_t applied() const { return already_applied_; }
+};
+
+std::vector<uint8_t> Int8Of(std::vector<float> values) {
+  std::vector<uint8_t> out(Int8EncodedBytes(values.size()));
+  EncodeInt8InPlace(values.data(), values.size(), out.data());
+  return out;
+}
+
+std::vector<uint8_t> TopKOf(std::vector<float> values, double fraction) {
+  std::vector<uint8_t> out(TopKEncodedBytes(TopKCount(values.size(), fraction)));
+  EncodeTopKInPlace(values.data(), values.size(), fraction, out.data());
+  return out;
+}
+
+// An int8 or top-k gradient is decoded to f32 on the PS and applied like any push (values
+// chosen so that both encodings are exact: integers with 127 in every int8 block), and its
+// dedup is any push's.
+TEST_F(CompressedPushTest, CompressedPushesApplyTheDecodedGradient) {
+  OptimizerConfig sgd;
+  sgd.learning_rate = 1;
+  constexpr size_t kN = 600;  // three int8 blocks, the last one partial
+  CreateWith("w", {kN}, std::vector<float>(kN, 0.0f), &sgd);
+  std::vector<float> g(kN);
+  for (size_t i = 0; i < kN; ++i) g[i] = static_cast<float>(static_cast<int>(i % 255) - 127);
+  for (size_t b = 0; b < kN; b += kInt8BlockSize) g[b] = 127;  // every block's scale is 1
+  const UpdateTag tag{/*coordinator=*/5, /*closure=*/5, /*sequence=*/1, /*watermark=*/5};
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(PushEncoded("w", kInt8BlockWireCode, Int8Of(g), {kN}, tag).ok());
+    EXPECT_EQ(applied(), round == 0 ? 0 : 1) << "a repeat is deduplicated as any push";
+  }
+  std::vector<float> expected(kN);
+  for (size_t i = 0; i < kN; ++i) expected[i] = -g[i];
+  EXPECT_EQ(Values<float>(ReadOne("w")), expected);
+
+  // top-k of 1%: the 6 largest magnitudes (127 and -127 at i % 255 == 0 or 254), exactly.
+  ASSERT_TRUE(PushEncoded("w", kTopKWireCode, TopKOf(g, 0.01), {kN}).ok());
+  size_t moved = 0;
+  const std::vector<float> after = Values<float>(ReadOne("w"));
+  for (size_t i = 0; i < kN; ++i) {
+    if (after[i] != expected[i]) {
+      ++moved;
+      EXPECT_EQ(after[i], expected[i] - g[i]) << i;
+      EXPECT_EQ(std::fabs(g[i]), 127.0f) << i;
+    }
+  }
+  EXPECT_EQ(moved, TopKCount(kN, 0.01));
+}
+
+// A compressed payload that does not fit its variable is refused before it is expanded, with
+// a clear error naming the variable; nothing is applied and the PS keeps serving.
+TEST_F(CompressedPushTest, BadCompressedPushesAreRefusedAndApplyNothing) {
+  OptimizerConfig sgd;
+  sgd.learning_rate = 1;
+  CreateWith("w", {300}, std::vector<float>(300, 1.0f), &sgd);
+  InitializerSpec ones;
+  ones.kind = "ones";
+  ASSERT_TRUE(Create("count", DType::kI64, {4}, ones).ok());
+  const std::vector<float> ones300(300, 1.0f);
+  std::vector<uint8_t> index_out_of_range = TopKOf(ones300, 0.01);
+  const uint32_t big = 300;
+  std::memcpy(index_out_of_range.data(), &big, 4);
+  std::vector<uint8_t> repeated = TopKOf(ones300, 0.01);
+  std::memcpy(repeated.data() + 4, repeated.data(), 4);
+  std::vector<uint8_t> int8_short = Int8Of(ones300);
+  int8_short.pop_back();
+  struct Case {
+    const char* what;
+    std::string name;
+    uint8_t code;
+    std::vector<uint8_t> payload;
+    Shape shape;
+    std::optional<Tensor> ids = std::nullopt;
+  };
+  const std::vector<Case> cases = {
+      {"int8 of more elements than the variable", "w", kInt8BlockWireCode, Int8Of(std::vector<float>(1 << 20, 1.0f)),
+       {1 << 20}, std::nullopt},
+      {"top-k claiming a huge shape", "w", kTopKWireCode, TopKOf(ones300, 0.01), {int64_t{1} << 40}, std::nullopt},
+      {"int8 of another shape", "w", kInt8BlockWireCode, Int8Of(ones300), {30, 10}, std::nullopt},
+      {"int8 payload one byte short", "w", kInt8BlockWireCode, int8_short, {300}, std::nullopt},
+      {"top-k index out of range", "w", kTopKWireCode, index_out_of_range, {300}, std::nullopt},
+      {"top-k index repeated", "w", kTopKWireCode, repeated, {300}, std::nullopt},
+      {"top-k of more pairs than elements", "w", kTopKWireCode, TopKOf(std::vector<float>(301, 1.0f), 1.0), {300}, std::nullopt},
+      {"top-k not whole pairs", "w", kTopKWireCode, std::vector<uint8_t>(12), {300}, std::nullopt},
+      {"compressed for an integer variable", "count", kInt8BlockWireCode, Int8Of({1, 1, 1, 1}), {4}, std::nullopt},
+      {"compressed with ids", "w", kInt8BlockWireCode, Int8Of({1, 1}), {2}, Ids64({0, 1})},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = PushEncoded(c.name, c.code, c.payload, c.shape, {}, c.ids);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.what << ": " << s;
+    EXPECT_THAT(s.message(), ::testing::HasSubstr("'" + c.name + "'")) << c.what;
+  }
+  EXPECT_EQ(Values<float>(ReadOne("w")), ones300) << "nothing applied; the PS still serves";
+  EXPECT_EQ(Values<int64_t>(ReadOne("count")), (std::vector<int64_t>{1, 1, 1, 1}));
+  // A NaN scale (a block of the worker's gradient held Inf) decodes to NaN: refused as
+  // non-finite, as an f32 push of it would be.
+  std::vector<float> inf(300, 1.0f);
+  inf[7] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(PushEncoded("w", kInt8BlockWireCode, Int8Of(inf), {300}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Values<float>(ReadOne("w")), ones300);
 }
 
 }  // namespace

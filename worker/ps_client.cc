@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <type_traits>
@@ -181,11 +182,14 @@ struct ShardPiece {
   std::optional<Tensor> local_ids;
   UpdateKind kind = UpdateKind::kAssign;
   int64_t base_version = -1;  // gradients: the version it was computed from; -1 unknown
+  Compression compression;    // gradients: the form a dense f32 piece travels in
 };
 
 // Splits a dense or row update of `p` into per-shard pieces, grouped by PS. Validates first.
+// Dense pieces get `compression` (gradients only); row pieces are never compressed.
 absl::Status SplitUpdate(const VariablePlacement& p, UpdateKind kind, const Tensor& value,
-                         const std::optional<Tensor>& ids, std::map<int, std::vector<ShardPiece>>* by_ps) {
+                         const std::optional<Tensor>& ids, std::map<int, std::vector<ShardPiece>>* by_ps,
+                         const Compression& compression = {}) {
   if (!ids.has_value()) {
     RETURN_IF_ERROR(CheckValue(p, value, p.shape));
     for (size_t s = 0; s < p.shards.size(); ++s) {
@@ -193,7 +197,7 @@ absl::Status SplitUpdate(const VariablePlacement& p, UpdateKind kind, const Tens
       if (p.sharded()) {
         ASSIGN_OR_RETURN(part, value.Slice(p.shards[s].row_begin, p.shards[s].row_end));
       }
-      (*by_ps)[p.shards[s].ps].push_back({p.shards[s].name, part, std::nullopt, kind});
+      (*by_ps)[p.shards[s].ps].push_back({p.shards[s].name, part, std::nullopt, kind, -1, compression});
     }
     return absl::OkStatus();
   }
@@ -207,7 +211,7 @@ absl::Status SplitUpdate(const VariablePlacement& p, UpdateKind kind, const Tens
     Tensor local_ids = Tensor::FromVector(routed[s].local_ids);
     // A plain variable takes the caller's rows as they are; shards get their own rows.
     Tensor rows = p.shards.size() == 1 ? value : TakeRows(value, routed[s].positions);
-    (*by_ps)[p.shards[s].ps].push_back({p.shards[s].name, rows, local_ids, kind});
+    (*by_ps)[p.shards[s].ps].push_back({p.shards[s].name, rows, local_ids, kind, -1, Compression{}});
   }
   return absl::OkStatus();
 }
@@ -408,6 +412,11 @@ struct ReadPlan {
   // The reads asked for f32 values in bf16 (PsClient::Options::transport): such answers are
   // widened into the values; without it a bf16 answer is refused.
   bool bf16 = false;
+  // The reads asked for f32 values as int8 blocks (PsClient::Options::pull): decoded into the
+  // values; without it such an answer is refused.
+  bool int8 = false;
+  // ReadRequest.valuesAs (and readAfterAs) for this plan.
+  uint8_t values_as() const { return int8 ? kInt8BlockWireCode : bf16 ? kBf16WireCode : 0; }
   // Whether variable `v` is read into its whole value (a plan without wholes concatenates).
   bool InPlace(size_t v) const { return v < wholes.size() && wholes[v].num_bytes() > 0; }
   // Where shard `shard` of sharded variable `variable` belongs in its whole value.
@@ -541,6 +550,24 @@ absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, const CallResul
           if (has_versions) versions[p.shards[ref.shard].name] = shard_versions[i];
           continue;
         }
+        if (net::InMessage::IsCompressed(tensors[i])) {
+          // Asked for as int8 blocks: decoded (its size checked against the shard's shape
+          // first) into a value of its own, then copied into the whole value when sharded.
+          if (!plan.int8 || p.dtype != DType::kF32 || tensors[i].getDtype() != kInt8BlockWireCode) {
+            return absl::InternalError(absl::StrCat(kMethod, " answered a compressed value for '",
+                                                    p.shards[ref.shard].name, "', which is ", DTypeName(p.dtype),
+                                                    plan.int8 ? "" : " (asked for as it is)"));
+          }
+          absl::StatusOr<Tensor> decoded = results[c]->DecodeCompressedAt(tensors[i], expected);
+          if (!decoded.ok()) return absl::InternalError(absl::StrCat(kMethod, ": ", decoded.status().message()));
+          if (plan.InPlace(ref.variable)) {
+            if (decoded->num_bytes() > 0) std::memcpy(plan.ShardData(ref), decoded->raw_data(), decoded->num_bytes());
+          } else {
+            shards[ref.variable][ref.shard] = *std::move(decoded);
+          }
+          if (has_versions) versions[p.shards[ref.shard].name] = shard_versions[i];
+          continue;
+        }
         ASSIGN_OR_RETURN(Tensor shard, results[c]->TensorAt(tensors[i]));
         // The answer becomes the caller's value as it is (or is concatenated): a PS answering
         // another shape or dtype than the placement's is refused, not handed on.
@@ -581,14 +608,101 @@ absl::StatusOr<VersionedValues> FinishRead(const ReadPlan& plan, const CallResul
   return out;
 }
 
+// A compressed gradient piece in flight (error feedback; worker/gradient_residuals.h): what
+// settles the shard's residual once its PS answers.
+struct Feedback {
+  std::string shard;
+  uint8_t code = 0;       // kBf16WireCode, kInt8BlockWireCode or kTopKWireCode
+  Tensor payload;         // the encoded bytes sent (u8)
+  std::vector<float> taken;     // r, the residual the push took (empty: none)
+  std::vector<float> residual;  // g + r - C(g + r)
+};
+using CallFeedback = std::vector<std::vector<Feedback>>;  // per call
+
+// Encodes dense f32 gradient `piece` as its compression says, with the shard's residual of
+// `residuals` added first, into `message` (described in `ref`). False, with nothing added, for
+// a piece that travels exactly (kNone, not f32, rows, empty, or too large for u32 indices).
+bool AddCompressed(const ShardPiece& piece, GradientResiduals& residuals, net::OutMessage& message,
+                   wire::TensorRef::Builder ref, std::vector<Feedback>* feedback) {
+  if (!piece.compression.lossy() || piece.local_ids || piece.value.dtype() != DType::kF32) return false;
+  const size_t n = static_cast<size_t>(piece.value.num_elements());
+  if (n == 0 || n > std::numeric_limits<uint32_t>::max()) return false;
+  Feedback f;
+  f.shard = piece.shard_name;
+  std::optional<std::vector<float>> held = residuals.Take(piece.shard_name, n);
+  if (held) {
+    // Kept as it is for a push that is not applied: given back unchanged, bit for bit.
+    f.taken = *held;
+    f.residual = *std::move(held);
+  } else {
+    f.residual.assign(n, 0.0f);
+  }
+  const float* g = piece.value.data<float>();
+  for (size_t i = 0; i < n; ++i) f.residual[i] += g[i];
+  const size_t bytes = EncodedBytes(piece.compression, n);
+  std::shared_ptr<void> block = AllocateAlignedUninitialized(std::max<size_t>(1, bytes));
+  auto* out = static_cast<uint8_t*>(block.get());
+  switch (piece.compression.kind) {
+    case CompressionKind::kBf16:
+      f.code = kBf16WireCode;
+      EncodeBf16InPlace(f.residual.data(), n, reinterpret_cast<uint16_t*>(out));
+      break;
+    case CompressionKind::kInt8:
+      f.code = kInt8BlockWireCode;
+      EncodeInt8InPlace(f.residual.data(), n, out);
+      break;
+    case CompressionKind::kTopK:
+      f.code = kTopKWireCode;
+      EncodeTopKInPlace(f.residual.data(), n, piece.compression.topk_fraction, out);
+      break;
+    case CompressionKind::kNone:
+      break;
+  }
+  f.payload = Tensor::View(DType::kU8, {static_cast<int64_t>(bytes)}, std::move(block), out);
+  message.AddEncoded(f.code, f.payload, piece.value.shape(), ref);
+  feedback->push_back(std::move(f));
+  return true;
+}
+
+// Settles the residuals of compressed pieces once their calls are answered: a call its PS
+// applied leaves g + r - C(g + r); one the PS skipped as applied before (a re-run closure), or
+// one that failed, gives back r alone (this attempt's gradient dropped, as an uncompressed
+// re-run drops it).
+void SettleFeedback(GradientResiduals& residuals, CallFeedback& feedback, const CallResults& results) {
+  for (size_t c = 0; c < feedback.size(); ++c) {
+    if (feedback[c].empty()) continue;
+    bool applied = false;
+    if (results.size() == feedback.size() && results[c].ok()) {
+      const net::InMessage& answer = *results[c];
+      applied = net::CatchDecodeErrors([&]() -> absl::Status {
+                  if (answer.ResponseBody<wire::UpdateResponse>().getAlreadyApplied() != 0) {
+                    return absl::AlreadyExistsError("applied before");
+                  }
+                  return absl::OkStatus();
+                }).ok();
+    }
+    for (Feedback& f : feedback[c]) {
+      if (applied) {
+        residuals.Give(f.shard, std::move(f.residual));
+      } else if (!f.taken.empty()) {
+        residuals.Give(f.shard, std::move(f.taken));
+      }
+    }
+  }
+}
+
 // One request per PS carrying `by_ps`'s pieces as an update or gradient list, tagged with
 // `tag` when it is (exactly-once updates; see ps::UpdateDedup).
 // With `bf16` (gradients only: PsClient::Options::transport), f32 values travel narrowed to bf16.
+// With `residuals` (gradients only), pieces with a lossy compression travel compressed, and
+// `feedback` gets, per call, what settles their residuals (SettleFeedback).
 template <typename Request>
 std::vector<Outgoing> PieceCalls(std::map<int, std::vector<ShardPiece>>& by_ps, const ps::UpdateTag& tag,
-                                 bool bf16 = false) {
+                                 bool bf16 = false, GradientResiduals* residuals = nullptr,
+                                 CallFeedback* feedback = nullptr) {
   std::vector<Outgoing> calls;
   calls.reserve(by_ps.size());
+  if (feedback != nullptr) feedback->assign(by_ps.size(), {});
   for (auto& entry : by_ps) {
     // Not a structured binding: clang 14 cannot capture one in the lambda below.
     const int ps = entry.first;
@@ -608,7 +722,10 @@ std::vector<Outgoing> PieceCalls(std::map<int, std::vector<ShardPiece>>& by_ps, 
       if constexpr (std::is_same_v<Request, wire::UpdateRequest>) {
         list[i].setKind(ps::UpdateKindToWire(pieces[i].kind));
       }
-      call.message.AddTensorAs(pieces[i].value, bf16, list[i].initValue());
+      if (residuals == nullptr ||
+          !AddCompressed(pieces[i], *residuals, call.message, list[i].initValue(), &(*feedback)[calls.size()])) {
+        call.message.AddTensorAs(pieces[i].value, bf16, list[i].initValue());
+      }
       if constexpr (std::is_same_v<Request, wire::PushGradientsRequest>) {
         if (pieces[i].base_version >= 0) list[i].setBaseVersion(pieces[i].base_version);
       }
@@ -686,7 +803,8 @@ absl::StatusOr<VersionedRows> FinishGather(const GatherPlan& plan, CallResults r
 
 void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallback<VersionedValues> done) {
   auto plan = std::make_shared<ReadPlan>();
-  plan->bf16 = bf16_transport();
+  plan->bf16 = bf16_transport() || options_.pull.kind == CompressionKind::kBf16;
+  plan->int8 = options_.pull.kind == CompressionKind::kInt8;
   std::map<int, std::vector<std::pair<const std::string*, ReadPlan::Ref>>> by_ps;
   for (size_t v = 0; v < names.size(); ++v) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(names[v]);
@@ -701,7 +819,7 @@ void PsClient::ReadVersionedAsync(const std::vector<std::string>& names, PsCallb
   for (const auto& [ps, items] : by_ps) {
     Outgoing call{ps, net::OutMessage()};
     auto body = call.message.InitRequestBody<wire::ReadRequest>();
-    if (plan->bf16) body.setValuesAs(kBf16WireCode);
+    body.setValuesAs(plan->values_as());
     auto list = body.initNames(static_cast<unsigned>(items.size()));
     std::vector<ReadPlan::Ref> refs;
     refs.reserve(items.size());
@@ -740,7 +858,9 @@ void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, 
   for (const GradientUpdate& g : gradients) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(g.name);
     if (!p.ok()) return done(p.status());
-    if (absl::Status s = SplitUpdate(**p, UpdateKind::kAssign, g.value, g.ids, &by_ps); !s.ok()) {
+    if (absl::Status s = SplitUpdate(**p, UpdateKind::kAssign, g.value, g.ids, &by_ps,
+                                     g.compression.value_or(options_.compression));
+        !s.ok()) {
       return done(s);
     }
   }
@@ -751,10 +871,15 @@ void PsClient::PushGradientsAsync(const std::vector<GradientUpdate>& gradients, 
       }
     }
   }
-  CallAllAsync(ps_, "ps.PushGradients",
-               PieceCalls<wire::PushGradientsRequest>(by_ps, tag, bf16_transport()),
-               {options_.timeout, std::nullopt},
-               [done = std::move(done)](CallResults results) { done(FirstError(results)); }, options_.shard_map);
+  auto feedback = std::make_shared<CallFeedback>();
+  std::vector<Outgoing> calls =
+      PieceCalls<wire::PushGradientsRequest>(by_ps, tag, bf16_transport(), residuals_.get(), feedback.get());
+  CallAllAsync(ps_, "ps.PushGradients", std::move(calls), {options_.timeout, std::nullopt},
+               [residuals = residuals_, feedback, done = std::move(done)](CallResults results) {
+                 SettleFeedback(*residuals, *feedback, results);
+                 done(FirstError(results));
+               },
+               options_.shard_map);
 }
 
 void PsClient::GatherVersionedAsync(const std::string& name, const Tensor& ids, PsCallback<VersionedRows> done) {
@@ -816,7 +941,11 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
   for (const GradientUpdate& g : gradients) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(g.name);
     if (!p.ok()) return fail(p.status());
-    if (absl::Status s = SplitUpdate(**p, UpdateKind::kAssign, g.value, g.ids, &by_ps); !s.ok()) return fail(s);
+    if (absl::Status s = SplitUpdate(**p, UpdateKind::kAssign, g.value, g.ids, &by_ps,
+                                     g.compression.value_or(options_.compression));
+        !s.ok()) {
+      return fail(s);
+    }
   }
   for (auto& [ps, pieces] : by_ps) {
     for (ShardPiece& piece : pieces) {
@@ -825,7 +954,8 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
   }
   // The reads ride on the pushes: a PS holding only read shards gets a push of no gradients.
   auto plan = std::make_shared<ReadPlan>();
-  plan->bf16 = bf16_transport();
+  plan->bf16 = bf16_transport() || options_.pull.kind == CompressionKind::kBf16;
+  plan->int8 = options_.pull.kind == CompressionKind::kInt8;
   std::map<int, std::vector<std::pair<const std::string*, ReadPlan::Ref>>> reads_by_ps;
   for (size_t v = 0; v < read_after.size(); ++v) {
     absl::StatusOr<std::shared_ptr<const VariablePlacement>> p = directory_.Find(read_after[v]);
@@ -836,7 +966,9 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
     }
     AddRead(*plan, *std::move(p), whole_values_);
   }
-  std::vector<Outgoing> calls = PieceCalls<wire::PushGradientsRequest>(by_ps, tag, plan->bf16);
+  auto feedback = std::make_shared<CallFeedback>();
+  std::vector<Outgoing> calls =
+      PieceCalls<wire::PushGradientsRequest>(by_ps, tag, bf16_transport(), residuals_.get(), feedback.get());
   std::vector<int> call_ps;
   call_ps.reserve(calls.size());
   for (Outgoing& call : calls) {
@@ -844,7 +976,7 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
     std::vector<ReadPlan::Ref> refs;
     if (auto it = reads_by_ps.find(call.ps); it != reads_by_ps.end()) {
       auto body = call.message.envelope().getRequest().getBody().getAs<wire::PushGradientsRequest>();
-      if (plan->bf16) body.setReadAfterAs(kBf16WireCode);
+      body.setReadAfterAs(plan->values_as());
       auto names = body.initReadAfter(static_cast<unsigned>(it->second.size()));
       refs.reserve(it->second.size());
       for (unsigned i = 0; i < it->second.size(); ++i) {
@@ -859,7 +991,9 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
   CallAllAsync(
       ps_, "ps.PushGradients", std::move(calls), {options_.timeout, std::nullopt},
       [connections = ps_, shard_map = options_.shard_map, timeout = options_.timeout, call_ps = std::move(call_ps),
-       plan = std::move(plan), pushed = std::move(pushed), done = std::move(done)](CallResults results) mutable {
+       plan = std::move(plan), residuals = residuals_, feedback, pushed = std::move(pushed),
+       done = std::move(done)](CallResults results) mutable {
+        SettleFeedback(*residuals, *feedback, results);
         absl::Status status = FirstError(results);
         pushed(status);
         if (!status.ok()) return done(std::move(status));
@@ -875,12 +1009,13 @@ void PsClient::PushGradientsAndReadAsync(const std::vector<GradientUpdate>& grad
         reread->wholes = plan->wholes;
         reread->whole_data = plan->whole_data;
         reread->bf16 = plan->bf16;
+        reread->int8 = plan->int8;
         std::vector<Outgoing> reads;
         for (size_t c = 0; c < plan->refs.size(); ++c) {
           if (plan->refs[c].empty()) continue;
           Outgoing call{call_ps[c], net::OutMessage()};
           auto read = call.message.InitRequestBody<wire::ReadRequest>();
-          if (reread->bf16) read.setValuesAs(kBf16WireCode);
+          read.setValuesAs(reread->values_as());
           auto names = read.initNames(static_cast<unsigned>(plan->refs[c].size()));
           for (unsigned i = 0; i < plan->refs[c].size(); ++i) {
             const ReadPlan::Ref& ref = plan->refs[c][i];

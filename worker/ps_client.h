@@ -12,11 +12,13 @@
 #include "absl/time/time.h"
 #include "core/bf16.h"
 #include "core/block_pool.h"
+#include "core/compression.h"
 #include "core/tensor.h"
 #include "ps/shard_initializer.h"
 #include "core/optimizer_config.h"
 #include "core/update_kind.h"
 #include "ps/update_tag.h"
+#include "worker/gradient_residuals.h"
 #include "worker/ps_future.h"
 #include "worker/variable_directory.h"
 
@@ -40,6 +42,10 @@ struct GradientUpdate {
   std::string name;
   Tensor value;
   std::optional<Tensor> ids;
+  // The form this gradient travels in (core/compression.h); unset: the client's
+  // (PsClient::Options::compression). Applies to dense f32 gradients only: row gradients and
+  // other dtypes always travel exactly.
+  std::optional<Compression> compression = std::nullopt;
 };
 
 // The versions of variable shards (ps::Variable::version) as reads saw them: shard name (the
@@ -105,6 +111,20 @@ class PsClient {
     // such a read in f32 (taken as it is). Variables, optimizer state and checkpoints on the PS
     // stay f32; Update, Gather and CreateVariable always travel in f32.
     WirePrecision transport = WirePrecision::kF32;
+    // Gradient compression (core/compression.h; the --compression process flag): the form
+    // dense f32 gradients are pushed in (PushGradients*, the fused push-and-read included),
+    // unless a GradientUpdate names its own. Lossy forms keep error feedback on this client
+    // (residuals(); worker/gradient_residuals.h). Row gradients and non-f32 gradients are never
+    // compressed. Tags and exactly-once are unchanged: the PS deduplicates a compressed push
+    // as any other. A PS that predates compression refuses such a push (unknown dtype code).
+    // kNone keeps `transport`'s form for gradients.
+    Compression compression = {};
+    // Quantized reads (the --pull_compression process flag): the form this client asks f32
+    // values it reads in (Read*, and the values of PushGradientsAndRead*): none (as `transport`
+    // says), bf16, or int8 (a scale per 256 values, ~1/4 of the bytes; each value within half
+    // a step, its block's largest magnitude / 254, of the PS's). Decoded here to f32; the PS's
+    // variables are never touched. A PS that predates int8 refuses such a read.
+    Compression pull = {};
   };
 
   PsClient(std::vector<net::RpcClient*> ps, const VariableDirectory& directory, Options options);
@@ -118,6 +138,10 @@ class PsClient {
   absl::Duration timeout() const { return options_.timeout; }
   // The shard map requests are routed by (null: one copy per shard).
   ShardMapCache* shard_map() const { return options_.shard_map; }
+
+  // Error feedback of lossy gradient compression: per shard, what this client's applied pushes
+  // did not send (Options::compression).
+  const GradientResiduals& residuals() const { return *residuals_; }
 
   // Current values of `names`, in order (a sharded variable comes back whole).
   absl::StatusOr<std::vector<Tensor>> Read(const std::vector<std::string>& names);
@@ -215,6 +239,7 @@ class PsClient {
   const Options options_;
   // Shared with the completions of calls in flight, which may outlive this client.
   const std::shared_ptr<OwnWrites> own_writes_;
+  const std::shared_ptr<GradientResiduals> residuals_ = std::make_shared<GradientResiduals>();
   // The whole values sharded variables are read into: a training loop pulls the same sizes
   // every step, and a fresh block over glibc's mmap threshold costs its pages' zeroing.
   BlockPool whole_values_;

@@ -155,6 +155,15 @@ int RunWorker(const ClusterSpec& cluster, const Program& program, const ProcessO
   if (options.transport != WirePrecision::kF32) {
     spdlog::info("pulls and gradient pushes travel in {} (--transport)", std::string(WirePrecisionName(options.transport)));
   }
+  ps_options.compression = options.compression;
+  ps_options.pull = options.pull_compression;
+  if (options.pull_compression.lossy()) {
+    spdlog::info("f32 pulls travel as {} (--pull_compression)", CompressionName(options.pull_compression));
+  }
+  if (options.compression.lossy()) {
+    spdlog::info("dense f32 gradients are pushed as {} with error feedback (--compression)",
+                 CompressionName(options.compression));
+  }
   if (options.ps_replicas >= 2) {
     ShardMapCache::Options cache_options;
     // A try its primary leaves unanswered starts watching for a failover well before the

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/bf16.h"
+#include "core/compression.h"
 
 namespace asyncps::ps {
 namespace {
@@ -52,16 +53,16 @@ absl::StatusOr<std::shared_ptr<const LoggedWrite>> LoggedWrite::Make(const std::
   absl::Status bad;
   auto collect = [&](wire::TensorRef::Reader ref) {
     if (!bad.ok()) return;
-    if (net::InMessage::IsBf16(ref)) {
-      // A bf16 gradient (reduced-precision transport) is forwarded as it came: each copy widens
-      // the same bytes alike. AppendTo sees the bf16 reference in the copied body.
-      absl::StatusOr<net::InMessage::Bf16View> view = frame.Bf16At(ref);
-      if (!view.ok()) {
-        bad = view.status();
+    if (net::InMessage::IsEncoded(ref)) {
+      // A bf16 or compressed gradient (core/compression.h) is forwarded as it came: each copy
+      // decodes the same bytes alike. AppendTo sees the encoded reference in the copied body.
+      absl::StatusOr<Tensor> bytes = frame.EncodedBytesAt(ref);
+      if (!bytes.ok()) {
+        bad = bytes.status();
         return;
       }
-      write->bytes_ += view->bytes.num_bytes();
-      write->tensors_.push_back(std::move(view->bytes));
+      write->bytes_ += bytes->num_bytes();
+      write->tensors_.push_back(*std::move(bytes));
       return;
     }
     absl::StatusOr<Tensor> t = frame.TensorAt(ref);
@@ -95,8 +96,8 @@ void LoggedWrite::AppendTo(wire::ReplicatedEntry::Builder entry, net::OutMessage
   size_t next = 0;
   // The body was walked once in Make: the same method and body visit the same references.
   auto add = [&](wire::TensorRef::Builder ref) {
-    if (ref.getDtype() == kBf16WireCode) {
-      message.AddBf16(tensors_[next++], net::GetShape(ref.getShape().asReader()), ref);
+    if (ref.getDtype() == kBf16WireCode || ref.getDtype() == kInt8BlockWireCode || ref.getDtype() == kTopKWireCode) {
+      message.AddEncoded(ref.getDtype(), tensors_[next++], net::GetShape(ref.getShape().asReader()), ref);
     } else {
       message.AddTensor(tensors_[next++], ref);
     }

@@ -41,7 +41,8 @@ TEST(FuzzReplayTest, SeedCorpus) { ReplayAll("corpus", 10); }
 // The seeds reach the real handlers and succeed there, so mutations start from deep paths.
 TEST(FuzzReplayTest, SeedsPassTheHandshakeAndAreServed) {
   for (const char* name :
-       {"ps_dense", "ps_sparse", "ps_initializers", "ps_update_kinds", "ps_bf16_versions", "worker_all"}) {
+       {"ps_dense", "ps_sparse", "ps_initializers", "ps_update_kinds", "ps_bf16_versions", "ps_compressed",
+        "worker_all"}) {
     SCOPED_TRACE(name);
     const std::string bytes = Read(std::string(ASYNCPS_FUZZ_DIR) + "/corpus/" + name);
     SessionOutcome outcome = RunServerSession(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
@@ -77,6 +78,16 @@ TEST(FuzzReplayTest, MembershipSeedIsServedAndRefusesWhatItMust) {
   // Join OK; Join as worker 3 from worker 0: PermissionDenied; a bad address: InvalidArgument;
   // Leave OK; Leave as worker 2: PermissionDenied.
   EXPECT_EQ(outcome.response_codes, (std::vector<int>{0, 7, 3, 0, 7}));
+}
+
+// The compressed-gradient seed (int8 blocks with a fused read, top-k, and a top-k claiming
+// 2^20 rows of a 4-row variable): the good pushes are served, the oversized one is refused
+// (InvalidArgument) and the PS keeps serving the read after it.
+TEST(FuzzReplayTest, CompressedSeedIsServedAndItsOversizedPushRefused) {
+  const std::string bytes = Read(std::string(ASYNCPS_FUZZ_DIR) + "/corpus/ps_compressed");
+  SessionOutcome outcome = RunServerSession(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  EXPECT_FALSE(outcome.closed);
+  EXPECT_EQ(outcome.response_codes, (std::vector<int>{0, 0, 0, 3, 0}));  // create, int8, top-k, oversized, read
 }
 
 TEST(FuzzReplayTest, Regressions) { ReplayAll("regressions", 1); }

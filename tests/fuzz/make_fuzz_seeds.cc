@@ -5,10 +5,12 @@
 #include <fstream>
 #include <utility>
 #include <functional>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/bf16.h"
+#include "core/compression.h"
 #include "core/dtype.h"
 #include "core/optimizer_config.h"
 #include "core/tensor.h"
@@ -105,6 +107,30 @@ std::string PushBf16(const std::string& name, bool rows, int64_t base) {
   }
   req.initReadAfter(1).set(0, name);
   req.setReadAfterAs(kBf16WireCode);
+  return Request(std::move(m), "ps.PushGradients");
+}
+
+// A compressed gradient (core/compression.h) for a [4, 3] f32 variable: int8 blocks or top-k
+// (3 of 12), encoded by the worker's own codecs; `oversized` claims a shape of 2^20 rows (the
+// PS refuses it before expanding it). The int8 push reads the variable after it.
+std::string PushCompressed(const std::string& name, uint8_t code, bool oversized = false) {
+  net::OutMessage m;
+  auto req = m.InitRequestBody<wire::PushGradientsRequest>();
+  auto g = req.initGradients(1)[0];
+  g.setName(name);
+  std::vector<float> values = {0.1f, -0.2f, 0.3f, 0.05f, -0.5f, 0.6f, 0.01f, 0.2f, -0.9f, 0.4f, 0.0f, 0.7f};
+  std::vector<uint8_t> bytes;
+  if (code == kInt8BlockWireCode) {
+    bytes.resize(Int8EncodedBytes(values.size()));
+    EncodeInt8InPlace(values.data(), values.size(), bytes.data());
+    req.initReadAfter(1).set(0, name);
+  } else {
+    bytes.resize(TopKEncodedBytes(TopKCount(values.size(), 0.25)));
+    EncodeTopKInPlace(values.data(), values.size(), 0.25, bytes.data());
+  }
+  Tensor payload(DType::kU8, {static_cast<int64_t>(bytes.size())});
+  std::memcpy(payload.raw_data(), bytes.data(), bytes.size());
+  m.AddEncoded(code, payload, oversized ? Shape{int64_t{1} << 20, 3} : Shape{4, 3}, g.initValue());
   return Request(std::move(m), "ps.PushGradients");
 }
 
@@ -306,6 +332,9 @@ int Main(int argc, char** argv) {
       // worker (refused), with a bad address (refused), leaves, leaves as another (refused).
       {"membership", Hello("worker") + Join(0, "127.0.0.1:5") + Join(3, "127.0.0.1:6") + Join(0, "no port") +
                          Leave(0) + Leave(2)},
+      // Last, so that the request ids of the seeds above stay as they were.
+      {"ps_compressed", chief + CreateVariable("k", "zeros", "adam") + PushCompressed("k", kInt8BlockWireCode) +
+                            PushCompressed("k", kTopKWireCode) + PushCompressed("k", kTopKWireCode, true) + Read("k")},
   };
   if (!WriteAll(argv[1], seeds)) return 1;
   if (argc == 3 && !WriteAll(argv[2], Regressions())) return 1;

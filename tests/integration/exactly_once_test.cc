@@ -76,7 +76,7 @@ class ExactlyOnceTest : public ::testing::Test {
   // One epoch: zeroes `counter` (i64 or f32), schedules `function` (args: row, work ms) for
   // every row i through a fresh coordinator, joins, and returns the counter as integers.
   std::vector<int64_t> Epoch(bool deduplicate, const std::string& function = "add_to_row") {
-    ShardedVariable& counter = function == "add_to_row" ? *rows_ : *fused_rows_;
+    ShardedVariable& counter = function == "add_to_row" ? *rows_ : *fused_rows_;  // f32 for the push_* ones
     const Tensor zeros = function == "add_to_row" ? Tensor::FromVector(std::vector<int64_t>(kRows, 0))
                                                   : Tensor::FromVector(std::vector<float>(kRows, 0.0f));
     EXPECT_TRUE(counter.Assign(zeros).ok());
@@ -143,6 +143,12 @@ TEST_F(ExactlyOnceTest, EveryRowIsExactlyOneWhileWorkersAreKilled) {
 // re-run's push is found applied and answers the values again (the closure checks its row reads 1).
 TEST_F(ExactlyOnceTest, EveryRowIsExactlyOneThroughTheFusedPushAndReadWhileWorkersAreKilled) {
   EveryRowIsExactlyOneWhileWorkersAreKilled("push_and_read_row");
+}
+
+// The same with the push compressed top-k with error feedback (a residual per shard on each
+// worker): a closure re-run on another worker, or on a restarted one, is applied once.
+TEST_F(ExactlyOnceTest, EveryRowIsExactlyOneWithCompressedPushesWhileWorkersAreKilled) {
+  EveryRowIsExactlyOneWhileWorkersAreKilled("push_compressed_and_read_row");
 }
 
 TEST_F(ExactlyOnceTest, WithoutDeduplicationReRunsApplyTwice) {

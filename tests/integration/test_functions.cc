@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "core/compression.h"
 #include "core/incarnation.h"
 #include "core/status_macros.h"
 #include "core/sync.h"
@@ -196,6 +197,34 @@ Program MakeTestProgram() {
     const float seen = read.values.at(0).data<float>()[row];
     if (seen != 1.0f) {
       return absl::InternalError(absl::StrCat("push_and_read_row: row ", row, " read ", seen, " after its push"));
+    }
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
+    while (std::chrono::steady_clock::now() < end) {
+      if (ctx.cancelled()) return absl::CancelledError("cancelled");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return Values{};
+  });
+  // push_and_read_row with a dense gradient compressed top-k (core/compression.h; per push:
+  // GradientUpdate::compression), error feedback on: -1 at `row`, 0 elsewhere, over the whole
+  // [N] "fused_rows" (each shard's top 1% is its largest magnitude: the -1, sent exactly).
+  program.AddFunction("push_compressed_and_read_row", [](StepContext& ctx) -> absl::StatusOr<Values> {
+    ASSIGN_OR_RETURN(Tensor row_arg, ctx.arg(0));
+    ASSIGN_OR_RETURN(Tensor ms, ctx.arg(1));
+    const int64_t row = row_arg.data<int64_t>()[0];
+    ASSIGN_OR_RETURN(Tensor current, ctx.Read("fused_rows"));
+    std::vector<float> dense(static_cast<size_t>(current.num_elements()), 0.0f);
+    if (row < 0 || row >= static_cast<int64_t>(dense.size())) return absl::InvalidArgumentError("row out of range");
+    dense[static_cast<size_t>(row)] = -1.0f;
+    GradientUpdate gradient{"fused_rows", Tensor::FromVector<float>(current.shape(), absl::MakeConstSpan(dense)),
+                            std::nullopt};
+    gradient.compression = Compression{CompressionKind::kTopK, 0.01};
+    StepContext::PushAndRead fused = ctx.PushGradientsAndReadAsync({gradient}, {"fused_rows"});
+    RETURN_IF_ERROR(fused.pushed.Get());
+    ASSIGN_OR_RETURN(VersionedValues read, fused.values.Get());
+    const float seen = read.values.at(0).data<float>()[row];
+    if (seen != 1.0f) {
+      return absl::InternalError(absl::StrCat("push_compressed_and_read_row: row ", row, " read ", seen));
     }
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms.data<int64_t>()[0]);
     while (std::chrono::steady_clock::now() < end) {
