@@ -141,7 +141,9 @@ TEST_F(RoutedCallTest, RefusedUntilTheDeadlineReturnsTheRefusal) {
   // Only ps 0 is ever primary here, and it refuses: the call ends at its deadline with the
   // refusal, not before and not with something else.
   PsClient::Options options;
-  options.timeout = absl::Milliseconds(300);
+  // Long enough for two tries on a loaded 2-core machine (300 ms once left room for one, and
+  // "tried again" failed); the call still ends at this deadline, whatever it is.
+  options.timeout = absl::Seconds(2);
   ps::ShardMap stuck = MapAt(3);
   stuck.groups[0].primary = 0;
   stuck.groups[0].backups = {1};
