@@ -79,7 +79,7 @@ VARIANTS = (
     {"workload": "fmnist", "replicas": 1, "data_workers": 2},
 )
 # How often each role is picked (among the roles a round has), and the share of pauses.
-ROLE_WEIGHTS = {"worker": 2, "ps": 3, "data_worker": 10, "dispatcher": 9, "chief": 4}
+ROLE_WEIGHTS = {"worker": 2, "ps": 3, "data_worker": 12, "dispatcher": 14, "chief": 5}
 PAUSE_SHARE = 0.3
 PAUSE_SECONDS = (0.5, 10.0)
 DOUBLE_SPREAD = 0.3  # the second fault of a double follows within this many seconds
