@@ -356,7 +356,6 @@ bool Connection::WriteDirectLocked(SentFrames* sent) {
       writer_active_ = true;
       return false;
     }
-    if (n > 0) NoteProgress();
     uint64_t frames = 0;
     for (size_t left = static_cast<size_t>(n); left > 0;) {
       Queued& front = queue_.front();
@@ -407,12 +406,11 @@ void Connection::WriteQueued() {
   if (error != 0) {
     return Fail(boost::system::error_code(error, boost::system::system_category()), "write error");
   }
-  asio::async_write(socket_, buffers, NotingProgress{this},
+  asio::async_write(socket_, buffers, TransferAllUncapped(),
                     [this, self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
                       const size_t frames = writing_.size();
                       writing_.clear();
                       if (ec) return Fail(ec, "write error");
-                      NoteProgress();  // the condition is not asked after the last part
                       if (metrics_ != nullptr) metrics_->RecordWrite(n, frames);
                       WriteQueued();
                     });

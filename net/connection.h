@@ -78,10 +78,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void SendDeferred(OutMessage message, size_t flush_frames) ABSL_LOCKS_EXCLUDED(send_mu_);
   void Close(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(send_mu_);
 
-  // When bytes last moved on this connection in either direction (a read that returned data,
-  // a write the kernel took), or absl::InfinitePast() if never. A frame still arriving, or one
-  // still leaving, is progress: the peer's kernel is taking or sending bytes, which a peer
-  // behind a partition or a dead host's is not. Any thread.
+  // When bytes last arrived from the peer (any read that returned data, part of a frame
+  // included), or absl::InfinitePast() if never. A frame still arriving is a peer that is not
+  // silent; one behind a partition sends nothing. Writes do not count: the kernel takes a few
+  // MB into the socket's send buffer whether or not the peer is there (a 0.94 MB push to a
+  // partitioned PS "completes" at once). Any thread.
   absl::Time last_progress() const {
     const int64_t nanos = last_progress_nanos_.load(std::memory_order_relaxed);
     return nanos == 0 ? absl::InfinitePast() : absl::FromUnixNanos(nanos);
@@ -137,8 +138,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void NoteProgress() {
     last_progress_nanos_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_relaxed);
   }
-  // An async_read / async_write completion condition: TransferAllUncapped's, noting progress
-  // each time part of the transfer is done (asio asks before every read_some / write_some).
+  // An async_read completion condition: TransferAllUncapped's, noting progress each time part
+  // of the frame has arrived (asio asks before every read_some).
   struct NotingProgress {
     Connection* connection;
     size_t operator()(const boost::system::error_code& ec, size_t transferred) const {
@@ -183,8 +184,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const std::thread::id loop_thread_;
   bool corked_ = false;
   bool queued_while_corked_ = false;
-  // last_progress(): written by whichever thread moved bytes, read by any (an atomic, so
-  // neither the read nor the write path takes a lock for it).
+  // last_progress(): written by the loop thread as bytes arrive, read by any (an atomic, so the
+  // read path takes no lock for it).
   std::atomic<int64_t> last_progress_nanos_{0};
 };
 

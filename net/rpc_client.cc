@@ -666,8 +666,8 @@ PeerInfo RpcClient::peer() const {
 
 absl::Duration RpcClient::Silence() const {
   absl::Time oldest = absl::InfiniteFuture();
-  // Bytes moving either way on the connection count as a word from the server: a 300 MB
-  // answer on a 1 Gbit/s link takes 2.4 s to arrive as one frame, and its sender is not silent.
+  // Bytes arriving on the connection count as a word from the server: a 300 MB answer on a
+  // 1 Gbit/s link takes 2.4 s to arrive as one frame, and its sender is not silent.
   absl::Time moved = absl::InfinitePast();
   {
     MutexLock lock(&impl_->mu);

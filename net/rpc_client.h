@@ -92,9 +92,9 @@ class RpcClient {
 
   // How long the server has owed this client an answer without a word: from the latest of the
   // start of the oldest call still waiting (sent, or waiting for a connection), the last frame
-  // the server sent, and the last time bytes moved on the connection either way (part of a
-  // large answer read, part of a large request taken by the server's kernel), to now; zero
-  // while no call waits. A transfer slowed by a narrow link is not silence. A server that answers some calls
+  // the server sent, and the last time any of its bytes arrived (part of a large answer), to
+  // now; zero while no call waits. An answer slowed by a narrow link is not silence; a large
+  // request still on its way out is (what the kernel took says nothing of the peer). A server that answers some calls
   // while others take long is not silent; one behind a partition (or a host that died
   // without a reset) is, and the figure grows until the calls end or the connection is
   // closed (net/silent_peer.h). What a worker tells the chief about the PS it cannot reach.
