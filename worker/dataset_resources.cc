@@ -68,7 +68,7 @@ absl::StatusOr<data::Element> DynamicIteratorResource::Read(const SplitBinding& 
     }
   }
   // Ends the kept pipeline at `p` (its split ended or failed); its skipped batches stay.
-  auto retire = [&](std::vector<Position>::iterator p) {
+  auto retire = [&](std::vector<Position>::iterator p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (p->end_batch >= 0) {
       ended_.push_back({p->epoch, p->split, p->end_batch, p->end_batch == 0 && p->beyond_source->load()});
       while (ended_.size() > kMaxEnded) ended_.pop_front();
