@@ -315,15 +315,20 @@ class RecordingRelay {
   std::thread thread_;
 };
 
-// The README's claim: the cluster token never crosses the wire (HMAC challenge-response).
-TEST_F(RpcTest, TokenNeverCrossesTheWire) {
-  RecordingRelay relay(server_->port());
+// A worker's client whose connection goes through `relay`.
+std::unique_ptr<RpcClient> ClientThrough(EventLoop& loop, const RecordingRelay& relay) {
   RpcClient::Options options;
   options.address = "127.0.0.1:" + std::to_string(relay.port());
   options.role = "worker";
   options.task_index = 1;
   options.token = kToken;
-  auto client = std::make_unique<RpcClient>(loop_, options);
+  return std::make_unique<RpcClient>(loop, options);
+}
+
+// The README's claim: the cluster token never crosses the wire (HMAC challenge-response).
+TEST_F(RpcTest, TokenNeverCrossesTheWire) {
+  RecordingRelay relay(server_->port());
+  auto client = ClientThrough(loop_, relay);
   auto y = Scale(*client, {1, 2, 3}, 2.0f);
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_EQ(*y, (std::vector<float>{2, 4, 6}));
@@ -839,12 +844,7 @@ TEST_F(RpcTest, SilenceGrowsWhileACallWaitsUnheardAndAnyAnswerEndsIt) {
 // SilenceIsNotEndedByBytesTheKernelTookForAnUnreachablePeer.)
 TEST_F(RpcTest, SilenceCountsFromTheLastByteThatArrived) {
   RecordingRelay relay(server_->port(), absl::Milliseconds(2));
-  RpcClient::Options options;
-  options.address = "127.0.0.1:" + std::to_string(relay.port());
-  options.role = "worker";
-  options.task_index = 1;
-  options.token = kToken;
-  auto client = std::make_unique<RpcClient>(loop_, options);
+  auto client = ClientThrough(loop_, relay);
   ASSERT_TRUE(Scale(*client, {1}, 2).ok());  // connected
   const size_t n = size_t{8} << 20;  // floats: 32 MiB each way
   const uint64_t quarter = n;        // bytes: a quarter of one direction
@@ -889,12 +889,7 @@ TEST_F(RpcTest, SilenceCountsFromTheLastByteThatArrived) {
 // worker's report of the PS under the heartbeat timeout, and the gray failure went unnoticed.
 TEST_F(RpcTest, SilenceIsNotEndedByBytesTheKernelTookForAnUnreachablePeer) {
   RecordingRelay relay(server_->port());
-  RpcClient::Options options;
-  options.address = "127.0.0.1:" + std::to_string(relay.port());
-  options.role = "worker";
-  options.task_index = 1;
-  options.token = kToken;
-  auto client = std::make_unique<RpcClient>(loop_, options);
+  auto client = ClientThrough(loop_, relay);
   ASSERT_TRUE(Scale(*client, {1}, 2).ok());  // connected
   relay.Hold();
   std::atomic<int> answered{0};
