@@ -107,7 +107,6 @@ def run_ps(args, rate, round_index):
                                "--only=dense", f"--json={report}"], capture_output=True, text=True,
                               timeout=args.timeout)
     finally:
-        subprocess.run(["ip", "netns", "pids", netns], capture_output=True)
         nh.cleanup(netns)
     if proc.returncode != 0:
         raise RuntimeError(f"ps_bench at {rate} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
