@@ -57,13 +57,34 @@ namespace asyncps {
 //     counts again. No backup better placed: nothing changes.
 // Each returns the groups it changed (empty: the map is unchanged).
 //
+// Elastic parameter servers (issue 37). PS indices are the slots the cluster spec lists; the
+// members among them hold copies, the others none (a slot a PS may join later, or one that
+// left). Each group has a target: the k members meant to hold its copies (at first the ring
+// over the members, so with every slot a member, the ring above). Join and Leave change
+// targets, balanced by bytes (SetGroupBytes; a group of unknown size weighs 1), and the map
+// follows them in the steps replication already takes:
+//   * a target PS that holds no copy of its group is added as rebuilding (a state transfer
+//     from the primary while the group keeps serving; the copy is not counted for acks);
+//   * once every target PS holds the group in sync (primary or backup), the copies off target
+//     are dropped in one map change, the primary handing over to a target backup if it was
+//     itself off target (a failover by plan, fenced by the generation like any other): the
+//     move costs the clients one map change, not a copy.
+// Returned (above) rebuilds a PS's target groups rather than its ring groups; the two are one
+// thing until a Join or Leave.
+//
 // Not thread-safe: the PS monitor owns it and calls it from its one thread.
 class ShardMapOwner {
  public:
   // InvalidArgument as ps::ShardMap::Initial.
   static absl::StatusOr<ShardMapOwner> Create(int num_ps, int replicas);
-  // Takes over `map` (e.g. the newest map the PS hold, when a chief restarts).
-  ShardMapOwner(ps::ShardMap map, int num_ps);
+  // A map with `num_ps` groups (one per slot) placed on the first `members` slots only, each
+  // group's copies on `replicas` of them (the ring over the members). InvalidArgument as above,
+  // with `members` in place of num_ps, or when members is outside [1, num_ps].
+  static absl::StatusOr<ShardMapOwner> Create(int num_ps, int replicas, int members);
+  // Takes over `map` (e.g. the newest map the PS hold, when a chief restarts). With every slot
+  // a member, targets are the ring; otherwise the members are the slots below `members` and
+  // every PS the map names, and each group's target is where its copies are now.
+  ShardMapOwner(ps::ShardMap map, int num_ps, int members = -1);
 
   const ps::ShardMap& map() const { return map_; }
   int num_ps() const { return num_ps_; }
@@ -83,12 +104,44 @@ class ShardMapOwner {
   // last call (the caller restores them from a checkpoint), then forgets them.
   std::vector<int> TakeNoLiveCopy();
 
+  // Admits slot `ps` as a member and moves copies to it while that lowers the most loaded
+  // member's bytes (see the class comment); returns the groups whose map changed (its new
+  // rebuilding copies). InvalidArgument for an index outside the slots; AlreadyExists for a
+  // member. Nothing changes on an error.
+  absl::StatusOr<std::vector<int>> Join(int ps);
+  // Retargets every group `ps` is meant to hold onto the least loaded other member and starts
+  // the moves; `ps` is no longer a member, and holds nothing once HoldsAny(ps) is false.
+  // NotFound for a PS that is not a member; FailedPrecondition when fewer members than copies
+  // of a group (k, and at least 1) would be left ("a group with no copy"). Nothing changes on
+  // an error.
+  absl::StatusOr<std::vector<int>> Leave(int ps);
+  bool IsMember(int ps) const;
+  int members() const;
+  // True when the map names `ps` in any role of any group.
+  bool HoldsAny(int ps) const;
+  // True while a group has copies off its target (a move not finished).
+  bool Moving() const;
+  // The PS meant to hold `group`'s copies (empty for an unknown group).
+  std::vector<int32_t> Target(int group) const;
+  // The size of a group's state, as its primary reports it: the weight Join and Leave balance.
+  void SetGroupBytes(int group, uint64_t bytes);
+  // Per slot: the bytes of the groups its target names it for (what balancing evens out).
+  std::vector<uint64_t> TargetBytes() const;
+
  private:
   void Bump(ps::GroupEntry& g);
+  // Brings a group that is moving a step closer to its target (see the class comment); true
+  // when its entry changed (not bumped: the caller bumps).
+  bool Reconcile(ps::GroupEntry& g);
+  uint64_t Weight(size_t group) const;
 
   ps::ShardMap map_;
   int num_ps_;
   std::vector<int> no_live_copy_;
+  std::vector<bool> member_;                  // per slot
+  std::vector<std::vector<int32_t>> target_;  // per group (groups are 0..num_ps-1)
+  std::vector<bool> moving_;                  // per group: retargeted, not settled yet
+  std::vector<uint64_t> bytes_;               // per group
 };
 
 }  // namespace asyncps

@@ -1,5 +1,6 @@
 #include "coordinator/shard_map_owner.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -227,6 +228,166 @@ TEST(ShardMapOwnerTest, PrimaryThatCannotServeIsALostCopyOfItsGroup) {
   EXPECT_EQ(owner.Restored(0), std::vector<int>{0});
   EXPECT_FALSE(owner.map().groups[0].restore_pending);
   EXPECT_TRUE(owner.map().Validate(3).ok()) << owner.map().Validate(3);
+}
+
+// ---- Elastic parameter servers (issue 37) ----------------------------------------------------
+
+// Reports every rebuilding copy in sync, as primaries do once their transfers finish, until
+// no group has one (a join's or leave's moves run to the end).
+void SyncEverything(ShardMapOwner& owner) {
+  for (int round = 0; round < 10; ++round) {
+    bool any = false;
+    for (const ps::GroupEntry& g : ps::ShardMap(owner.map()).groups) {
+      for (int32_t r : g.rebuilding) {
+        owner.InSync(r, static_cast<int>(g.group));
+        any = true;
+      }
+    }
+    if (!any) return;
+  }
+  ADD_FAILURE() << "moves did not settle: " << owner.map().DebugString();
+}
+
+int CopiesOn(const ps::ShardMap& map, int ps) {
+  int n = 0;
+  for (const ps::GroupEntry& g : map.groups) n += g.Holds(ps) ? 1 : 0;
+  return n;
+}
+
+TEST(ShardMapOwnerTest, JobStartedOnFewerPsThanSlotsPlacesEveryGroupOnItsMembers) {
+  absl::StatusOr<ShardMapOwner> owner = ShardMapOwner::Create(3, 2, 2);
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  ASSERT_EQ(owner->map().groups.size(), 3u) << "one group per slot: more groups than PS";
+  EXPECT_EQ(owner->members(), 2);
+  EXPECT_FALSE(owner->IsMember(2));
+  EXPECT_FALSE(owner->HoldsAny(2));
+  for (const ps::GroupEntry& g : owner->map().groups) {
+    EXPECT_EQ(g.backups.size(), 1u);
+    EXPECT_NE(g.primary, g.backups[0]);
+  }
+  EXPECT_TRUE(owner->map().Validate(3).ok()) << owner->map().Validate(3);
+  EXPECT_FALSE(ShardMapOwner::Create(3, 2, 1).ok()) << "two copies need two members";
+  EXPECT_FALSE(ShardMapOwner::Create(3, 1, 0).ok());
+  EXPECT_FALSE(ShardMapOwner::Create(3, 1, 4).ok());
+}
+
+TEST(ShardMapOwnerTest, JoinRebuildsCopiesOnTheNewPsAndDropsTheOldOnesOnlyOnceInSync) {
+  ShardMapOwner owner = *ShardMapOwner::Create(3, 2, 2);
+  const uint64_t before = owner.map().generation;
+  absl::StatusOr<std::vector<int>> changed = owner.Join(2);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  // Six copies of equal weight over three PS: two each, so two copies move to ps 2.
+  ASSERT_EQ(changed->size(), 2u);
+  EXPECT_TRUE(owner.Moving());
+  for (int g : *changed) {
+    const ps::GroupEntry& e = *owner.map().Find(static_cast<uint32_t>(g));
+    EXPECT_EQ(e.rebuilding, std::vector<int32_t>{2}) << "a state transfer first";
+    EXPECT_EQ(e.backups.size(), 1u) << "the old copies serve and count until the new one is in sync";
+    EXPECT_GT(e.generation, before);
+  }
+  EXPECT_EQ(owner.TargetBytes(), (std::vector<uint64_t>{2, 2, 2}));
+  SyncEverything(owner);
+  EXPECT_FALSE(owner.Moving());
+  for (int ps = 0; ps < 3; ++ps) EXPECT_EQ(CopiesOn(owner.map(), ps), 2) << "ps " << ps;
+  for (const ps::GroupEntry& g : owner.map().groups) {
+    EXPECT_EQ(g.backups.size(), 1u) << g.group;
+    EXPECT_TRUE(g.rebuilding.empty()) << g.group;
+    EXPECT_GE(g.primary, 0);
+  }
+  EXPECT_TRUE(owner.map().Validate(3).ok()) << owner.map().Validate(3);
+}
+
+TEST(ShardMapOwnerTest, LeaveMovesEveryCopyOffThePsBeforeItHoldsNothing) {
+  ShardMapOwner owner = *ShardMapOwner::Create(3, 2);
+  absl::StatusOr<std::vector<int>> changed = owner.Leave(1);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_FALSE(owner.IsMember(1));
+  EXPECT_TRUE(owner.HoldsAny(1)) << "its copies serve until the new ones are in sync";
+  // Group 1 (primary 1, backup 2) can only go to ps 0; group 0 (0, 1) to ps 2.
+  EXPECT_EQ(owner.Target(1), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(owner.Target(0), (std::vector<int32_t>{0, 2}));
+  SyncEverything(owner);
+  EXPECT_FALSE(owner.HoldsAny(1));
+  EXPECT_FALSE(owner.Moving());
+  const ps::GroupEntry& g1 = owner.map().groups[1];
+  EXPECT_TRUE(g1.primary == 0 || g1.primary == 2) << "the primary handed over to a target copy";
+  for (const ps::GroupEntry& g : owner.map().groups) EXPECT_EQ(g.backups.size(), 1u) << g.group;
+  // It comes back: a join again.
+  ASSERT_TRUE(owner.Join(1).ok());
+  SyncEverything(owner);
+  for (int ps = 0; ps < 3; ++ps) EXPECT_EQ(CopiesOn(owner.map(), ps), 2) << "ps " << ps;
+}
+
+TEST(ShardMapOwnerTest, RefusedJoinsAndLeavesChangeNothing) {
+  ShardMapOwner owner = *ShardMapOwner::Create(3, 2, 2);
+  const ps::ShardMap before = owner.map();
+  EXPECT_EQ(owner.Leave(0).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "two copies of each group need two PS";
+  EXPECT_EQ(owner.Leave(2).status().code(), absl::StatusCode::kNotFound) << "not a member";
+  EXPECT_EQ(owner.Join(1).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(owner.Join(3).status().code(), absl::StatusCode::kInvalidArgument) << "no such slot";
+  EXPECT_EQ(owner.Join(-1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(owner.map(), before);
+  EXPECT_EQ(owner.members(), 2);
+
+  ShardMapOwner single = *ShardMapOwner::Create(2, 1, 1);
+  EXPECT_EQ(single.Leave(0).status().code(), absl::StatusCode::kFailedPrecondition) << "a job needs a PS";
+  EXPECT_EQ(single.members(), 1);
+}
+
+TEST(ShardMapOwnerTest, JoinBalancesByBytesAndMovesTheBigGroupWhenThatIsWhatEvensThemOut) {
+  // One copy each; ps 0 holds groups 0 and 2, ps 1 holds group 1.
+  ShardMapOwner owner = *ShardMapOwner::Create(3, 1, 2);
+  owner.SetGroupBytes(0, 100);
+  owner.SetGroupBytes(1, 100);
+  owner.SetGroupBytes(2, 10);
+  ASSERT_EQ(owner.map().groups[2].primary, 0);
+  ASSERT_TRUE(owner.Join(2).ok());
+  // Moving group 2 (10 bytes) would leave ps 0 at 100 and ps 2 at 10; moving group 0 leaves
+  // 10 / 100 / 100: the same peak, so the greedy move takes the biggest group first, and
+  // stops when no move lowers the larger of the two loads.
+  const std::vector<uint64_t> load = owner.TargetBytes();
+  EXPECT_EQ(*std::max_element(load.begin(), load.end()), 100u);
+  EXPECT_GT(load[2], 0u);
+  SyncEverything(owner);
+  EXPECT_EQ(CopiesOn(owner.map(), 2), 1);
+  // With one copy the new PS takes over as primary and the old one is dropped.
+  for (const ps::GroupEntry& g : owner.map().groups) {
+    EXPECT_TRUE(g.backups.empty());
+    EXPECT_TRUE(g.rebuilding.empty());
+  }
+}
+
+TEST(ShardMapOwnerTest, ANewPsKilledMidMoveRebuildsWhenItReturnsAndTheMoveFinishes) {
+  ShardMapOwner owner = *ShardMapOwner::Create(3, 2, 2);
+  ASSERT_TRUE(owner.Join(2).ok());
+  // Killed while receiving: its copies are lost, the old ones still serve.
+  owner.Lost(2);
+  EXPECT_FALSE(owner.HoldsAny(2));
+  for (const ps::GroupEntry& g : owner.map().groups) EXPECT_EQ(g.backups.size(), 1u) << "nothing dropped";
+  SyncEverything(owner);
+  EXPECT_TRUE(owner.Moving()) << "the target still names ps 2";
+  // Restarted, it rebuilds what its target names; then the moves finish.
+  EXPECT_EQ(owner.Returned(2).size(), 2u);
+  SyncEverything(owner);
+  EXPECT_FALSE(owner.Moving());
+  for (int ps = 0; ps < 3; ++ps) EXPECT_EQ(CopiesOn(owner.map(), ps), 2) << "ps " << ps;
+}
+
+TEST(ShardMapOwnerTest, AChiefTakingOverAMapKeepsWhereCopiesAreAsTheTarget) {
+  ShardMapOwner owner = *ShardMapOwner::Create(4, 2, 2);
+  ASSERT_TRUE(owner.Join(3).ok());
+  SyncEverything(owner);
+  ShardMapOwner restarted(owner.map(), 4, 2);
+  EXPECT_TRUE(restarted.IsMember(3)) << "it holds copies";
+  EXPECT_FALSE(restarted.IsMember(2));
+  EXPECT_FALSE(restarted.Moving());
+  for (const ps::GroupEntry& g : owner.map().groups) {
+    std::vector<int32_t> where = {g.primary};
+    where.insert(where.end(), g.backups.begin(), g.backups.end());
+    EXPECT_EQ(restarted.Target(static_cast<int>(g.group)), where);
+  }
+  EXPECT_TRUE(restarted.Returned(3).empty()) << "nothing to rebuild: it holds its targets";
 }
 
 }  // namespace
