@@ -34,12 +34,15 @@ absl::StatusOr<std::unique_ptr<ChiefProcess>> ChiefProcess::Create(const Cluster
   p->rpc_metrics_ = std::make_unique<metrics::RpcMetrics>(*p->metrics_);
   p->status_board_ = std::make_unique<metrics::StatusBoard>(*p->metrics_);
   p->checkpoint_metrics_ = std::make_unique<CheckpointMetrics>(*p->metrics_);
-  const bool replicated = process.ps_replicas >= 2;
+  // Replicated shards or elastic PS: the chief owns a shard map and watches the PS.
+  const bool replicated = process.UsesShardMap();
+  const int members = process.InitialPsMembers(cluster.num_ps());
   for (int i = 0; i < cluster.num_ps(); ++i) {
     // Without replicas the chief does not watch parameter servers between calls (Prometheus's
-    // `up` does); with them the PsMonitor does.
-    p->status_board_->SetMember("ps", i, cluster.ps()[static_cast<size_t>(i)], replicated ? "starting" : "unwatched",
-                                0);
+    // `up` does); with them the PsMonitor does. Elastic PS slots past the first members are
+    // standing by for a PS to join.
+    p->status_board_->SetMember("ps", i, cluster.ps()[static_cast<size_t>(i)],
+                                !replicated ? "unwatched" : i < members ? "starting" : "standby", 0);
   }
   p->status_board_->Serve();
   if (p->metrics_->port() > 0) {
@@ -66,6 +69,7 @@ absl::StatusOr<std::unique_ptr<ChiefProcess>> ChiefProcess::Create(const Cluster
   if (replicated) {
     PsMonitor::Options monitor;
     monitor.replicas = static_cast<int>(process.ps_replicas);
+    monitor.initial_members = members;
     monitor.heartbeat_timeout = process.ps_heartbeat_timeout;
     monitor.lost_after = process.ps_lost_after;
     monitor.start_timeout = p->options_.rpc_timeout;

@@ -67,6 +67,17 @@ class ClusterCoordinator::MembersAdapter : public MembershipService::Members {
   absl::StatusOr<int> Leave(int index, absl::Duration timeout) override {
     return coordinator_.DrainWorker(index, timeout);
   }
+  absl::StatusOr<Joined> JoinPs(int index, const std::string& address) override {
+    PsMonitor* monitor = coordinator_.strategy_.process().ps_monitor();
+    if (monitor == nullptr) return Members::JoinPs(index, address);
+    ASSIGN_OR_RETURN(PsMonitor::Admitted a, monitor->AdmitPs(index, address));
+    return Joined{a.members, a.already_member};
+  }
+  absl::StatusOr<int> LeavePs(int index, absl::Duration timeout) override {
+    PsMonitor* monitor = coordinator_.strategy_.process().ps_monitor();
+    if (monitor == nullptr) return Members::LeavePs(index, timeout);
+    return monitor->DrainPs(index, timeout);
+  }
 
  private:
   ClusterCoordinator& coordinator_;

@@ -22,6 +22,14 @@ namespace asyncps {
 //       new closure, its closures finish (or, past the request's deadline, go back to the
 //       queue), then it is no longer a member: a departure, not a failure. Answered once it
 //       has left.
+//   membership.JoinPs  (JoinRequest -> JoinResponse)  elastic PS (ProcessOptions::initial_ps):
+//       PS slot `index` registers, serving at the address its slot lists; shard-group copies
+//       start moving to it (coordinator/ps_monitor.h, AdmitPs). A member: a no-op
+//       (alreadyMember).
+//   membership.LeavePs (LeaveRequest -> LeaveResponse)  a PS asks to leave: its copies move to
+//       the other PS, and the answer (groupsMoved) comes once it holds none; then it may exit.
+//       Refused when the PS left could not hold every group's copies (FailedPrecondition: a
+//       scale to 0 PS, or below --ps_replicas), or when the job's PS are not elastic.
 // Refused, with nothing changed: an index other than the caller's own (PermissionDenied), a
 // bad index or address (InvalidArgument), an index that is a member at another address
 // (AlreadyExists), a Leave of a worker that is not a member (NotFound) or already draining
@@ -43,6 +51,10 @@ class MembershipService {
     virtual absl::StatusOr<Joined> Join(int index, const std::string& address) = 0;
     // Returns how many closures went back to the queue.
     virtual absl::StatusOr<int> Leave(int index, absl::Duration timeout) = 0;
+    // Elastic PS; by default refused (FailedPrecondition: the job's PS are fixed).
+    virtual absl::StatusOr<Joined> JoinPs(int index, const std::string& address);
+    // Returns how many group copies moved off the PS.
+    virtual absl::StatusOr<int> LeavePs(int index, absl::Duration timeout);
   };
 
   // Registers the methods on `methods`, calling into `members` (which must outlive them).

@@ -61,6 +61,7 @@ struct PsMonitor::Answer {
     uint64_t generation;
     wire::CopyRole role;
     std::vector<Backup> backups;
+    uint64_t state_bytes = 0;
   };
   std::vector<Copy> copies;
 };
@@ -96,7 +97,8 @@ struct PsMonitor::Gauges {
     auto& counters = prometheus::BuildCounter()
                          .Name("asyncps_ps_failover_events_total")
                          .Help("The chief's shard-map decisions, by kind (failover, ps_lost, "
-                               "state_transfer, rebuilt, no_live_copy, restored, workers_cut)")
+                               "state_transfer, rebuilt, no_live_copy, restored, workers_cut, ps_joined, "
+                               "ps_left, move_done)")
                          .Labels(labels)
                          .Register(m.registry());
     failovers = &counters.Add({{"kind", "failover"}});
@@ -106,6 +108,9 @@ struct PsMonitor::Gauges {
     no_live_copy = &counters.Add({{"kind", "no_live_copy"}});
     restored = &counters.Add({{"kind", "restored"}});
     workers_cut = &counters.Add({{"kind", "workers_cut"}});
+    ps_joined = &counters.Add({{"kind", "ps_joined"}});
+    ps_left = &counters.Add({{"kind", "ps_left"}});
+    move_done = &counters.Add({{"kind", "move_done"}});
     bytes = &prometheus::BuildGauge()
                  .Name("asyncps_ps_state_transfer_bytes")
                  .Help("State transfer bytes copied to rebuilding copies (finished and running)")
@@ -125,6 +130,9 @@ struct PsMonitor::Gauges {
   prometheus::Counter* no_live_copy;
   prometheus::Counter* restored;
   prometheus::Counter* workers_cut;
+  prometheus::Counter* ps_joined;
+  prometheus::Counter* ps_left;
+  prometheus::Counter* move_done;
   prometheus::Gauge* bytes;
 };
 
@@ -145,7 +153,9 @@ PsMonitor::PsMonitor(std::vector<net::RpcClient*> ps, std::vector<std::string> a
       options_(options),
       gauges_(std::make_unique<Gauges>(metrics)),
       views_(ps_.size()),
-      cut_from_(ps_.size(), 0) {}
+      cut_from_(ps_.size(), 0),
+      left_(ps_.size(), false),
+      was_moving_(ps_.size(), false) {}
 
 PsMonitor::~PsMonitor() {
   {
@@ -219,16 +229,25 @@ void PsMonitor::Event(const std::string& kind, const std::string& text) {
 
 absl::Status PsMonitor::Start() {
   const int num_ps = static_cast<int>(ps_.size());
-  absl::StatusOr<ShardMapOwner> initial = ShardMapOwner::Create(num_ps, options_.replicas);
+  const int members =
+      options_.initial_members > 0 && options_.initial_members < num_ps ? options_.initial_members : num_ps;
+  absl::StatusOr<ShardMapOwner> initial = ShardMapOwner::Create(num_ps, options_.replicas, members);
   if (!initial.ok()) return initial.status();
   // A chief that restarted takes over the newest map the PS hold instead of the ring map
   // (which they would refuse as older). Waits for PS that are still starting.
   ps::ShardMap newest;
   std::vector<uint64_t> incarnations(ps_.size(), 0);
   std::vector<uint64_t> held_generations(ps_.size(), 0);
+  // Slots past the first members may hold a PS that joined before this chief restarted, or
+  // none: asked briefly, and skipped when nothing answers.
+  std::vector<bool> answered(ps_.size(), false);
   for (int i = 0; i < num_ps; ++i) {
-    absl::StatusOr<net::InMessage> r = ps_[i]->Call("ps.GetShardMap", net::OutMessage(),
-                                                    net::RpcClient::CallOptions{options_.start_timeout, true});
+    const bool starting_member = i < members;
+    absl::StatusOr<net::InMessage> r = ps_[i]->Call(
+        "ps.GetShardMap", net::OutMessage(),
+        starting_member ? net::RpcClient::CallOptions{options_.start_timeout, true}
+                        : net::RpcClient::CallOptions{std::min(options_.start_timeout, options_.heartbeat_timeout), false});
+    if (!r.ok() && !starting_member) continue;
     if (!r.ok()) {
       return absl::Status(r.status().code(), absl::StrCat("ps ", i, " (", addresses_[i],
                                                           ") did not answer ps.GetShardMap: ", r.status().message()));
@@ -242,17 +261,18 @@ absl::Status PsMonitor::Start() {
     });
     if (!decoded.ok()) return decoded;
     held_generations[i] = held->generation;
+    answered[i] = true;
     if (held->generation > newest.generation) newest = *std::move(held);
   }
   MutexLock lock(&mu_);
   if (newest.generation > 0 && newest.replicas == static_cast<uint32_t>(options_.replicas)) {
-    owner_ = std::make_unique<ShardMapOwner>(std::move(newest), num_ps);
+    owner_ = std::make_unique<ShardMapOwner>(std::move(newest), num_ps, members < num_ps ? members : -1);
     Event("shard_map", absl::StrCat("took over the map the PS hold: ", owner_->map().DebugString()));
     // A PS holds a map from the chief's first push on: one that holds none restarted while no
     // chief watched, so it holds no copy (its primaries would say they need a rebuild, and
     // its backups would count as in sync while empty). It is lost and returns, as if seen.
     for (int i = 0; i < num_ps; ++i) {
-      if (held_generations[i] != 0) continue;
+      if (held_generations[i] != 0 || !owner_->IsMember(i)) continue;
       ++stats_.ps_lost;
       gauges_->ps_lost->Increment();
       Event("ps_down", absl::StrCat("ps ", i, " (", addresses_[i], ") holds no shard map: it restarted empty ",
@@ -277,6 +297,7 @@ absl::Status PsMonitor::Start() {
   }
   // The first map, on every PS before a variable is created.
   for (int i = 0; i < num_ps; ++i) {
+    if (!Watched(i)) continue;
     net::OutMessage m;
     ps::ShardMapToWire(owner_->map(), m.InitRequestBody<wire::SetShardMapRequest>().initMap());
     absl::StatusOr<net::InMessage> r =
@@ -298,7 +319,7 @@ void PsMonitor::Loop() {
     const absl::Time now = absl::Now();
     for (size_t i = 0; i < ps_.size(); ++i) {
       PsView& v = views_[i];
-      if (v.heartbeat_in_flight) continue;
+      if (v.heartbeat_in_flight || !Watched(static_cast<int>(i))) continue;
       v.heartbeat_in_flight = true;
       if (v.unanswered_since == absl::InfiniteFuture()) v.unanswered_since = now;
       {
@@ -319,7 +340,8 @@ void PsMonitor::Loop() {
                 a.incarnation = body.getIncarnation();
                 a.map_generation = body.getMapGeneration();
                 for (auto c : body.getCopies()) {
-                  Answer::Copy copy{static_cast<int>(c.getGroup()), c.getGeneration(), c.getRole(), {}};
+                  Answer::Copy copy{static_cast<int>(c.getGroup()), c.getGeneration(), c.getRole(), {},
+                                    c.getStateBytes()};
                   for (auto b : c.getBackups()) {
                     copy.backups.push_back(
                         {b.getPs(), b.getInSync(), b.getNeedsRebuild(), b.getLag(), b.getTransferBytesCopied()});
@@ -357,7 +379,7 @@ void PsMonitor::Loop() {
       PsView& v = views_[i];
       // A PS that answers but holds an older map missed a push: send it again (at most once a
       // heartbeat timeout while it does not take it).
-      if (v.up && v.map_generation < owner_->map().generation &&
+      if (v.up && Watched(static_cast<int>(i)) && v.map_generation < owner_->map().generation &&
           (v.pushed_generation < owner_->map().generation || now - v.pushed_at > options_.heartbeat_timeout)) {
         PushMap(static_cast<int>(i));
       }
@@ -386,11 +408,14 @@ void PsMonitor::Loop() {
 }
 
 void PsMonitor::Judge(absl::Time now) {
-  const size_t n = ps_.size();
-  std::vector<bool> overdue(n, false), reachable(n, false);
+  const size_t slots = ps_.size();
+  std::vector<bool> overdue(slots, false), reachable(slots, false);
   size_t answering = 0;
-  for (size_t i = 0; i < n; ++i) {
+  size_t n = 0;  // the PS watched (every slot but those out of the job)
+  for (size_t i = 0; i < slots; ++i) {
     const PsView& v = views_[i];
+    if (!Watched(static_cast<int>(i))) continue;
+    ++n;
     if (!v.up) continue;
     overdue[i] = now - v.unanswered_since > options_.heartbeat_timeout;
     // Reachable: answered within half the timeout. A chief cut off from every PS sees them go
@@ -415,9 +440,9 @@ void PsMonitor::Judge(absl::Time now) {
       // silence says nothing about them, and they answer at the pace of their connections,
       // which a long cut leaves in TCP's retransmission backoff (seconds). Each gets a fresh
       // heartbeat timeout from now, on a new connection, before it counts as unreachable.
-      for (size_t i = 0; i < n; ++i) {
+      for (size_t i = 0; i < slots; ++i) {
         PsView& v = views_[i];
-        if (!v.up || reachable[i]) continue;
+        if (!v.up || reachable[i] || !Watched(static_cast<int>(i))) continue;
         v.unanswered_since = now;
         overdue[i] = false;
         ps_[i]->Disconnect();
@@ -425,7 +450,7 @@ void PsMonitor::Judge(absl::Time now) {
     }
   }
   std::vector<int> silent;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < slots; ++i) {
     PsView& v = views_[i];
     if (!overdue[i]) continue;
     const absl::Duration silence = now - v.unanswered_since;
@@ -484,14 +509,17 @@ void PsMonitor::JudgeWorkerViews(absl::Time now, const std::vector<bool>& reacha
       const absl::Duration age = std::max(absl::ZeroDuration(), now - view.received);
       if (age > options_.worker_view_ttl || view.silence.size() != n) continue;
       std::vector<size_t> silent;
+      size_t watched = 0;
       for (size_t j = 0; j < n; ++j) {
+        if (!Watched(static_cast<int>(j))) continue;
+        ++watched;
         // Zero: nothing owed, so nothing known. Otherwise the silence grew since the report.
         if (view.silence[j] > absl::ZeroDuration() && view.silence[j] + age >= options_.heartbeat_timeout) {
           silent.push_back(j);
         }
       }
       // A worker that hears from fewer than half of the PS is more likely cut off itself.
-      if ((n - silent.size()) * 2 < n) continue;
+      if ((watched - silent.size()) * 2 < watched) continue;
       for (size_t j : silent) {
         ++cut_from[j];
         who[j].push_back(worker);
@@ -518,6 +546,7 @@ void PsMonitor::JudgeWorkerViews(absl::Time now, const std::vector<bool>& reacha
 }
 
 void PsMonitor::Handle(int ps, const Answer& a) {
+  if (!Watched(ps)) return;  // an answer from before it left
   PsView& v = views_[static_cast<size_t>(ps)];
   const bool restarted = v.incarnation != 0 && a.incarnation != v.incarnation;
   v.last_answer = a.received;
@@ -587,6 +616,7 @@ void PsMonitor::Handle(int ps, const Answer& a) {
         c.generation != g->generation) {
       continue;
     }
+    if (c.role == wire::CopyRole::PRIMARY) owner_->SetGroupBytes(c.group, c.state_bytes);
     for (const Answer::Backup& b : c.backups) {
       const bool rebuilding = std::find(g->rebuilding.begin(), g->rebuilding.end(), b.ps) != g->rebuilding.end();
       const bool backup = std::find(g->backups.begin(), g->backups.end(), b.ps) != g->backups.end();
@@ -596,6 +626,7 @@ void PsMonitor::Handle(int ps, const Answer& a) {
         ++stats_.rebuilt;
         gauges_->rebuilt->Increment();
         stats_.bytes_copied += static_cast<int64_t>(b.bytes_copied);
+        if (owner_->Moving(c.group)) stats_.move_bytes += static_cast<int64_t>(b.bytes_copied);
         Event("ps_rebuilt", absl::StrCat("ps ", b.ps, " holds group ", c.group, " in sync (", b.bytes_copied,
                                          " bytes copied): a backup now"));
         Changed(map, owner_->InSync(b.ps, c.group), absl::StrCat("ps ", b.ps, " rebuilt group ", c.group));
@@ -645,8 +676,95 @@ void PsMonitor::Changed(const ps::ShardMap& before, const std::vector<int>& grou
   Event("shard_map", absl::StrCat(why, ": ", map.DebugString()));
   cache_.Install(map);
   for (size_t i = 0; i < ps_.size(); ++i) {
-    if (views_[i].up) PushMap(static_cast<int>(i));
+    if (views_[i].up && Watched(static_cast<int>(i))) PushMap(static_cast<int>(i));
   }
+  NoteMovesDone();
+}
+
+bool PsMonitor::Watched(int ps) const { return owner_->IsMember(ps) || owner_->HoldsAny(ps); }
+
+void PsMonitor::NoteMovesDone() {
+  for (size_t g = 0; g < was_moving_.size(); ++g) {
+    const bool moving = owner_->Moving(static_cast<int>(g));
+    if (was_moving_[g] && !moving) {
+      ++stats_.moves_done;
+      gauges_->move_done->Increment();
+      const ps::GroupEntry* e = owner_->map().Find(static_cast<uint32_t>(g));
+      Event("ps_move_done",
+            absl::StrCat("shard group ", g, " is on its target: primary ps ", e != nullptr ? e->primary : -1,
+                         ", backups ", e != nullptr ? Members(e->backups) : "-", ", generation ",
+                         e != nullptr ? e->generation : 0, " (one map change for its clients)"));
+    }
+    was_moving_[g] = moving;
+  }
+}
+
+absl::StatusOr<PsMonitor::Admitted> PsMonitor::AdmitPs(int ps, const std::string& address) {
+  MutexLock lock(&mu_);
+  if (owner_ == nullptr) return absl::FailedPreconditionError("the chief's PS monitor has not started yet");
+  if (ps < 0 || static_cast<size_t>(ps) >= ps_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ps ", ps, " is not a PS slot of this job (it lists ", ps_.size(),
+                                                   "; a job grows to at most the PS its cluster spec lists)"));
+  }
+  if (address != addresses_[static_cast<size_t>(ps)]) {
+    return absl::InvalidArgumentError(absl::StrCat("ps ", ps, " serves at ", addresses_[static_cast<size_t>(ps)],
+                                                   " in the cluster spec, not at '", address, "'"));
+  }
+  if (owner_->IsMember(ps)) return Admitted{owner_->members(), true};
+  PsView& v = views_[static_cast<size_t>(ps)];
+  const bool was_watched = Watched(ps);
+  if (!was_watched) {
+    // A fresh start for a slot the monitor did not watch: whatever it knew of an earlier
+    // process there is void.
+    v = PsView();
+    v.last_answer = absl::Now();
+  }
+  const ps::ShardMap before = owner_->map();
+  absl::StatusOr<std::vector<int>> changed = owner_->Join(ps);
+  if (!changed.ok()) return changed.status();
+  left_[static_cast<size_t>(ps)] = false;
+  ++stats_.ps_joined;
+  gauges_->ps_joined->Increment();
+  stats_.moves_started += static_cast<int64_t>(changed->size());
+  const std::vector<uint64_t> load = owner_->TargetBytes();
+  Event("ps_joined", absl::StrCat("ps ", ps, " (", address, ") joined: ", owner_->members(), " PS; ",
+                                  changed->size(), " group copies move to it (", load[static_cast<size_t>(ps)],
+                                  " bytes by the groups' last reported sizes)"));
+  for (size_t g = 0; g < was_moving_.size(); ++g) was_moving_[g] = owner_->Moving(static_cast<int>(g));
+  Changed(before, *changed, absl::StrCat("ps ", ps, " joined"));
+  Publish();
+  return Admitted{owner_->members(), false};
+}
+
+absl::StatusOr<int> PsMonitor::DrainPs(int ps, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  MutexLock lock(&mu_);
+  if (owner_ == nullptr) return absl::FailedPreconditionError("the chief's PS monitor has not started yet");
+  const ps::ShardMap before = owner_->map();
+  absl::StatusOr<std::vector<int>> changed = owner_->Leave(ps);
+  if (!changed.ok()) return changed.status();
+  int moved = 0;
+  for (const ps::GroupEntry& g : before.groups) moved += g.Holds(ps) ? 1 : 0;
+  stats_.moves_started += moved;
+  Event("ps_draining", absl::StrCat("ps ", ps, " (", addresses_[static_cast<size_t>(ps)], ") leaves: its ", moved,
+                                    " group copies move to the ", owner_->members(), " other PS"));
+  for (size_t g = 0; g < was_moving_.size(); ++g) was_moving_[g] = owner_->Moving(static_cast<int>(g));
+  Changed(before, *changed, absl::StrCat("ps ", ps, " leaves"));
+  Publish();
+  auto done = [this, ps]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !owner_->HoldsAny(ps); };
+  mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
+  if (owner_->HoldsAny(ps)) {
+    if (stopping_) return absl::UnavailableError(absl::StrCat("the chief stopped while ps ", ps, " was draining"));
+    return absl::DeadlineExceededError(absl::StrCat("ps ", ps, " still holds copies after ",
+                                                    absl::FormatDuration(timeout), ": ", owner_->map().DebugString()));
+  }
+  left_[static_cast<size_t>(ps)] = true;
+  ++stats_.ps_left;
+  gauges_->ps_left->Increment();
+  Event("ps_left", absl::StrCat("ps ", ps, " (", addresses_[static_cast<size_t>(ps)], ") holds no copy: it left (",
+                                moved, " group copies moved)"));
+  Publish();
+  return moved;
 }
 
 void PsMonitor::PushMap(int ps) {
@@ -679,9 +797,16 @@ void PsMonitor::Publish() {
   }
   for (size_t i = 0; i < ps_.size(); ++i) {
     const PsView& v = views_[i];
+    if (!Watched(static_cast<int>(i))) {
+      // A slot out of the job: one no PS joined yet, or one whose PS left.
+      board_.SetMember("ps", static_cast<int>(i), addresses_[i], left_[i] ? "left" : "standby", 0);
+      gauges_->ps_up->Add({{"ps", std::to_string(i)}}).Set(0);
+      continue;
+    }
     // Unreachable (silent to the chief, nothing thrown away) is not down (lost); a PS the chief
     // hears and some workers do not is shown as such.
     const std::string state = !v.up                ? "down"
+                              : !owner_->IsMember(static_cast<int>(i)) ? "draining"
                               : v.unreachable      ? "unreachable"
                               : rebuilding[i]      ? "rebuilding"
                               : cut_from_[i] > 0   ? absl::StrCat("unreachable from ", cut_from_[i], " worker(s)")
@@ -696,7 +821,12 @@ void PsMonitor::Publish() {
                          {"ps_state_transfers", static_cast<double>(stats_.state_transfers)},
                          {"ps_rebuilt", static_cast<double>(stats_.rebuilt)},
                          {"ps_state_transfer_bytes", static_cast<double>(stats_.bytes_copied)},
-                         {"shard_map_generation", static_cast<double>(map.generation)}});
+                         {"shard_map_generation", static_cast<double>(map.generation)},
+                         {"ps_joined", static_cast<double>(stats_.ps_joined)},
+                         {"ps_left", static_cast<double>(stats_.ps_left)},
+                         {"ps_moves_started", static_cast<double>(stats_.moves_started)},
+                         {"ps_moves_done", static_cast<double>(stats_.moves_done)},
+                         {"ps_move_bytes", static_cast<double>(stats_.move_bytes)}});
 }
 
 }  // namespace asyncps

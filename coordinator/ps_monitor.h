@@ -95,6 +95,10 @@ class PsMonitor {
     // intervals (500 ms), each answer bringing a new one. Between two, the silences it
     // reported are taken to grow with the time since.
     absl::Duration worker_view_ttl = absl::Seconds(1);
+    // Elastic PS (ProcessOptions::initial_ps): the PS that are members at the start, the first
+    // this many of the cluster's PS slots (-1: all). The others hold nothing, are neither
+    // waited for nor watched until they join (AdmitPs).
+    int initial_members = -1;
   };
 
   PsMonitor(std::vector<net::RpcClient*> ps, std::vector<std::string> addresses, ShardMapCache& cache,
@@ -124,6 +128,11 @@ class PsMonitor {
     int64_t cut_off = 0;          // times the chief heard from fewer than half of its PS at once
     bool suspects_cut_off = false;  // now
     int64_t workers_cut = 0;      // failovers of a primary the chief heard and workers did not
+    int64_t ps_joined = 0;        // PS admitted by AdmitPs
+    int64_t ps_left = 0;          // PS drained by DrainPs (holding nothing)
+    int64_t moves_started = 0;    // groups retargeted by a join or a leave
+    int64_t moves_done = 0;       // of those, groups whose copies are all on their target again
+    int64_t move_bytes = 0;       // state transfer bytes of the copies those moves rebuilt
   };
   Stats stats() const;
   // The map the chief holds now.
@@ -154,6 +163,25 @@ class PsMonitor {
   void WorkerView(int worker, std::vector<absl::Duration> silence);
   // Worker `worker` is down or gone: its last view no longer counts.
   void ForgetWorker(int worker);
+
+  // Elastic PS (issue 37; ShardMapOwner::Join and Leave). Both may be called from any thread
+  // once Start returned OK.
+  //
+  // Admits PS slot `ps`, which serves at `address` (it must be the address the cluster lists
+  // for that slot), and starts moving shard-group copies to it; returns the members after it
+  // and whether it was one already (nothing changed). InvalidArgument for an index that is no
+  // slot or an address that is not the slot's; FailedPrecondition before Start.
+  struct Admitted {
+    int members = 0;
+    bool already_member = false;
+  };
+  absl::StatusOr<Admitted> AdmitPs(int ps, const std::string& address);
+  // Moves every copy PS `ps` holds to the other members, and returns once it holds none (the
+  // groups it moved), or DeadlineExceeded after `timeout` (it is no longer a member; the moves
+  // go on). NotFound for a PS that is not a member, FailedPrecondition when the members left
+  // could not hold every group's copies (ShardMapOwner::Leave), Unavailable when the monitor
+  // stops meanwhile. Blocks: call from an RPC handler thread, not the monitor's.
+  absl::StatusOr<int> DrainPs(int ps, absl::Duration timeout);
 
  private:
   struct PsView;
@@ -211,6 +239,14 @@ class PsMonitor {
   std::map<int, uint64_t> restore_tokens_ ABSL_GUARDED_BY(mu_);
   uint64_t next_restore_token_ ABSL_GUARDED_BY(mu_) = 1;
   std::function<void(const absl::Status&)> restore_listener_ ABSL_GUARDED_BY(mu_);
+  // Elastic PS: per slot, whether it left the job (drained), for the status page; per group,
+  // whether it was moving (ShardMapOwner::Moving) at the last look, to tell when a move ends.
+  std::vector<bool> left_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> was_moving_ ABSL_GUARDED_BY(mu_);
+  // True for a PS the monitor watches: a member, or one still handing off copies.
+  bool Watched(int ps) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts and reports the moves that finished (moving_ groups whose copies are on target).
+  void NoteMovesDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

@@ -258,6 +258,10 @@ bool ShardMapOwner::HoldsAny(int ps) const {
 
 bool ShardMapOwner::Moving() const { return std::find(moving_.begin(), moving_.end(), true) != moving_.end(); }
 
+bool ShardMapOwner::Moving(int group) const {
+  return group >= 0 && static_cast<size_t>(group) < moving_.size() && moving_[static_cast<size_t>(group)];
+}
+
 std::vector<int32_t> ShardMapOwner::Target(int group) const {
   if (group < 0 || static_cast<size_t>(group) >= target_.size()) return {};
   return target_[static_cast<size_t>(group)];

@@ -121,6 +121,8 @@ class ShardMapOwner {
   bool HoldsAny(int ps) const;
   // True while a group has copies off its target (a move not finished).
   bool Moving() const;
+  // True while `group` has copies off its target.
+  bool Moving(int group) const;
   // The PS meant to hold `group`'s copies (empty for an unknown group).
   std::vector<int32_t> Target(int group) const;
   // The size of a group's state, as its primary reports it: the weight Join and Leave balance.

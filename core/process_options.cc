@@ -217,6 +217,7 @@ absl::StatusOr<ProcessOptions> ProcessOptions::Parse(int argc, char** argv) {
   RETURN_IF_ERROR(IntOption(argc, argv, "ps_dedup_max_entries", "ASYNCPS_PS_DEDUP_MAX_ENTRIES", 1, int64_t{1} << 40,
                             &o.ps_dedup_max_entries));
   RETURN_IF_ERROR(IntOption(argc, argv, "ps_replicas", "ASYNCPS_PS_REPLICAS", 1, 3, &o.ps_replicas));
+  RETURN_IF_ERROR(IntOption(argc, argv, "initial_ps", "ASYNCPS_INITIAL_PS", 0, 4096, &o.initial_ps));
   RETURN_IF_ERROR(DurationOption(argc, argv, "ps_heartbeat_timeout", "ASYNCPS_PS_HEARTBEAT_TIMEOUT",
                                  &o.ps_heartbeat_timeout));
   RETURN_IF_ERROR(DurationOption(argc, argv, "ps_lost_after", "ASYNCPS_PS_LOST_AFTER", &o.ps_lost_after));

@@ -75,6 +75,14 @@ inline constexpr uint64_t kDefaultPsMaxResponseBytes = uint64_t{512} << 20;  // 
 //                                  on its cluster address (a worker joins by registering, leaves
 //                                  by being drained); every worker registers with the chief, and
 //                                  on SIGTERM asks to be drained, then exits 0 (false)
+//   --initial_ps=N                 ASYNCPS_INITIAL_PS                 elastic parameter
+//                                  servers: the job starts on the first N PS the cluster lists
+//                                  (its PS slots) and PS join and leave the running job among
+//                                  the slots (with --elastic: a PS past the first N registers,
+//                                  and a PS asks to be drained on SIGTERM, then exits 0). Any N
+//                                  from 1 puts the shard groups under the chief's shard map, as
+//                                  --ps_replicas 2 does, also with one copy (0: off, every
+//                                  listed PS is a member for good)
 // Byte sizes are a positive integer with an optional binary suffix: K, M, G, T, KiB, MiB,
 // GiB or TiB ("8GiB", "512M"). Booleans: the bare flag, or 1/0/true/false.
 // Limits of every RPC server (ps, worker), each refusal logged and counted in
@@ -103,6 +111,7 @@ struct ProcessOptions {
   bool elastic = false;
   int64_t ps_dedup_max_entries = int64_t{1} << 20;
   int64_t ps_replicas = 1;
+  int64_t initial_ps = 0;
   absl::Duration ps_heartbeat_timeout = absl::Seconds(2);
   absl::Duration ps_lost_after = absl::Seconds(30);
   std::string dispatcher_work_dir;
@@ -117,6 +126,14 @@ struct ProcessOptions {
   int64_t rpc_max_frame_bytes = int64_t{2} << 30;
   int64_t metrics_max_connections = 16;
   int64_t metrics_request_timeout_ms = 500;
+
+  // True when the chief owns a shard map of the PS groups and every client routes by it
+  // (ps/replication/): replicated shards, or elastic PS (initial_ps) in a cluster of `num_ps`.
+  bool UsesShardMap() const { return ps_replicas >= 2 || initial_ps > 0; }
+  // The PS that are members when the job starts: the first initial_ps, or all `num_ps`.
+  int InitialPsMembers(int num_ps) const {
+    return initial_ps > 0 && initial_ps < num_ps ? static_cast<int>(initial_ps) : num_ps;
+  }
 
   // The settings from `argv` and the environment. InvalidArgument naming the flag (or the
   // variable) when a value is malformed, e.g. "--metrics_port=http" or a port out of range.

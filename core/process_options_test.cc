@@ -40,6 +40,7 @@ class ProcessOptionsTest : public ::testing::Test {
     unsetenv("ASYNCPS_LOG_LEVEL");
     unsetenv("ASYNCPS_CLUSTER_TOKEN");
     unsetenv("ASYNCPS_ELASTIC");
+    unsetenv("ASYNCPS_INITIAL_PS");
     unsetenv("ASYNCPS_PS_MAX_VARIABLE_BYTES");
     unsetenv("ASYNCPS_ALLOW_NONFINITE_GRADIENTS");
     unsetenv("ASYNCPS_METRICS_BIND_ADDRESS");
@@ -218,6 +219,27 @@ TEST_F(ProcessOptionsTest, MetricsThreadsIsTheOlderNameOfMaxConnections) {
   EXPECT_EQ(ParseArgs({"--metrics_threads=7"})->metrics_max_connections, 7);
   absl::StatusOr<ProcessOptions> o = ParseArgs({"--metrics_threads=0"});
   EXPECT_THAT(std::string(o.status().message()), HasSubstr("--metrics_threads='0'"));
+}
+
+TEST_F(ProcessOptionsTest, InitialPsPutsTheGroupsUnderTheShardMap) {
+  absl::StatusOr<ProcessOptions> d = ParseArgs({});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->initial_ps, 0);
+  EXPECT_FALSE(d->UsesShardMap());
+  EXPECT_EQ(d->InitialPsMembers(3), 3);
+  setenv("ASYNCPS_INITIAL_PS", "2", 1);
+  absl::StatusOr<ProcessOptions> e = ParseArgs({});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE(e->UsesShardMap()) << "one copy, and still a map: groups can move";
+  EXPECT_EQ(e->InitialPsMembers(3), 2);
+  EXPECT_EQ(e->InitialPsMembers(2), 2);
+  EXPECT_EQ(e->InitialPsMembers(1), 1) << "more than the cluster lists: every PS";
+  EXPECT_EQ(ParseArgs({"--initial_ps=1"})->InitialPsMembers(3), 1) << "the flag wins";
+  for (const char* bad : {"-1", "two", "5000"}) {
+    absl::StatusOr<ProcessOptions> o = ParseArgs({std::string("--initial_ps=") + bad});
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(o.status().message()), HasSubstr("--initial_ps")) << bad;
+  }
 }
 
 TEST_F(ProcessOptionsTest, PsReplicasFromFlagOrEnvironment) {

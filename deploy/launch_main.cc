@@ -59,8 +59,8 @@ constexpr char kUsage[] =
     "                      [--token T] [--file_sd PATH] [--ps_replicas K] [--data_workers D]\n"
     "                      [--ps_heartbeat_timeout D] [--ps_lost_after D] [--hosts local|netns]\n"
     "                      [--netns_subnet 10.A.B.0/24] [--netns_prefix P] [--netns_rate R]\n"
-    "                      [--elastic] -- PROGRAM [ARGS...]\n"
-    "       asyncps_launch scale --control HOST:PORT --workers M [--token T]\n"
+    "                      [--elastic [--max_ps P]] -- PROGRAM [ARGS...]\n"
+    "       asyncps_launch scale --control HOST:PORT [--workers M] [--ps N] [--token T]\n"
     "\n"
     "Starts a local cluster on 127.0.0.1: N parameter servers, M workers, one chief (and one\n"
     "evaluator with --evaluator; a tf.data service dispatcher and D data workers with\n"
@@ -125,12 +125,21 @@ constexpr char kUsage[] =
     "it starts new ones (new indices; each registers with the chief, which builds its datasets\n"
     "and admits it) or sends SIGTERM to those with the highest indices (each asks the chief to\n"
     "drain it, then exits 0: a departure, never restarted) and answers once they have exited.\n"
-    "No other process is restarted.\n";
+    "No other process is restarted.\n"
+    "--max_ps P (with --elastic; P >= N): parameter servers join and leave too. The cluster\n"
+    "lists P PS slots and the job starts on the first N (every task gets ASYNCPS_INITIAL_PS=N;\n"
+    "the shard groups, one per slot, are then placed and moved by the chief's shard map, also\n"
+    "with --ps_replicas 1). `asyncps_launch scale ... --ps M` starts the PS of free slots (each\n"
+    "registers; the chief moves shard-group copies to it) or sends SIGTERM to the highest ones\n"
+    "(each asks the chief to move its copies to the others, then exits 0).\n";
 
 // Upper bound on tasks per job: a local cluster larger than this is a typo, not a plan.
 constexpr int kMaxTasksPerJob = 256;
 // Workers one --elastic launcher may start beyond its first ones (over all scale requests).
 constexpr int kMaxElasticWorkers = 256;
+// How long a scale-down waits for a PS to hand its copies off and exit (ps/ps_server.cc gives
+// the chief 60 s), then a margin.
+constexpr absl::Duration kPsLeaveWait = absl::Seconds(75);
 // Upper bound on --max_restarts: beyond it a crash loop is a bug to fix, not to retry.
 constexpr int kMaxRestartsLimit = 1000;
 // How long stopped tasks get to exit after SIGTERM before SIGKILL.
@@ -160,6 +169,7 @@ struct LaunchArgs {
   std::string netns_prefix;  // empty: kLauncherNetnsFamily + this process's pid + "-"
   std::string netns_rate;    // --netns_rate: every host's link capped at this rate; empty: not
   bool elastic = false;
+  int max_ps = 0;  // --max_ps: PS slots (elastic PS); 0: num_ps, fixed
   std::vector<std::string> program;
   std::string command;  // the whole command line, shell-quoted
 };
@@ -167,7 +177,8 @@ struct LaunchArgs {
 // `asyncps_launch scale ...`
 struct ScaleArgs {
   std::string control;  // host:port of a launcher's control port
-  int workers = 0;
+  int workers = 0;  // 0: unchanged
+  int ps = 0;       // 0: unchanged
   std::string token;
 };
 
@@ -311,6 +322,9 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
       args.evaluator = true;
     } else if (name == "--elastic" && !has_value) {
       args.elastic = true;
+    } else if (name == "--max_ps") {
+      status = take_value();
+      if (status.ok()) status = ParseCount("max_ps", value, &args.max_ps);
     } else {
       status = absl::InvalidArgumentError(
           absl::StrCat("unknown argument '", arg, "' (the program and its arguments go after '--')"));
@@ -322,6 +336,11 @@ absl::StatusOr<LaunchArgs> ParseArgs(int argc, char** argv) {
   if (int k = 0; absl::SimpleAtoi(args.ps_replicas, &k) && k > args.num_ps) {
     return absl::InvalidArgumentError(
         absl::StrCat("--ps_replicas ", k, " needs at least ", k, " parameter servers (--ps ", args.num_ps, ")"));
+  }
+  if (args.max_ps > 0 && !args.elastic) return absl::InvalidArgumentError("--max_ps needs --elastic");
+  if (args.max_ps > 0 && args.max_ps < args.num_ps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_ps ", args.max_ps, " is fewer than the parameter servers it starts with (--ps ", args.num_ps, ")"));
   }
   if (args.elastic && args.netns_hosts) {
     return absl::InvalidArgumentError("--elastic needs --hosts local (new workers get no host of their own yet)");
@@ -437,7 +456,8 @@ class Launcher {
 
   int RunCluster() {
     const int data_service_tasks = args_.num_data_workers > 0 ? 1 + args_.num_data_workers : 0;
-    const int total = 1 + args_.num_ps + args_.num_workers + (args_.evaluator ? 1 : 0) + data_service_tasks;
+    const int ps_slots = std::max(args_.num_ps, args_.max_ps);
+    const int total = 1 + ps_slots + args_.num_workers + (args_.evaluator ? 1 : 0) + data_service_tasks;
     const char* metrics_env = std::getenv("ASYNCPS_METRICS_PORT");
     const bool serve_metrics = metrics_env == nullptr || std::string(metrics_env) != "-1";
     if (!serve_metrics && !args_.file_sd.empty()) {
@@ -471,7 +491,7 @@ class Launcher {
       jobs[type].push_back(absl::StrCat(ip, ":", (*ports)[next_port++]));
     };
     address(TaskType::kChief, "chief");
-    for (int i = 0; i < args_.num_ps; ++i) address(TaskType::kPs, absl::StrCat("ps", i));
+    for (int i = 0; i < ps_slots; ++i) address(TaskType::kPs, absl::StrCat("ps", i));
     for (int i = 0; i < args_.num_workers; ++i) {
       address(TaskType::kWorker, absl::StrCat("worker", i));
     }
@@ -519,7 +539,7 @@ class Launcher {
     auto add = [&](TaskType type, int index, std::string label, std::string addr) {
       tasks_.push_back({type, index, std::move(label), std::move(addr), {}, {}});
     };
-    for (int i = 0; i < args_.num_ps; ++i)
+    for (int i = 0; i < ps_slots; ++i)
       add(TaskType::kPs, i, absl::StrCat("ps:", i), spec->ps()[static_cast<size_t>(i)]);
     for (int i = 0; i < args_.num_workers; ++i) {
       add(TaskType::kWorker, i, absl::StrCat("worker:", i),
@@ -607,6 +627,7 @@ class Launcher {
         options.env["ASYNCPS_PS_HEARTBEAT_TIMEOUT"] = args_.ps_heartbeat_timeout;
       }
       if (args_.elastic) options.env["ASYNCPS_ELASTIC"] = "1";
+      if (args_.max_ps > 0) options.env["ASYNCPS_INITIAL_PS"] = std::to_string(args_.num_ps);
       if (bind_metrics_to_host) options.env["ASYNCPS_METRICS_BIND_ADDRESS"] = ip_of(task);
       std::string metrics_note;
       if (serve_metrics) {
@@ -615,6 +636,14 @@ class Launcher {
       }
       options.keep_lines = false;  // printed as they come; keeping them would grow without bound
       options.on_line = [this, label = task.label](const std::string& line) { Print(label, line); };
+      if (task.type == TaskType::kPs && task.index >= args_.num_ps) {
+        // A PS slot for `scale --ps` to fill: not running, so nothing to watch or restart.
+        MutexLock lock(&mu_);
+        removed_[t] = true;
+        gone_[t] = true;
+        Print("launcher", absl::StrCat(task.label, " at ", task.address, " stands by (asyncps_launch scale --ps)"));
+        continue;
+      }
       pid_t pid = 0;
       {
         MutexLock lock(&mu_);
@@ -694,18 +723,130 @@ class Launcher {
     control_->Register<wire::ScaleRequest>(
         "launcher.Scale", {"operator"},
         [this](const net::RequestContext&, const net::InMessage& in, net::OutMessage* out) -> absl::Status {
-          const int want = in.RequestBody<wire::ScaleRequest>().getWorkers();
-          std::string message;
-          absl::Status s = Scale(want, &message);
-          Print("launcher", s.ok() ? absl::StrCat("scale to ", want, " workers: ", message)
-                                   : absl::StrCat("scale to ", want, " workers refused: ", s.ToString()));
-          if (!s.ok()) return s;
-          out->InitResponseBody<wire::ScaleResponse>().setMessage(message);
+          auto request = in.RequestBody<wire::ScaleRequest>();
+          const int want_ps = request.getPs();
+          const int want = request.getWorkers();
+          std::vector<std::string> done;
+          if (want_ps != 0) {
+            std::string message;
+            absl::Status s = ScalePs(want_ps, &message);
+            Print("launcher", s.ok() ? absl::StrCat("scale to ", want_ps, " PS: ", message)
+                                     : absl::StrCat("scale to ", want_ps, " PS refused: ", s.ToString()));
+            if (!s.ok()) return s;
+            done.push_back(message);
+          }
+          if (want != 0 || want_ps == 0) {
+            std::string message;
+            absl::Status s = Scale(want, &message);
+            Print("launcher", s.ok() ? absl::StrCat("scale to ", want, " workers: ", message)
+                                     : absl::StrCat("scale to ", want, " workers refused: ", s.ToString()));
+            if (!s.ok()) return s;
+            done.push_back(message);
+          }
+          out->InitResponseBody<wire::ScaleResponse>().setMessage(absl::StrJoin(done, "; "));
           return absl::OkStatus();
         });
     RETURN_IF_ERROR(control_->Start());
     Print("launcher", absl::StrCat("control port ", control_->port(), " (asyncps_launch scale --control 127.0.0.1:",
                                    control_->port(), " --workers N)"));
+    return absl::OkStatus();
+  }
+
+  // Brings the job to `want` PS (--max_ps; see the usage): starts the PS of the lowest free
+  // slots, or sends SIGTERM to the highest live ones and waits for them to exit. Nothing
+  // changes on an error.
+  absl::Status ScalePs(int want, std::string* message) {
+    if (args_.max_ps == 0) {
+      return absl::FailedPreconditionError("this job's PS are fixed: start it with --elastic --max_ps P to scale them");
+    }
+    if (want < 1 || want > args_.max_ps) {
+      return absl::InvalidArgumentError(absl::StrCat("--ps wants a number in 1..", args_.max_ps,
+                                                     " (a job needs a PS; --max_ps ", args_.max_ps, " slots), got ", want));
+    }
+    if (int k = 1; absl::SimpleAtoi(args_.ps_replicas, &k) && want < k) {
+      return absl::FailedPreconditionError(absl::StrCat("--ps_replicas ", k, " keeps ", k, " copies of every shard group on ", k,
+                                                        " different PS: the job cannot have fewer than ", k));
+    }
+    std::vector<std::string> notes;
+    std::vector<size_t> leaving;
+    std::vector<Subprocess*> to_signal;
+    {
+      MutexLock lock(&mu_);
+      if (stopping_ || chief_done_ || signals_ > 0 || failed_task_ >= 0) {
+        return absl::UnavailableError("the job is ending");
+      }
+      if (scaling_) return absl::FailedPreconditionError("another scale request is in progress");
+      std::vector<size_t> live, free;  // by index, ascending (tasks_ lists PS slots in order)
+      for (size_t t = 0; t < tasks_.size(); ++t) {
+        if (tasks_[t].type != TaskType::kPs) continue;
+        (removed_[t] ? free : live).push_back(t);
+      }
+      const int have = static_cast<int>(live.size());
+      if (want == have) {
+        *message = absl::StrCat("already ", have, " PS");
+        return absl::OkStatus();
+      }
+      for (size_t t : free) {
+        if (want > have && !gone_[t]) {
+          return absl::FailedPreconditionError(absl::StrCat(tasks_[t].label, " is still leaving"));
+        }
+      }
+      scaling_ = true;
+      if (want > have) {
+        for (int k = 0; k < want - have; ++k) {
+          const size_t t = free[static_cast<size_t>(k)];
+          Task& task = tasks_[t];
+          // Its last process (if any) left for good: its waiter has returned.
+          if (task.waiter.joinable()) task.waiter.join();
+          absl::StatusOr<std::unique_ptr<Subprocess>> proc = Subprocess::Start(task.options);
+          if (!proc.ok()) {
+            notes.push_back(absl::StrCat("cannot start ", task.label, ": ", proc.status().ToString()));
+            break;
+          }
+          notes.push_back(absl::StrCat("started ", task.label, " pid ", (*proc)->pid(), " at ", task.address));
+          if (procs_[t] != nullptr) retired_.push_back(std::move(procs_[t]));
+          procs_[t] = std::move(*proc);
+          removed_[t] = false;
+          gone_[t] = false;
+          restarts_[t] = 0;
+          ++started_;
+          task.waiter = std::thread([this, t]() { WatchTask(t); });
+        }
+      } else {
+        for (int k = have - 1; k >= want; --k) {
+          const size_t t = live[static_cast<size_t>(k)];
+          removed_[t] = true;  // never restarted, whatever its exit
+          leaving.push_back(t);
+          if (!gone_[t] && procs_[t] != nullptr) to_signal.push_back(procs_[t].get());
+        }
+      }
+    }
+    // Each asks the chief to move its copies off it (ASYNCPS_ELASTIC), then exits 0.
+    for (Subprocess* proc : to_signal) proc->Signal(SIGTERM);
+    {
+      MutexLock lock(&mu_);
+      if (!leaving.empty()) {
+        auto all_gone = [&]() {
+          mu_.AssertReaderHeld();
+          if (stopping_) return true;
+          for (size_t t : leaving) {
+            if (!gone_[t]) return false;
+          }
+          return true;
+        };
+        if (!mu_.AwaitWithTimeout(absl::Condition(&all_gone), kPsLeaveWait)) {
+          for (size_t t : leaving) {
+            if (!gone_[t] && procs_[t] != nullptr) {
+              notes.push_back(absl::StrCat(tasks_[t].label, " did not leave in time: SIGKILL"));
+              procs_[t]->Signal(SIGKILL);
+            }
+          }
+        }
+        for (size_t t : leaving) notes.push_back(absl::StrCat(tasks_[t].label, gone_[t] ? " left" : " is leaving"));
+      }
+      scaling_ = false;
+    }
+    *message = absl::StrJoin(notes, "; ");
     return absl::OkStatus();
   }
 
@@ -1108,6 +1249,8 @@ int ScaleMain(int argc, char** argv) {
       args.control = value;
     } else if (arg == "--workers") {
       s = ParseCount("workers", value, &args.workers);
+    } else if (arg == "--ps") {
+      s = ParseCount("ps", value, &args.ps);
     } else if (arg == "--token") {
       args.token = value;
     } else {
@@ -1120,8 +1263,8 @@ int ScaleMain(int argc, char** argv) {
   }
   std::string host;
   int port = 0;
-  if (args.control.empty() || !ParseHostPort(args.control, &host, &port).ok() || args.workers == 0) {
-    std::fprintf(stderr, "usage: asyncps_launch scale --control HOST:PORT --workers N [--token T]\n");
+  if (args.control.empty() || !ParseHostPort(args.control, &host, &port).ok() || (args.workers == 0 && args.ps == 0)) {
+    std::fprintf(stderr, "usage: asyncps_launch scale --control HOST:PORT [--workers N] [--ps N] [--token T]\n");
     return kExitUsage;
   }
   if (args.token.empty()) {
@@ -1138,9 +1281,11 @@ int ScaleMain(int argc, char** argv) {
   {
     net::RpcClient client(loop, o);
     net::OutMessage request;
-    request.InitRequestBody<wire::ScaleRequest>().setWorkers(args.workers);
-    // Scaling down waits for the drained workers to exit (at most ~40 s).
-    answer = client.Call("launcher.Scale", std::move(request), absl::Seconds(60));
+    auto body = request.InitRequestBody<wire::ScaleRequest>();
+    body.setWorkers(args.workers);
+    body.setPs(args.ps);
+    // Scaling down waits for the drained workers (at most ~40 s) and PS (~75 s) to exit.
+    answer = client.Call("launcher.Scale", std::move(request), absl::Seconds(150));
     if (answer.ok()) {
       absl::Status s = net::CatchDecodeErrors([&]() -> absl::Status {
         message = answer->ResponseBody<wire::ScaleResponse>().getMessage().cStr();

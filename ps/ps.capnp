@@ -297,6 +297,8 @@ struct CopyStatus {
   backups @4 :List(BackupStatus);  # the primary's view of the other copies of the group
   transferBytesCopied @5 :UInt64;  # a rebuilding copy: bytes of state received so far
   transferBytesTotal @6 :UInt64;
+  stateBytes @7 :UInt64;           # the variable bytes this copy holds (what elastic PS
+                                   # placement balances)
 }
 
 struct ReplicaStatusResponse {
@@ -368,4 +370,24 @@ struct InstallStateRequest {
   fromPs @9 :Int32;
   extension @10 :AnyPointer;   # state beside the variables (embedding tables: an
                                # EmbeddingStateChunk), in chunks after the variables' ones
+}
+
+# Elastic PS (issue 37): the chief's "membership.JoinPs" / "membership.LeavePs", called by a PS
+# as role "ps" for its own index (coordinator/membership_service.h).
+struct JoinPsRequest {
+  index @0 :Int32;
+  address @1 :Text;            # host:port the PS serves on: its slot's in the cluster spec
+}
+
+struct JoinPsResponse {
+  members @0 :Int32;           # PS in the job after this one
+  alreadyMember @1 :Bool;      # nothing changed
+}
+
+struct LeavePsRequest {
+  index @0 :Int32;
+}
+
+struct LeavePsResponse {
+  groupsMoved @0 :Int32;       # shard-group copies moved off the PS before it left
 }

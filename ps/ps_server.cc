@@ -5,8 +5,12 @@
 #include <algorithm>
 
 #include "core/exit_code.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "net/elastic_member.h"
 #include "net/event_loop.h"
 #include "net/server_process.h"
+#include "ps/ps.capnp.h"
 #include "ps/ps_metrics.h"
 #include "ps/checkpoint_service.h"
 #include "ps/embedding/embedding_metrics.h"
@@ -19,6 +23,52 @@
 #include "ps/variable_store.h"
 
 namespace asyncps::ps {
+namespace {
+
+// How long a PS leaving on SIGTERM gives the chief to move its copies to the other PS (a state
+// transfer each, then one map change). Kubernetes' terminationGracePeriodSeconds must be
+// longer (deploy/k8s/statefulsets.yaml).
+constexpr absl::Duration kLeaveTimeout = absl::Seconds(60);
+
+// Elastic PS (--elastic with --initial_ps): a PS registers with the chief (membership.JoinPs;
+// a no-op for a member) and on SIGTERM asks to leave (membership.LeavePs), exiting 0 once
+// it holds no copy (net::ServeAsMember).
+int ServeElasticPs(net::ServerProcess& process, const ClusterSpec& cluster) {
+  const int index = cluster.task_index();
+  net::MemberCalls calls;
+  calls.role = "ps";
+  calls.leave_timeout = kLeaveTimeout;
+  calls.join = [&cluster, index](net::RpcClient& chief) -> absl::StatusOr<net::MemberCalls::Registered> {
+    net::OutMessage request;
+    auto body = request.InitRequestBody<wire::JoinPsRequest>();
+    body.setIndex(index);
+    body.setAddress(cluster.self_address());
+    ASSIGN_OR_RETURN(net::InMessage answer, chief.Call("membership.JoinPs", std::move(request), absl::Seconds(10)));
+    net::MemberCalls::Registered r;
+    RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
+      auto response = answer.ResponseBody<wire::JoinPsResponse>();
+      r.already_member = response.getAlreadyMember();
+      r.text = absl::StrCat(r.already_member ? "a member of the job already" : "joined the job", " (",
+                            response.getMembers(), " PS)");
+      return absl::OkStatus();
+    }));
+    return r;
+  };
+  calls.leave = [index](net::RpcClient& chief, absl::Duration timeout) -> absl::StatusOr<std::string> {
+    net::OutMessage request;
+    request.InitRequestBody<wire::LeavePsRequest>().setIndex(index);
+    ASSIGN_OR_RETURN(net::InMessage answer, chief.Call("membership.LeavePs", std::move(request), timeout));
+    int moved = 0;
+    RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
+      moved = answer.ResponseBody<wire::LeavePsResponse>().getGroupsMoved();
+      return absl::OkStatus();
+    }));
+    return absl::StrCat("its ", moved, " group copies moved to the other PS");
+  };
+  return net::ServeAsMember(process, cluster, calls);
+}
+
+}  // namespace
 
 int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options) {
   auto process = net::ServerProcess::Create(cluster, options, /*handler_threads=*/4);
@@ -52,10 +102,12 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   embedding_options.apply_pool = &apply_pool;
   EmbeddingService embeddings(embedding_tables, embedding_options);
   embeddings.RegisterWith((*process)->server().methods());
-  // With ps_replicas >= 2 the tables are part of every group copy like its variables.
+  // Under a shard map (ps_replicas >= 2, or elastic PS) the tables are part of every group
+  // copy like its variables.
   ReplicatedTables replicated_tables(embeddings);
   // Replication serves the same methods over per-group copies once the chief installs a shard
-  // map; until then (and always with ps_replicas = 1) every request reaches `service` as above.
+  // map; until then (and always without one: ps_replicas = 1, no --initial_ps) every request
+  // reaches `service` as above.
   ReplicatedPs::Options replication;
   replication.ps_index = cluster.task_index();
   replication.num_ps = cluster.num_ps();
@@ -66,7 +118,7 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   // A variable sent whole in a state transfer is one frame: under the frame limit.
   replication.transfer_whole_max_bytes =
       std::min<uint64_t>(replication.transfer_whole_max_bytes, static_cast<uint64_t>(options.rpc_max_frame_bytes) / 2);
-  if (options.ps_replicas > 1) replication.extension = &replicated_tables;
+  if (options.UsesShardMap()) replication.extension = &replicated_tables;
   net::ServerProcess& server_process = **process;
   const std::vector<std::string> peers = cluster.ps();
   net::EventLoop peer_loop;  // see ReplicatedPs::Options::connect
@@ -75,10 +127,11 @@ int RunParameterServer(const ClusterSpec& cluster, const ProcessOptions& options
   };
   ReplicatedPs replicated(service, std::move(replication));
   replicated.RegisterWith((*process)->server().methods());
-  if (options.ps_replicas > 1) replicated_tables.RegisterWith((*process)->server().methods(), replicated);
+  if (options.UsesShardMap()) replicated_tables.RegisterWith((*process)->server().methods(), replicated);
   spdlog::info("limits: {} variable bytes, {} response bytes, non-finite gradients {}, {} update-window keys",
                options.ps_max_variable_bytes, options.ps_max_response_bytes,
                options.allow_nonfinite_gradients ? "allowed" : "refused", options.ps_dedup_max_entries);
+  if (options.elastic && options.initial_ps > 0 && !cluster.chief().empty()) return ServeElasticPs(**process, cluster);
   return (*process)->ServeUntilSignal();
 }
 

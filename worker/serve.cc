@@ -13,7 +13,9 @@
 #include "core/sync.h"
 #include "core/exit_code.h"
 #include "core/logging.h"
+#include "core/status_macros.h"
 #include "data_service/servers.h"
+#include "net/elastic_member.h"
 #include "net/server_process.h"
 #include "ps/ps_server.h"
 #include "worker/dataset_resources.h"
@@ -29,109 +31,43 @@ namespace {
 // back to the queue shortly before this runs out). Kubernetes' terminationGracePeriodSeconds
 // must be longer (deploy/k8s/statefulsets.yaml).
 constexpr absl::Duration kLeaveTimeout = absl::Seconds(25);
-// How often a registered worker registers again (see ServeElastic).
-constexpr absl::Duration kReregisterEvery = absl::Seconds(5);
 
-// --elastic: serves like ServeUntilSignal, and also registers with the chief (membership.Join,
-// retried while the chief is unreachable: it may not be serving yet; repeated every
-// kReregisterEvery, a no-op for a member, so that a restarted chief re-admits it) and, on SIGTERM/SIGINT,
-// asks the chief to drain it (membership.Leave) before exiting 0. A refused registration (a
-// wrong token, an index that is taken) is logged and ends the process with its exit code.
+// --elastic: a worker registers with the chief (membership.Join; a no-op for a member, so a
+// restarted chief re-admits it) and on SIGTERM asks to be drained (membership.Leave)
+// (net::ServeAsMember).
 int ServeElastic(net::ServerProcess& process, const ClusterSpec& cluster) {
-  if (absl::Status s = process.server().Start(); !s.ok()) {
-    spdlog::error("{}", s.ToString());
-    return ExitCodeForStatus(s);
-  }
   const int index = cluster.task_index();
-  spdlog::info("worker {} ready on {} (elastic: registering with the chief at {})", index, cluster.self_address(),
-               cluster.chief());
-  net::RpcClient chief(process.loop(), process.ClientOptions(cluster.chief()));
-  Mutex mu;
-  bool stop = false;
-  bool registered = false;
-  std::atomic<int> refused_code{-1};
-  std::thread registration([&] {
-    absl::Duration backoff = absl::Milliseconds(100);
-    while (true) {
-      net::OutMessage request;
-      auto body = request.InitRequestBody<wire::JoinRequest>();
-      body.setIndex(index);
-      body.setAddress(cluster.self_address());
-      absl::StatusOr<net::InMessage> answer = chief.Call("membership.Join", std::move(request), absl::Seconds(10));
-      absl::Status s = answer.status();
-      bool already_member = false;
-      int members = 0;
-      if (s.ok()) {
-        s = net::CatchDecodeErrors([&]() -> absl::Status {
-          auto r = answer->ResponseBody<wire::JoinResponse>();
-          already_member = r.getAlreadyMember();
-          members = r.getMembers();
-          return absl::OkStatus();
-        });
-      }
-      MutexLock lock(&mu);
-      auto stopped = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop; };
-      if (s.ok()) {
-        if (!registered || !already_member) {
-          spdlog::info("worker {}: {} ({} workers)", index,
-                       already_member ? "a member of the job already" : "joined the job", members);
-        }
-        registered = true;
-        // Registered again now and then (a no-op for a member): a chief restarted from its
-        // checkpoint knows only the starting workers, and re-admits this one.
-        if (mu.AwaitWithTimeout(absl::Condition(&stopped), kReregisterEvery)) return;
-        backoff = absl::Milliseconds(100);
-        continue;
-      }
-      if (s.code() != absl::StatusCode::kUnavailable && s.code() != absl::StatusCode::kDeadlineExceeded) {
-        spdlog::error("worker {}: the chief refused its registration: {}", index, s.ToString());
-        refused_code = ExitCodeForStatus(s) == 0 ? kExitFailure : ExitCodeForStatus(s);
-        kill(getpid(), SIGTERM);  // wakes the wait below
-        return;
-      }
-      // The chief is not serving membership yet (starting up, or restarting): try again, not a
-      // failure.
-      if (mu.AwaitWithTimeout(absl::Condition(&stopped), backoff)) return;
-      backoff = std::min(backoff * 2, absl::Seconds(2));
-    }
-  });
-  const int signal = WaitForTerminationSignal();
-  bool was_registered = false;
-  {
-    MutexLock lock(&mu);
-    stop = true;
-    was_registered = registered;
-  }
-  registration.join();
-  if (refused_code >= 0) {
-    process.server().Shutdown();
-    return refused_code;
-  }
-  int code = ExitCodeForSignal(signal);
-  if (was_registered) {
-    spdlog::info("signal {}: asking the chief to drain worker {}", signal, index);
+  net::MemberCalls calls;
+  calls.role = "worker";
+  calls.leave_timeout = kLeaveTimeout;
+  calls.join = [&cluster, index](net::RpcClient& chief) -> absl::StatusOr<net::MemberCalls::Registered> {
+    net::OutMessage request;
+    auto body = request.InitRequestBody<wire::JoinRequest>();
+    body.setIndex(index);
+    body.setAddress(cluster.self_address());
+    ASSIGN_OR_RETURN(net::InMessage answer, chief.Call("membership.Join", std::move(request), absl::Seconds(10)));
+    net::MemberCalls::Registered r;
+    RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
+      auto response = answer.ResponseBody<wire::JoinResponse>();
+      r.already_member = response.getAlreadyMember();
+      r.text = absl::StrCat(r.already_member ? "a member of the job already" : "joined the job", " (",
+                            response.getMembers(), " workers)");
+      return absl::OkStatus();
+    }));
+    return r;
+  };
+  calls.leave = [index](net::RpcClient& chief, absl::Duration timeout) -> absl::StatusOr<std::string> {
     net::OutMessage request;
     request.InitRequestBody<wire::LeaveRequest>().setIndex(index);
-    absl::StatusOr<net::InMessage> answer = chief.Call("membership.Leave", std::move(request), kLeaveTimeout);
-    absl::Status s = answer.status();
+    ASSIGN_OR_RETURN(net::InMessage answer, chief.Call("membership.Leave", std::move(request), timeout));
     int requeued = 0;
-    if (s.ok()) {
-      s = net::CatchDecodeErrors([&]() -> absl::Status {
-        requeued = answer->ResponseBody<wire::LeaveResponse>().getRequeued();
-        return absl::OkStatus();
-      });
-    }
-    if (s.ok()) {
-      spdlog::info("worker {} left the job: drained, {} closure(s) went back to the queue", index, requeued);
-      code = kExitOk;  // a departure, not a failure: nothing restarts it
-    } else if (absl::IsUnavailable(s)) {
-      spdlog::info("worker {}: the chief is gone ({}); shutting down", index, s.ToString());
-    } else {
-      spdlog::warn("worker {}: not drained ({}); shutting down", index, s.ToString());
-    }
-  }
-  process.server().Shutdown();
-  return code;
+    RETURN_IF_ERROR(net::CatchDecodeErrors([&]() -> absl::Status {
+      requeued = answer.ResponseBody<wire::LeaveResponse>().getRequeued();
+      return absl::OkStatus();
+    }));
+    return absl::StrCat("drained, ", requeued, " closure(s) went back to the queue");
+  };
+  return net::ServeAsMember(process, cluster, calls);
 }
 
 int RunWorker(const ClusterSpec& cluster, const Program& program, const ProcessOptions& options) {
@@ -164,7 +100,7 @@ int RunWorker(const ClusterSpec& cluster, const Program& program, const ProcessO
     spdlog::info("dense f32 gradients are pushed as {} with error feedback (--compression)",
                  CompressionName(options.compression));
   }
-  if (options.ps_replicas >= 2) {
+  if (options.UsesShardMap()) {
     ShardMapCache::Options cache_options;
     // A try its primary leaves unanswered starts watching for a failover well before the
     // chief can decide one (its heartbeat timeout), so it moves as soon as the map does.

@@ -134,7 +134,8 @@ struct LeaveResponse {
 # asyncps_launch's control port (--elastic): "launcher.Scale", called by `asyncps_launch scale`
 # as role "operator", authenticated by the cluster token like every connection.
 struct ScaleRequest {
-  workers @0 :Int32;           # workers wanted, 1 to 256
+  workers @0 :Int32;           # workers wanted, 1 to 256 (0: unchanged, when ps is given)
+  ps @1 :Int32;                # PS wanted, 1 to --max_ps (0: unchanged)
 }
 
 struct ScaleResponse {

@@ -442,6 +442,10 @@ absl::Status ReplicatedPs::SetShardMap(const net::InMessage& request) {
       } else if (restarted && !rebuilding) {
         copy->role = CopyRole::kNeedsRebuild;
         copy->why_not_serving = "this PS restarted empty";
+      } else if (e.primary == self && map.generation == 1) {
+        // The chief's first map, pushed before any variable exists: an empty copy is the
+        // group's whole state (a group placed on a PS other than its own index: elastic PS).
+        copy->role = CopyRole::kPrimary;
       } else if (e.primary == self) {
         copy->role = CopyRole::kNeedsRebuild;
         copy->why_not_serving = "made primary without a copy of the group";
@@ -589,6 +593,7 @@ absl::Status ReplicatedPs::ReplicaStatus(net::OutMessage* response) {
     c.setAppliedSequence(copy.sequence);
     c.setTransferBytesCopied(copy.receive_bytes_copied);
     c.setTransferBytesTotal(copy.receive_bytes_total);
+    c.setStateBytes(copy.state.store != nullptr ? copy.state.store->bytes() : 0);
     auto backups = c.initBackups(static_cast<unsigned>(copy.streams.size()));
     for (unsigned j = 0; j < copy.streams.size(); ++j) {
       const BackupStream& s = *copy.streams[j];

@@ -22,11 +22,18 @@
 //   exactly once: N keys x E epochs (counts, total, w, embedding table exact)
 // and exits 0, or prints MISMATCH lines naming the first wrong keys and exits 1.
 //
+// --until_file PATH: --epochs is then a least number; the chief goes on with more epochs (up to
+// 1000) until PATH exists when one ends, and checks against the epochs it ran. A test that
+// changes the cluster while it trains (issue 37) ends the training by creating PATH. (Not for a
+// chief that restarts: the resumed one counts --epochs again.)
+//
 // --data_service auto (default): with a dispatcher in the cluster (asyncps_launch
 // --data_workers D) the batches come from the data workers (DYNAMIC mode); off: each worker reads
 // its split itself. --test_only_no_dedup turns the coordinator's exactly-once updates off
 // (ClusterCoordinator::Options::deduplicate_updates = false): a planted bug, for checking that
 // the nemesis finds it.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -79,6 +86,7 @@ struct Flags {
   int closures_per_worker = 2;
   bool data_service = true;
   bool no_dedup = false;
+  std::string until_file;
 };
 
 absl::Status ParseFlags(int argc, char** argv, Flags* f) {
@@ -119,6 +127,9 @@ absl::Status ParseFlags(int argc, char** argv, Flags* f) {
     } else if (name == "data_service") {
       ok = next() && (value == "auto" || value == "off");
       f->data_service = value == "auto";
+    } else if (name == "until_file") {
+      ok = next() && !value.empty();
+      f->until_file = value;
     } else if (name == "test_only_no_dedup") {
       f->no_dedup = true;  // a switch
     } else {
@@ -226,7 +237,7 @@ absl::Status Check(ParameterServerStrategy& strategy, const Flags& f) {
   return result;
 }
 
-absl::Status RunChief(ChiefProcess& chief, const Program& program, const Flags& f, const ProcessOptions& process) {
+absl::Status RunChief(ChiefProcess& chief, const Program& program, Flags f, const ProcessOptions& process) {
   const int num_ps = chief.cluster().num_ps();
   ASSIGN_OR_RETURN(std::unique_ptr<FixedShardsPartitioner> partitioner, FixedShardsPartitioner::Create(2 * num_ps));
   ParameterServerStrategy strategy(chief, std::move(partitioner));
@@ -325,6 +336,9 @@ absl::Status RunChief(ChiefProcess& chief, const Program& program, const Flags& 
     std::printf("epoch %d/%d done (%lld ids counted by this chief's closures)\n", epoch + 1, f.epochs,
                 static_cast<long long>(counted));
     std::fflush(stdout);
+    if (epoch + 1 == f.epochs && !f.until_file.empty() && f.epochs < 1000 && access(f.until_file.c_str(), F_OK) != 0) {
+      ++f.epochs;  // one more: the test is still changing the cluster
+    }
   }
   RETURN_IF_ERROR(coordinator.Join());
   RETURN_IF_ERROR(save(f.epochs));  // the end: the same command started again has nothing left to do
