@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -185,8 +186,10 @@ class PsMonitorTest : public ::testing::Test {
  protected:
   // `held`: per PS, the map it holds when the monitor starts (none by default).
   // `heartbeat_timeout` and `lost_after` as PsMonitor::Options (by default no PS is lost).
+  // `initial_members` as PsMonitor::Options (-1: every PS).
   void Start(int num_ps, const std::vector<ps::ShardMap>& held = {},
-             absl::Duration heartbeat_timeout = absl::Seconds(30), absl::Duration lost_after = absl::Seconds(30)) {
+             absl::Duration heartbeat_timeout = absl::Seconds(30), absl::Duration lost_after = absl::Seconds(30),
+             int initial_members = -1) {
     std::vector<std::string> addresses;
     std::vector<net::RpcClient*> ptrs;
     for (int i = 0; i < num_ps; ++i) {
@@ -210,6 +213,7 @@ class PsMonitorTest : public ::testing::Test {
     o.heartbeat_timeout = heartbeat_timeout;
     o.lost_after = lost_after;
     o.start_timeout = absl::Seconds(10);
+    o.initial_members = initial_members;
     monitor_ = std::make_unique<PsMonitor>(ptrs, addresses, *cache_, *metrics_, *board_, o);
     monitor_->SetRestoreListener([this](const absl::Status&) {
       MutexLock lock(&mu_);
@@ -252,6 +256,73 @@ class PsMonitorTest : public ::testing::Test {
   Mutex mu_;
   int restore_calls_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+int CopiesOn(const ps::ShardMap& map, int ps) {
+  int n = 0;
+  for (const ps::GroupEntry& g : map.groups) n += g.Holds(ps) ? 1 : 0;
+  return n;
+}
+
+bool Settled(const ps::ShardMap& map) {
+  for (const ps::GroupEntry& g : map.groups) {
+    if (g.primary < 0 || !g.rebuilding.empty() || g.backups.size() != 1) return false;
+  }
+  return true;
+}
+
+// Elastic PS (issue 37): slot 2 holds nothing until PS 2 is admitted; then copies move to it
+// (rebuilt, then the old copies dropped), and draining it moves them back. Another thread asks
+// for the map and admits a member meanwhile (the RPC handlers' threads do). Refusals change
+// nothing.
+TEST_F(PsMonitorTest, PsAdmittedAndDrainedMovesCopiesToItAndBack) {
+  Start(3, {}, absl::Seconds(30), absl::Seconds(30), /*initial_members=*/2);
+  EXPECT_EQ(CopiesOn(monitor_->map(), 2), 0);
+  EXPECT_NE(board_->Json().find("\"standby\""), std::string::npos) << board_->Json();
+  EXPECT_EQ(monitor_->AdmitPs(2, "127.0.0.1:1").status().code(), absl::StatusCode::kInvalidArgument)
+      << "not the slot's address";
+  EXPECT_EQ(monitor_->AdmitPs(3, ps_[2]->address()).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(monitor_->DrainPs(0, absl::Seconds(1)).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "two copies need two PS";
+  EXPECT_EQ(monitor_->DrainPs(2, absl::Seconds(1)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(CopiesOn(monitor_->map(), 2), 0);
+
+  Mutex mu;
+  bool done = false;
+  std::thread other([&] {
+    for (;;) {
+      {
+        MutexLock lock(&mu);
+        if (done) return;
+      }
+      EXPECT_TRUE(monitor_->AdmitPs(0, ps_[0]->address()).value().already_member);
+      (void)monitor_->map();
+      (void)monitor_->stats();
+    }
+  });
+  absl::StatusOr<PsMonitor::Admitted> admitted = monitor_->AdmitPs(2, ps_[2]->address());
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  EXPECT_EQ(admitted->members, 3);
+  EXPECT_FALSE(admitted->already_member);
+  ASSERT_TRUE(WaitUntil([&] { return Settled(monitor_->map()) && CopiesOn(monitor_->map(), 2) == 2; }))
+      << monitor_->map().DebugString();
+  for (int ps = 0; ps < 3; ++ps) EXPECT_EQ(CopiesOn(monitor_->map(), ps), 2) << ps;
+  ASSERT_TRUE(WaitUntil([&] { return monitor_->stats().moves_done == monitor_->stats().moves_started; }));
+  EXPECT_EQ(monitor_->stats().ps_joined, 1);
+
+  absl::StatusOr<int> moved = monitor_->DrainPs(2, absl::Seconds(30));
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, 2);
+  EXPECT_EQ(CopiesOn(monitor_->map(), 2), 0);
+  EXPECT_TRUE(Settled(monitor_->map())) << monitor_->map().DebugString();
+  EXPECT_EQ(monitor_->stats().ps_left, 1);
+  EXPECT_EQ(monitor_->stats().ps_lost, 0) << "a departure, not a loss";
+  {
+    MutexLock lock(&mu);
+    done = true;
+  }
+  other.join();
+  EXPECT_NE(board_->Json().find("\"left\""), std::string::npos) << board_->Json();
+}
 
 // The primary of group 0 says its copy needs a rebuild (a backup that refused its stream and
 // was promoted before the chief heard of it does): the group fails over to its in-sync backup

@@ -20,6 +20,11 @@
 #                        too). A worker pod past ASYNCPS_NUM_WORKERS (the StatefulSet scaled up
 #                        with kubectl scale) is then no mistake: its TF_CONFIG lists the workers
 #                        up to itself, and it registers with the chief (J-chief-0.J-chief:port).
+#   ASYNCPS_MAX_PS       elastic PS (with ASYNCPS_ELASTIC): the PS slots, >= ASYNCPS_NUM_PS. Every
+#                        pod's TF_CONFIG lists this many PS and gets ASYNCPS_INITIAL_PS=NUM_PS:
+#                        the job starts on the first NUM_PS, and a PS pod past them (the PS
+#                        StatefulSet scaled up) registers with the chief and takes a share of the
+#                        shard groups; scaled down, it hands them back before it exits.
 # The evaluator ("J-evaluator-0") is given the training cluster without itself, as the operator
 # does. Bad settings exit 2 (permanent under restartPolicy ExitCode); the program's own exit
 # code is the container's (exec), and signals go straight to it. OPENBLAS_CORETYPE, unless set,
@@ -72,6 +77,7 @@ is_count() {
   esac
 }
 num_ps="${ASYNCPS_NUM_PS:-}"
+max_ps="${ASYNCPS_MAX_PS:-}"
 num_workers="${ASYNCPS_NUM_WORKERS:-}"
 chief="${ASYNCPS_CHIEF:-1}"
 dispatcher="${ASYNCPS_DISPATCHER:-0}"
@@ -79,6 +85,10 @@ num_data_workers="${ASYNCPS_NUM_DATA_WORKERS:-0}"
 port="${ASYNCPS_PORT:-2222}"
 suffix="${ASYNCPS_DNS_SUFFIX:-}"
 is_count "$num_ps" && [ "$num_ps" -ge 1 ] || die "ASYNCPS_NUM_PS must be a number >= 1, got '$num_ps'"
+if [ -n "$max_ps" ]; then
+  is_count "$max_ps" && [ "$max_ps" -ge "$num_ps" ] ||
+    die "ASYNCPS_MAX_PS must be a number >= ASYNCPS_NUM_PS ($num_ps), got '$max_ps'"
+fi
 is_count "$num_workers" && [ "$num_workers" -ge 1 ] ||
   die "ASYNCPS_NUM_WORKERS must be a number >= 1, got '$num_workers'"
 [ "$chief" = 0 ] || [ "$chief" = 1 ] || die "ASYNCPS_CHIEF must be 0 or 1, got '$chief'"
@@ -104,6 +114,13 @@ if [ "$role" = worker ] && { [ "$elastic" = 1 ] || [ "$elastic" = true ]; } && [
   # Scaled up past the starting workers: the workers named up to this one.
   num_workers=$((index + 1))
   limit=$num_workers
+fi
+if [ -n "$max_ps" ] && [ "$max_ps" != "$num_ps" ]; then
+  { [ "$elastic" = 1 ] || [ "$elastic" = true ]; } || die "ASYNCPS_MAX_PS needs ASYNCPS_ELASTIC=1"
+  # Elastic PS: every task knows the slots, and which of them the job starts on.
+  export ASYNCPS_INITIAL_PS="$num_ps"
+  num_ps=$max_ps
+  [ "$role" != ps ] || limit=$num_ps
 fi
 [ "$index" -lt "$limit" ] || die "pod '$pod' is $role $index but the job has $limit $role task(s)"
 

@@ -153,6 +153,48 @@ TEST(EntrypointTest, ElasticWorkerPodPastTheStartingCountJoins) {
   EXPECT_THAT(refused.output, HasSubstr("ps 2 but the job has 2"));
 }
 
+TEST(EntrypointTest, ElasticPsPodPastTheStartingCountTakesASlot) {
+  std::map<std::string, std::string> env = Pod("fmnist-ps-2");
+  env["ASYNCPS_ELASTIC"] = "1";
+  env["ASYNCPS_MAX_PS"] = "4";
+  Subprocess::Options o;
+  o.argv = {kEntrypoint, "/bin/sh", "-c", "printf '%s\\n' \"$TF_CONFIG\"; echo \"initial: $ASYNCPS_INITIAL_PS\""};
+  o.env = env;
+  o.env.emplace("TF_CONFIG", "");
+  auto proc = Subprocess::Start(std::move(o));
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  auto code = (*proc)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  Outcome out{*code, (*proc)->output()};
+  auto spec = Parsed(out);
+  ASSERT_TRUE(spec.ok()) << spec.status() << "\n" << out.output;
+  EXPECT_EQ(spec->task_type(), TaskType::kPs);
+  EXPECT_EQ(spec->task_index(), 2);
+  EXPECT_EQ(spec->num_ps(), 4) << "every slot is listed";
+  EXPECT_THAT(out.output, HasSubstr("initial: 2"));
+  // A worker of the same job sees the same slots.
+  std::map<std::string, std::string> worker = Pod("fmnist-worker-0");
+  worker["ASYNCPS_ELASTIC"] = "1";
+  worker["ASYNCPS_MAX_PS"] = "4";
+  auto worker_spec = Parsed(RunEntrypoint(worker));
+  ASSERT_TRUE(worker_spec.ok()) << worker_spec.status();
+  EXPECT_EQ(worker_spec->num_ps(), 4);
+  // Past the slots, fewer slots than the starting PS, or without ASYNCPS_ELASTIC: refused.
+  std::map<std::string, std::string> past = env;
+  past["HOSTNAME"] = "fmnist-ps-4";
+  EXPECT_EQ(RunEntrypoint(past).code, 2);
+  std::map<std::string, std::string> fewer = env;
+  fewer["ASYNCPS_MAX_PS"] = "1";
+  Outcome fewer_out = RunEntrypoint(fewer);
+  EXPECT_EQ(fewer_out.code, 2);
+  EXPECT_THAT(fewer_out.output, HasSubstr("ASYNCPS_MAX_PS must be a number >= ASYNCPS_NUM_PS"));
+  std::map<std::string, std::string> fixed = env;
+  fixed.erase("ASYNCPS_ELASTIC");
+  Outcome fixed_out = RunEntrypoint(fixed);
+  EXPECT_EQ(fixed_out.code, 2);
+  EXPECT_THAT(fixed_out.output, HasSubstr("ASYNCPS_MAX_PS needs ASYNCPS_ELASTIC=1"));
+}
+
 TEST(EntrypointTest, BadSettingsArePermanentFailuresNamingTheProblem) {
   struct Case {
     std::map<std::string, std::string> env;

@@ -80,6 +80,15 @@ TEST(FuzzReplayTest, MembershipSeedIsServedAndRefusesWhatItMust) {
   EXPECT_EQ(outcome.response_codes, (std::vector<int>{0, 7, 3, 0, 7}));
 }
 
+TEST(FuzzReplayTest, PsMembershipSeedIsServedAndRefusesWhatItMust) {
+  const std::string bytes = Read(std::string(ASYNCPS_FUZZ_DIR) + "/corpus/membership_ps");
+  const SessionOutcome outcome = RunServerSession(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  EXPECT_TRUE(outcome.authenticated);
+  // JoinPs OK; as ps 3 from ps 0: PermissionDenied; a bad address: InvalidArgument; LeavePs
+  // OK; as ps 2: PermissionDenied.
+  EXPECT_EQ(outcome.response_codes, (std::vector<int>{0, 7, 3, 0, 7}));
+}
+
 // The compressed-gradient seed (int8 blocks with a fused read, top-k, and a top-k claiming
 // 2^20 rows of a 4-row variable): the good pushes are served, the oversized one is refused
 // (InvalidArgument) and the PS keeps serving the read after it.

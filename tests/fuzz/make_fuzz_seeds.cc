@@ -304,6 +304,20 @@ std::string Leave(int index) {
   return Request(std::move(m), "membership.Leave");
 }
 
+std::string JoinPs(int index, const std::string& address) {
+  net::OutMessage m;
+  auto req = m.InitRequestBody<wire::JoinPsRequest>();
+  req.setIndex(index);
+  req.setAddress(address);
+  return Request(std::move(m), "membership.JoinPs");
+}
+
+std::string LeavePs(int index) {
+  net::OutMessage m;
+  m.InitRequestBody<wire::LeavePsRequest>().setIndex(index);
+  return Request(std::move(m), "membership.LeavePs");
+}
+
 int Main(int argc, char** argv) {
   if (argc != 2 && argc != 3) {
     std::fprintf(stderr, "usage: make_fuzz_seeds CORPUS_DIR [REGRESSIONS_DIR]\n");
@@ -335,6 +349,10 @@ int Main(int argc, char** argv) {
       // Last, so that the request ids of the seeds above stay as they were.
       {"ps_compressed", chief + CreateVariable("k", "zeros", "adam") + PushCompressed("k", kInt8BlockWireCode) +
                             PushCompressed("k", kTopKWireCode) + PushCompressed("k", kTopKWireCode, true) + Read("k")},
+      // Elastic PS (issue 37), as ps 0: joins, joins as another PS (refused), with a bad address
+      // (refused), leaves, leaves as another (refused).
+      {"membership_ps", Hello("ps") + JoinPs(0, "127.0.0.1:5") + JoinPs(3, "127.0.0.1:6") + JoinPs(0, "no port") +
+                            LeavePs(0) + LeavePs(2)},
   };
   if (!WriteAll(argv[1], seeds)) return 1;
   if (argc == 3 && !WriteAll(argv[2], Regressions())) return 1;

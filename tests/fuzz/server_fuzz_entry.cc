@@ -46,14 +46,20 @@ const Program& FuzzProgram() {
   return *program;
 }
 
-// The chief's membership methods over a stand-in for the coordinator: worker 0 is a member;
-// any other index joins; only a member leaves.
+// The chief's membership methods over a stand-in for the coordinator: worker 0 (and ps 0) is a
+// member; any other index joins; only a member leaves.
 class FuzzMembers : public MembershipService::Members {
  public:
   absl::StatusOr<Joined> Join(int index, const std::string&) override { return Joined{2, index == 0}; }
   absl::StatusOr<int> Leave(int index, absl::Duration) override {
     if (index != 0) return absl::NotFoundError("not a member");
     return 0;
+  }
+  // Elastic PS likewise: ps 0 is a member.
+  absl::StatusOr<Joined> JoinPs(int index, const std::string&) override { return Joined{2, index == 0}; }
+  absl::StatusOr<int> LeavePs(int index, absl::Duration) override {
+    if (index != 0) return absl::NotFoundError("not a member");
+    return 1;
   }
 };
 

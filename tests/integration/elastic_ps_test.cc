@@ -137,6 +137,49 @@ TEST_P(ElasticPsTest, PsScaled2To3To2UnderWorkerKillsExactlyOnce) {
   EXPECT_EQ(out.find("ps_down: "), std::string::npos) << out;
 }
 
+// With two copies a PS SIGKILLed while copies move to the new one (the launcher restarts it
+// empty): its groups fail over to their other copies, it rebuilds what its target names, the
+// moves finish, and every update is still applied exactly once.
+TEST(ElasticPsKillTest, PsKilledMidMoveStaysExact) {
+  testutil::TestDir dir("elastic_ps_kill");
+  const std::string until = absl::StrCat(dir.path(), "/stop");
+  Subprocess::Options o;
+  o.argv = {Bin("asyncps_launch"), "--elastic", "--max_ps", "3", "--ps", "2", "--workers", "2", "--ps_replicas", "2",
+            "--max_restarts", "5", "--token", kToken, "--log_level", "info", "--", Bin("nemesis_counter"),
+            "--checkpoint_dir", absl::StrCat(dir.path(), "/ckpt"), "--ids", "3000", "--batch", "50", "--epochs", "2",
+            "--work_ms", "2", "--ballast_mb", "8", "--data_service", "off", "--until_file", until};
+  o.env = {{"ASYNCPS_METRICS_PORT", "-1"}};
+  auto started = Subprocess::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  Subprocess& launcher = **started;
+  auto line = launcher.WaitForLine("[launcher] control port ", kStep);
+  ASSERT_TRUE(line.ok()) << line.status() << launcher.output();
+  const std::string control = absl::StrCat("127.0.0.1:", testutil::NumberAfter(*line, "control port "));
+  ASSERT_TRUE(launcher.WaitForLine("[chief] epoch 1/", kStep).ok()) << launcher.output();
+
+  auto [up_code, up_out] = ScalePs(control, "3");
+  ASSERT_EQ(up_code, 0) << up_out << launcher.output();
+  auto joined = launcher.WaitForLine("ps_joined: ps 2 ", kStep);
+  ASSERT_TRUE(joined.ok()) << joined.status() << launcher.output();
+  const int64_t moving = testutil::NumberAfter(*joined, " PS; ");
+  ASSERT_GT(moving, 0) << *joined;
+  KillAndAwaitRestart(launcher, "ps:0");  // a source of the moves, while they run
+  ASSERT_TRUE(WaitForLines(launcher, "ps_move_done: ", static_cast<size_t>(moving))) << launcher.output();
+
+  auto [down_code, down_out] = ScalePs(control, "2");
+  ASSERT_EQ(down_code, 0) << down_out << launcher.output();
+  EXPECT_NE(down_out.find("ps:2 left"), std::string::npos) << down_out;
+
+  { std::ofstream(until) << "done\n"; }
+  auto code = launcher.Wait(absl::Minutes(5));
+  ASSERT_TRUE(code.ok()) << code.status() << "\n" << launcher.output();
+  const std::string out = launcher.output();
+  EXPECT_EQ(*code, 0) << out;
+  EXPECT_NE(out.find("[chief] exactly once: 3000 keys x "), std::string::npos) << out;
+  EXPECT_EQ(out.find("MISMATCH"), std::string::npos) << out;
+  EXPECT_NE(out.find("ps_down: ps 0 "), std::string::npos) << "the kill was seen as a loss\n" << out;
+}
+
 INSTANTIATE_TEST_SUITE_P(Replicas, ElasticPsTest, ::testing::Values(2, 1),
                          [](const ::testing::TestParamInfo<int>& info) { return absl::StrCat(info.param, "Copies"); });
 

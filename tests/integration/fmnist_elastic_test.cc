@@ -1,9 +1,10 @@
-// The main job, elastic (issue 37's acceptance): asyncps_launch --elastic runs fashion_mnist
-// with --count_examples on 2 workers; while it trains, `asyncps_launch scale` takes it to 4
-// workers, then to 1. No process is restarted, every example is applied exactly once per
-// epoch (the chief checks the per-example counters on the PS and says so), the target is
-// reached, and the leavers exit 0 as departures. A scale request with a wrong token, or to 0
-// workers, is refused and changes nothing.
+// The main job, elastic (issue 37's acceptance): asyncps_launch --elastic --max_ps 3 runs
+// fashion_mnist with --count_examples on 2 workers and 2 of 3 PS slots; while it trains,
+// `asyncps_launch scale` takes it to 4 workers and 3 PS (shard-group copies move to the new
+// PS), then to 1 worker and 2 PS (they move back). No process is restarted, every example is
+// applied exactly once per epoch (the chief checks the per-example counters on the PS and says
+// so), the target is reached, and the leavers exit 0 as departures. A scale request with a
+// wrong token, or to 0 workers, is refused and changes nothing.
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,15 +19,17 @@ namespace asyncps {
 namespace {
 
 constexpr double kTarget = 0.82;
-constexpr int kEpochs = 4;
+constexpr int kEpochs = 6;
 constexpr char kToken[] = "elastic-test-token";
 
 std::string Bin(const std::string& name) { return testutil::LocalCluster::BinaryPath(name); }
 
-// `asyncps_launch scale --control ADDRESS --workers N --token T`: its exit code and output.
-std::pair<int, std::string> Scale(const std::string& control, const std::string& workers, const std::string& token) {
+// `asyncps_launch scale --control ADDRESS --workers N --token T` (or --ps N when `what` says
+// so): its exit code and output.
+std::pair<int, std::string> Scale(const std::string& control, const std::string& workers, const std::string& token,
+                                  const std::string& what = "--workers") {
   Subprocess::Options o;
-  o.argv = {Bin("asyncps_launch"), "scale", "--control", control, "--workers", workers, "--token", token};
+  o.argv = {Bin("asyncps_launch"), "scale", "--control", control, what, workers, "--token", token};
   auto p = Subprocess::Start(o);
   EXPECT_TRUE(p.ok()) << p.status();
   if (!p.ok()) return {-1, ""};
@@ -35,9 +38,9 @@ std::pair<int, std::string> Scale(const std::string& control, const std::string&
   return {code.ok() ? *code : -1, (*p)->output()};
 }
 
-TEST(FmnistElasticTest, WorkersScaled2To4To1WhileTrainingExactlyOnce) {
+TEST(FmnistElasticTest, WorkersScaled2To4To1AndPs2To3To2WhileTrainingExactlyOnce) {
   Subprocess::Options o;
-  o.argv = {Bin("asyncps_launch"), "--elastic", "--token", kToken, "--max_restarts", "2", "--ps", "1",
+  o.argv = {Bin("asyncps_launch"), "--elastic", "--token", kToken, "--max_restarts", "2", "--max_ps", "3", "--ps", "2",
             "--workers", "2", "--", Bin("fashion_mnist"), "--epochs", std::to_string(kEpochs), "--sharding",
             "dynamic", "--count_examples", "--batch_size", "120"};
   o.env = {{"ASYNCPS_METRICS_PORT", "-1"}};
@@ -56,6 +59,9 @@ TEST(FmnistElasticTest, WorkersScaled2To4To1WhileTrainingExactlyOnce) {
   auto [zero_code, zero_out] = Scale(control, "0", kToken);
   EXPECT_EQ(zero_code, 2) << zero_out;
 
+  auto [ps_up_code, ps_up_out] = Scale(control, "3", kToken, "--ps");
+  ASSERT_EQ(ps_up_code, 0) << ps_up_out << launcher.output();
+  EXPECT_NE(ps_up_out.find("started ps:2 pid "), std::string::npos) << ps_up_out;
   auto [up_code, up_out] = Scale(control, "4", kToken);
   ASSERT_EQ(up_code, 0) << up_out << launcher.output();
   EXPECT_NE(up_out.find("started worker:2 pid "), std::string::npos) << up_out;
@@ -67,6 +73,10 @@ TEST(FmnistElasticTest, WorkersScaled2To4To1WhileTrainingExactlyOnce) {
   ASSERT_EQ(down_code, 0) << down_out << launcher.output();
   EXPECT_NE(down_out.find("worker:3 left; worker:2 left; worker:1 left"), std::string::npos) << down_out;
   ASSERT_TRUE(launcher.WaitForLine("  workers 1/1", absl::Minutes(2)).ok()) << launcher.output();
+  // PS 2 hands its shard-group copies back to PS 0 and 1, then exits 0.
+  auto [ps_down_code, ps_down_out] = Scale(control, "2", kToken, "--ps");
+  ASSERT_EQ(ps_down_code, 0) << ps_down_out << launcher.output();
+  EXPECT_NE(ps_down_out.find("ps:2 left"), std::string::npos) << ps_down_out;
 
   auto code = launcher.Wait(absl::Minutes(5));
   ASSERT_TRUE(code.ok()) << code.status() << "\n" << launcher.output();
@@ -79,10 +89,10 @@ TEST(FmnistElasticTest, WorkersScaled2To4To1WhileTrainingExactlyOnce) {
   EXPECT_GE(testutil::FinalAccuracy(out), kTarget) << out;
   // No process restarted; each leaver drained and exited 0.
   EXPECT_EQ(out.find("restarted "), std::string::npos) << out;
-  for (const char* task : {"ps:0", "worker:0", "worker:1", "chief"}) {
+  for (const char* task : {"ps:0", "ps:1", "worker:0", "worker:1", "chief"}) {
     EXPECT_EQ(testutil::LinesWith(out, absl::StrCat("[launcher] started ", task, " pid ")).size(), 1u) << task;
   }
-  for (const char* task : {"worker:1", "worker:2", "worker:3"}) {
+  for (const char* task : {"worker:1", "worker:2", "worker:3", "ps:2"}) {
     EXPECT_NE(out.find(absl::StrCat("[launcher] ", task, " left the job (exited with code 0)")), std::string::npos)
         << task << "\n"
         << out;
