@@ -17,8 +17,10 @@ void AugmentImage(const uint8_t* in, int64_t key, uint8_t* out) {
   // Output column x reads source column (flip ? 27 - x : x) + dx; the columns that fall outside
   // the source are padding. Row by row without a test per pixel: the pipeline runs this for
   // every training example.
-  const int x_begin = std::max(0, -dx), x_end = std::min(28, 28 - dx);  // unflipped: x + dx in [0, 28)
-  const int f_begin = std::max(0, dx), f_end = std::min(28, 28 + dx);  // flipped: 27 - x + dx in [0, 28)
+  const int x_begin = std::max(0, -dx),
+            x_end = std::min(28, 28 - dx);  // unflipped: x + dx in [0, 28)
+  const int f_begin = std::max(0, dx),
+            f_end = std::min(28, 28 + dx);  // flipped: 27 - x + dx in [0, 28)
   for (int y = 0; y < 28; ++y) {
     const int sy = y + dy;
     uint8_t* row = out + y * 28;
@@ -50,12 +52,15 @@ absl::StatusOr<data::Element> AugmentExample(data::Element example) {
 }
 
 data::Dataset AugmentKeys(int64_t records, int64_t num_shards, int64_t shard, uint64_t seed) {
-  return data::Dataset::Range(0, records).Shard(num_shards, shard).Shuffle(10'000, seed + 0x5bd1e995ULL);
+  return data::Dataset::Range(0, records)
+      .Shard(num_shards, shard)
+      .Shuffle(10'000, seed + 0x5bd1e995ULL);
 }
 
 data::Dataset Augmented(const data::Dataset& examples, int64_t records, int64_t num_shards,
                         int64_t shard, uint64_t seed) {
-  return data::Dataset::Zip({examples, AugmentKeys(records, num_shards, shard, seed)}).Map(AugmentExample);
+  return data::Dataset::Zip({examples, AugmentKeys(records, num_shards, shard, seed)})
+      .Map(AugmentExample);
 }
 
 }  // namespace asyncps::fmnist

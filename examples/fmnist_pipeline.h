@@ -47,7 +47,8 @@ absl::StatusOr<data::Dataset> TrainPipeline(const TrainPipelineOptions& options)
 // augmented in place): the same batches as slicing, shuffling, augmenting and batching the
 // examples one by one, for a fraction of the allocations and copies. InvalidArgument for
 // shapes that do not fit.
-absl::StatusOr<data::Dataset> TrainPipelineFrom(Tensor images, Tensor labels, const TrainPipelineOptions& options);
+absl::StatusOr<data::Dataset> TrainPipelineFrom(Tensor images, Tensor labels,
+                                                const TrainPipelineOptions& options);
 
 }  // namespace asyncps::fmnist
 

@@ -14,7 +14,8 @@ namespace {
 // shuffled, augmented one by one (Augmented) and stacked. TrainPipelineFrom must give the same
 // batches, so a split read again (a closure re-run, another data worker) and every exactly-once
 // argument built on the old pipeline stay as they were.
-data::Dataset SlicedPipeline(const Tensor& images, const Tensor& labels, const TrainPipelineOptions& o) {
+data::Dataset SlicedPipeline(const Tensor& images, const Tensor& labels,
+                             const TrainPipelineOptions& o) {
   std::vector<Tensor> components = {images, labels};
   if (o.ids) {
     const int64_t n = images.dim(0);
@@ -23,7 +24,8 @@ data::Dataset SlicedPipeline(const Tensor& images, const Tensor& labels, const T
     components.push_back(std::move(id));
   }
   const uint64_t seed = o.seed + static_cast<uint64_t>(o.shard);
-  data::Dataset examples = data::Dataset::FromTensorSlices(std::move(components)).Shuffle(10'000, seed);
+  data::Dataset examples =
+      data::Dataset::FromTensorSlices(std::move(components)).Shuffle(10'000, seed);
   if (o.augment) examples = Augmented(examples, 60'000, o.num_shards, o.shard, seed);
   if (o.repeat) examples = examples.Repeat();
   return examples.Batch(o.batch, /*drop_remainder=*/true);
@@ -33,7 +35,8 @@ std::pair<Tensor, Tensor> RandomShard(int64_t n, uint32_t seed) {
   Tensor images(DType::kU8, {n, 28, 28});
   Tensor labels(DType::kU8, {n});
   std::mt19937 rng(seed);
-  for (int64_t i = 0; i < images.num_elements(); ++i) images.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+  for (int64_t i = 0; i < images.num_elements(); ++i)
+    images.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
   for (int64_t i = 0; i < n; ++i) labels.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 10);
   return {images, labels};
 }
@@ -75,8 +78,8 @@ TEST(TrainPipelineTest, GatheredBatchesAreTheSlicedPipelinesStaticShards) {
   constexpr int64_t kRecords = 12'000;
   for (const Case c : {Case{false, false, 1, 0}, Case{true, false, 1, 0}, Case{true, true, 2, 1},
                        Case{false, true, 3, 2}}) {
-    SCOPED_TRACE(testing::Message() << "augment " << c.augment << " ids " << c.ids << " shard " << c.shard
-                                    << " of " << c.num_shards);
+    SCOPED_TRACE(testing::Message() << "augment " << c.augment << " ids " << c.ids << " shard "
+                                    << c.shard << " of " << c.num_shards);
     auto [images, labels] = RandomShard(kRecords / c.num_shards, 7);
     TrainPipelineOptions o;
     o.batch = 32;
@@ -133,13 +136,19 @@ TEST(TrainPipelineTest, GatheredBatchesAreTheSlicedPipelinesInEverySplit) {
 TEST(TrainPipelineTest, ShapesThatDoNotFitAreRefused) {
   TrainPipelineOptions o;
   o.augment = true;
-  EXPECT_EQ(TrainPipelineFrom(Tensor(DType::kU8, {4, 27, 28}), Tensor(DType::kU8, {4}), o).status().code(),
+  EXPECT_EQ(TrainPipelineFrom(Tensor(DType::kU8, {4, 27, 28}), Tensor(DType::kU8, {4}), o)
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
   o.augment = false;
-  EXPECT_EQ(TrainPipelineFrom(Tensor(DType::kU8, {4, 28, 28}), Tensor(DType::kU8, {5}), o).status().code(),
+  EXPECT_EQ(TrainPipelineFrom(Tensor(DType::kU8, {4, 28, 28}), Tensor(DType::kU8, {5}), o)
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
   o.batch = 0;
-  EXPECT_EQ(TrainPipelineFrom(Tensor(DType::kU8, {4, 28, 28}), Tensor(DType::kU8, {4}), o).status().code(),
+  EXPECT_EQ(TrainPipelineFrom(Tensor(DType::kU8, {4, 28, 28}), Tensor(DType::kU8, {4}), o)
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 
