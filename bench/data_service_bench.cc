@@ -500,8 +500,8 @@ int64_t ReadEpochs(int first_epoch, int epochs, int consumers,
 // (one trainer's pipeline in this process) and through 2 data workers by 2 consumer threads
 // (processing mode dynamic, ReadOptions' defaults): the data workers' CPU per batch against the
 // in-process pipeline's (aim <= 1.5x), the share of the batches' CPU each data worker took
-// (aim max/min <= 1.5), the consumers' CPU per batch, and batches/s; the least CPU per batch of
-// 3 rounds, each an epoch in-process then one through the service. A third case, the
+// (aim max/min <= 1.5, over every round), the consumers' CPU per batch, and batches/s; the
+// least CPU per batch of 3 rounds, each an epoch in-process then one through the service. A third case, the
 // --augment pipeline decoding from the files as it reads (DecodingPipeline), is CPU-bound in
 // the trainer: what the service takes off the trainers is the consumers' CPU per batch against
 // the in-process pipeline's (aim <= 0.5x). Returns false on an error.
@@ -567,8 +567,9 @@ bool MainJobPipeline(bool quick, bench::Report& report) {
     // The decoding pipeline costs about 5 ms a batch: one round measures it well enough.
     const int rounds = quick || c.decoding ? 1 : 3;
     double local_cpu = 1e30, service_cpu = 1e30, consumer_cpu = 1e30, local_rate = 0, rate = 0;
-    double busiest = 0, idlest = 0;
-    std::vector<double> each;
+    // The shares: each data worker's CPU over every round (one epoch's 8 splits, 4 a data
+    // worker, leave a round's shares to the moment's load).
+    std::vector<double> each((*service)->data_worker_pids().size(), 0.0);
     for (int round = 0; round < rounds; ++round) {
       const int epoch = 1 + round;
       const double cpu0 = CpuNow(CLOCK_PROCESS_CPUTIME_ID);
@@ -604,14 +605,11 @@ bool MainJobPipeline(bool quick, bench::Report& report) {
         cpu.push_back(sample->cpu_seconds - before[i]);
         total += cpu.back();
       }
-      if (total / static_cast<double>(batches) < service_cpu) {
-        // The shares of the round kept.
-        service_cpu = total / static_cast<double>(batches);
-        each = cpu;
-        busiest = *std::max_element(cpu.begin(), cpu.end());
-        idlest = std::max(1e-3, *std::min_element(cpu.begin(), cpu.end()));
-      }
+      service_cpu = std::min(service_cpu, total / static_cast<double>(batches));
+      for (size_t i = 0; i < cpu.size(); ++i) each[i] += cpu[i];
     }
+    const double busiest = *std::max_element(each.begin(), each.end());
+    const double idlest = std::max(1e-3, *std::min_element(each.begin(), each.end()));
     double total = 0;
     for (double x : each) total += x;
     std::vector<std::string> shares;
