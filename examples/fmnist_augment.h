@@ -23,6 +23,15 @@ namespace asyncps::fmnist {
 data::Dataset Augmented(const data::Dataset& examples, int64_t records, int64_t num_shards,
                         int64_t shard, uint64_t seed);
 
+// The keys Augmented zips with the examples ({i64 key} elements, one per example of the shard):
+// for pipelines that apply AugmentImage themselves and must draw exactly as Augmented does.
+data::Dataset AugmentKeys(int64_t records, int64_t num_shards, int64_t shard, uint64_t seed);
+
+// Image `in` (u8 28 x 28, row-major) augmented with the draw `key` selects into `out` (28 x 28,
+// every byte written: the padding zero). AugmentExample's transform, for pipelines that fill a
+// batch in place.
+void AugmentImage(const uint8_t* in, int64_t key, uint8_t* out);
+
 // One example {u8 [28, 28] image, label, ..., i64 key} augmented with the draw `key` selects,
 // the key dropped. InvalidArgument for another shape.
 absl::StatusOr<data::Element> AugmentExample(data::Element example);

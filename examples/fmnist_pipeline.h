@@ -34,11 +34,21 @@ struct TrainPipelineOptions {
 
 // {images u8 [batch, 28, 28], labels u8 [batch] (, ids i64 [batch])} batches, full ones only:
 // the shard decoded once per process into memory (ReadIdxShard), shuffled with a 10,000-record
-// buffer, augmented, repeated, batched and (`prefetch`) prefetched (4 batches). Read through a split
+// buffer, augmented, repeated, batched and (`prefetch`) prefetched (4 batches)
+// (TrainPipelineFrom). Read through a split
 // (Dataset::MakeSinglePassSplitIterator) it gives the split's records, from memory: no record
 // before the split is decoded to reach it. Errors: ReadIdxShard's, InvalidArgument for a batch
 // below 1.
 absl::StatusOr<data::Dataset> TrainPipeline(const TrainPipelineOptions& options);
+
+// The same pipeline over a shard already in memory (`images` [n, ...] and `labels` [n, ...] of
+// any dtype, u8 [n, 28, 28] images with `augment`; options.images and labels unused). The
+// examples are shuffled as indices and each batch gathered from the shard in one pass (and
+// augmented in place): the same batches as slicing, shuffling, augmenting and batching the
+// examples one by one, for a fraction of the allocations and copies. InvalidArgument for
+// shapes that do not fit.
+absl::StatusOr<data::Dataset> TrainPipelineFrom(Tensor images, Tensor labels,
+                                                const TrainPipelineOptions& options);
 
 }  // namespace asyncps::fmnist
 
