@@ -20,6 +20,10 @@ namespace {
 
 // How long a refused or unanswered try waits for a newer map before trying again anyway.
 constexpr absl::Duration kRetryWait = absl::Milliseconds(100);
+// How long a call refused by a PS whose map lags the client's waits before it tries again: the
+// chief pushes every map to every PS as it installs it in its own client, so that PS takes it
+// within about a round trip.
+constexpr absl::Duration kLaggingPsRetryWait = absl::Milliseconds(5);
 
 template <typename Request>
 void SetRouteAs(net::OutMessage& m, uint32_t group, uint64_t generation) {
@@ -107,6 +111,8 @@ const std::string* Address(const GroupCall& call, int ps) {
 // caller gets if the deadline passes first.
 void RetryLater(std::shared_ptr<GroupCall> call, uint64_t seen, int last_ps, absl::StatusOr<net::InMessage> last) {
   const absl::Duration left = call->deadline - absl::Now();
+  const absl::Duration wait =
+      !last.ok() && ps::IsStaleShardMapOfALaggingPs(last.status()) ? kLaggingPsRetryWait : kRetryWait;
   if (left <= absl::ZeroDuration()) {
     call->done(last_ps, Address(*call, last_ps), std::move(last));
     return;
@@ -114,7 +120,7 @@ void RetryLater(std::shared_ptr<GroupCall> call, uint64_t seen, int last_ps, abs
   auto held = std::make_shared<absl::StatusOr<net::InMessage>>(std::move(last));
   ShardMapCache* cache = call->cache;
   const uint32_t group = call->group;
-  cache->AwaitNewer(group, seen, std::min(left, kRetryWait),
+  cache->AwaitNewer(group, seen, std::min(left, wait),
                     [call = std::move(call), held, last_ps](absl::Status waited) mutable {
                       // Past the deadline the caller gets the last answer, not a new try.
                       if (!waited.ok() || absl::Now() >= call->deadline) {

@@ -1,9 +1,11 @@
 #include "ps/replication/shard_map.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -168,6 +170,25 @@ absl::Status StaleShardMapError(uint32_t group, uint64_t sent, uint64_t held, in
 
 bool IsStaleShardMap(const absl::Status& status) {
   return status.code() == absl::StatusCode::kFailedPrecondition && absl::StrContains(status.message(), kStaleShardMap);
+}
+
+bool IsStaleShardMapOfALaggingPs(const absl::Status& status) {
+  if (!IsStaleShardMap(status)) return false;
+  // "...: group G generation S sent, generation H held..."
+  const absl::string_view m = status.message();
+  const size_t sent_at = m.find(" sent, generation ");
+  if (sent_at == absl::string_view::npos) return false;
+  const size_t sent_begin = m.rfind(' ', sent_at - 1);
+  if (sent_begin == absl::string_view::npos) return false;
+  const size_t held_begin = sent_at + std::strlen(" sent, generation ");
+  const size_t held_end = m.find(' ', held_begin);
+  uint64_t sent = 0;
+  uint64_t held = 0;
+  if (!absl::SimpleAtoi(m.substr(sent_begin + 1, sent_at - sent_begin - 1), &sent) ||
+      held_end == absl::string_view::npos || !absl::SimpleAtoi(m.substr(held_begin, held_end - held_begin), &held)) {
+    return false;
+  }
+  return held < sent;
 }
 
 absl::Status RestorePendingError(uint32_t group, int32_t ps, const char* method) {

@@ -69,6 +69,12 @@ absl::Status StaleShardMapError(uint32_t group, uint64_t sent, uint64_t held, in
 // the shard map again (ps.GetShardMap) and retry at the group's current primary.
 bool IsStaleShardMap(const absl::Status& status);
 
+// True for a StaleShardMapError whose PS holds an older generation than the request was sent
+// with: the client's map is ahead (the chief gave it the map before that PS installed it, as a
+// planned move does), so the PS is about to take it and a retry soon will do; no newer map is
+// coming to wait for.
+bool IsStaleShardMapOfALaggingPs(const absl::Status& status);
+
 // The refusal of a request to the primary of a group that lost every copy and awaits the
 // chief's restore from a checkpoint: Unavailable whose message contains "awaits a restore", e.g.
 //   "shard group 1 lost every copy and awaits a restore from the checkpoint (ps 2, ps.Update)".

@@ -95,6 +95,13 @@ TEST(ShardMapTest, StaleShardMapErrorNamesEverything) {
   EXPECT_TRUE(IsStaleShardMap(s));
   EXPECT_EQ(StaleShardMapError(0, 1, 1, -1).message(), "stale shard map: group 0 generation 1 sent, generation 1 held");
   EXPECT_FALSE(IsStaleShardMap(absl::FailedPreconditionError("something else")));
+  // The PS holds an older map than the request was sent with: it lags the client.
+  EXPECT_TRUE(IsStaleShardMapOfALaggingPs(StaleShardMapError(1, 5, 4, 2)));
+  EXPECT_TRUE(IsStaleShardMapOfALaggingPs(StaleShardMapError(1, 12, 9, -1)));
+  EXPECT_FALSE(IsStaleShardMapOfALaggingPs(StaleShardMapError(1, 3, 4, 2))) << "the client lags";
+  EXPECT_FALSE(IsStaleShardMapOfALaggingPs(StaleShardMapError(1, 4, 4, 2))) << "not this PS's group";
+  EXPECT_FALSE(IsStaleShardMapOfALaggingPs(absl::FailedPreconditionError("stale shard map: garbled")));
+  EXPECT_FALSE(IsStaleShardMapOfALaggingPs(absl::UnavailableError("generation 5 sent, generation 4 held")));
   EXPECT_FALSE(IsStaleShardMap(absl::UnavailableError("stale shard map")));
 }
 
