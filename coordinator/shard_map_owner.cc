@@ -51,6 +51,7 @@ ShardMapOwner::ShardMapOwner(ps::ShardMap map, int num_ps, int members)
       member_(static_cast<size_t>(std::max(num_ps, 0)), false),
       target_(static_cast<size_t>(std::max(num_ps, 0))),
       moving_(static_cast<size_t>(std::max(num_ps, 0)), false),
+      lost_(static_cast<size_t>(std::max(num_ps, 0)), false),
       bytes_(static_cast<size_t>(std::max(num_ps, 0)), 0) {
   if (members < 0 || members >= num_ps) {
     std::fill(member_.begin(), member_.end(), true);
@@ -71,6 +72,10 @@ ShardMapOwner::ShardMapOwner(ps::ShardMap map, int num_ps, int members)
     for (int32_t ps : t) {
       if (ps >= 0 && ps < num_ps) member_[static_cast<size_t>(ps)] = true;
     }
+    // A move the previous chief left half done (copies past k): the extra copies are dropped
+    // once the target's are in sync. (A PS that was joining registers again and is retargeted.)
+    const size_t copies = (e.primary >= 0 ? 1 : 0) + e.backups.size() + e.rebuilding.size();
+    if (copies > map_.replicas) moving_[e.group] = true;
   }
 }
 
@@ -80,6 +85,7 @@ void ShardMapOwner::Bump(ps::GroupEntry& g) {
 }
 
 std::vector<int> ShardMapOwner::Lost(int ps) {
+  if (ps >= 0 && static_cast<size_t>(ps) < lost_.size()) lost_[static_cast<size_t>(ps)] = true;
   std::vector<int> changed;
   for (ps::GroupEntry& g : map_.groups) {
     bool touched = Remove(g.backups, ps);
@@ -165,6 +171,7 @@ std::vector<int> ShardMapOwner::WorkersCannotReach(const std::vector<int>& cut_f
 }
 
 std::vector<int> ShardMapOwner::Returned(int ps) {
+  if (ps >= 0 && static_cast<size_t>(ps) < lost_.size()) lost_[static_cast<size_t>(ps)] = false;
   std::vector<int> changed;
   const int k = static_cast<int>(map_.replicas);
   for (ps::GroupEntry& g : map_.groups) {
@@ -378,7 +385,8 @@ bool ShardMapOwner::Reconcile(ps::GroupEntry& g) {
   const std::vector<int32_t>& target = target_[g.group];
   bool touched = false;
   for (int32_t t : target) {
-    if (g.Holds(t)) continue;
+    // A lost PS gets its copy when it returns (Returned): a transfer to it now goes nowhere.
+    if (g.Holds(t) || lost_[static_cast<size_t>(t)]) continue;
     g.rebuilding.push_back(t);
     touched = true;
   }

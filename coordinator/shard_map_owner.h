@@ -143,6 +143,7 @@ class ShardMapOwner {
   std::vector<bool> member_;                  // per slot
   std::vector<std::vector<int32_t>> target_;  // per group (groups are 0..num_ps-1)
   std::vector<bool> moving_;                  // per group: retargeted, not settled yet
+  std::vector<bool> lost_;                    // per slot: Lost and not Returned since
   std::vector<uint64_t> bytes_;               // per group
 };
 

@@ -374,6 +374,31 @@ TEST(ShardMapOwnerTest, ANewPsKilledMidMoveRebuildsWhenItReturnsAndTheMoveFinish
   for (int ps = 0; ps < 3; ++ps) EXPECT_EQ(CopiesOn(owner.map(), ps), 2) << "ps " << ps;
 }
 
+TEST(ShardMapOwnerTest, AJoinDuringAFailoverMovesWhatServesAndTheLostPsRebuildsItsTargetsLater) {
+  ShardMapOwner owner = *ShardMapOwner::Create(3, 2, 2);
+  owner.Lost(1);  // every group fails over to ps 0
+  for (const ps::GroupEntry& g : owner.map().groups) ASSERT_EQ(g.primary, 0);
+  ASSERT_TRUE(owner.Join(2).ok());
+  SyncEverything(owner);
+  for (const ps::GroupEntry& g : owner.map().groups) {
+    EXPECT_GE(g.primary, 0);
+    EXPECT_FALSE(g.Holds(1)) << "lost: nothing of it is counted";
+  }
+  // Back (restarted empty): it rebuilds the groups its target names, and every group ends with
+  // its two copies where the targets say.
+  owner.Returned(1);
+  SyncEverything(owner);
+  EXPECT_FALSE(owner.Moving());
+  for (const ps::GroupEntry& g : owner.map().groups) {
+    std::vector<int32_t> where = g.backups;
+    where.push_back(g.primary);
+    std::sort(where.begin(), where.end());
+    std::vector<int32_t> target = owner.Target(static_cast<int>(g.group));
+    std::sort(target.begin(), target.end());
+    EXPECT_EQ(where, target) << owner.map().DebugString();
+  }
+}
+
 TEST(ShardMapOwnerTest, AChiefTakingOverAMapKeepsWhereCopiesAreAsTheTarget) {
   ShardMapOwner owner = *ShardMapOwner::Create(4, 2, 2);
   ASSERT_TRUE(owner.Join(3).ok());
@@ -388,6 +413,24 @@ TEST(ShardMapOwnerTest, AChiefTakingOverAMapKeepsWhereCopiesAreAsTheTarget) {
     EXPECT_EQ(restarted.Target(static_cast<int>(g.group)), where);
   }
   EXPECT_TRUE(restarted.Returned(3).empty()) << "nothing to rebuild: it holds its targets";
+}
+
+TEST(ShardMapOwnerTest, AChiefRestartedMidMoveDropsTheHalfMovedCopiesAndTheJoinerIsRetargeted) {
+  ShardMapOwner owner = *ShardMapOwner::Create(3, 2, 2);
+  ASSERT_TRUE(owner.Join(2).ok());  // copies rebuilding on ps 2 ...
+  ShardMapOwner restarted(owner.map(), 3, 2);  // ... when the chief restarts
+  EXPECT_FALSE(restarted.IsMember(2)) << "it holds nothing in sync: a member again when it registers";
+  EXPECT_TRUE(restarted.Moving());
+  SyncEverything(restarted);
+  EXPECT_FALSE(restarted.Moving());
+  for (const ps::GroupEntry& g : restarted.map().groups) {
+    EXPECT_EQ(g.backups.size(), 1u) << "no copy past k: " << restarted.map().DebugString();
+    EXPECT_FALSE(g.Holds(2));
+  }
+  // PS 2 registers again (it does every 5 s): the move is made anew.
+  ASSERT_TRUE(restarted.Join(2).ok());
+  SyncEverything(restarted);
+  for (int ps = 0; ps < 3; ++ps) EXPECT_EQ(CopiesOn(restarted.map(), ps), 2) << "ps " << ps;
 }
 
 }  // namespace
