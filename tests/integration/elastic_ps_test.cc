@@ -7,7 +7,8 @@
 // the launcher. Every id is counted exactly once per epoch, every PS process runs once, and the
 // moves are on the chief's log. Also with one copy per group (--ps_replicas 1: the chief's
 // shard map then moves a group's only copy). Scale requests to 0 PS, past --max_ps or below
-// --ps_replicas are refused and change nothing.
+// --ps_replicas are refused and change nothing. The checkpoints taken meanwhile restore into a
+// fixed cluster of another shape.
 #include <signal.h>
 #include <unistd.h>
 
@@ -135,6 +136,25 @@ TEST_P(ElasticPsTest, PsScaled2To3To2UnderWorkerKillsExactlyOnce) {
         << task;
   }
   EXPECT_EQ(out.find("ps_down: "), std::string::npos) << out;
+
+  // The checkpoints taken while PS came and went restore into another shape: a fixed cluster of
+  // 2 PS without replicas (the counter program resumes from the newest and checks again).
+  const int64_t epochs = testutil::NumberAfter(out, "[chief] exactly once: 3000 keys x ");
+  ASSERT_GT(epochs, 0) << out;
+  Subprocess::Options r;
+  r.argv = {Bin("asyncps_launch"), "--ps", "2", "--workers", "1", "--token", kToken, "--", Bin("nemesis_counter"),
+            "--checkpoint_dir", absl::StrCat(dir.path(), "/ckpt"), "--ids", "3000", "--batch", "50", "--epochs",
+            std::to_string(epochs), "--ballast_mb", "2", "--data_service", "off"};
+  r.env = {{"ASYNCPS_METRICS_PORT", "-1"}};
+  auto resumed = Subprocess::Start(r);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  auto resumed_code = (*resumed)->Wait(absl::Minutes(3));
+  ASSERT_TRUE(resumed_code.ok()) << resumed_code.status();
+  const std::string resumed_out = (*resumed)->output();
+  EXPECT_EQ(*resumed_code, 0) << resumed_out;
+  EXPECT_NE(resumed_out.find("[chief] resumed from checkpoint"), std::string::npos) << resumed_out;
+  EXPECT_NE(resumed_out.find(absl::StrCat("[chief] exactly once: 3000 keys x ", epochs, " epochs")), std::string::npos)
+      << resumed_out;
 }
 
 // With two copies a PS SIGKILLed while copies move to the new one (the launcher restarts it
