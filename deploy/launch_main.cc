@@ -137,6 +137,9 @@ constexpr char kUsage[] =
 constexpr int kMaxTasksPerJob = 256;
 // Workers one --elastic launcher may start beyond its first ones (over all scale requests).
 constexpr int kMaxElasticWorkers = 256;
+// How long a scale-down waits for a worker to be drained (worker/serve.cc gives the chief 25 s)
+// and exit.
+constexpr absl::Duration kWorkerLeaveWait = absl::Seconds(40);
 // How long a scale-down waits for a PS to hand its copies off and exit (ps/ps_server.cc gives
 // the chief 60 s), then a margin.
 constexpr absl::Duration kPsLeaveWait = absl::Seconds(75);
@@ -769,7 +772,6 @@ class Launcher {
     }
     std::vector<std::string> notes;
     std::vector<size_t> leaving;
-    std::vector<Subprocess*> to_signal;
     {
       MutexLock lock(&mu_);
       if (stopping_ || chief_done_ || signals_ > 0 || failed_task_ >= 0) {
@@ -813,41 +815,57 @@ class Launcher {
           task.waiter = std::thread([this, t]() { WatchTask(t); });
         }
       } else {
-        for (int k = have - 1; k >= want; --k) {
-          const size_t t = live[static_cast<size_t>(k)];
-          removed_[t] = true;  // never restarted, whatever its exit
-          leaving.push_back(t);
-          if (!gone_[t] && procs_[t] != nullptr) to_signal.push_back(procs_[t].get());
-        }
+        leaving = Retire(live, want);
       }
     }
     // Each asks the chief to move its copies off it (ASYNCPS_ELASTIC), then exits 0.
-    for (Subprocess* proc : to_signal) proc->Signal(SIGTERM);
+    AwaitLeavers(leaving, kPsLeaveWait, &notes);
     {
       MutexLock lock(&mu_);
-      if (!leaving.empty()) {
-        auto all_gone = [&]() {
-          mu_.AssertReaderHeld();
-          if (stopping_) return true;
-          for (size_t t : leaving) {
-            if (!gone_[t]) return false;
-          }
-          return true;
-        };
-        if (!mu_.AwaitWithTimeout(absl::Condition(&all_gone), kPsLeaveWait)) {
-          for (size_t t : leaving) {
-            if (!gone_[t] && procs_[t] != nullptr) {
-              notes.push_back(absl::StrCat(tasks_[t].label, " did not leave in time: SIGKILL"));
-              procs_[t]->Signal(SIGKILL);
-            }
-          }
-        }
-        for (size_t t : leaving) notes.push_back(absl::StrCat(tasks_[t].label, gone_[t] ? " left" : " is leaving"));
-      }
       scaling_ = false;
     }
     *message = absl::StrJoin(notes, "; ");
     return absl::OkStatus();
+  }
+
+  // Marks the tasks live[want..] (by descending index) as scaled away: never restarted,
+  // whatever their exit. Returns them.
+  std::vector<size_t> Retire(const std::vector<size_t>& live, int want) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<size_t> leaving;
+    for (int k = static_cast<int>(live.size()) - 1; k >= want; --k) {
+      const size_t t = live[static_cast<size_t>(k)];
+      removed_[t] = true;
+      leaving.push_back(t);
+    }
+    return leaving;
+  }
+
+  // Sends SIGTERM to the `leaving` tasks (each then leaves the job as its role does: asks the
+  // chief, exits 0), waits up to `wait` for them to exit, SIGKILLs those still there, and adds
+  // a note on each to `notes`.
+  void AwaitLeavers(const std::vector<size_t>& leaving, absl::Duration wait, std::vector<std::string>* notes) {
+    if (leaving.empty()) return;
+    MutexLock lock(&mu_);
+    for (size_t t : leaving) {
+      if (!gone_[t] && procs_[t] != nullptr) procs_[t]->Signal(SIGTERM);
+    }
+    auto all_gone = [&]() {
+      mu_.AssertReaderHeld();
+      if (stopping_) return true;
+      for (size_t t : leaving) {
+        if (!gone_[t]) return false;
+      }
+      return true;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&all_gone), wait)) {
+      for (size_t t : leaving) {
+        if (!gone_[t] && procs_[t] != nullptr) {
+          notes->push_back(absl::StrCat(tasks_[t].label, " did not leave in time: SIGKILL"));
+          procs_[t]->Signal(SIGKILL);
+        }
+      }
+    }
+    for (size_t t : leaving) notes->push_back(absl::StrCat(tasks_[t].label, gone_[t] ? " left" : " is leaving"));
   }
 
   // Brings the job to `want` workers (see the usage): starts new ones, or drains those with the
@@ -859,7 +877,6 @@ class Launcher {
     }
     std::vector<std::string> notes;
     std::vector<size_t> leaving;
-    std::vector<Subprocess*> to_signal;
     {
       MutexLock lock(&mu_);
       if (stopping_ || chief_done_ || signals_ > 0 || failed_task_ >= 0) {
@@ -926,39 +943,12 @@ class Launcher {
           tasks_[t].waiter = std::thread([this, t]() { WatchTask(t); });
         }
       } else {
-        for (int k = have - 1; k >= want; --k) {
-          const size_t t = live[static_cast<size_t>(k)];
-          removed_[t] = true;  // never restarted, whatever its exit
-          leaving.push_back(t);
-          if (!gone_[t] && procs_[t] != nullptr) to_signal.push_back(procs_[t].get());
-        }
+        leaving = Retire(live, want);
       }
     }
-    // Each asks the chief to drain it (ASYNCPS_ELASTIC), then exits 0.
-    for (Subprocess* proc : to_signal) proc->Signal(SIGTERM);
-    if (!leaving.empty()) {
-      MutexLock lock(&mu_);
-      auto all_gone = [&]() {
-        mu_.AssertReaderHeld();
-        if (stopping_) return true;
-        for (size_t t : leaving) {
-          if (!gone_[t]) return false;
-        }
-        return true;
-      };
-      // Its drain (worker/serve.cc: 25 s at most), then a margin.
-      if (!mu_.AwaitWithTimeout(absl::Condition(&all_gone), absl::Seconds(40))) {
-        for (size_t t : leaving) {
-          if (!gone_[t] && procs_[t] != nullptr) {
-            notes.push_back(absl::StrCat(tasks_[t].label, " did not leave in time: SIGKILL"));
-            procs_[t]->Signal(SIGKILL);
-          }
-        }
-      }
-      for (size_t t : leaving) {
-        notes.push_back(absl::StrCat(tasks_[t].label, gone_[t] ? " left" : " is leaving"));
-      }
-    }
+    // Each asks the chief to drain it (ASYNCPS_ELASTIC), then exits 0: its drain (worker/serve.cc:
+    // 25 s at most), then a margin.
+    AwaitLeavers(leaving, kWorkerLeaveWait, &notes);
     {
       MutexLock lock(&mu_);
       scaling_ = false;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,26 +68,37 @@ void KillAndAwaitRestart(Subprocess& launcher, const std::string& task) {
       << launcher.output();
 }
 
+// The counter program under `asyncps_launch --elastic --max_ps 3 --ps 2` with `replicas`
+// copies, training until `<dir>/stop` exists; `*control` is the launcher's control port once
+// the first epoch is done.
+void StartCounterJob(const std::string& dir, int replicas, int ballast_mb, std::unique_ptr<Subprocess>* launcher,
+                     std::string* control) {
+  Subprocess::Options o;
+  o.argv = {Bin("asyncps_launch"), "--elastic", "--max_ps", "3", "--ps", "2", "--workers", "2", "--ps_replicas",
+            std::to_string(replicas), "--max_restarts", "5", "--token", kToken, "--log_level", "info", "--",
+            Bin("nemesis_counter"), "--checkpoint_dir", absl::StrCat(dir, "/ckpt"), "--ids", "3000", "--batch", "50",
+            "--epochs", "2", "--work_ms", "2", "--ballast_mb", std::to_string(ballast_mb), "--data_service", "off",
+            "--until_file", absl::StrCat(dir, "/stop")};
+  o.env = {{"ASYNCPS_METRICS_PORT", "-1"}};
+  auto started = Subprocess::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  *launcher = *std::move(started);
+  auto line = (*launcher)->WaitForLine("[launcher] control port ", kStep);
+  ASSERT_TRUE(line.ok()) << line.status() << (*launcher)->output();
+  *control = absl::StrCat("127.0.0.1:", testutil::NumberAfter(*line, "control port "));
+  ASSERT_TRUE((*launcher)->WaitForLine("[chief] epoch 1/", kStep).ok()) << (*launcher)->output();
+}
+
 class ElasticPsTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ElasticPsTest, PsScaled2To3To2UnderWorkerKillsExactlyOnce) {
   const int replicas = GetParam();
   testutil::TestDir dir("elastic_ps");
   const std::string until = absl::StrCat(dir.path(), "/stop");
-  Subprocess::Options o;
-  o.argv = {Bin("asyncps_launch"), "--elastic", "--max_ps", "3", "--ps", "2", "--workers", "2", "--ps_replicas",
-            std::to_string(replicas), "--max_restarts", "5", "--token", kToken, "--log_level", "info", "--",
-            Bin("nemesis_counter"), "--checkpoint_dir", absl::StrCat(dir.path(), "/ckpt"), "--ids", "3000",
-            "--batch", "50", "--epochs", "2", "--work_ms", "2", "--ballast_mb", "2", "--data_service", "off",
-            "--until_file", until};
-  o.env = {{"ASYNCPS_METRICS_PORT", "-1"}};
-  auto started = Subprocess::Start(o);
-  ASSERT_TRUE(started.ok()) << started.status();
-  Subprocess& launcher = **started;
-  auto line = launcher.WaitForLine("[launcher] control port ", kStep);
-  ASSERT_TRUE(line.ok()) << line.status() << launcher.output();
-  const std::string control = absl::StrCat("127.0.0.1:", testutil::NumberAfter(*line, "control port "));
-  ASSERT_TRUE(launcher.WaitForLine("[chief] epoch 1/", kStep).ok()) << launcher.output();
+  std::unique_ptr<Subprocess> job;
+  std::string control;
+  ASSERT_NO_FATAL_FAILURE(StartCounterJob(dir.path(), replicas, /*ballast_mb=*/2, &job, &control));
+  Subprocess& launcher = *job;
 
   // Refused, nothing changed: 0 PS (the scale command), more than the slots, fewer than the
   // copies of a group.
@@ -163,19 +175,10 @@ TEST_P(ElasticPsTest, PsScaled2To3To2UnderWorkerKillsExactlyOnce) {
 TEST(ElasticPsKillTest, PsKilledMidMoveStaysExact) {
   testutil::TestDir dir("elastic_ps_kill");
   const std::string until = absl::StrCat(dir.path(), "/stop");
-  Subprocess::Options o;
-  o.argv = {Bin("asyncps_launch"), "--elastic", "--max_ps", "3", "--ps", "2", "--workers", "2", "--ps_replicas", "2",
-            "--max_restarts", "5", "--token", kToken, "--log_level", "info", "--", Bin("nemesis_counter"),
-            "--checkpoint_dir", absl::StrCat(dir.path(), "/ckpt"), "--ids", "3000", "--batch", "50", "--epochs", "2",
-            "--work_ms", "2", "--ballast_mb", "8", "--data_service", "off", "--until_file", until};
-  o.env = {{"ASYNCPS_METRICS_PORT", "-1"}};
-  auto started = Subprocess::Start(o);
-  ASSERT_TRUE(started.ok()) << started.status();
-  Subprocess& launcher = **started;
-  auto line = launcher.WaitForLine("[launcher] control port ", kStep);
-  ASSERT_TRUE(line.ok()) << line.status() << launcher.output();
-  const std::string control = absl::StrCat("127.0.0.1:", testutil::NumberAfter(*line, "control port "));
-  ASSERT_TRUE(launcher.WaitForLine("[chief] epoch 1/", kStep).ok()) << launcher.output();
+  std::unique_ptr<Subprocess> job;
+  std::string control;
+  ASSERT_NO_FATAL_FAILURE(StartCounterJob(dir.path(), /*replicas=*/2, /*ballast_mb=*/8, &job, &control));
+  Subprocess& launcher = *job;
 
   auto [up_code, up_out] = ScalePs(control, "3");
   ASSERT_EQ(up_code, 0) << up_out << launcher.output();
