@@ -102,6 +102,38 @@ TEST_F(GradientCompressionTest, TopKKeepsWhatItDoesNotSendAndSendsItLater) {
       << "the test needs a residual left behind";
 }
 
+// Buffers come back for a later push of the same size (no allocation per step), never one of
+// another size.
+TEST(GradientResidualsTest, RecycledBuffersAreReusedBySizeAndBounded) {
+  GradientResiduals residuals;
+  std::vector<float> a = residuals.Buffer(100);
+  ASSERT_EQ(a.size(), 100u);
+  const float* storage = a.data();
+  residuals.Recycle(std::move(a));
+  std::vector<float> other = residuals.Buffer(50);
+  EXPECT_EQ(other.size(), 50u);
+  std::vector<float> again = residuals.Buffer(100);
+  EXPECT_EQ(again.data(), storage) << "the recycled buffer of that size";
+  // A Give that adds into a residual held recycles the one given.
+  residuals.Give("s", std::vector<float>(100, 1.0f));
+  residuals.Give("s", std::move(again));
+  EXPECT_EQ(residuals.Buffer(100).data(), storage);
+  std::vector<const float*> kept;
+  for (size_t i = 0; i < GradientResiduals::kSpareBuffers + 4; ++i) {
+    std::vector<float> b(8);
+    kept.push_back(b.data());
+    residuals.Recycle(std::move(b));
+  }
+  // The first kSpareBuffers recycled are kept (the rest freed): each comes back once.
+  std::vector<std::vector<float>> taken;  // all alive at once: no address is handed out twice
+  for (size_t i = 0; i < GradientResiduals::kSpareBuffers; ++i) {
+    taken.push_back(residuals.Buffer(8));
+    EXPECT_NE(std::find(kept.begin(), kept.begin() + GradientResiduals::kSpareBuffers, taken.back().data()),
+              kept.begin() + GradientResiduals::kSpareBuffers)
+        << i;
+  }
+}
+
 TEST_F(GradientCompressionTest, Int8WithErrorFeedbackIsExactForValuesItHolds) {
   auto worker = Worker("int8");
   std::vector<float> g(kN, 3.0f);

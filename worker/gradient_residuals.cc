@@ -24,6 +24,27 @@ void GradientResiduals::Give(const std::string& shard, std::vector<float> residu
     return;
   }
   for (size_t i = 0; i < held.size(); ++i) held[i] += residual[i];
+  if (spare_.size() < kSpareBuffers) spare_.push_back(std::move(residual));
+}
+
+std::vector<float> GradientResiduals::Buffer(size_t n) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < spare_.size(); ++i) {
+      if (spare_[i].size() != n) continue;
+      std::vector<float> out = std::move(spare_[i]);
+      spare_[i] = std::move(spare_.back());
+      spare_.pop_back();
+      return out;
+    }
+  }
+  return std::vector<float>(n);
+}
+
+void GradientResiduals::Recycle(std::vector<float> buffer) {
+  if (buffer.empty()) return;
+  absl::MutexLock lock(&mu_);
+  if (spare_.size() < kSpareBuffers) spare_.push_back(std::move(buffer));
 }
 
 std::vector<float> GradientResiduals::Peek(const std::string& shard) const {
