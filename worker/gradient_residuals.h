@@ -8,7 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "core/sync.h"
 
 namespace asyncps {
 
@@ -48,7 +48,8 @@ class GradientResiduals {
   static constexpr size_t kSpareBuffers = 16;
 
  private:
-  mutable absl::Mutex mu_;
+  // core/sync.h, not absl::Mutex: TSan cannot see the uninstrumented libabsl's hand-offs.
+  mutable Mutex mu_;
   absl::flat_hash_map<std::string, std::vector<float>> residuals_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<float>> spare_ ABSL_GUARDED_BY(mu_);
 };
