@@ -105,7 +105,7 @@ TEST_F(GradientCompressionTest, TopKKeepsWhatItDoesNotSendAndSendsItLater) {
 
 // Buffers come back for a later push of the same size (no allocation per step), never one of
 // another size.
-TEST(GradientResidualsTest, RecycledBuffersAreReusedBySizeAndBounded) {
+TEST(GradientResidualsTest, RecycledBuffersAreReusedBySize) {
   GradientResiduals residuals;
   std::vector<float> a = residuals.Buffer(100);
   ASSERT_EQ(a.size(), 100u);
