@@ -63,19 +63,42 @@ size_t Int8EncodedBytes(size_t n) {
 
 namespace {
 
-// One loop for both encoders: `residual` (may be `in`) gets each value minus its decoded form;
-// null: the input is left as it is.
-void EncodeInt8Into(const float* in, size_t n, uint8_t* out, float* residual) {
+// The codec loops below are built twice on x86-64 with GCC, for AVX2 and for the baseline
+// (SSE2), and the loader picks one for the CPU it runs on: SSE2 has no unsigned 32-bit max, no
+// 8-lane float ops, and the encoder ran at 7% of the main job's CPU with int8 both ways.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define ASYNCPS_CODEC_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ASYNCPS_CODEC_CLONES
+#endif
+
+// One pass for every int8 encoder: each block of v = gradient + held (held may be null: v is
+// the gradient) is encoded into `out`, and `residual` (may be null; may be `gradient` itself,
+// never `held` unless that is `gradient` too) gets each value of v minus its decoded form. The
+// block's v lives in a stack buffer, so error feedback reads the gradient and the residual held
+// once and writes the new residual once.
+ASYNCPS_CODEC_CLONES
+void EncodeInt8Fused(const float* gradient, const float* held, size_t n, uint8_t* out, float* residual) {
   const size_t blocks = (n + kInt8BlockSize - 1) / kInt8BlockSize;
   int8_t* codes = reinterpret_cast<int8_t*>(out + blocks * sizeof(float));
+  alignas(64) float v[kInt8BlockSize];
   for (size_t b = 0; b < blocks; ++b) {
-    const size_t begin = b * kInt8BlockSize, end = std::min(n, begin + kInt8BlockSize);
+    const size_t begin = b * kInt8BlockSize, len = std::min(n - begin, kInt8BlockSize);
+    const float* g = gradient + begin;
+    if (held != nullptr) {
+      const float* h = held + begin;
+      // h + g, as the residual store's own sums are formed (bit for bit the same either way).
+      for (size_t i = 0; i < len; ++i) v[i] = h[i] + g[i];
+    } else {
+      std::memcpy(v, g, len * sizeof(float));
+    }
     // The largest magnitude on the bits: without the sign, non-negative floats order as their
     // bits do, Inf and NaN above every finite value; an integer max GCC vectorises.
     uint32_t max_bits = 0;
-    for (size_t i = begin; i < end; ++i) {
+    for (size_t i = 0; i < len; ++i) {
       uint32_t bits;
-      std::memcpy(&bits, in + i, sizeof(bits));
+      std::memcpy(&bits, v + i, sizeof(bits));
       bits &= 0x7fffffffu;
       max_bits = bits > max_bits ? bits : max_bits;
     }
@@ -92,35 +115,40 @@ void EncodeInt8Into(const float* in, size_t n, uint8_t* out, float* residual) {
     // with min/max, truncate: plain arithmetic that GCC vectorises (nearbyint is a libm call
     // per value on x86-64 without SSE4.1).
     constexpr float kRound = 12582912.0f;
+    int8_t* c = codes + begin;
     if (narrow) {
-      for (size_t i = begin; i < end; ++i) {
-        const float x = std::min(127.0f, std::max(-127.0f, (in[i] * inverse + kRound) - kRound));
-        codes[i] = static_cast<int8_t>(static_cast<int32_t>(x));
+      for (size_t i = 0; i < len; ++i) {
+        const float x = std::min(127.0f, std::max(-127.0f, (v[i] * inverse + kRound) - kRound));
+        c[i] = static_cast<int8_t>(static_cast<int32_t>(x));
       }
     } else {
-      for (size_t i = begin; i < end; ++i) {
-        const float x = static_cast<float>(static_cast<double>(in[i]) * wide_inverse);
-        codes[i] = static_cast<int8_t>(static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, (x + kRound) - kRound))));
+      for (size_t i = 0; i < len; ++i) {
+        const float x = static_cast<float>(static_cast<double>(v[i]) * wide_inverse);
+        c[i] = static_cast<int8_t>(static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, (x + kRound) - kRound))));
       }
     }
     if (residual != nullptr) {
       // Exactly what DecodeInt8 computes, so the residual is what the PS did not get.
-      for (size_t i = begin; i < end; ++i) residual[i] = in[i] - static_cast<float>(codes[i]) * scale;
+      float* r = residual + begin;
+      for (size_t i = 0; i < len; ++i) r[i] = v[i] - static_cast<float>(c[i]) * scale;
     }
   }
 }
 
 }  // namespace
 
-void EncodeInt8InPlace(float* values, size_t n, uint8_t* out) { EncodeInt8Into(values, n, out, values); }
+void EncodeInt8InPlace(float* values, size_t n, uint8_t* out) { EncodeInt8Fused(values, nullptr, n, out, values); }
 
-void EncodeInt8(const float* in, size_t n, uint8_t* out) { EncodeInt8Into(in, n, out, nullptr); }
+void EncodeInt8(const float* in, size_t n, uint8_t* out) { EncodeInt8Fused(in, nullptr, n, out, nullptr); }
 
-absl::Status DecodeInt8(const uint8_t* payload, size_t bytes, size_t n, float* out) {
-  if (bytes != Int8EncodedBytes(n)) {
-    return absl::InvalidArgumentError(absl::StrCat("int8 payload of ", n, " elements needs ", Int8EncodedBytes(n),
-                                                   " bytes, it has ", bytes));
-  }
+void EncodeInt8WithFeedback(const float* gradient, const float* held, size_t n, uint8_t* out, float* residual) {
+  EncodeInt8Fused(gradient, held, n, out, residual);
+}
+
+namespace {
+
+ASYNCPS_CODEC_CLONES
+void DecodeInt8Blocks(const uint8_t* payload, size_t n, float* out) {
   const size_t blocks = (n + kInt8BlockSize - 1) / kInt8BlockSize;
   const int8_t* codes = reinterpret_cast<const int8_t*>(payload + blocks * sizeof(float));
   for (size_t b = 0; b < blocks; ++b) {
@@ -129,6 +157,16 @@ absl::Status DecodeInt8(const uint8_t* payload, size_t bytes, size_t n, float* o
     const size_t begin = b * kInt8BlockSize, end = std::min(n, begin + kInt8BlockSize);
     for (size_t i = begin; i < end; ++i) out[i] = static_cast<float>(codes[i]) * scale;
   }
+}
+
+}  // namespace
+
+absl::Status DecodeInt8(const uint8_t* payload, size_t bytes, size_t n, float* out) {
+  if (bytes != Int8EncodedBytes(n)) {
+    return absl::InvalidArgumentError(absl::StrCat("int8 payload of ", n, " elements needs ", Int8EncodedBytes(n),
+                                                   " bytes, it has ", bytes));
+  }
+  DecodeInt8Blocks(payload, n, out);
   return absl::OkStatus();
 }
 

@@ -61,6 +61,12 @@ size_t Int8EncodedBytes(size_t n);
 // holding NaN or Inf gets a NaN scale, so it decodes to NaN and the PS refuses the gradient
 // as non-finite rather than applying a value that is not the one computed.
 void EncodeInt8InPlace(float* values, size_t n, uint8_t* out);
+// Error feedback in one pass: encodes v = gradient + held (each of the `n` elements; `held`
+// null: v = gradient) into `out` (Int8EncodedBytes(n) bytes) and writes into `residual` (`n`
+// floats; it may be `gradient` but not `held`) v minus its decoded form. The same bytes and
+// residual as adding `held` into the gradient and EncodeInt8InPlace, without the passes over
+// memory between them; `held` is left as it is (a push the PS does not apply gives it back).
+void EncodeInt8WithFeedback(const float* gradient, const float* held, size_t n, uint8_t* out, float* residual);
 // The same encoding of `n` floats at `in`, which it leaves as they are (quantized reads: the
 // PS answers a variable's values so without touching them).
 void EncodeInt8(const float* in, size_t n, uint8_t* out);

@@ -53,6 +53,35 @@ TEST(CompressionTest, Int8RoundTripKeepsWhatItLosesInTheResidual) {
   }
 }
 
+// The one-pass encoder of error feedback gives, bit for bit, the bytes and residual of adding
+// the residual held into the gradient and encoding in place, and leaves what it reads as it is.
+TEST(CompressionTest, Int8WithFeedbackIsAddThenEncodeInPlace) {
+  for (size_t n : {size_t{1}, size_t{255}, size_t{257}, size_t{10000}}) {
+    const std::vector<float> gradient = RandomFloats(n, 11), held = RandomFloats(n, 12);
+    std::vector<float> sum(n);
+    for (size_t i = 0; i < n; ++i) sum[i] = held[i] + gradient[i];
+    std::vector<uint8_t> expected(Int8EncodedBytes(n));
+    EncodeInt8InPlace(sum.data(), n, expected.data());
+    for (const bool with_held : {true, false}) {
+      std::vector<float> g = gradient, h = held, residual(n, 7.0f);
+      std::vector<uint8_t> payload(Int8EncodedBytes(n));
+      EncodeInt8WithFeedback(g.data(), with_held ? h.data() : nullptr, n, payload.data(), residual.data());
+      EXPECT_EQ(g, gradient);
+      EXPECT_EQ(h, held);
+      if (with_held) {
+        EXPECT_EQ(payload, expected) << n;
+        EXPECT_EQ(0, std::memcmp(residual.data(), sum.data(), n * sizeof(float))) << n;
+      } else {
+        std::vector<float> alone = gradient;
+        std::vector<uint8_t> alone_payload(Int8EncodedBytes(n));
+        EncodeInt8InPlace(alone.data(), n, alone_payload.data());
+        EXPECT_EQ(payload, alone_payload) << n;
+        EXPECT_EQ(0, std::memcmp(residual.data(), alone.data(), n * sizeof(float))) << n;
+      }
+    }
+  }
+}
+
 TEST(CompressionTest, Int8BlockWithInfDecodesToNan) {
   std::vector<float> v(300, 1.0f);
   v[3] = std::numeric_limits<float>::infinity();

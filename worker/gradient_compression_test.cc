@@ -11,6 +11,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -102,6 +103,38 @@ TEST_F(GradientCompressionTest, TopKKeepsWhatItDoesNotSendAndSendsItLater) {
       << "the test needs a residual left behind";
 }
 
+// Buffers come back for a later push of the same size (no allocation per step), never one of
+// another size.
+TEST(GradientResidualsTest, RecycledBuffersAreReusedBySize) {
+  GradientResiduals residuals;
+  std::vector<float> a = residuals.Buffer(100);
+  ASSERT_EQ(a.size(), 100u);
+  const float* storage = a.data();
+  residuals.Recycle(std::move(a));
+  std::vector<float> other = residuals.Buffer(50);
+  EXPECT_EQ(other.size(), 50u);
+  std::vector<float> again = residuals.Buffer(100);
+  EXPECT_EQ(again.data(), storage) << "the recycled buffer of that size";
+  // A Give that adds into a residual held recycles the one given.
+  residuals.Give("s", std::vector<float>(100, 1.0f));
+  residuals.Give("s", std::move(again));
+  EXPECT_EQ(residuals.Buffer(100).data(), storage);
+  std::vector<const float*> kept;
+  for (size_t i = 0; i < GradientResiduals::kSpareBuffers + 4; ++i) {
+    std::vector<float> b(8);
+    kept.push_back(b.data());
+    residuals.Recycle(std::move(b));
+  }
+  // The first kSpareBuffers recycled are kept (the rest freed): each comes back once.
+  std::vector<std::vector<float>> taken;  // all alive at once: no address is handed out twice
+  for (size_t i = 0; i < GradientResiduals::kSpareBuffers; ++i) {
+    taken.push_back(residuals.Buffer(8));
+    EXPECT_NE(std::find(kept.begin(), kept.begin() + GradientResiduals::kSpareBuffers, taken.back().data()),
+              kept.begin() + GradientResiduals::kSpareBuffers)
+        << i;
+  }
+}
+
 TEST_F(GradientCompressionTest, Int8WithErrorFeedbackIsExactForValuesItHolds) {
   auto worker = Worker("int8");
   std::vector<float> g(kN, 3.0f);
@@ -183,6 +216,34 @@ TEST_F(GradientCompressionTest, ARefusedPushGivesTheResidualBack) {
   EXPECT_EQ(worker->PushGradients({{"w", t, std::nullopt}}, Closure(2)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(W(), w);
   EXPECT_EQ(worker->residuals().Peek("w"), residual);
+}
+
+// Closures running at once on one worker (the main job runs three) push the same shard
+// together through the fused push-and-read: each takes the residual or finds it taken, and the
+// books still balance to the bit once all are answered. (Run under TSan too: the residual store
+// is shared by the callers' threads and the client's I/O thread, which settles the residuals.)
+TEST_F(GradientCompressionTest, ConcurrentPushesOfOneShardKeepTheBooks) {
+  auto worker = Worker();
+  constexpr int kThreads = 4, kPushesEach = 8;
+  std::vector<std::vector<float>> pushed_by(kThreads, std::vector<float>(kN, 0.0f));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPushesEach; ++i) {
+        const int closure = 1 + t * kPushesEach + i;
+        const Tensor g = Gradient(kN, closure);
+        auto done = worker->PushGradientsAndReadAsync({{"w", g, std::nullopt}}, {"w"}, Closure(closure)).Get();
+        EXPECT_TRUE(done.ok()) << done.status();
+        if (done.ok()) Add(pushed_by[t], g);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<float> pushed(kN, 0.0f);
+  for (const std::vector<float>& p : pushed_by) {
+    for (size_t i = 0; i < kN; ++i) pushed[i] += p[i];
+  }
+  ExpectBooksBalance(pushed, {worker->residuals().Peek("w")});
 }
 
 // Row gradients and per-push "none" travel exactly, whatever the client's compression; they

@@ -5,7 +5,7 @@
 namespace asyncps {
 
 std::optional<std::vector<float>> GradientResiduals::Take(const std::string& shard, size_t n) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = residuals_.find(shard);
   if (it == residuals_.end()) return std::nullopt;
   std::vector<float> out = std::move(it->second);
@@ -15,7 +15,7 @@ std::optional<std::vector<float>> GradientResiduals::Take(const std::string& sha
 }
 
 void GradientResiduals::Give(const std::string& shard, std::vector<float> residual) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto [it, inserted] = residuals_.try_emplace(shard, std::move(residual));
   if (inserted) return;
   std::vector<float>& held = it->second;
@@ -24,16 +24,37 @@ void GradientResiduals::Give(const std::string& shard, std::vector<float> residu
     return;
   }
   for (size_t i = 0; i < held.size(); ++i) held[i] += residual[i];
+  if (spare_.size() < kSpareBuffers) spare_.push_back(std::move(residual));
+}
+
+std::vector<float> GradientResiduals::Buffer(size_t n) {
+  {
+    MutexLock lock(&mu_);
+    for (size_t i = 0; i < spare_.size(); ++i) {
+      if (spare_[i].size() != n) continue;
+      std::vector<float> out = std::move(spare_[i]);
+      spare_[i] = std::move(spare_.back());
+      spare_.pop_back();
+      return out;
+    }
+  }
+  return std::vector<float>(n);
+}
+
+void GradientResiduals::Recycle(std::vector<float> buffer) {
+  if (buffer.empty()) return;
+  MutexLock lock(&mu_);
+  if (spare_.size() < kSpareBuffers) spare_.push_back(std::move(buffer));
 }
 
 std::vector<float> GradientResiduals::Peek(const std::string& shard) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = residuals_.find(shard);
   return it == residuals_.end() ? std::vector<float>() : it->second;
 }
 
 size_t GradientResiduals::size() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return residuals_.size();
 }
 

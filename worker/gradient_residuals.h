@@ -8,7 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "core/sync.h"
 
 namespace asyncps {
 
@@ -39,9 +39,19 @@ class GradientResiduals {
   // How many shards hold a residual.
   size_t size() const;
 
+  // A buffer of `n` floats whose values are unspecified: one given to Recycle before when one
+  // of that size is kept, else a new one. A push's residual is the size of its shard (a 784x256
+  // layer is 800 KB); a fresh one per push costs an allocation and its page faults each step.
+  std::vector<float> Buffer(size_t n);
+  // Keeps `buffer` for Buffer (at most kSpareBuffers of them; others are freed).
+  void Recycle(std::vector<float> buffer);
+  static constexpr size_t kSpareBuffers = 16;
+
  private:
-  mutable absl::Mutex mu_;
+  // core/sync.h, not absl::Mutex: TSan cannot see the uninstrumented libabsl's hand-offs.
+  mutable Mutex mu_;
   absl::flat_hash_map<std::string, std::vector<float>> residuals_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<float>> spare_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

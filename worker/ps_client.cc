@@ -629,35 +629,40 @@ bool AddCompressed(const ShardPiece& piece, GradientResiduals& residuals, net::O
   if (n == 0 || n > std::numeric_limits<uint32_t>::max()) return false;
   Feedback f;
   f.shard = piece.shard_name;
+  // r stays as it is (given back bit for bit for a push that is not applied); the new residual
+  // g + r - C(g + r) is written into a buffer of its own.
   std::optional<std::vector<float>> held = residuals.Take(piece.shard_name, n);
-  if (held) {
-    // Kept as it is for a push that is not applied: given back unchanged, bit for bit.
-    f.taken = *held;
-    f.residual = *std::move(held);
-  } else {
-    f.residual.assign(n, 0.0f);
-  }
+  f.residual = residuals.Buffer(n);
   const float* g = piece.value.data<float>();
-  for (size_t i = 0; i < n; ++i) f.residual[i] += g[i];
+  const float* r = held ? held->data() : nullptr;
   const size_t bytes = EncodedBytes(piece.compression, n);
   std::shared_ptr<void> block = AllocateAlignedUninitialized(std::max<size_t>(1, bytes));
   auto* out = static_cast<uint8_t*>(block.get());
-  switch (piece.compression.kind) {
-    case CompressionKind::kBf16:
-      f.code = kBf16WireCode;
-      EncodeBf16InPlace(f.residual.data(), n, reinterpret_cast<uint16_t*>(out));
-      break;
-    case CompressionKind::kInt8:
-      f.code = kInt8BlockWireCode;
-      EncodeInt8InPlace(f.residual.data(), n, out);
-      break;
-    case CompressionKind::kTopK:
-      f.code = kTopKWireCode;
-      EncodeTopKInPlace(f.residual.data(), n, piece.compression.topk_fraction, out);
-      break;
-    case CompressionKind::kNone:
-      break;
+  if (piece.compression.kind == CompressionKind::kInt8) {
+    f.code = kInt8BlockWireCode;
+    EncodeInt8WithFeedback(g, r, n, out, f.residual.data());  // one pass: r + g, encode, residual
+  } else {
+    float* sum = f.residual.data();
+    if (r != nullptr) {
+      for (size_t i = 0; i < n; ++i) sum[i] = r[i] + g[i];
+    } else {
+      std::memcpy(sum, g, n * sizeof(float));
+    }
+    switch (piece.compression.kind) {
+      case CompressionKind::kBf16:
+        f.code = kBf16WireCode;
+        EncodeBf16InPlace(sum, n, reinterpret_cast<uint16_t*>(out));
+        break;
+      case CompressionKind::kTopK:
+        f.code = kTopKWireCode;
+        EncodeTopKInPlace(sum, n, piece.compression.topk_fraction, out);
+        break;
+      case CompressionKind::kInt8:
+      case CompressionKind::kNone:
+        break;
+    }
   }
+  if (held) f.taken = *std::move(held);
   f.payload = Tensor::View(DType::kU8, {static_cast<int64_t>(bytes)}, std::move(block), out);
   message.AddEncoded(f.code, f.payload, piece.value.shape(), ref);
   feedback->push_back(std::move(f));
@@ -684,8 +689,10 @@ void SettleFeedback(GradientResiduals& residuals, CallFeedback& feedback, const 
     for (Feedback& f : feedback[c]) {
       if (applied) {
         residuals.Give(f.shard, std::move(f.residual));
-      } else if (!f.taken.empty()) {
-        residuals.Give(f.shard, std::move(f.taken));
+        residuals.Recycle(std::move(f.taken));
+      } else {
+        if (!f.taken.empty()) residuals.Give(f.shard, std::move(f.taken));
+        residuals.Recycle(std::move(f.residual));
       }
     }
   }
