@@ -18,6 +18,14 @@ with a journal and 2 data workers) or none. While it runs, the round's schedule 
                  ends the launcher (it stops every task); the nemesis starts the same command
                  again, which resumes from the newest checkpoint (as soak.py does).
   pause_<role>   SIGSTOP of any role's process, SIGCONT 0.5-10 s later.
+  scale_workers  `asyncps_launch scale --workers N` (issue 37): up by 1 or 2 (at most --workers + 2)
+                 or down to a smaller count (at least 1); every variant runs --elastic (local
+                 hosts, the dispatcher a task of its own: the chief's membership service is on).
+  scale_ps       `asyncps_launch scale --ps N`, N between max(--ps, --ps_replicas) and --max_ps
+                 (--ps + 1): a PS joins its slot and copies move to it, or the highest leaves.
+                 A scale runs in a thread of its own (a PS leave waits for its moves); one the
+                 launcher refuses (another in progress, the job ending) is logged and counted as
+                 refused, not failed. Each elastic round scales once in its first 3-10 s.
   double faults  two of the above at once (the second 0-0.3 s after the first).
   storms         a worker killed 4-10 times, 0.4-1.2 s apart, while the other faults go on.
   triggered      a fault at a bad moment, found from the processes' log lines or files:
@@ -1013,7 +1021,7 @@ def bench_json(opts, rounds, summary, started_at, load_start, load_end, seconds)
                         "note": f"{t['landed_mid']} landed inside the window; {t['armed']} armed"})
     cli = [f"--{k}={v}" for k, v in opts.items() if k in ("minutes", "seed", "fault_every", "workloads", "target",
                                                           "fmnist_epochs", "counter_epochs", "counter_ids", "plant",
-                                                          "counter_closures_per_worker",
+                                                          "counter_closures_per_worker", "scale",
                                                           "replay") and v is not None]
     return {"bench": "nemesis", "args": cli, "complete": True, "started_at": started_at,
             "wall_seconds": round(seconds, 1), "load_average": {"start": list(load_start), "end": list(load_end)},
@@ -1047,6 +1055,9 @@ def main(argv=None):
     # (replicated embedding pushes held every handler thread; fixed in ReplicatedTables).
     parser.add_argument("--counter_closures_per_worker", type=int, default=2)
     parser.add_argument("--plant", choices=["no_dedup"], help="run the jobs with a planted bug")
+    parser.add_argument("--scale", type=int, default=1,
+                        help="1: jobs run --elastic --max_ps ps+1 and the schedule scales workers and PS; "
+                             "0: fixed jobs, no scale faults (a different schedule for the same seed)")
     parser.add_argument("--replay", help="run the rounds of this schedule JSON again")
     parser.add_argument("--round", type=int, help="with --replay: only this round")
     parser.add_argument("--max_rounds", type=int, default=0, help="stop after this many rounds (0: no limit)")
@@ -1095,7 +1106,7 @@ def main(argv=None):
             "workloads": ",".join(workloads), "target": args.target, "fmnist_epochs": args.fmnist_epochs,
             "counter_epochs": args.counter_epochs, "counter_ids": args.counter_ids, "plant": args.plant,
             "counter_closures_per_worker": args.counter_closures_per_worker,
-            "replay": args.replay}
+            "replay": args.replay, "scale": args.scale}
     start = time.monotonic()
     deadline = start + args.minutes * 60
     rounds = []
@@ -1118,7 +1129,8 @@ def main(argv=None):
             else:
                 if time.monotonic() >= deadline or (args.max_rounds and index >= args.max_rounds):
                     break
-                rd = make_round(args.seed, index, workloads=workloads, fault_every=args.fault_every)
+                rd = make_round(args.seed, index, workloads=workloads, fault_every=args.fault_every,
+                                scale=bool(args.scale))
                 if args.plant:
                     rd["plant"] = args.plant
             index += 1
