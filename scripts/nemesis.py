@@ -410,6 +410,12 @@ def possible_pairs(kinds=KINDS):
     return [p for p in all_pairs(kinds) if possible(*p.split("|"))]
 
 
+def run_kinds(rounds):
+    """The fault kinds the rounds could have: the scale kinds only when a round ran --elastic."""
+    elastic = any(r.get("elastic") for r in rounds)
+    return tuple(k for k in KINDS if elastic or k not in SCALE_KINDS)
+
+
 def render_matrix(counts, kinds=KINDS):
     """The overlap matrix as text rows (upper triangle; '.' for never)."""
     short = {k: k.replace("kill_", "K:").replace("pause_", "P:").replace("scale_", "S:").replace("data_worker", "dw")
@@ -986,7 +992,7 @@ def bench_json(opts, rounds, summary, started_at, load_start, load_end, seconds)
     passed = sum(1 for r in results if r["ok"])
     exact = sum(1 for r in results if r["exact"] and not r["wrong_lines"])
     wrong = sum(1 for r in results if r["wrong_lines"])
-    pairs = possible_pairs()
+    pairs = possible_pairs(run_kinds(rounds))
     covered = sum(1 for p in pairs if summary["overlaps"].get(p))
     accuracies = [r["accuracy"] for rd, r in zip(rounds, results) if rd["workload"] == "fmnist" and r["accuracy"]]
     figures = [
@@ -1001,7 +1007,7 @@ def bench_json(opts, rounds, summary, started_at, load_start, load_end, seconds)
          "unit": "", "reference": {"name": "target", "value": opts["target"]}},
         {"name": "pairs of fault kinds active at the same time", "value": covered, "unit": "pairs",
          "reference": {"name": "pairs that can be", "value": len(pairs)}, "ratio": covered / len(pairs),
-         "note": f"{len(all_pairs())} pairs of kinds less a single process's (chief, dispatcher) kind with itself "
+         "note": f"{len(all_pairs(run_kinds(rounds)))} pairs of kinds less a single process's (chief, dispatcher) kind with itself "
                  f"and two scales"},
         {"name": "double faults", "value": summary["double_faults"], "unit": "faults"},
         {"name": "rounds stalled (exact, but the chief silent for --stall_seconds or more)",
@@ -1209,13 +1215,13 @@ def main(argv=None):
           f"(+{ev['setup']} setup kills); at the moment (fired/landed inside/armed): " +
           ", ".join(f"{t} {v['fired']}/{v['landed_mid']}/{v['armed']}" for t, v in summary["triggers"].items()),
           flush=True)
-    pairs = possible_pairs()
+    pairs = possible_pairs(run_kinds(rounds))
     covered = [p for p in pairs if summary["overlaps"].get(p)]
     missing = [p for p in pairs if not summary["overlaps"].get(p)]
     print(f"nemesis: fault kinds active at the same time: {len(covered)} of the {len(pairs)} pairs that can be "
           f"(K: kill, P: pause, S: scale; a single chief or dispatcher cannot overlap itself, nor two scales)"
           f"{'; never: ' + ', '.join(missing) if missing else ''}:", flush=True)
-    for line in render_matrix(summary["overlaps"]):
+    for line in render_matrix(summary["overlaps"], run_kinds(rounds)):
         print("  " + line, flush=True)
     stalled = [r for r in rounds if r["result"].get("stalled")]
     if stalled:

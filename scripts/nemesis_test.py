@@ -117,6 +117,9 @@ class ScheduleTest(unittest.TestCase):
 
     def test_no_scales_without_elastic(self):
         r = nemesis.make_round(12, 0, scale=False)
+        # Nor are scale pairs counted as possible in the coverage of such a run.
+        self.assertNotIn("scale_ps", nemesis.run_kinds([r]))
+        self.assertIn("scale_ps", nemesis.run_kinds([r, nemesis.make_round(12, 1)]))
         self.assertNotIn("elastic", r)
         self.assertFalse([f for f in r["faults"] if f["kind"] in nemesis.SCALE_KINDS or f["event"] == "scale"])
 
