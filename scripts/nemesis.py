@@ -410,6 +410,12 @@ def possible_pairs(kinds=KINDS):
     return [p for p in all_pairs(kinds) if possible(*p.split("|"))]
 
 
+def scale_noop(f):
+    """Whether a scale the launcher did found the job at that count already (a chief restart sets
+    the counts back to the command line's, which the schedule's expected counts do not follow)."""
+    return f.get("scale_exit") == 0 and (f.get("scale_answer") or "").startswith("already ")
+
+
 def run_kinds(rounds):
     """The fault kinds the rounds could have: the scale kinds only when a round ran --elastic."""
     elastic = any(r.get("elastic") for r in rounds)
@@ -911,7 +917,7 @@ class RoundRunner:
                 f["landed_mid"] = self.landed_mid(f)
             if f["kind"] in SCALE_KINDS:
                 with self.scale_lock:
-                    if f.get("scale_exit") != 0:  # refused (or no answer): nothing changed
+                    if f.get("scale_exit") != 0 or scale_noop(f):  # refused, no answer, or a no-op
                         if f.get("ended_at") is None:
                             f["ended_at"] = round(end, 3)
                         continue
@@ -946,6 +952,7 @@ class RoundRunner:
                 "accuracy": accuracy[-1] if accuracy else None, "exact": exact is not None,
                 "wrong_lines": wrong[:20], "applied": len(applied),
                 "scales": len(scales), "scales_refused": sum(1 for f in scales if f.get("scale_exit") != 0),
+                "scales_noop": sum(1 for f in scales if scale_noop(f)),
                 "overlaps": overlap_matrix(self.intervals)}
 
 
@@ -957,6 +964,7 @@ def summarize(rounds):
     per_kind = {k: {"applied": 0, "skipped": 0} for k in KINDS}
     for k in SCALE_KINDS:
         per_kind[k]["refused"] = 0  # applied (asked), but the launcher refused or did not answer
+        per_kind[k]["noop"] = 0  # applied and done, but the job had that count already
     events = {"single": 0, "double": 0, "triggered": 0, "setup": 0, "storm": 0, "scale": 0}
     triggers = {t: {"armed": 0, "fired": 0, "landed_mid": 0} for t in TRIGGERS}
     doubles = set()
@@ -972,6 +980,8 @@ def summarize(rounds):
                 per_kind[f["kind"]]["applied"] += 1
                 if f["kind"] in SCALE_KINDS and f.get("scale_exit") != 0:
                     per_kind[f["kind"]]["refused"] += 1
+                elif f["kind"] in SCALE_KINDS and scale_noop(f):
+                    per_kind[f["kind"]]["noop"] += 1
                 events[f["event"]] += 1
                 if f["event"] == "double":
                     doubles.add((rd["index"], f["group"]))
@@ -1020,7 +1030,8 @@ def bench_json(opts, rounds, summary, started_at, load_start, load_end, seconds)
         figures.append({"name": f"faults: {kind}", "value": summary["faults"][kind]["applied"], "unit": "faults"})
     for kind in SCALE_KINDS:
         figures.append({"name": f"faults: {kind} refused by the launcher (logged, not failed)",
-                        "value": summary["faults"][kind]["refused"], "unit": "faults"})
+                        "value": summary["faults"][kind]["refused"], "unit": "faults",
+                        "note": f"{summary['faults'][kind]['noop']} more found the job at that count already"})
     for trig in TRIGGERS:
         t = summary["triggers"][trig]
         figures.append({"name": f"faults at the moment {trig}: fired", "value": t["fired"], "unit": "faults",
@@ -1161,7 +1172,7 @@ def main(argv=None):
             print(f"nemesis: round {rd['index']} ({desc}): {result['seconds']:.0f} s, exit {result['exit']}, "
                   f"launches {result['launches']}, faults {result['applied']} "
                   f"({', '.join(f'{k} {v}' for k, v in sorted(applied.items()))}), "
-                  f"{'scales ' + str(result['scales']) + ' (refused ' + str(result['scales_refused']) + '), ' if result.get('scales') else ''}"
+                  f"{'scales ' + str(result['scales']) + ' (refused ' + str(result['scales_refused']) + ', no-op ' + str(result.get('scales_noop', 0)) + '), ' if result.get('scales') else ''}"
                   f"accuracy {result['accuracy']}, exactly-once {'yes' if result['exact'] else 'NO'}"
                   f"{', retryable exits ' + str(len(result['retryable_exits'])) if result['retryable_exits'] else ''}"
                   f", longest chief silence {result['longest_chief_silence']:.0f} s"
@@ -1205,8 +1216,10 @@ def main(argv=None):
     summary = summarize(rounds)
     print(f"nemesis: {len(rounds)} rounds in {elapsed / 60:.1f} min, seed {args.seed}; failed rounds: "
           f"{[r['index'] for r in failures] or 'none'}", flush=True)
-    print("nemesis: faults applied per kind (skipped: target down or restarting; scales: refused): " +
-          ", ".join(f"{k} {v['applied']} ({v['skipped']}{'; refused ' + str(v['refused']) if 'refused' in v else ''})"
+    print("nemesis: faults applied per kind (skipped: target down or restarting; scales: refused, and no-op: "
+          "the job had that count already): " +
+          ", ".join(f"{k} {v['applied']} ({v['skipped']}"
+                    f"{'; refused ' + str(v['refused']) + ', no-op ' + str(v['noop']) if 'refused' in v else ''})"
                     for k, v in summary["faults"].items()), flush=True)
     ev = summary["events"]
     print(f"nemesis: single {ev['single']}, double faults {summary['double_faults']}, storm kills {ev['storm']}, "

@@ -296,11 +296,13 @@ class SummaryTest(unittest.TestCase):
              "scale_exit": None},  # no answer
             {"kind": "scale_workers", "event": "scale", "group": 4, "trigger": None,
              "outcome": "skipped: the job is restarting"},
+            {"kind": "scale_workers", "event": "scale", "group": 5, "trigger": None, "outcome": "applied",
+             "scale_exit": 0, "scale_answer": "already 2 workers"},  # a chief restart set it back to 2
         ]}
         s = nemesis.summarize([rd])
-        self.assertEqual(s["faults"]["scale_ps"], {"applied": 2, "skipped": 0, "refused": 1})
-        self.assertEqual(s["faults"]["scale_workers"], {"applied": 1, "skipped": 1, "refused": 1})
-        self.assertEqual(s["events"]["scale"], 2)
+        self.assertEqual(s["faults"]["scale_ps"], {"applied": 2, "skipped": 0, "refused": 1, "noop": 0})
+        self.assertEqual(s["faults"]["scale_workers"], {"applied": 2, "skipped": 1, "refused": 1, "noop": 1})
+        self.assertEqual(s["events"]["scale"], 3)
         self.assertNotIn("refused", s["faults"]["kill_ps"])
 
 
