@@ -271,17 +271,21 @@ def make_round(seed, index, workloads=("counter", "fmnist"), fault_every=3.0, ps
 
     faults = []
     group = 0
-    if elastic:
-        group += 1
-        first_scale = make(rng.choice(list(SCALE_KINDS)), rng.uniform(*FIRST_SCALE))
-        first_scale["group"] = group
-        faults.append(first_scale)
+    # The round's first scale, drawn in its turn among the events (the expected counts a scale
+    # draws from follow the order the scales run in).
+    first_scale = rng.uniform(*FIRST_SCALE) if elastic else None
     t = rng.uniform(*FIRST_FAULT)
     doubles = 0
     # The pairs this round's roles allow, in a rotation starting where the seed says.
     pairs = [p for p in possible_pairs(kinds) if all(kind_role(k) in roles for k in p.split("|"))]
     pair_offset = rng.randrange(len(pairs)) if pairs else 0
     while t < horizon:
+        if first_scale is not None and first_scale <= t:
+            group += 1
+            f = make(rng.choice(list(SCALE_KINDS)), first_scale)
+            f["group"] = group
+            faults.append(f)
+            first_scale = None
         group += 1
         event = rng.choices(list(weights), weights=list(weights.values()))[0]
         if event == "single":
