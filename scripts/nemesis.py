@@ -18,6 +18,14 @@ with a journal and 2 data workers) or none. While it runs, the round's schedule 
                  ends the launcher (it stops every task); the nemesis starts the same command
                  again, which resumes from the newest checkpoint (as soak.py does).
   pause_<role>   SIGSTOP of any role's process, SIGCONT 0.5-10 s later.
+  scale_workers  `asyncps_launch scale --workers N` (issue 37): up by 1 or 2 (at most --workers + 2)
+                 or down to a smaller count (at least 1); every variant runs --elastic (local
+                 hosts, the dispatcher a task of its own: the chief's membership service is on).
+  scale_ps       `asyncps_launch scale --ps N`, N between max(--ps, --ps_replicas) and --max_ps
+                 (--ps + 1): a PS joins its slot and copies move to it, or the highest leaves.
+                 A scale runs in a thread of its own (a PS leave waits for its moves); one the
+                 launcher refuses (another in progress, the job ending) is logged and counted as
+                 refused, not failed. Each elastic round scales once in its first 3-10 s.
   double faults  two of the above at once (the second 0-0.3 s after the first).
   storms         a worker killed 4-10 times, 0.4-1.2 s apart, while the other faults go on.
   triggered      a fault at a bad moment, found from the processes' log lines or files:
@@ -62,7 +70,10 @@ import time
 
 ROLES = ("worker", "ps", "data_worker", "dispatcher", "chief")
 ACTIONS = ("kill", "pause")
-KINDS = tuple(f"{a}_{r}" for a in ACTIONS for r in ROLES)
+# Scale faults (issue 37): `asyncps_launch scale` to a number of workers or PS the schedule drew,
+# while the job runs under --elastic (--max_ps for the PS). Their role is the role they scale.
+SCALE_KINDS = {"scale_workers": "worker", "scale_ps": "ps"}
+KINDS = tuple(f"{a}_{r}" for a in ACTIONS for r in ROLES) + tuple(SCALE_KINDS)
 TRIGGERS = ("state_transfer", "failover", "restore", "checkpoint_save")
 
 # The round variants, taken in turn (from an offset the seed picks).
@@ -86,7 +97,17 @@ DOUBLE_SPREAD = 0.3  # the second fault of a double follows within this many sec
 # Event mix: single faults, double faults, triggered faults. Every other double fault is the
 # next pair of kinds in a rotation over the pairs the round can have (the rest are drawn as
 # singles are), so a run covers rare pairs (two paused workers) as well as common ones.
-EVENT_WEIGHTS = {"single": 0.53, "double": 0.25, "triggered": 0.17, "storm": 0.05}
+EVENT_WEIGHTS = {"single": 0.45, "double": 0.25, "triggered": 0.15, "storm": 0.05, "scale": 0.10}
+# Scale faults: workers between 1 and --workers + WORKERS_ABOVE (each scale-up adds 1 or 2 to the
+# count the schedule expects), PS between max(--ps, --ps_replicas) and --max_ps (--ps + PS_ABOVE).
+WORKERS_ABOVE = 2
+PS_ABOVE = 1
+# Every elastic round scales once this early (a counter round under CI's settings lasts 10-25 s,
+# where the weights alone would leave most rounds without a scale).
+FIRST_SCALE = (3.0, 10.0)
+# A scale-up of workers answers once the processes started; they register and are admitted in
+# the seconds after (the chief logs no line for it): the scale counts as active this long.
+WORKER_SCALE_SETTLE = 5.0
 # A storm: a flapping node, its worker killed again and again (as in the mix of issue 35, where PS
 # failovers during worker kills applied a batch twice), while the rest of the schedule goes on.
 STORM_KILLS = (4, 10)
@@ -97,6 +118,11 @@ HORIZON = 900.0  # faults are drawn this far into a round; later ones are never 
 
 STARTED = re.compile(r"^\[launcher\] (?:started (\S+) pid (\d+)|restarted (\S+) \(restart \d+/\d+\): pid (\d+))")
 METRICS_PORT = re.compile(r"metrics port (\d+)")
+CONTROL_PORT = re.compile(r"^\[launcher\] control port (\d+)")
+# A scale request's answer, printed by the launcher: the tasks it started (new workers, PS slots).
+SCALE_STARTED = re.compile(r"^\[launcher\] scale to \d+ (?:workers|PS): ")
+STARTED_IN_SCALE = re.compile(r"started (\S+) pid (\d+)")
+LEFT = re.compile(r"^\[launcher\] (\S+) left the job")
 FMNIST_EXACT = re.compile(r"exactly once: (\d+) examples x (\d+) epochs")
 COUNTER_EXACT = re.compile(r"exactly once: (\d+) keys x (\d+) epochs")
 ACCURACY = re.compile(r"\[chief\] test accuracy (\d+\.\d+)")
@@ -114,6 +140,7 @@ MOMENTS = {
                                r"parameter servers reachable again"),
     "ps_restarted": re.compile(r"^\[launcher\] restarted ps:"),
     "chief_started": re.compile(r"^\[launcher\] started chief "),
+    "ps_moved": re.compile(r"\bps_move_done: |\bps_left: "),
 }
 
 
@@ -132,6 +159,44 @@ def round_roles(variant, ps=2, workers=2):
         roles["data_worker"] = variant["data_workers"]
         roles["dispatcher"] = 1
     return roles
+
+
+def can_scale(variant):
+    """Whether a round of `variant` runs its launcher with --elastic: every variant does, as each
+    runs on local hosts (--elastic needs --hosts local) and a data service's dispatcher is a task
+    of its own (the chief's membership service is off only with the dispatcher inside the chief)."""
+    return variant.get("hosts", "local") == "local"
+
+
+def kind_role(kind):
+    """The role a fault kind acts on (a scale kind: the role it scales)."""
+    return SCALE_KINDS.get(kind) or kind.split("_", 1)[1]
+
+
+def target_range(roles, elastic, ps, workers, max_ps):
+    """How many processes of each role a fault can target: with --elastic a worker or PS index is
+    taken modulo the tasks of that role running when it applies, so it is drawn from the most
+    the schedule lets run (a round that scaled up has its new tasks targeted too)."""
+    out = dict(roles)
+    if elastic:
+        out["worker"] = workers + WORKERS_ABOVE
+        out["ps"] = max_ps
+    return out
+
+
+def _scale(rng, at, kind, counts, lo, hi):
+    """A scale fault: `want` a count of the role's tasks other than the one the schedule expects
+    then (counts: role -> expected count, updated)."""
+    role = SCALE_KINDS[kind]
+    have = counts[role]
+    if role == "worker":  # up by 1 or 2, or down to any smaller count
+        choices = [n for n in (have + 1, have + 2) if n <= hi["worker"]] + list(range(lo["worker"], have))
+    else:
+        choices = [n for n in range(lo["ps"], hi["ps"] + 1) if n != have]
+    want = rng.choice(choices)
+    counts[role] = want
+    return {"at": round(at, 3), "kind": kind, "role": role, "target": None, "want": want, "duration": None,
+            "trigger": None, "delay": 0.0, "event": "scale"}
 
 
 def _fault(rng, at, roles, role=None, action=None, exclude=()):
@@ -179,35 +244,60 @@ def _triggered(rng, at, roles, variant):
 
 
 def make_round(seed, index, workloads=("counter", "fmnist"), fault_every=3.0, ps=2, workers=2,
-               horizon=HORIZON):
-    """Round `index` of the schedule of `seed`: its variant, job seed and faults (offsets in s)."""
+               horizon=HORIZON, scale=True):
+    """Round `index` of the schedule of `seed`: its variant, job seed and faults (offsets in s).
+    With `scale` (and a variant that can, see can_scale) the job runs --elastic with --max_ps
+    ps + PS_ABOVE and the schedule scales its workers and PS too."""
     variants = [v for v in VARIANTS if v["workload"] in workloads]
     if not variants:
         raise ValueError(f"no variant runs workloads {workloads}")
     offset = random.Random(f"nemesis:{seed}").randrange(len(variants))
     variant = dict(variants[(offset + index) % len(variants)])
     rng = random.Random(f"nemesis:{seed}:{index}")
-    roles = round_roles(variant, ps, workers)
+    elastic = bool(scale) and can_scale(variant)
+    max_ps = ps + PS_ABOVE if elastic else ps
+    task_roles = round_roles(variant, ps, workers)
+    roles = target_range(task_roles, elastic, ps, workers, max_ps)
+    counts = {"worker": workers, "ps": ps}  # the counts the schedule's scale faults expect
+    lo = {"worker": 1, "ps": max(ps, variant["replicas"])}
+    hi = {"worker": workers + WORKERS_ABOVE, "ps": max_ps}
+    kinds = [k for k in KINDS if elastic or k not in SCALE_KINDS]
+    weights = {e: w for e, w in EVENT_WEIGHTS.items() if elastic or e != "scale"}
+
+    def make(kind, at):
+        if kind in SCALE_KINDS:
+            return _scale(rng, at, kind, counts, lo, hi)
+        return _fault(rng, at, roles, role=kind_role(kind), action=kind.split("_", 1)[0])
+
     faults = []
-    t = rng.uniform(*FIRST_FAULT)
     group = 0
+    # The round's first scale, drawn in its turn among the events (the expected counts a scale
+    # draws from follow the order the scales run in).
+    first_scale = rng.uniform(*FIRST_SCALE) if elastic else None
+    t = rng.uniform(*FIRST_FAULT)
     doubles = 0
     # The pairs this round's roles allow, in a rotation starting where the seed says.
-    pairs = [p for p in possible_pairs() if all(k.split("_", 1)[1] in roles for k in p.split("|"))]
+    pairs = [p for p in possible_pairs(kinds) if all(kind_role(k) in roles for k in p.split("|"))]
     pair_offset = rng.randrange(len(pairs)) if pairs else 0
     while t < horizon:
+        if first_scale is not None and first_scale <= t:
+            group += 1
+            f = make(rng.choice(list(SCALE_KINDS)), first_scale)
+            f["group"] = group
+            faults.append(f)
+            first_scale = None
         group += 1
-        event = rng.choices(list(EVENT_WEIGHTS), weights=list(EVENT_WEIGHTS.values()))[0]
+        event = rng.choices(list(weights), weights=list(weights.values()))[0]
         if event == "single":
             made = [_fault(rng, t, roles)]
         elif event == "double":
             doubles += 1
             if doubles % 2 == 0 and pairs:
                 kind_a, kind_b = pairs[(pair_offset + doubles // 2) % len(pairs)].split("|")
-                first = _fault(rng, t, roles, role=kind_a.split("_", 1)[1], action=kind_a.split("_", 1)[0])
-                second = _fault(rng, t + rng.uniform(0, DOUBLE_SPREAD), roles, role=kind_b.split("_", 1)[1],
-                                action=kind_b.split("_", 1)[0])
-                if first["role"] == second["role"] and roles[first["role"]] > 1:
+                first = make(kind_a, t)
+                second = make(kind_b, t + rng.uniform(0, DOUBLE_SPREAD))
+                if (first["role"] == second["role"] and roles[first["role"]] > 1 and
+                        first["target"] is not None and second["target"] is not None):
                     # Two processes of one role: the same one twice would be one fault.
                     second["target"] = (first["target"] + 1 + rng.randrange(roles[first["role"]] - 1)) % roles[
                         first["role"]]
@@ -228,6 +318,8 @@ def make_round(seed, index, workloads=("counter", "fmnist"), fault_every=3.0, ps
                 f["event"] = "storm"
                 made.append(f)
                 at += rng.uniform(*STORM_GAP)
+        elif event == "scale":
+            made = [make(rng.choice(list(SCALE_KINDS)), t)]
         else:
             made = _triggered(rng, t, roles, variant)
         for f in made:
@@ -237,8 +329,11 @@ def make_round(seed, index, workloads=("counter", "fmnist"), fault_every=3.0, ps
     faults.sort(key=lambda f: f["at"])
     for i, f in enumerate(faults):
         f["id"] = i
-    return {"index": index, "seed": seed, **variant, "ps": ps, "workers": workers,
-            "job_seed": rng.randrange(1 << 30), "faults": faults}
+    rd = {"index": index, "seed": seed, **variant, "ps": ps, "workers": workers,
+          "job_seed": rng.randrange(1 << 30), "faults": faults}
+    if elastic:
+        rd.update(elastic=True, max_ps=max_ps)
+    return rd
 
 
 def schedule_rounds(seed, count, **options):
@@ -269,7 +364,8 @@ def load_schedule(path, only_round=None):
 
 
 # What a run adds to a fault and to a round (left out when a schedule is replayed).
-RESULT_FIELDS = ("applied_at", "ended_at", "outcome", "pid", "label", "landed_mid", "fired_by", "armed_at")
+RESULT_FIELDS = ("applied_at", "ended_at", "outcome", "pid", "label", "landed_mid", "fired_by", "armed_at",
+                 "scale_exit", "scale_answer")
 ROUND_RESULT_FIELDS = ("result",)
 
 
@@ -309,14 +405,30 @@ SINGLE_ROLES = ("dispatcher", "chief")
 
 
 def possible_pairs(kinds=KINDS):
-    """The pairs that can be active at the same time (all but a single process's kind with itself)."""
-    return [p for p in all_pairs(kinds)
-            if not (p.split("|")[0] == p.split("|")[1] and p.split("|")[0].split("_", 1)[1] in SINGLE_ROLES)]
+    """The pairs that can be active at the same time: all but a single process's kind with itself,
+    and two scales (the launcher runs one scale request at a time and refuses another)."""
+    def possible(a, b):
+        if a in SCALE_KINDS and b in SCALE_KINDS:
+            return False
+        return not (a == b and kind_role(a) in SINGLE_ROLES)
+    return [p for p in all_pairs(kinds) if possible(*p.split("|"))]
+
+
+def scale_noop(f):
+    """Whether a scale the launcher did found the job at that count already (a chief restart sets
+    the counts back to the command line's, which the schedule's expected counts do not follow)."""
+    return f.get("scale_exit") == 0 and (f.get("scale_answer") or "").startswith("already ")
+
+
+def run_kinds(rounds):
+    """The fault kinds the rounds could have: the scale kinds only when a round ran --elastic."""
+    elastic = any(r.get("elastic") for r in rounds)
+    return tuple(k for k in KINDS if elastic or k not in SCALE_KINDS)
 
 
 def render_matrix(counts, kinds=KINDS):
     """The overlap matrix as text rows (upper triangle; '.' for never)."""
-    short = {k: k.replace("kill_", "K:").replace("pause_", "P:").replace("data_worker", "dw")
+    short = {k: k.replace("kill_", "K:").replace("pause_", "P:").replace("scale_", "S:").replace("data_worker", "dw")
              .replace("dispatcher", "disp").replace("worker", "wk") for k in kinds}
     width = max(len(s) for s in short.values()) + 1
     lines = [" " * width + "".join(f"{short[k]:>{width}}" for k in kinds)]
@@ -353,6 +465,8 @@ class Launch:
         self.moments = moments  # shared by the round: name -> [times]
         self.pids = {}
         self.ports = {}  # task label -> its /metrics port (the chief's also serves /status.json)
+        self.live = {}  # role -> labels of its tasks the launcher runs (started, not left the job)
+        self.control_port = None  # --elastic: the port `asyncps_launch scale` talks to
         self.lock = threading.Lock()
         self.lines = []
         self.last_chief_line = None
@@ -376,13 +490,26 @@ class Launch:
                     if self.last_chief_line is not None:
                         self.longest_silence = max(self.longest_silence, t - self.last_chief_line)
                     self.last_chief_line = t
+                started = []
                 if m:
                     label = m.group(1) or m.group(3)
-                    self.pids[label] = int(m.group(2) or m.group(4))
+                    started.append((label, int(m.group(2) or m.group(4))))
                     port = METRICS_PORT.search(line)
                     if port:
                         self.ports[label] = int(port.group(1))
+                elif SCALE_STARTED.match(line):
+                    started += [(s.group(1), int(s.group(2))) for s in STARTED_IN_SCALE.finditer(line)]
+                for label, pid in started:
+                    self.pids[label] = pid
+                    self.live.setdefault(label.split(":")[0], set()).add(label)
                     self.moments.setdefault(f"up:{label}", []).append(t)
+                left = LEFT.match(line)
+                if left:
+                    self.pids.pop(left.group(1), None)
+                    self.live.get(left.group(1).split(":")[0], set()).discard(left.group(1))
+                control = CONTROL_PORT.match(line)
+                if control:
+                    self.control_port = int(control.group(1))
                 for name, pattern in MOMENTS.items():
                     if pattern.search(line):
                         self.moments.setdefault(name, []).append(t)
@@ -395,6 +522,12 @@ class Launch:
         if pid is None or ppid_of(pid) != self.proc.pid:
             return None
         return pid
+
+    def live_labels(self, role):
+        """The labels of the role's tasks running now (or restarting), by index."""
+        with self.lock:
+            labels = list(self.live.get(role, ()))
+        return sorted(labels, key=lambda l: int(l.split(":")[1]))
 
     def forget(self, label):
         with self.lock:
@@ -452,11 +585,18 @@ def capture_stall(launch, out_dir, stacks=True):
                                stderr=subprocess.STDOUT, timeout=60, check=False)
 
 
+def scale_token(rd):
+    """The cluster token of an --elastic round's job (the scale command presents it)."""
+    return f"nemesis-{rd['seed']}-{rd['index']}"
+
+
 def job_command(args, rd, ckpt):
     launch = [os.path.join(args.bin, "asyncps_launch"), "--ps", str(rd["ps"]), "--workers", str(rd["workers"]),
               "--max_restarts", "1000", "--log_level", "info", "--ps_replicas", str(rd["replicas"])]
     if rd["data_workers"]:
         launch += ["--data_workers", str(rd["data_workers"])]
+    if rd.get("elastic"):
+        launch += ["--elastic", "--max_ps", str(rd["max_ps"]), "--token", scale_token(rd)]
     launch.append("--")
     if rd["workload"] == "fmnist":
         program = [os.path.join(args.bin, "fashion_mnist"), "--epochs", str(args.fmnist_epochs),
@@ -502,6 +642,8 @@ class RoundRunner:
         self.silence = 0.0
         self.captured = False
         self.last_fault_at = 0.0
+        self.scales = []  # threads running `asyncps_launch scale` (a scale may take seconds)
+        self.scale_lock = threading.Lock()  # guards the scale faults' result fields
 
     def now(self):
         return time.monotonic() - self.t0
@@ -512,6 +654,9 @@ class RoundRunner:
             return "chief"
         if role == "dispatcher":
             return "dispatcher"
+        live = self.launch.live_labels(role) if self.rd.get("elastic") and role in ("worker", "ps") else []
+        if live:  # with --elastic the tasks of a role change: one of those running now
+            return live[fault["target"] % len(live)]
         return f"{role}:{fault['target'] % self.roles[role]}"
 
     def cont_all(self):
@@ -532,6 +677,9 @@ class RoundRunner:
             return
         if self.launch is None or self.launch.proc.poll() is not None or self.tearing_down:
             fault["outcome"] = "skipped: the job is restarting"
+            return
+        if fault["kind"] in SCALE_KINDS:
+            self.scale(fault)
             return
         label = self.label(fault)
         pid = self.launch.pid(label)
@@ -565,6 +713,57 @@ class RoundRunner:
             self.paused[pid] = fault
         if fault["trigger"] == "checkpoint_save":
             fault["landed_mid"] = uncommitted_checkpoint(self.ckpt) is not None
+
+    def scale(self, fault):
+        """Starts `asyncps_launch scale` to the fault's count, in a thread of its own: a scale-down
+        of a PS waits for its copies to move, and the schedule goes on meanwhile. Its answer (a
+        refusal too: another scale in progress, the job ending) is logged and recorded, not failed."""
+        port = self.launch.control_port
+        if port is None:
+            fault["outcome"] = "skipped: no control port yet"
+            return
+        flag = "--workers" if fault["kind"] == "scale_workers" else "--ps"
+        command = [os.path.join(self.args.bin, "asyncps_launch"), "scale", "--control", f"127.0.0.1:{port}",
+                   flag, str(fault["want"]), "--token", scale_token(self.rd)]
+        t = self.now()
+        self.last_fault_at = t
+        fault.update(applied_at=round(t, 3), outcome="applied", label=f"{'workers' if fault['role'] == 'worker' else 'PS'} to {fault['want']}")
+        self.log.write(f"{t:9.3f} [nemesis] scale {fault['label']} (fault {fault['id']}, {fault['event']}): "
+                       f"asyncps_launch scale --control 127.0.0.1:{port} {flag} {fault['want']}\n")
+
+        def run_scale():
+            try:
+                done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      timeout=200, check=False, errors="replace")
+                code, answer = done.returncode, done.stdout.strip()
+            except subprocess.TimeoutExpired:
+                code, answer = None, "no answer in 200 s"
+            end = self.now()
+            with self.scale_lock:
+                fault.update(ended_at=round(end, 3), scale_exit=code, scale_answer=answer[-500:])
+                if self.log.closed:  # the round ended without it (its launcher did not answer)
+                    return
+                self.log.write(f"{end:9.3f} [nemesis] scale {fault['label']} (fault {fault['id']}) "
+                               f"{'done' if code == 0 else 'refused or failed (exit ' + str(code) + ')'}: "
+                               f"{answer[-300:]}\n")
+
+        thread = threading.Thread(target=run_scale, daemon=True)
+        thread.start()
+        self.scales.append(thread)
+
+    def scale_settled(self, f, end):
+        """When a scale that was done stopped changing the job: a PS scale at the chief's last
+        ps_move_done / ps_left before the next scale (its copies moving), a scale-up of workers
+        WORKER_SCALE_SETTLE s after (registering, admitted), else at its answer."""
+        answered = f.get("ended_at") or end
+        nxt = min([g["applied_at"] for g in self.rd["faults"] if g["kind"] in SCALE_KINDS and
+                   g.get("outcome") == "applied" and g["applied_at"] > f["applied_at"]] + [end])
+        if f["kind"] == "scale_ps":
+            moved = [x for x in self.moments.get("ps_moved", []) if f["applied_at"] < x <= nxt]
+            return round(max([answered] + moved), 3)
+        if "started" in (f.get("scale_answer") or ""):
+            return round(min(max(answered, f["applied_at"] + WORKER_SCALE_SETTLE), end), 3)
+        return round(answered, 3)
 
     def moment_after(self, name, t):
         times = self.moments.get(name, [])
@@ -701,6 +900,8 @@ class RoundRunner:
                 self.cont_all()
                 if self.launch.proc.poll() is None:
                     self.launch.stop()
+                for thread in self.scales:  # their launcher is gone: each answers at once
+                    thread.join(timeout=30)
         for f in pending:
             f.setdefault("outcome", "not reached")
         for a in armed:
@@ -718,6 +919,13 @@ class RoundRunner:
             t = f["applied_at"]
             if f["trigger"]:
                 f["landed_mid"] = self.landed_mid(f)
+            if f["kind"] in SCALE_KINDS:
+                with self.scale_lock:
+                    if f.get("scale_exit") != 0 or scale_noop(f):  # refused, no answer, or a no-op
+                        if f.get("ended_at") is None:
+                            f["ended_at"] = round(end, 3)
+                        continue
+                    f["ended_at"] = self.scale_settled(f, end)
             if f["kind"].startswith("kill_"):
                 back = next((x for x in ups.get(f"up:{f['label']}", []) if x > t), None)
                 f["ended_at"] = round(back if back is not None else end, 3)
@@ -740,12 +948,15 @@ class RoundRunner:
             if not accuracy or accuracy[-1] < self.args.target:
                 problems.append(f"accuracy {accuracy[-1] if accuracy else 'none'} under {self.args.target}")
         applied = [f for f in rd["faults"] if f.get("outcome") == "applied"]
+        scales = [f for f in applied if f["kind"] in SCALE_KINDS]
         stalled = self.silence >= self.args.stall_seconds
         return {"ok": not problems, "problems": problems, "exit": code, "seconds": round(end, 1),
                 "longest_chief_silence": round(self.silence, 1), "stalled": stalled,
                 "launches": self.launches, "retryable_exits": self.retryable,
                 "accuracy": accuracy[-1] if accuracy else None, "exact": exact is not None,
                 "wrong_lines": wrong[:20], "applied": len(applied),
+                "scales": len(scales), "scales_refused": sum(1 for f in scales if f.get("scale_exit") != 0),
+                "scales_noop": sum(1 for f in scales if scale_noop(f)),
                 "overlaps": overlap_matrix(self.intervals)}
 
 
@@ -755,7 +966,10 @@ class RoundRunner:
 def summarize(rounds):
     """Faults per kind, events, triggers, overlaps over the rounds run."""
     per_kind = {k: {"applied": 0, "skipped": 0} for k in KINDS}
-    events = {"single": 0, "double": 0, "triggered": 0, "setup": 0, "storm": 0}
+    for k in SCALE_KINDS:
+        per_kind[k]["refused"] = 0  # applied (asked), but the launcher refused or did not answer
+        per_kind[k]["noop"] = 0  # applied and done, but the job had that count already
+    events = {"single": 0, "double": 0, "triggered": 0, "setup": 0, "storm": 0, "scale": 0}
     triggers = {t: {"armed": 0, "fired": 0, "landed_mid": 0} for t in TRIGGERS}
     doubles = set()
     overlaps = {}
@@ -768,6 +982,10 @@ def summarize(rounds):
                 triggers[f["trigger"]]["armed"] += 1
             if outcome == "applied":
                 per_kind[f["kind"]]["applied"] += 1
+                if f["kind"] in SCALE_KINDS and f.get("scale_exit") != 0:
+                    per_kind[f["kind"]]["refused"] += 1
+                elif f["kind"] in SCALE_KINDS and scale_noop(f):
+                    per_kind[f["kind"]]["noop"] += 1
                 events[f["event"]] += 1
                 if f["event"] == "double":
                     doubles.add((rd["index"], f["group"]))
@@ -788,7 +1006,7 @@ def bench_json(opts, rounds, summary, started_at, load_start, load_end, seconds)
     passed = sum(1 for r in results if r["ok"])
     exact = sum(1 for r in results if r["exact"] and not r["wrong_lines"])
     wrong = sum(1 for r in results if r["wrong_lines"])
-    pairs = possible_pairs()
+    pairs = possible_pairs(run_kinds(rounds))
     covered = sum(1 for p in pairs if summary["overlaps"].get(p))
     accuracies = [r["accuracy"] for rd, r in zip(rounds, results) if rd["workload"] == "fmnist" and r["accuracy"]]
     figures = [
@@ -803,7 +1021,8 @@ def bench_json(opts, rounds, summary, started_at, load_start, load_end, seconds)
          "unit": "", "reference": {"name": "target", "value": opts["target"]}},
         {"name": "pairs of fault kinds active at the same time", "value": covered, "unit": "pairs",
          "reference": {"name": "pairs that can be", "value": len(pairs)}, "ratio": covered / len(pairs),
-         "note": f"{len(all_pairs())} pairs of kinds less a single process's (chief, dispatcher) kind with itself"},
+         "note": f"{len(all_pairs(run_kinds(rounds)))} pairs of kinds less a single process's (chief, dispatcher) kind with itself "
+                 f"and two scales"},
         {"name": "double faults", "value": summary["double_faults"], "unit": "faults"},
         {"name": "rounds stalled (exact, but the chief silent for --stall_seconds or more)",
          "value": sum(1 for r in results if r.get("stalled")), "unit": "rounds",
@@ -813,13 +1032,17 @@ def bench_json(opts, rounds, summary, started_at, load_start, load_end, seconds)
     ]
     for kind in KINDS:
         figures.append({"name": f"faults: {kind}", "value": summary["faults"][kind]["applied"], "unit": "faults"})
+    for kind in SCALE_KINDS:
+        figures.append({"name": f"faults: {kind} refused by the launcher (logged, not failed)",
+                        "value": summary["faults"][kind]["refused"], "unit": "faults",
+                        "note": f"{summary['faults'][kind]['noop']} more found the job at that count already"})
     for trig in TRIGGERS:
         t = summary["triggers"][trig]
         figures.append({"name": f"faults at the moment {trig}: fired", "value": t["fired"], "unit": "faults",
                         "note": f"{t['landed_mid']} landed inside the window; {t['armed']} armed"})
     cli = [f"--{k}={v}" for k, v in opts.items() if k in ("minutes", "seed", "fault_every", "workloads", "target",
                                                           "fmnist_epochs", "counter_epochs", "counter_ids", "plant",
-                                                          "counter_closures_per_worker",
+                                                          "counter_closures_per_worker", "scale",
                                                           "replay") and v is not None]
     return {"bench": "nemesis", "args": cli, "complete": True, "started_at": started_at,
             "wall_seconds": round(seconds, 1), "load_average": {"start": list(load_start), "end": list(load_end)},
@@ -853,6 +1076,9 @@ def main(argv=None):
     # (replicated embedding pushes held every handler thread; fixed in ReplicatedTables).
     parser.add_argument("--counter_closures_per_worker", type=int, default=2)
     parser.add_argument("--plant", choices=["no_dedup"], help="run the jobs with a planted bug")
+    parser.add_argument("--scale", type=int, default=1,
+                        help="1: jobs run --elastic --max_ps ps+1 and the schedule scales workers and PS; "
+                             "0: fixed jobs, no scale faults (a different schedule for the same seed)")
     parser.add_argument("--replay", help="run the rounds of this schedule JSON again")
     parser.add_argument("--round", type=int, help="with --replay: only this round")
     parser.add_argument("--max_rounds", type=int, default=0, help="stop after this many rounds (0: no limit)")
@@ -901,7 +1127,7 @@ def main(argv=None):
             "workloads": ",".join(workloads), "target": args.target, "fmnist_epochs": args.fmnist_epochs,
             "counter_epochs": args.counter_epochs, "counter_ids": args.counter_ids, "plant": args.plant,
             "counter_closures_per_worker": args.counter_closures_per_worker,
-            "replay": args.replay}
+            "replay": args.replay, "scale": args.scale}
     start = time.monotonic()
     deadline = start + args.minutes * 60
     rounds = []
@@ -924,7 +1150,8 @@ def main(argv=None):
             else:
                 if time.monotonic() >= deadline or (args.max_rounds and index >= args.max_rounds):
                     break
-                rd = make_round(args.seed, index, workloads=workloads, fault_every=args.fault_every)
+                rd = make_round(args.seed, index, workloads=workloads, fault_every=args.fault_every,
+                                scale=bool(args.scale))
                 if args.plant:
                     rd["plant"] = args.plant
             index += 1
@@ -944,10 +1171,12 @@ def main(argv=None):
                 if f.get("outcome") == "applied":
                     applied[f["kind"]] = applied.get(f["kind"], 0) + 1
             desc = (f"{rd['workload']}, replicas {rd['replicas']}, data workers {rd['data_workers']}"
+                    f"{', elastic, max_ps ' + str(rd['max_ps']) if rd.get('elastic') else ''}"
                     f"{', PLANTED ' + rd['plant'] if rd.get('plant') else ''}")
             print(f"nemesis: round {rd['index']} ({desc}): {result['seconds']:.0f} s, exit {result['exit']}, "
                   f"launches {result['launches']}, faults {result['applied']} "
                   f"({', '.join(f'{k} {v}' for k, v in sorted(applied.items()))}), "
+                  f"{'scales ' + str(result['scales']) + ' (refused ' + str(result['scales_refused']) + ', no-op ' + str(result.get('scales_noop', 0)) + '), ' if result.get('scales') else ''}"
                   f"accuracy {result['accuracy']}, exactly-once {'yes' if result['exact'] else 'NO'}"
                   f"{', retryable exits ' + str(len(result['retryable_exits'])) if result['retryable_exits'] else ''}"
                   f", longest chief silence {result['longest_chief_silence']:.0f} s"
@@ -991,21 +1220,25 @@ def main(argv=None):
     summary = summarize(rounds)
     print(f"nemesis: {len(rounds)} rounds in {elapsed / 60:.1f} min, seed {args.seed}; failed rounds: "
           f"{[r['index'] for r in failures] or 'none'}", flush=True)
-    print("nemesis: faults applied per kind (skipped: target down or restarting): " +
-          ", ".join(f"{k} {v['applied']} ({v['skipped']})" for k, v in summary["faults"].items()), flush=True)
+    print("nemesis: faults applied per kind (skipped: target down or restarting; scales: refused, and no-op: "
+          "the job had that count already): " +
+          ", ".join(f"{k} {v['applied']} ({v['skipped']}"
+                    f"{'; refused ' + str(v['refused']) + ', no-op ' + str(v['noop']) if 'refused' in v else ''})"
+                    for k, v in summary["faults"].items()), flush=True)
     ev = summary["events"]
     print(f"nemesis: single {ev['single']}, double faults {summary['double_faults']}, storm kills {ev['storm']}, "
+          f"scales alone {ev['scale']}, "
           f"triggered {ev['triggered']} "
           f"(+{ev['setup']} setup kills); at the moment (fired/landed inside/armed): " +
           ", ".join(f"{t} {v['fired']}/{v['landed_mid']}/{v['armed']}" for t, v in summary["triggers"].items()),
           flush=True)
-    pairs = possible_pairs()
+    pairs = possible_pairs(run_kinds(rounds))
     covered = [p for p in pairs if summary["overlaps"].get(p)]
     missing = [p for p in pairs if not summary["overlaps"].get(p)]
     print(f"nemesis: fault kinds active at the same time: {len(covered)} of the {len(pairs)} pairs that can be "
-          f"(K: kill, P: pause; a single chief or dispatcher cannot overlap itself)"
+          f"(K: kill, P: pause, S: scale; a single chief or dispatcher cannot overlap itself, nor two scales)"
           f"{'; never: ' + ', '.join(missing) if missing else ''}:", flush=True)
-    for line in render_matrix(summary["overlaps"]):
+    for line in render_matrix(summary["overlaps"], run_kinds(rounds)):
         print("  " + line, flush=True)
     stalled = [r for r in rounds if r["result"].get("stalled")]
     if stalled:

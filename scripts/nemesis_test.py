@@ -45,13 +45,18 @@ class ScheduleTest(unittest.TestCase):
 
     def test_faults_target_roles_the_round_has(self):
         for r in nemesis.schedule_rounds(11, 16):
-            roles = nemesis.round_roles(r, r["ps"], r["workers"])
+            roles = nemesis.target_range(nemesis.round_roles(r, r["ps"], r["workers"]), r.get("elastic"), r["ps"],
+                                         r["workers"], r.get("max_ps", r["ps"]))
             ats = [f["at"] for f in r["faults"]]
             self.assertEqual(ats, sorted(ats))
             self.assertEqual([f["id"] for f in r["faults"]], list(range(len(r["faults"]))))
             for f in r["faults"]:
                 self.assertIn(f["role"], roles)
                 self.assertIn(f["kind"], nemesis.KINDS)
+                if f["kind"] in nemesis.SCALE_KINDS:
+                    self.assertIsNone(f["target"])
+                    self.assertIsNone(f["duration"])
+                    continue
                 self.assertLess(f["target"], roles[f["role"]])
                 if f["kind"].startswith("pause_"):
                     self.assertGreaterEqual(f["duration"], nemesis.PAUSE_SECONDS[0])
@@ -66,9 +71,83 @@ class ScheduleTest(unittest.TestCase):
         kinds = {f["kind"] for r in rounds for f in r["faults"]}
         self.assertEqual(kinds, set(nemesis.KINDS))
         events = {f["event"] for r in rounds for f in r["faults"]}
-        self.assertEqual(events, {"single", "double", "triggered", "setup", "storm"})
+        self.assertEqual(events, {"single", "double", "triggered", "setup", "storm", "scale"})
         triggers = {f["trigger"] for r in rounds for f in r["faults"]} - {None}
         self.assertEqual(triggers, set(nemesis.TRIGGERS))
+
+    def test_scales_stay_in_bounds_and_change_the_count(self):
+        # Workers: 1 .. --workers + 2, up by 1 or 2 from the count the schedule expects, or down;
+        # PS: max(--ps, --ps_replicas) .. --max_ps (--ps + 1), never the count expected then.
+        seen = set()
+        for r in nemesis.schedule_rounds(12, 16):
+            self.assertTrue(r["elastic"])
+            self.assertEqual(r["max_ps"], r["ps"] + 1)
+            # In the order they run: each wants a count other than the one the scales before it left.
+            scales = [f for f in r["faults"] if f["kind"] in nemesis.SCALE_KINDS]
+            self.assertTrue(scales)
+            # Every elastic round scales early (a short round would have none otherwise).
+            self.assertLessEqual(min(f["at"] for f in scales), nemesis.FIRST_SCALE[1])
+            counts = {"worker": r["workers"], "ps": r["ps"]}
+            for f in scales:
+                role = nemesis.SCALE_KINDS[f["kind"]]
+                self.assertEqual(f["role"], role)
+                self.assertNotEqual(f["want"], counts[role])
+                if role == "worker":
+                    self.assertGreaterEqual(f["want"], 1)
+                    self.assertLessEqual(f["want"], r["workers"] + nemesis.WORKERS_ABOVE)
+                    self.assertLessEqual(f["want"], counts[role] + 2)
+                    seen.add(("worker", "up" if f["want"] > counts[role] else "down"))
+                else:
+                    self.assertGreaterEqual(f["want"], max(r["ps"], r["replicas"]))
+                    self.assertLessEqual(f["want"], r["max_ps"])
+                    seen.add(("ps", "up" if f["want"] > counts[role] else "down"))
+                counts[role] = f["want"]
+        self.assertEqual(seen, {("worker", "up"), ("worker", "down"), ("ps", "up"), ("ps", "down")})
+
+    def test_scales_pair_with_kills_and_pauses_in_doubles(self):
+        pairs = set()
+        for r in nemesis.schedule_rounds(13, 16):
+            groups = {}
+            for f in r["faults"]:
+                if f["event"] == "double":
+                    groups.setdefault(f["group"], []).append(f["kind"])
+            pairs |= {"|".join(sorted(g)) for g in groups.values() if any(k in nemesis.SCALE_KINDS for k in g)}
+        self.assertTrue(any("kill_ps" in p and "scale_ps" in p for p in pairs), pairs)
+        self.assertFalse(any(all(k in nemesis.SCALE_KINDS for k in p.split("|")) for p in pairs))
+
+    def test_no_scales_without_elastic(self):
+        r = nemesis.make_round(12, 0, scale=False)
+        # Nor are scale pairs counted as possible in the coverage of such a run.
+        self.assertNotIn("scale_ps", nemesis.run_kinds([r]))
+        self.assertIn("scale_ps", nemesis.run_kinds([r, nemesis.make_round(12, 1)]))
+        self.assertNotIn("elastic", r)
+        self.assertFalse([f for f in r["faults"] if f["kind"] in nemesis.SCALE_KINDS or f["event"] == "scale"])
+
+    def test_job_command_runs_elastic_rounds_with_a_control_token(self):
+        class Args:
+            bin, fmnist_epochs, counter_ids, counter_epochs, counter_closures_per_worker = "/b", 1, 10, 1, 2
+        rd = nemesis.make_round(12, 0, workloads=("counter",))
+        cmd = nemesis.job_command(Args, rd, "/ckpt")
+        launcher = cmd[:cmd.index("--")]
+        self.assertIn("--elastic", launcher)
+        self.assertEqual(launcher[launcher.index("--max_ps") + 1], "3")
+        self.assertEqual(launcher[launcher.index("--token") + 1], nemesis.scale_token(rd))
+        self.assertNotIn("--elastic", nemesis.job_command(Args, nemesis.make_round(12, 0, scale=False), "/ckpt"))
+
+    def test_launcher_lines_of_a_scale(self):
+        # The lines scripts/nemesis.py reads to follow the tasks a scale starts and drains.
+        self.assertEqual(nemesis.CONTROL_PORT.match(
+            "[launcher] control port 46435 (asyncps_launch scale --control 127.0.0.1:46435 --workers N)").group(1),
+            "46435")
+        line = ("[launcher] scale to 4 workers: started worker:2 pid 15484 at 127.0.0.1:57931; "
+                "started worker:3 pid 15487 at 127.0.0.1:41033")
+        self.assertTrue(nemesis.SCALE_STARTED.match(line))
+        self.assertEqual([m.groups() for m in nemesis.STARTED_IN_SCALE.finditer(line)],
+                         [("worker:2", "15484"), ("worker:3", "15487")])
+        self.assertTrue(nemesis.SCALE_STARTED.match("[launcher] scale to 3 PS: started ps:2 pid 1 at 127.0.0.1:2"))
+        self.assertFalse(nemesis.SCALE_STARTED.match("[launcher] scale to 3 PS refused: FAILED_PRECONDITION: x"))
+        self.assertEqual(nemesis.LEFT.match("[launcher] ps:2 left the job (exited with code 0)").group(1), "ps:2")
+        self.assertIsNone(nemesis.LEFT.match("[ps:2] ps 2 left the job: its 2 group copies moved"))
 
     def test_doubles_come_in_pairs_with_the_chief_kill_second(self):
         for r in nemesis.schedule_rounds(9, 8):
@@ -170,7 +249,10 @@ class OverlapTest(unittest.TestCase):
         possible = set(nemesis.possible_pairs())
         self.assertEqual(set(nemesis.all_pairs()) - possible,
                          {"kill_chief|kill_chief", "pause_chief|pause_chief",
-                          "kill_dispatcher|kill_dispatcher", "pause_dispatcher|pause_dispatcher"})
+                          "kill_dispatcher|kill_dispatcher", "pause_dispatcher|pause_dispatcher",
+                          # one scale request at a time (the launcher refuses a second)
+                          "scale_workers|scale_workers", "scale_ps|scale_ps", "scale_workers|scale_ps"})
+        self.assertIn("kill_ps|scale_ps", possible)
         self.assertIn("kill_chief|pause_chief", possible)
         self.assertIn("kill_worker|kill_worker", possible)
 
@@ -200,10 +282,28 @@ class SummaryTest(unittest.TestCase):
         self.assertEqual(s["faults"]["kill_worker"], {"applied": 0, "skipped": 1})
         self.assertEqual(s["faults"]["kill_chief"], {"applied": 0, "skipped": 0})
         self.assertEqual(s["double_faults"], 1)
-        self.assertEqual(s["events"], {"single": 0, "double": 2, "triggered": 1, "setup": 1, "storm": 0})
+        self.assertEqual(s["events"], {"single": 0, "double": 2, "triggered": 1, "setup": 1, "storm": 0, "scale": 0})
         self.assertEqual(s["triggers"]["state_transfer"], {"armed": 1, "fired": 1, "landed_mid": 1})
         self.assertEqual(s["triggers"]["restore"], {"armed": 1, "fired": 0, "landed_mid": 0})
         self.assertEqual(s["overlaps"], {"kill_ps|pause_chief": 1})
+
+    def test_scales_done_and_refused(self):
+        rd = {"index": 0, "faults": [
+            {"kind": "scale_ps", "event": "scale", "group": 1, "trigger": None, "outcome": "applied", "scale_exit": 0},
+            {"kind": "scale_ps", "event": "double", "group": 2, "trigger": None, "outcome": "applied",
+             "scale_exit": 9},  # FAILED_PRECONDITION: another scale request is in progress
+            {"kind": "scale_workers", "event": "scale", "group": 3, "trigger": None, "outcome": "applied",
+             "scale_exit": None},  # no answer
+            {"kind": "scale_workers", "event": "scale", "group": 4, "trigger": None,
+             "outcome": "skipped: the job is restarting"},
+            {"kind": "scale_workers", "event": "scale", "group": 5, "trigger": None, "outcome": "applied",
+             "scale_exit": 0, "scale_answer": "already 2 workers"},  # a chief restart set it back to 2
+        ]}
+        s = nemesis.summarize([rd])
+        self.assertEqual(s["faults"]["scale_ps"], {"applied": 2, "skipped": 0, "refused": 1, "noop": 0})
+        self.assertEqual(s["faults"]["scale_workers"], {"applied": 2, "skipped": 1, "refused": 1, "noop": 1})
+        self.assertEqual(s["events"]["scale"], 3)
+        self.assertNotIn("refused", s["faults"]["kill_ps"])
 
 
 if __name__ == "__main__":

@@ -200,8 +200,9 @@ header_and_install_checks() {
   bash scripts/check_install.sh build
 }
 # The nemesis (scripts/nemesis.py, docs/operations.md#the-nemesis): 2 minutes of the exactly-once
-# counter program (every role killed and paused on the seed of the day's schedule, replicated and
-# unreplicated PS, with and without the tf.data service), every round checked exactly once.
+# counter program (every role killed and paused, workers and PS scaled, on the seed of the day's
+# schedule, replicated and unreplicated PS, with and without the tf.data service), every round
+# checked exactly once.
 # Budget: the suite already takes about 18.5 of its 20 minutes, and no phase leaves a core idle
 # for long, so the nemesis cannot run in a phase of its own. It runs beside the fuzzer's 60 s run,
 # the one phase whose length does not depend on the CPU it gets (libFuzzer stops at a wall-clock
