@@ -239,7 +239,7 @@ int Main(int argc, char** argv) {
                                      " MiB copied")});
     report.Add({.name = absl::StrCat(m.name, ": longest write gap"), .value = m.during.longest_gap_ms, .unit = "ms",
                 .reference = "longest gap, no move", .reference_value = quiet.longest_gap_ms,
-                .note = "the pause a worker sees: the map changes that flip each group"});
+                .note = "the pause a worker sees during the move"});
     report.Add({.name = absl::StrCat(m.name, ": request to serving"), .value = m.seconds, .unit = "s",
                 .note = "until every shard group is on its new placement"});
   }
