@@ -240,7 +240,6 @@ absl::Status PsMonitor::Start() {
   std::vector<uint64_t> held_generations(ps_.size(), 0);
   // Slots past the first members may hold a PS that joined before this chief restarted, or
   // none: asked briefly, and skipped when nothing answers.
-  std::vector<bool> answered(ps_.size(), false);
   for (int i = 0; i < num_ps; ++i) {
     const bool starting_member = i < members;
     absl::StatusOr<net::InMessage> r = ps_[i]->Call(
@@ -261,7 +260,6 @@ absl::Status PsMonitor::Start() {
     });
     if (!decoded.ok()) return decoded;
     held_generations[i] = held->generation;
-    answered[i] = true;
     if (held->generation > newest.generation) newest = *std::move(held);
   }
   MutexLock lock(&mu_);

@@ -819,13 +819,7 @@ class Launcher {
       }
     }
     // Each asks the chief to move its copies off it (ASYNCPS_ELASTIC), then exits 0.
-    AwaitLeavers(leaving, kPsLeaveWait, &notes);
-    {
-      MutexLock lock(&mu_);
-      scaling_ = false;
-    }
-    *message = absl::StrJoin(notes, "; ");
-    return absl::OkStatus();
+    return FinishScale(leaving, kPsLeaveWait, &notes, message);
   }
 
   // Marks the tasks live[want..] (by descending index) as scaled away: never restarted,
@@ -948,12 +942,19 @@ class Launcher {
     }
     // Each asks the chief to drain it (ASYNCPS_ELASTIC), then exits 0: its drain (worker/serve.cc:
     // 25 s at most), then a margin.
-    AwaitLeavers(leaving, kWorkerLeaveWait, &notes);
+    return FinishScale(leaving, kWorkerLeaveWait, &notes, message);
+  }
+
+  // The end of a scale request: waits for the `leaving` tasks (AwaitLeavers), lets the next
+  // request in, and answers with the notes.
+  absl::Status FinishScale(const std::vector<size_t>& leaving, absl::Duration wait, std::vector<std::string>* notes,
+                           std::string* message) {
+    AwaitLeavers(leaving, wait, notes);
     {
       MutexLock lock(&mu_);
       scaling_ = false;
     }
-    *message = absl::StrJoin(notes, "; ");
+    *message = absl::StrJoin(*notes, "; ");
     return absl::OkStatus();
   }
 

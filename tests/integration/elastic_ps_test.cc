@@ -89,6 +89,18 @@ void StartCounterJob(const std::string& dir, int replicas, int ballast_mb, std::
   ASSERT_TRUE((*launcher)->WaitForLine("[chief] epoch 1/", kStep).ok()) << (*launcher)->output();
 }
 
+// Ends the training (creates `until`), waits for the launcher, and checks the job ended 0 with
+// the counter program's "exactly once"; `*out` is the launcher's whole output.
+void StopAndCheckExact(Subprocess& launcher, const std::string& until, std::string* out) {
+  { std::ofstream(until) << "done\n"; }
+  auto code = launcher.Wait(absl::Minutes(5));
+  ASSERT_TRUE(code.ok()) << code.status() << "\n" << launcher.output();
+  *out = launcher.output();
+  EXPECT_EQ(*code, 0) << *out;
+  EXPECT_NE(out->find("[chief] exactly once: 3000 keys x "), std::string::npos) << *out;
+  EXPECT_EQ(out->find("MISMATCH"), std::string::npos) << *out;
+}
+
 class ElasticPsTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ElasticPsTest, PsScaled2To3To2UnderWorkerKillsExactlyOnce) {
@@ -133,13 +145,8 @@ TEST_P(ElasticPsTest, PsScaled2To3To2UnderWorkerKillsExactlyOnce) {
       << launcher.output();
   EXPECT_NE(launcher.output().find("ps_left: ps 2 "), std::string::npos) << launcher.output();
 
-  { std::ofstream(until) << "done\n"; }
-  auto code = launcher.Wait(absl::Minutes(5));
-  ASSERT_TRUE(code.ok()) << code.status() << "\n" << launcher.output();
-  const std::string out = launcher.output();
-  EXPECT_EQ(*code, 0) << out;
-  EXPECT_NE(out.find("[chief] exactly once: 3000 keys x "), std::string::npos) << out;
-  EXPECT_EQ(out.find("MISMATCH"), std::string::npos) << out;
+  std::string out;
+  ASSERT_NO_FATAL_FAILURE(StopAndCheckExact(launcher, until, &out));
   // No PS restarted or lost: the moves were planned, not failovers after a loss.
   for (const char* task : {"ps:0", "ps:1", "ps:2"}) {
     EXPECT_EQ(testutil::LinesWith(out, absl::StrCat("[launcher] restarted ", task, " ")).size(), 0u) << task;
@@ -193,13 +200,8 @@ TEST(ElasticPsKillTest, PsKilledMidMoveStaysExact) {
   ASSERT_EQ(down_code, 0) << down_out << launcher.output();
   EXPECT_NE(down_out.find("ps:2 left"), std::string::npos) << down_out;
 
-  { std::ofstream(until) << "done\n"; }
-  auto code = launcher.Wait(absl::Minutes(5));
-  ASSERT_TRUE(code.ok()) << code.status() << "\n" << launcher.output();
-  const std::string out = launcher.output();
-  EXPECT_EQ(*code, 0) << out;
-  EXPECT_NE(out.find("[chief] exactly once: 3000 keys x "), std::string::npos) << out;
-  EXPECT_EQ(out.find("MISMATCH"), std::string::npos) << out;
+  std::string out;
+  ASSERT_NO_FATAL_FAILURE(StopAndCheckExact(launcher, until, &out));
   EXPECT_NE(out.find("ps_down: ps 0 "), std::string::npos) << "the kill was seen as a loss\n" << out;
 }
 
